@@ -1,0 +1,98 @@
+// The model as the rest of the engine sees it, whatever file it came from.
+// GGUF files and Hugging Face folders are both read into a `LoadedModel`: hyperparameters
+// normalised to one vocabulary, tensors under canonical (GGUF-style) names, and the tokenizer
+// and chat template sources. Nothing here copies tensor data: a TensorView points into the
+// mapped file until someone asks for floats.
+
+/** Element types we can read. GGUF's quantised block types keep their ggml names. */
+export type TensorDType =
+  | 'F32'
+  | 'F16'
+  | 'BF16'
+  | 'Q8_0'
+  | 'Q4_0'
+  | 'Q4_1'
+  | 'Q5_0'
+  | 'Q5_1'
+  | 'Q4_K'
+  | 'Q5_K'
+  | 'Q6_K';
+
+/** How RoPE pairs the dimensions of a head. */
+export type RopeLayout =
+  | 'interleaved' // pairs (0,1), (2,3)...: llama.cpp's "normal" mode; GGUF llama q/k weights are permuted for it
+  | 'neox'; // pairs (i, i + d/2): Hugging Face rotate_half, GGUF qwen2
+
+/** Frequency scaling of RoPE (Llama 3 style), from config.json rope_scaling or GGUF rope.* keys. */
+export interface RopeScaling {
+  kind: 'llama3' | 'linear';
+  factor: number;
+  lowFreqFactor?: number;
+  highFreqFactor?: number;
+  originalContextLength?: number;
+}
+
+export type Architecture = 'llama' | 'opt';
+
+export interface ModelHyperparameters {
+  architecture: Architecture;
+  /** The family the file names: llama, mistral, qwen2, opt... (display and quirks). */
+  family: string;
+  hiddenSize: number; // d_model
+  layers: number;
+  heads: number; // query heads
+  kvHeads: number; // key/value heads (== heads for MHA)
+  headDim: number;
+  ffnSize: number;
+  vocabSize: number;
+  /** Context length the model was trained with, as the file states it. */
+  contextLength: number;
+  normEps: number;
+  /** llama family only */
+  ropeTheta?: number;
+  ropeLayout?: RopeLayout;
+  ropeScaling?: RopeScaling;
+  /** Qwen2-style bias on q/k/v projections. */
+  qkvBias: boolean;
+  /** Output projection shares the token embedding. */
+  tiedEmbeddings: boolean;
+  /** OPT only: learned positions are offset by 2. */
+  positionOffset?: number;
+}
+
+/**
+ * A tensor inside a mapped model file. `shape` is outermost-first (PyTorch order: a weight of a
+ * Linear(in, out) is [out, in]); GGUF's ne[] (innermost-first) is reversed to this order.
+ */
+export interface TensorView {
+  readonly name: string;
+  readonly dtype: TensorDType;
+  readonly shape: readonly number[];
+  /** Number of elements (product of shape). */
+  readonly elements: number;
+  /** Raw bytes of the tensor, a view into the mapped file (no copy). */
+  bytes(): Uint8Array;
+  /** Dequantised / widened to fp32, row-major in `shape` order. Allocates. */
+  toFloat32(): Float32Array;
+}
+
+/** What the tokenizer can be built from. */
+export type TokenizerSource =
+  | { kind: 'gguf'; metadata: ReadonlyMap<string, unknown> }
+  | { kind: 'tokenizer.json'; path: string; configPath?: string };
+
+export interface LoadedModel {
+  readonly format: 'gguf' | 'safetensors';
+  /** The file (GGUF) or folder (Hugging Face) it was loaded from. */
+  readonly path: string;
+  readonly hyper: ModelHyperparameters;
+  /** Canonical names: token_embd.weight, output_norm.weight, output.weight, blk.N.attn_q.weight ... */
+  readonly tensors: ReadonlyMap<string, TensorView>;
+  readonly tokenizer: TokenizerSource;
+  /** Jinja chat template text, when the file carries one. */
+  readonly chatTemplate: string | undefined;
+  /** Bytes of all tensor data (what the weights occupy as stored). */
+  readonly weightBytes: number;
+  /** Unmap files. Using tensors afterwards is an error. */
+  close(): void;
+}

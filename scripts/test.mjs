@@ -1,0 +1,73 @@
+#!/usr/bin/env node
+// `npm test`: every check a change must pass, in the order that fails fastest.
+//   1. the native addon is built (the install step builds it; rebuild here if it is missing)
+//   2. the native C++ tests (scalar references vs optimised kernels, guard bytes)
+//   3. lint (including the layering rule) and the TypeScript type check
+//   4. every TypeScript test through Vitest
+// It ends with one plain line, "N passed, N failed, N skipped", counting native and Vitest tests.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(fileURLToPath(import.meta.url), '..', '..');
+const nativeAddon = join(root, 'native', 'build', 'Release', 'longhand.node');
+const nativeTests = join(root, 'native', 'build', 'Release', 'native_tests');
+const bin = (name) => join(root, 'node_modules', '.bin', name);
+const totals = { passed: 0, failed: 0, skipped: 0 };
+
+function run(label, command, args, options = {}) {
+  const started = Date.now();
+  console.log(`\n▶ ${label}: ${[command, ...args].join(' ')}`);
+  const result = spawnSync(command, args, { cwd: root, stdio: options.capture ? ['ignore', 'pipe', 'inherit'] : 'inherit', encoding: 'utf8', maxBuffer: 64 << 20 });
+  if (options.capture) process.stdout.write(result.stdout ?? '');
+  console.log(`◀ ${label}: exit ${result.status ?? result.signal} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  return result;
+}
+
+function finish(extraFailure) {
+  if (extraFailure) totals.failed += 1;
+  console.log(`\n${totals.passed} passed, ${totals.failed} failed, ${totals.skipped} skipped`);
+  process.exit(totals.failed > 0 ? 1 : 0);
+}
+
+if (!existsSync(nativeAddon) || !existsSync(nativeTests)) {
+  const build = run('build native addon', process.execPath, [join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'), 'rebuild', '--directory', 'native']);
+  if (build.status !== 0 && existsSync(join(root, 'native', 'binding.gyp'))) {
+    const npmGyp = spawnSync('npm', ['run', 'build:native'], { cwd: root, stdio: 'inherit' });
+    if (npmGyp.status !== 0) finish('native build failed');
+  }
+}
+
+// Native C++ tests print "native: N passed, N failed" as their last line.
+if (existsSync(nativeTests)) {
+  const native = run('native C++ tests', nativeTests, [], { capture: true });
+  const match = /native: (\d+) passed, (\d+) failed/.exec(native.stdout ?? '');
+  if (match) {
+    totals.passed += Number(match[1]);
+    totals.failed += Number(match[2]);
+  }
+  if (native.status !== 0 && (!match || Number(match[2]) === 0)) totals.failed += 1;
+}
+
+const lint = run('lint', process.execPath, [bin('eslint'), '--max-warnings=0', '.']);
+if (lint.status !== 0) totals.failed += 1;
+const types = run('typecheck', process.execPath, [bin('tsc'), '-p', 'tsconfig.json']);
+if (types.status !== 0) totals.failed += 1;
+
+const reportDir = mkdtempSync(join(tmpdir(), 'longhand-test-'));
+const reportFile = join(reportDir, 'vitest.json');
+const vitest = run('vitest', process.execPath, [bin('vitest'), 'run', '--reporter=default', '--reporter=json', `--outputFile.json=${reportFile}`, ...process.argv.slice(2)]);
+if (existsSync(reportFile)) {
+  const report = JSON.parse(readFileSync(reportFile, 'utf8'));
+  totals.passed += report.numPassedTests;
+  totals.failed += report.numFailedTests;
+  totals.skipped += report.numPendingTests + (report.numTodoTests ?? 0);
+  // A suite that fails to load has no failed *tests*; count it so the run still fails.
+  if (vitest.status !== 0 && report.numFailedTests === 0) totals.failed += 1;
+} else if (vitest.status !== 0) {
+  totals.failed += 1;
+}
+rmSync(reportDir, { recursive: true, force: true });
+finish();
