@@ -1,0 +1,79 @@
+// longhand inspect <path> [--json] [--context N] [--kv-type fp16|fp32|int8]
+import { UsageError } from '../../common/errors.ts';
+import { inspectModel, type ModelReport } from '../../engine/model/inspect.ts';
+import { loadModel } from '../../engine/model/load-model.ts';
+import { KV_ELEMENT_BYTES, type KvElementType } from '../../engine/model/memory-estimate.ts';
+import type { CliIO } from '../main.ts';
+import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
+
+const HELP = `usage: longhand inspect <path> [--json] [--context N] [--kv-type fp16|fp32|int8]
+
+  <path>          a .gguf file or a Hugging Face folder (config.json + safetensors)
+  --json          print one JSON object instead of a table
+  --context N     tokens of context for the KV-cache estimate (default: the trained context)
+  --kv-type T     KV row precision for the estimate (default fp16)`;
+
+export async function runInspect(args: string[], io: CliIO): Promise<number> {
+  const { values, positionals } = parseCommandArgs(args, {
+    json: { type: 'boolean' },
+    context: { type: 'string' },
+    'kv-type': { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
+  if (values.help) {
+    io.out(`${HELP}\n`);
+    return 0;
+  }
+  if (positionals.length !== 1) throw new UsageError(`expected one model path, got ${positionals.length}`);
+  const contextTokens = positiveInteger(values.context, '--context');
+  const kvType = oneOf(values['kv-type'], Object.keys(KV_ELEMENT_BYTES) as KvElementType[], '--kv-type');
+
+  const model = await loadModel(positionals[0]!);
+  try {
+    const report = inspectModel(model, { contextTokens, kvType });
+    io.out(values.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
+  } finally {
+    model.close();
+  }
+  return 0;
+}
+
+export function formatBytes(bytes: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${value.toFixed(unit === 0 ? 0 : 1)} ${units[unit]}`;
+}
+
+function formatReport(r: ModelReport): string {
+  const m = r.memory;
+  const types = Object.entries(r.weightTypes)
+    .map(([type, t]) => `${type} ×${t.tensors} (${formatBytes(t.bytes)})`)
+    .join(', ');
+  const verdict = (fits: boolean) => (fits ? 'fits' : 'does NOT fit');
+  const lines = [
+    `model          ${r.path}`,
+    `format         ${r.format}, architecture ${r.architecture} (${r.family})`,
+    `parameters     ${r.parameters.toLocaleString('en-US')}`,
+    `shape          dim ${r.hiddenSize}, ${r.layers} layers, ${r.heads} heads, ${r.kvHeads} KV heads, head dim ${r.headDim}, ffn ${r.ffnSize}`,
+    `vocabulary     ${r.vocabSize}`,
+    `trained ctx    ${r.trainedContext}`,
+    `weight types   ${types}`,
+    `chat template  ${r.chatTemplate ? 'yes' : 'no'}`,
+    '',
+    `memory at ${m.contextTokens} tokens of context (KV ${m.kvType}):`,
+    `  weights in RAM            ${formatBytes(m.weightsBytes)}`,
+    `  KV cache (full)           ${formatBytes(m.kvFullBytes)}`,
+    `  partial keys (InfiniGen)  ${formatBytes(m.partialKeyBytes)}`,
+    `  staged rows (InfiniGen)   ${formatBytes(m.stagedKvBytes)}`,
+    `  total, full cache         ${formatBytes(m.totalFullBytes)}  ${verdict(m.fitsFull)}`,
+    `  total, InfiniGen          ${formatBytes(m.totalInfinigenBytes)}  ${verdict(m.fitsInfinigen)}`,
+    `  free memory now           ${formatBytes(m.freeBytes)} of ${formatBytes(m.totalBytes)}`,
+    `  largest context that fits ${m.maxContextThatFits} tokens`,
+  ];
+  return `${lines.join('\n')}\n`;
+}

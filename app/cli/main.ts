@@ -1,0 +1,57 @@
+// The `longhand` command line: one entry, one module per command under commands/.
+// Every failure ends as one clear line on stderr and a non-zero exit code.
+import { isLonghandError, UsageError } from '../common/errors.ts';
+import { runInspect } from './commands/inspect.ts';
+
+const USAGE = `usage: longhand <command> [options]
+
+commands:
+  inspect <path> [--json] [--context N] [--kv-type fp16|fp32|int8]
+      what a GGUF file or Hugging Face folder holds and what it will cost in memory
+
+run 'longhand <command> --help' for a command's options`;
+
+type Command = (args: string[], io: CliIO) => Promise<number>;
+
+export interface CliIO {
+  out: (text: string) => void;
+  err: (text: string) => void;
+}
+
+const COMMANDS: Record<string, Command> = {
+  inspect: runInspect,
+};
+
+const defaultIO: CliIO = {
+  out: (text) => process.stdout.write(text),
+  err: (text) => process.stderr.write(text),
+};
+
+/** Runs the CLI and returns the exit code (0 ok, 1 failure, 2 bad usage). */
+export async function main(argv: string[], io: CliIO = defaultIO): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    io.out(`${USAGE}\n`);
+    return name === undefined ? 2 : 0;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    io.err(`longhand: unknown command '${name}'\n${USAGE}\n`);
+    return 2;
+  }
+  try {
+    return await command(rest, io);
+  } catch (error) {
+    if (error instanceof UsageError) {
+      io.err(`longhand ${name}: ${error.message}\n`);
+      return 2;
+    }
+    if (isLonghandError(error)) {
+      io.err(`longhand ${name}: ${error.code}: ${error.message}\n`);
+      return 1;
+    }
+    const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
+    io.err(`longhand ${name}: internal error: ${message}\n`);
+    return 1;
+  }
+}

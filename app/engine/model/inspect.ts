@@ -1,0 +1,75 @@
+// `longhand inspect`: what a model file is and what it will cost, without running it.
+import { estimateMemory, type KvElementType, type MemoryEstimate, type WeightSummary } from './memory-estimate.ts';
+import type { LoadedModel, ModelHyperparameters, TensorDType } from './types.ts';
+
+export interface ModelReport {
+  path: string;
+  format: LoadedModel['format'];
+  architecture: ModelHyperparameters['architecture'];
+  family: string;
+  parameters: number;
+  hiddenSize: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  ffnSize: number;
+  vocabSize: number;
+  trainedContext: number;
+  ropeTheta: number | null;
+  normEps: number;
+  tiedEmbeddings: boolean;
+  qkvBias: boolean;
+  /** Tensor count and stored bytes per element type. */
+  weightTypes: Partial<Record<TensorDType, { tensors: number; bytes: number }>>;
+  chatTemplate: boolean;
+  memory: MemoryEstimate;
+}
+
+export function summariseWeights(model: LoadedModel): { summary: WeightSummary; types: ModelReport['weightTypes']; parameters: number } {
+  const types: ModelReport['weightTypes'] = {};
+  const bytesByType: WeightSummary['bytesByType'] = {};
+  let parameters = 0;
+  let storedBytes = 0;
+  for (const tensor of model.tensors.values()) {
+    const bytes = tensor.bytes().byteLength;
+    const entry = (types[tensor.dtype] ??= { tensors: 0, bytes: 0 });
+    entry.tensors += 1;
+    entry.bytes += bytes;
+    bytesByType[tensor.dtype] = (bytesByType[tensor.dtype] ?? 0) + bytes;
+    parameters += tensor.elements;
+    storedBytes += bytes;
+  }
+  return { summary: { bytesByType, storedBytes }, types, parameters };
+}
+
+export function inspectModel(
+  model: LoadedModel,
+  options: { contextTokens?: number; kvType?: KvElementType; freeBytes?: number; totalBytes?: number } = {},
+): ModelReport {
+  const { hyper } = model;
+  const { summary, types, parameters } = summariseWeights(model);
+  const contextTokens = options.contextTokens ?? hyper.contextLength;
+  return {
+    path: model.path,
+    format: model.format,
+    architecture: hyper.architecture,
+    family: hyper.family,
+    parameters,
+    hiddenSize: hyper.hiddenSize,
+    layers: hyper.layers,
+    heads: hyper.heads,
+    kvHeads: hyper.kvHeads,
+    headDim: hyper.headDim,
+    ffnSize: hyper.ffnSize,
+    vocabSize: hyper.vocabSize,
+    trainedContext: hyper.contextLength,
+    ropeTheta: hyper.ropeTheta ?? null,
+    normEps: hyper.normEps,
+    tiedEmbeddings: hyper.tiedEmbeddings,
+    qkvBias: hyper.qkvBias,
+    weightTypes: types,
+    chatTemplate: model.chatTemplate !== undefined && model.chatTemplate.length > 0,
+    memory: estimateMemory(hyper, summary, contextTokens, options),
+  };
+}

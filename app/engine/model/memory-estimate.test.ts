@@ -1,0 +1,46 @@
+import { describe, expect, it } from 'vitest';
+import { estimateMemory, kvBytesPerToken, partialKeyBytesPerToken } from './memory-estimate.ts';
+import type { ModelHyperparameters } from './types.ts';
+
+// A Llama-2-7B-shaped model: 32 layers, 32 KV heads of 128 dims. Its fp16 KV cache is the
+// well-known 512 KiB per token (2 · 32 · 32 · 128 · 2 bytes).
+const llama7b: ModelHyperparameters = {
+  architecture: 'llama', family: 'llama', hiddenSize: 4096, layers: 32, heads: 32, kvHeads: 32, headDim: 128,
+  ffnSize: 11008, vocabSize: 32000, contextLength: 4096, normEps: 1e-5, ropeTheta: 10000, ropeLayout: 'interleaved',
+  qkvBias: false, tiedEmbeddings: false,
+};
+
+describe('memory estimate', () => {
+  it('counts K and V rows per layer and KV head', () => {
+    expect(kvBytesPerToken(llama7b)).toBe(524_288);
+    expect(kvBytesPerToken(llama7b, 'fp32')).toBe(1_048_576);
+    expect(kvBytesPerToken({ ...llama7b, kvHeads: 8 })).toBe(131_072); // GQA 4:1
+  });
+
+  it('adds ⌊0.3·d⌋ fp16 partial-key columns per layer and KV head for InfiniGen', () => {
+    // ⌊0.3 · 128⌋ = 38 columns · 32 layers · 32 heads · 2 bytes
+    expect(partialKeyBytesPerToken(llama7b)).toBe(38 * 32 * 32 * 2);
+  });
+
+  it('widens fp16 weights to fp32 on CPU and keeps quantised blocks packed', () => {
+    const estimate = estimateMemory(llama7b, { bytesByType: { F16: 1000, Q4_0: 500, F32: 10 }, storedBytes: 1510 }, 1000, { freeBytes: 1e12, totalBytes: 1e12 });
+    expect(estimate.weightsBytes).toBe(2000 + 500 + 10);
+  });
+
+  it('says whether it fits and the largest context that does', () => {
+    const weights = { bytesByType: { Q4_0: 4_000_000_000 }, storedBytes: 4_000_000_000 };
+    const estimate = estimateMemory(llama7b, weights, 4096, { freeBytes: 6_000_000_000, totalBytes: 8e9 });
+    expect(estimate.kvFullBytes).toBe(4096 * 524_288);
+    expect(estimate.partialKeyBytes).toBe(4096 * 38 * 32 * 32 * 2);
+    expect(estimate.stagedKvBytes).toBe(Math.ceil(4096 * 524_288 * 0.1));
+    expect(estimate.totalFullBytes).toBe(4_000_000_000 + 4096 * 524_288);
+    // 4 GB of weights + 2.147 GB of KV is more than 6 GB free
+    expect(estimate.fitsFull).toBe(false);
+    expect(estimate.fitsInfinigen).toBe(false);
+    // (6e9 − 4e9) / (524288 + 77824 + 52428.8) bytes per token
+    expect(estimate.maxContextThatFits).toBe(3055);
+    const roomy = estimateMemory(llama7b, weights, 2048, { freeBytes: 6_000_000_000, totalBytes: 8e9 });
+    expect(roomy.fitsFull).toBe(true);
+    expect(roomy.fitsInfinigen).toBe(true);
+  });
+});

@@ -1,0 +1,107 @@
+// What a model will cost in memory before anyone loads it: weights as the engine will hold
+// them, the KV cache at a given context for the full cache and for InfiniGen's defaults, and
+// whether that fits in the memory this machine has free right now.
+import { freemem, totalmem } from 'node:os';
+import type { ModelHyperparameters, TensorDType } from './types.ts';
+
+/** InfiniGen's defaults (ARCHITECTURE.md §4): partial-key ratio r and the fetch cap per step. */
+export const INFINIGEN_DEFAULTS = { partialRatio: 0.3, fetchCap: 0.1 } as const;
+
+/** Bytes per stored KV element. fp16 rows are the pool's default. */
+export const KV_ELEMENT_BYTES = { fp16: 2, fp32: 4, int8: 1 } as const;
+export type KvElementType = keyof typeof KV_ELEMENT_BYTES;
+
+/**
+ * On the CPU provider ORT widens fp16/bf16 weights to fp32 (measured: no gain from fp16 there),
+ * so those weights occupy twice their stored size; quantised blocks stay packed (MatMulNBits).
+ */
+const CPU_RESIDENT_FACTOR: Record<TensorDType, number> = {
+  F32: 1, F16: 2, BF16: 2, Q8_0: 1, Q4_0: 1, Q4_1: 1, Q5_0: 1, Q5_1: 1, Q4_K: 1, Q5_K: 1, Q6_K: 1,
+};
+
+export interface WeightSummary {
+  /** Stored bytes per element type, as in the file. */
+  bytesByType: Partial<Record<TensorDType, number>>;
+  storedBytes: number;
+}
+
+export interface MemoryEstimate {
+  contextTokens: number;
+  kvType: KvElementType;
+  /** Weights as the CPU engine holds them. */
+  weightsBytes: number;
+  /** Full K and V rows for every layer and KV head at `contextTokens`. */
+  kvFullBytes: number;
+  /** InfiniGen keeps the full KV in RAM, plus one partial key row per token (⌊r·d⌋ columns). */
+  partialKeyBytes: number;
+  /** Rows staged for the compute device: the fetch cap's share of the context, all layers. */
+  stagedKvBytes: number;
+  totalFullBytes: number; // weights + full KV
+  totalInfinigenBytes: number; // weights + full KV + partial keys + staged rows
+  freeBytes: number;
+  totalBytes: number;
+  fitsFull: boolean;
+  fitsInfinigen: boolean;
+  /** The largest context (tokens) whose InfiniGen footprint fits in free memory. */
+  maxContextThatFits: number;
+}
+
+export function kvBytesPerToken(hyper: ModelHyperparameters, kvType: KvElementType = 'fp16'): number {
+  // K and V: (layers, kvHeads, headDim) elements each
+  return 2 * hyper.layers * hyper.kvHeads * hyper.headDim * KV_ELEMENT_BYTES[kvType];
+}
+
+export function partialKeyBytesPerToken(hyper: ModelHyperparameters, partialRatio: number = INFINIGEN_DEFAULTS.partialRatio): number {
+  // Partial keys are fp16: (layers, kvHeads, ⌊r·d⌋)
+  return hyper.layers * hyper.kvHeads * Math.floor(partialRatio * hyper.headDim) * KV_ELEMENT_BYTES.fp16;
+}
+
+export function residentWeightBytes(weights: WeightSummary): number {
+  let bytes = 0;
+  for (const [dtype, stored] of Object.entries(weights.bytesByType) as [TensorDType, number][]) {
+    bytes += stored * CPU_RESIDENT_FACTOR[dtype];
+  }
+  return bytes;
+}
+
+export function estimateMemory(
+  hyper: ModelHyperparameters,
+  weights: WeightSummary,
+  contextTokens: number,
+  options: { kvType?: KvElementType; freeBytes?: number; totalBytes?: number; partialRatio?: number; fetchCap?: number } = {},
+): MemoryEstimate {
+  const kvType = options.kvType ?? 'fp16';
+  const partialRatio = options.partialRatio ?? INFINIGEN_DEFAULTS.partialRatio;
+  const fetchCap = options.fetchCap ?? INFINIGEN_DEFAULTS.fetchCap;
+  const freeBytes = options.freeBytes ?? freemem();
+  const totalBytes = options.totalBytes ?? totalmem();
+
+  const weightsBytes = residentWeightBytes(weights);
+  const kvPerToken = kvBytesPerToken(hyper, kvType);
+  const partialPerToken = partialKeyBytesPerToken(hyper, partialRatio);
+  const stagedPerToken = kvPerToken * fetchCap;
+
+  const kvFullBytes = kvPerToken * contextTokens;
+  const partialKeyBytes = partialPerToken * contextTokens;
+  const stagedKvBytes = Math.ceil(stagedPerToken * contextTokens);
+  const totalFullBytes = weightsBytes + kvFullBytes;
+  const totalInfinigenBytes = totalFullBytes + partialKeyBytes + stagedKvBytes;
+  const perTokenInfinigen = kvPerToken + partialPerToken + stagedPerToken;
+  const maxContextThatFits = Math.max(0, Math.floor((freeBytes - weightsBytes) / perTokenInfinigen));
+
+  return {
+    contextTokens,
+    kvType,
+    weightsBytes,
+    kvFullBytes,
+    partialKeyBytes,
+    stagedKvBytes,
+    totalFullBytes,
+    totalInfinigenBytes,
+    freeBytes,
+    totalBytes,
+    fitsFull: totalFullBytes <= freeBytes,
+    fitsInfinigen: totalInfinigenBytes <= freeBytes,
+    maxContextThatFits,
+  };
+}
