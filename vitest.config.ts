@@ -8,6 +8,7 @@ export default defineConfig({
     include: ['app/**/*.test.ts', 'native/**/*.test.ts', 'test/**/*.test.ts', 'scripts/**/*.test.ts'],
     exclude: ['node_modules/**', 'native/build/**'],
     environment: 'node',
+    setupFiles: ['test/support/no-network.ts'],
     pool: 'forks',
     testTimeout: 60_000,
     hookTimeout: 120_000,
