@@ -1,0 +1,186 @@
+// Graph helpers for the dense parts of a decoder layer (ARCHITECTURE.md §3): norms, linear
+// layers (fp32 or MatMulNBits), MLPs and RoPE. Each takes the builder and value names and
+// returns the name of its result; weights arrive as host arrays in PyTorch order and become
+// initializers named after `name`. Activations are float32, shaped [..., features].
+
+import type { RopeLayout, RopeScaling } from '../model/types.ts';
+import { float, MS_DOMAIN, type GraphBuilder } from './graph-builder.ts';
+import type { PackedNBits } from './matmul-nbits.ts';
+
+// ---------------------------------------------------------------------------------------------
+// Norms
+// ---------------------------------------------------------------------------------------------
+
+/** RMSNorm over the last axis: x / sqrt(mean(x²) + eps) · weight (SimplifiedLayerNormalization). */
+export function rmsNorm(g: GraphBuilder, x: string, weight: Float32Array, eps: number, name: string): string {
+  const w = g.initializer(`${name}.weight`, { elemType: 'float32', dims: [weight.length], data: weight });
+  return g.op('SimplifiedLayerNormalization', [x, w], { axis: -1, epsilon: float(eps), stash_type: 1 }, { name });
+}
+
+/** LayerNorm over the last axis with weight and bias (opset 17 LayerNormalization). */
+export function layerNorm(g: GraphBuilder, x: string, weight: Float32Array, bias: Float32Array, eps: number, name: string): string {
+  const w = g.initializer(`${name}.weight`, { elemType: 'float32', dims: [weight.length], data: weight });
+  const b = g.initializer(`${name}.bias`, { elemType: 'float32', dims: [bias.length], data: bias });
+  return g.op('LayerNormalization', [x, w, b], { axis: -1, epsilon: float(eps), stash_type: 1 }, { name });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear layers
+// ---------------------------------------------------------------------------------------------
+
+/** A Linear(in, out) with an fp32 weight in PyTorch order [out, in]. */
+export interface LinearF32 {
+  kind: 'f32';
+  outFeatures: number;
+  inFeatures: number;
+  /** [out, in] row-major */
+  weight: Float32Array;
+  bias?: Float32Array;
+}
+
+/** A Linear(in, out) through com.microsoft MatMulNBits. */
+export interface LinearNBits {
+  kind: 'nbits';
+  packed: PackedNBits;
+  bias?: Float32Array;
+  /** 4 (int8 compute) is what makes it fast on CPU; 0 computes in fp32. Default 4. */
+  accuracyLevel?: 0 | 1 | 2 | 3 | 4;
+  /** Pass the (default-valued) zero points explicitly instead of relying on the op's default. */
+  explicitZeroPoints?: boolean;
+}
+
+export type LinearWeights = LinearF32 | LinearNBits;
+
+export function outFeatures(w: LinearWeights): number {
+  return w.kind === 'f32' ? w.outFeatures : w.packed.n;
+}
+
+/** [out, in] -> [in, out], the layout MatMul wants for x · Wᵀ. */
+export function transpose(weight: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(rows * cols);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = weight[r * cols + c]!;
+  return out;
+}
+
+/** y = x · Wᵀ (+ bias). */
+export function linear(g: GraphBuilder, x: string, w: LinearWeights, name: string): string {
+  if (w.kind === 'f32') {
+    if (w.weight.length !== w.outFeatures * w.inFeatures) throw new RangeError(`${name}: weight has ${w.weight.length} values for [${w.outFeatures}, ${w.inFeatures}]`);
+    const wt = g.initializer(`${name}.weight`, { elemType: 'float32', dims: [w.inFeatures, w.outFeatures], data: transpose(w.weight, w.outFeatures, w.inFeatures) });
+    const y = g.op('MatMul', [x, wt], {}, { name: w.bias ? `${name}.matmul` : name });
+    if (!w.bias) return y;
+    const b = g.initializer(`${name}.bias`, { elemType: 'float32', dims: [w.bias.length], data: w.bias });
+    return g.op('Add', [y, b], {}, { name });
+  }
+  const p = w.packed;
+  const blocks = p.k / p.blockSize;
+  const bInit = g.initializer(`${name}.qweight`, { elemType: 'uint8', dims: [p.n, blocks, (p.blockSize * p.bits) / 8], data: p.b });
+  const scales = g.initializer(`${name}.scales`, { elemType: 'float32', dims: [p.n * blocks], data: p.scales });
+  const zp = w.explicitZeroPoints ? g.initializer(`${name}.zero_points`, { elemType: 'uint8', dims: [p.zeroPoints.length], data: p.zeroPoints }) : undefined;
+  const bias = w.bias ? g.initializer(`${name}.bias`, { elemType: 'float32', dims: [w.bias.length], data: w.bias }) : undefined;
+  // inputs: A, B, scales, zero_points, g_idx, bias
+  return g.op('MatMulNBits', [x, bInit, scales, zp, undefined, bias], { K: p.k, N: p.n, bits: p.bits, block_size: p.blockSize, accuracy_level: w.accuracyLevel ?? 4 }, { name, domain: MS_DOMAIN });
+}
+
+// ---------------------------------------------------------------------------------------------
+// MLPs
+// ---------------------------------------------------------------------------------------------
+
+/** Llama MLP: down(silu(gate(x)) ⊙ up(x)). */
+export function swigluMlp(g: GraphBuilder, x: string, w: { gate: LinearWeights; up: LinearWeights; down: LinearWeights }, name: string): string {
+  const gate = linear(g, x, w.gate, `${name}.gate`);
+  const up = linear(g, x, w.up, `${name}.up`);
+  const sig = g.op('Sigmoid', [gate], {}, { name: `${name}.sigmoid` });
+  const silu = g.op('Mul', [gate, sig], {}, { name: `${name}.silu` });
+  const h = g.op('Mul', [silu, up], {}, { name: `${name}.glu` });
+  return linear(g, h, w.down, `${name}.down`);
+}
+
+/** OPT MLP: fc2(relu(fc1(x))). */
+export function reluMlp(g: GraphBuilder, x: string, w: { fc1: LinearWeights; fc2: LinearWeights }, name: string): string {
+  const h = linear(g, x, w.fc1, `${name}.fc1`);
+  const r = g.op('Relu', [h], {}, { name: `${name}.relu` });
+  return linear(g, r, w.fc2, `${name}.fc2`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE
+// ---------------------------------------------------------------------------------------------
+
+export interface RopeOptions {
+  headDim: number;
+  /** Dimensions rotated per head (default headDim; smaller for partial rotary). */
+  rotaryDim?: number;
+  theta: number;
+  layout: RopeLayout;
+  /** Rows of the cos/sin tables: positions 0..maxPositions−1 can be used. */
+  maxPositions: number;
+  scaling?: RopeScaling;
+}
+
+/** Inverse frequencies θ^(−2i/d), i < d/2, with Llama 3 or linear scaling applied. */
+export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 'theta' | 'scaling'>): Float64Array {
+  const d = opts.rotaryDim ?? opts.headDim;
+  const inv = new Float64Array(d / 2);
+  for (let i = 0; i < d / 2; i++) inv[i] = 1 / opts.theta ** ((2 * i) / d);
+  const s = opts.scaling;
+  if (!s) return inv;
+  if (s.kind === 'linear') return inv.map((f) => f / s.factor);
+  // Llama 3: keep high frequencies, divide low ones by factor, blend in between.
+  const low = s.lowFreqFactor ?? 1;
+  const high = s.highFreqFactor ?? 4;
+  const original = s.originalContextLength ?? 8192;
+  const lowWavelen = original / low;
+  const highWavelen = original / high;
+  return inv.map((f) => {
+    const wavelen = (2 * Math.PI) / f;
+    if (wavelen < highWavelen) return f;
+    if (wavelen > lowWavelen) return f / s.factor;
+    const smooth = (original / wavelen - low) / (high - low);
+    return (1 - smooth) * (f / s.factor) + smooth * f;
+  });
+}
+
+/** cos/sin tables [maxPositions, rotaryDim/2] as the RotaryEmbedding op reads them. */
+export function ropeTables(opts: RopeOptions): { cos: Float32Array; sin: Float32Array } {
+  const inv = ropeInvFreq(opts);
+  const half = inv.length;
+  const cos = new Float32Array(opts.maxPositions * half);
+  const sin = new Float32Array(opts.maxPositions * half);
+  for (let p = 0; p < opts.maxPositions; p++) {
+    for (let i = 0; i < half; i++) {
+      const angle = p * inv[i]!;
+      cos[p * half + i] = Math.cos(angle);
+      sin[p * half + i] = Math.sin(angle);
+    }
+  }
+  return { cos, sin };
+}
+
+export interface RopeCaches {
+  cos: string;
+  sin: string;
+  options: RopeOptions;
+}
+
+/** Adds the cos/sin tables once per graph; q and k share them. */
+export function addRopeCaches(g: GraphBuilder, opts: RopeOptions, prefix = 'rope'): RopeCaches {
+  const { cos, sin } = ropeTables(opts);
+  const half = cos.length / opts.maxPositions;
+  return {
+    cos: g.initializer(`${prefix}.cos`, { elemType: 'float32', dims: [opts.maxPositions, half], data: cos }),
+    sin: g.initializer(`${prefix}.sin`, { elemType: 'float32', dims: [opts.maxPositions, half], data: sin }),
+    options: opts,
+  };
+}
+
+/**
+ * RoPE on x [batch, seq, heads·headDim] at positions `positionIds` (int64 [batch, seq]) with
+ * com.microsoft RotaryEmbedding. 'interleaved' rotates pairs (2i, 2i+1); 'neox' pairs (i, i + d/2).
+ */
+export function rope(g: GraphBuilder, x: string, positionIds: string, caches: RopeCaches, heads: number, name: string): string {
+  const o = caches.options;
+  const rotaryDim = o.rotaryDim ?? o.headDim;
+  const partial = rotaryDim !== o.headDim ? { rotary_embedding_dim: rotaryDim, num_heads: heads } : {};
+  return g.op('RotaryEmbedding', [x, positionIds, caches.cos, caches.sin], { interleaved: o.layout === 'interleaved' ? 1 : 0, ...partial }, { name, domain: MS_DOMAIN });
+}

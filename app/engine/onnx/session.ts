@@ -1,0 +1,159 @@
+// onnxruntime sessions for the engine's graphs. This is the only module (with its tests) that
+// touches onnxruntime-node; the rest of the engine passes plain TensorData in and out.
+//
+// Defaults chosen for one session per layer: no spinning of idle intra-op threads (otherwise the
+// sessions' thread pools spin against each other: measured 10x slower), sequential execution,
+// one inter-op thread. session.run blocks the JS thread while it computes.
+
+import * as ort from 'onnxruntime-node';
+
+import { OnnxError } from './errors.ts';
+import type { TensorData } from './graph-builder.ts';
+
+export type ProviderName = 'cpu' | 'webgpu' | 'cuda' | 'tensorrt' | 'dml' | 'coreml' | (string & {});
+
+export interface ProviderInfo {
+  name: string;
+  /** Shipped inside the onnxruntime-node package (others need separately installed libraries). */
+  bundled: boolean;
+}
+
+export interface EngineSessionOptions {
+  /** Intra-op threads (default: onnxruntime's choice, one per physical core). */
+  intraOpThreads?: number;
+  /** In order of preference; default ['cpu']. */
+  executionProviders?: readonly ProviderName[];
+  /** Let idle intra-op threads spin (default false: right for many sessions in one process). */
+  allowSpinning?: boolean;
+  graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all';
+  /** Name used in error messages (e.g. 'layer3.pre'). */
+  label?: string;
+}
+
+/** The execution providers this onnxruntime-node build knows about. */
+export function listProviders(): ProviderInfo[] {
+  return ort.listSupportedBackends().map((b) => ({ name: b.name, bundled: b.bundled }));
+}
+
+function checkProviders(providers: readonly string[], label: string): void {
+  const known = listProviders();
+  for (const p of providers) {
+    if (!known.some((k) => k.name === p)) {
+      throw new OnnxError('ONNX_PROVIDER_UNAVAILABLE', `${label}: execution provider '${p}' is not in this onnxruntime-node build (it has: ${known.map((k) => k.name).join(', ')})`, {
+        provider: p,
+        available: known.map((k) => k.name).join(','),
+      });
+    }
+  }
+}
+
+function toOrtTensor(t: TensorData): ort.Tensor {
+  return new ort.Tensor(t.elemType, t.data, [...t.dims]);
+}
+
+function fromOrtTensor(name: string, t: ort.Tensor): TensorData {
+  const dims = [...t.dims];
+  switch (t.type) {
+    case 'float32':
+      return { elemType: 'float32', dims, data: t.data as Float32Array };
+    case 'float16': {
+      // onnxruntime-common hands out Float16Array where the platform has it, Uint16Array otherwise
+      const d = t.data as unknown as ArrayBufferView;
+      return { elemType: 'float16', dims, data: new Uint16Array(d.buffer, d.byteOffset, d.byteLength / 2) };
+    }
+    case 'uint8':
+      return { elemType: 'uint8', dims, data: t.data as Uint8Array };
+    case 'int8':
+      return { elemType: 'int8', dims, data: t.data as Int8Array };
+    case 'int32':
+      return { elemType: 'int32', dims, data: t.data as Int32Array };
+    case 'int64':
+      return { elemType: 'int64', dims, data: t.data as BigInt64Array };
+    default:
+      throw new OnnxError('ONNX_SESSION_FAILED', `output ${name} has element type ${t.type}, which the engine does not read`, { output: name, type: t.type });
+  }
+}
+
+/** A compiled graph. `run` blocks the calling thread for the duration of the computation. */
+export class EngineSession {
+  readonly label: string;
+  readonly providers: readonly string[];
+  private session: ort.InferenceSession | undefined;
+
+  constructor(session: ort.InferenceSession, label: string, providers: readonly string[]) {
+    this.session = session;
+    this.label = label;
+    this.providers = providers;
+  }
+
+  get inputNames(): readonly string[] {
+    return this.live().inputNames;
+  }
+
+  get outputNames(): readonly string[] {
+    return this.live().outputNames;
+  }
+
+  private live(): ort.InferenceSession {
+    if (!this.session) throw new OnnxError('ONNX_SESSION_FAILED', `${this.label}: session used after release()`, { session: this.label });
+    return this.session;
+  }
+
+  async run(feeds: Readonly<Record<string, TensorData>>, outputNames?: readonly string[]): Promise<Record<string, TensorData>> {
+    const session = this.live();
+    const ortFeeds: Record<string, ort.Tensor> = {};
+    for (const [name, t] of Object.entries(feeds)) ortFeeds[name] = toOrtTensor(t);
+    let results: ort.InferenceSession.ReturnType;
+    try {
+      results = outputNames ? await session.run(ortFeeds, [...outputNames]) : await session.run(ortFeeds);
+    } catch (cause) {
+      throw new OnnxError('ONNX_SESSION_FAILED', `${this.label}: run failed: ${(cause as Error).message}`, { session: this.label }, { cause });
+    }
+    const out: Record<string, TensorData> = {};
+    for (const [name, t] of Object.entries(results)) out[name] = fromOrtTensor(name, t);
+    return out;
+  }
+
+  async release(): Promise<void> {
+    const s = this.session;
+    this.session = undefined;
+    if (s) await s.release();
+  }
+}
+
+/** onnxruntime's SessionOptions for our defaults (exported for tests and benchmarks). */
+export function sessionOptions(options: EngineSessionOptions = {}): ort.InferenceSession.SessionOptions {
+  const providers = options.executionProviders ?? ['cpu'];
+  const opts: ort.InferenceSession.SessionOptions = {
+    executionProviders: [...providers],
+    executionMode: 'sequential',
+    interOpNumThreads: 1,
+    graphOptimizationLevel: options.graphOptimizationLevel ?? 'all',
+    extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' } } },
+  };
+  if (options.intraOpThreads !== undefined) opts.intraOpNumThreads = options.intraOpThreads;
+  return opts;
+}
+
+/**
+ * Compiles a serialised model. Providers not in this onnxruntime build fail before onnxruntime is
+ * called; providers that are listed but cannot start on this machine fail with onnxruntime's
+ * message, both as ONNX_PROVIDER_UNAVAILABLE naming the provider.
+ */
+export async function createSession(model: Uint8Array, options: EngineSessionOptions = {}): Promise<EngineSession> {
+  const label = options.label ?? 'graph';
+  const providers = options.executionProviders ?? ['cpu'];
+  checkProviders(providers, label);
+  try {
+    const session = await ort.InferenceSession.create(model, sessionOptions(options));
+    return new EngineSession(session, label, providers);
+  } catch (cause) {
+    const message = (cause as Error).message ?? String(cause);
+    const provider = providers.find((p) => p !== 'cpu' && message.toLowerCase().includes(p.toLowerCase()));
+    if (provider !== undefined) {
+      throw new OnnxError('ONNX_PROVIDER_UNAVAILABLE', `${label}: execution provider '${provider}' could not start: ${message}`, { session: label, provider }, { cause });
+    }
+    throw new OnnxError('ONNX_SESSION_FAILED', `${label}: onnxruntime rejected the model: ${message}`, { session: label, providers: providers.join(',') }, { cause });
+  }
+}
+
