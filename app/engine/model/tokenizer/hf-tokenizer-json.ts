@@ -1,0 +1,190 @@
+// A Hugging Face tokenizer.json (+ tokenizer_config.json) through @huggingface/tokenizers, behind
+// our Tokenizer interface. Any file that does not parse or names a component the library does not
+// know becomes LonghandError TOKENIZER_INVALID naming the file and the problem.
+import { readFileSync } from 'node:fs';
+import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import { LonghandError } from '../../../common/errors.ts';
+import type { DecodeOptions, EncodeOptions, Tokenizer } from './tokenizer.ts';
+
+const EOG_TEXTS = ['<|eot_id|>', '<|eom_id|>', '<|im_end|>', '<|end|>', '<end_of_turn>', '<|endoftext|>', '<|end_of_text|>', '<EOT>'];
+
+type Json = Record<string, unknown>;
+
+function invalid(file: string, problem: string, cause?: unknown): LonghandError {
+  return new LonghandError('TOKENIZER_INVALID', `${file}: ${problem}`, { file }, cause === undefined ? undefined : { cause });
+}
+
+function readJson(path: string): Json {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new LonghandError('MODEL_NOT_FOUND', `${path}: cannot read (${(error as Error).message})`, { file: path }, { cause: error });
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw invalid(path, `not valid JSON (${(error as Error).message})`, error);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw invalid(path, 'not a JSON object');
+  return value as Json;
+}
+
+/** tokenizer_config.json writes special tokens as "text" or { content: "text", ... }. */
+function tokenText(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'object' && value !== null && typeof (value as Json).content === 'string') return (value as Json).content as string;
+  return undefined;
+}
+
+/** Reads the files and builds the tokenizer. */
+export function loadHfTokenizer(path: string, configPath?: string): HfJsonTokenizer {
+  const json = readJson(path);
+  const config = configPath === undefined ? {} : readJson(configPath);
+  return new HfJsonTokenizer(json, config, path);
+}
+
+interface AddedTokenJson {
+  id: number;
+  content: string;
+  special?: boolean;
+}
+
+export class HfJsonTokenizer implements Tokenizer {
+  readonly kind = 'hf' as const;
+  readonly vocabSize: number;
+  readonly bos: number | undefined;
+  readonly eos: number | undefined;
+  readonly eosIds: readonly number[];
+  readonly addBos: boolean;
+  readonly addEos: boolean;
+  /** Special-token strings for chat templates (bos_token, eos_token...). */
+  readonly specialTexts: { bos?: string; eos?: string; unk?: string; pad?: string };
+  private readonly hf: HfTokenizer;
+  private readonly specialIds = new Set<number>();
+  /** Non-special added tokens: always matched in text, as the library does. */
+  private readonly plainAdded: { id: number; content: string }[] = [];
+  private readonly eogSet: Set<number>;
+
+  /** `file` names the tokenizer.json in error messages. */
+  constructor(json: Json, config: Json, file = 'tokenizer.json') {
+    const model = json.model as Json | undefined;
+    if (typeof model !== 'object' || model === null) throw invalid(file, 'has no "model" object');
+    if (!Array.isArray(json.added_tokens)) json = { ...json, added_tokens: [] };
+    for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) {
+      if (!(key in json)) json = { ...json, [key]: null };
+    }
+    try {
+      this.hf = new HfTokenizer(json, config);
+    } catch (error) {
+      throw invalid(file, `unsupported or malformed tokenizer (model type ${JSON.stringify(model.type)}): ${(error as Error).message}`, error);
+    }
+    const added = json.added_tokens as AddedTokenJson[];
+    for (const token of added) {
+      if (typeof token?.id !== 'number' || typeof token.content !== 'string') throw invalid(file, `added_tokens entry ${JSON.stringify(token)} has no id/content`);
+      if (token.special) this.specialIds.add(token.id);
+      else this.plainAdded.push({ id: token.id, content: token.content });
+    }
+    this.plainAdded.sort((a, b) => b.content.length - a.content.length);
+    let size = 0;
+    for (const id of this.hf.get_vocab(true).values()) size = Math.max(size, id + 1);
+    if (size === 0) throw invalid(file, 'the vocabulary is empty');
+    this.vocabSize = size;
+
+    const idOf = (value: unknown): number | undefined => {
+      const text = tokenText(value);
+      return text === undefined ? undefined : this.hf.token_to_id(text);
+    };
+    this.specialTexts = {
+      bos: tokenText(config.bos_token),
+      eos: tokenText(config.eos_token),
+      unk: tokenText(config.unk_token),
+      pad: tokenText(config.pad_token),
+    };
+    this.bos = idOf(config.bos_token);
+    this.eos = idOf(config.eos_token);
+    // what the post-processor really does decides addBos/addEos
+    const plain = this.hf.encode('a', { add_special_tokens: false }).ids;
+    const special = this.hf.encode('a', { add_special_tokens: true }).ids;
+    this.addBos = this.bos !== undefined && special[0] === this.bos && plain[0] !== this.bos;
+    this.addEos = this.eos !== undefined && special[special.length - 1] === this.eos && plain[plain.length - 1] !== this.eos;
+    const eog: number[] = this.eos === undefined ? [] : [this.eos];
+    for (const text of EOG_TEXTS) {
+      const id = this.hf.token_to_id(text);
+      if (id !== undefined && this.specialIds.has(id) && !eog.includes(id)) eog.push(id);
+    }
+    this.eosIds = eog;
+    this.eogSet = new Set(eog);
+  }
+
+  encode(text: string, options: EncodeOptions = {}): number[] {
+    const addSpecial = options.addSpecial ?? true;
+    if (options.parseSpecial) return this.hf.encode(text, { add_special_tokens: addSpecial }).ids;
+    // The library always matches added tokens in the text. To keep special tokens as plain text,
+    // run its own pipeline (normalizer → pre-tokenizer → model) on the stretches between the
+    // non-special added tokens, then its post-processor for BOS/EOS.
+    const hf = this.hf;
+    const pieces: string[] = [];
+    for (const fragment of this.splitPlainAdded(text)) {
+      if (typeof fragment === 'number') {
+        pieces.push(hf.id_to_token(fragment) as string);
+        continue;
+      }
+      const normalized = hf.normalizer ? hf.normalizer(fragment) : fragment;
+      if (normalized === '') continue;
+      const words = hf.pre_tokenizer ? hf.pre_tokenizer(normalized, { section_index: 0 }) : [normalized];
+      pieces.push(...(hf.model as unknown as (words: string[]) => string[])(words));
+    }
+    const processed = hf.post_processor ? hf.post_processor(pieces, null, addSpecial).tokens : pieces;
+    const unk = (hf.model as unknown as { unk_token_id?: number }).unk_token_id;
+    return processed.map((piece: string) => hf.token_to_id(piece) ?? (unk as number));
+  }
+
+  private splitPlainAdded(text: string): (string | number)[] {
+    let fragments: (string | number)[] = text === '' ? [] : [text];
+    for (const token of this.plainAdded) {
+      if (token.content === '' || !text.includes(token.content)) continue;
+      fragments = fragments.flatMap((fragment) => {
+        if (typeof fragment === 'number') return [fragment];
+        const out: (string | number)[] = [];
+        fragment.split(token.content).forEach((part, i) => {
+          if (i > 0) out.push(token.id);
+          if (part !== '') out.push(part);
+        });
+        return out;
+      });
+    }
+    return fragments;
+  }
+
+  decode(ids: readonly number[], options: DecodeOptions = {}): string {
+    if (ids.length === 0) return '';
+    for (const id of ids) this.checkId(id);
+    const skip = options.skipSpecial ?? true;
+    return this.hf.decode([...ids], { skip_special_tokens: skip, clean_up_tokenization_spaces: false });
+  }
+
+  tokenPiece(id: number): string {
+    this.checkId(id);
+    return this.hf.id_to_token(id) ?? '';
+  }
+
+  tokenId(piece: string): number | undefined {
+    return this.hf.token_to_id(piece);
+  }
+
+  isSpecial(id: number): boolean {
+    return this.specialIds.has(id);
+  }
+
+  isEndOfGeneration(id: number): boolean {
+    return this.eogSet.has(id);
+  }
+
+  private checkId(id: number): void {
+    if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) {
+      throw new LonghandError('TOKENIZER_INVALID', `token id ${id} is outside the vocabulary of ${this.vocabSize} tokens`, { id, vocabSize: this.vocabSize });
+    }
+  }
+}
