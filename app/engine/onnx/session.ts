@@ -9,6 +9,7 @@ import * as ort from 'onnxruntime-node';
 
 import { OnnxError } from './errors.ts';
 import type { TensorData } from './graph-builder.ts';
+import { encodeModel } from './onnx-proto.ts';
 
 export type ProviderName = 'cpu' | 'webgpu' | 'cuda' | 'tensorrt' | 'dml' | 'coreml' | (string & {});
 
@@ -137,8 +138,9 @@ export function sessionOptions(options: EngineSessionOptions = {}): ort.Inferenc
 
 /**
  * Compiles a serialised model. Providers not in this onnxruntime build fail before onnxruntime is
- * called; providers that are listed but cannot start on this machine fail with onnxruntime's
- * message, both as ONNX_PROVIDER_UNAVAILABLE naming the provider.
+ * called; a listed provider that cannot start on this machine (no adapter, library missing) fails
+ * as ONNX_PROVIDER_UNAVAILABLE naming it. There is no silent fallback to the CPU: callers that
+ * want one ask `probeProvider` first.
  */
 export async function createSession(model: Uint8Array, options: EngineSessionOptions = {}): Promise<EngineSession> {
   const label = options.label ?? 'graph';
@@ -148,8 +150,17 @@ export async function createSession(model: Uint8Array, options: EngineSessionOpt
     const session = await ort.InferenceSession.create(model, sessionOptions(options));
     return new EngineSession(session, label, providers);
   } catch (cause) {
-    const message = (cause as Error).message ?? String(cause);
-    const provider = providers.find((p) => p !== 'cpu' && message.toLowerCase().includes(p.toLowerCase()));
+    const message = errorMessage(cause);
+    // Which provider failed? onnxruntime's messages usually name it; otherwise probe each one.
+    let provider = providers.find((p) => p !== 'cpu' && message.toLowerCase().includes(p.toLowerCase()));
+    if (provider === undefined) {
+      for (const p of providers) {
+        if (p !== 'cpu' && !(await probeProvider(p)).ok) {
+          provider = p;
+          break;
+        }
+      }
+    }
     if (provider !== undefined) {
       throw new OnnxError('ONNX_PROVIDER_UNAVAILABLE', `${label}: execution provider '${provider}' could not start: ${message}`, { session: label, provider }, { cause });
     }
@@ -157,3 +168,47 @@ export async function createSession(model: Uint8Array, options: EngineSessionOpt
   }
 }
 
+function errorMessage(cause: unknown): string {
+  return cause instanceof Error ? cause.message : String(cause);
+}
+
+/** A one-node model (Relu on float32 [1]): what a provider probe compiles. */
+let probe: Uint8Array | undefined;
+function probeModel(): Uint8Array {
+  probe ??= encodeModel({
+    irVersion: 8,
+    opsetImports: [{ domain: '', version: 13 }],
+    graph: {
+      name: 'probe',
+      nodes: [{ opType: 'Relu', inputs: ['x'], outputs: ['y'] }],
+      initializers: [],
+      inputs: [{ name: 'x', elemType: 'float32', dims: [1] }],
+      outputs: [{ name: 'y', elemType: 'float32', dims: [1] }],
+    },
+  });
+  return probe;
+}
+
+export interface ProbeResult {
+  provider: string;
+  ok: boolean;
+  /** onnxruntime's message when it could not start. */
+  message?: string;
+  /** Time to create (and release) a one-node session, ms. */
+  ms: number;
+}
+
+/** Whether `provider` can start on this machine: compiles a one-node model with it alone. */
+export async function probeProvider(provider: ProviderName): Promise<ProbeResult> {
+  const t0 = performance.now();
+  if (!listProviders().some((k) => k.name === provider)) {
+    return { provider, ok: false, message: `not in this onnxruntime-node build`, ms: 0 };
+  }
+  try {
+    const s = await ort.InferenceSession.create(probeModel(), { executionProviders: [provider], extra: { session: { intra_op: { allow_spinning: '0' } } } });
+    await s.release();
+    return { provider, ok: true, ms: performance.now() - t0 };
+  } catch (cause) {
+    return { provider, ok: false, message: errorMessage(cause), ms: performance.now() - t0 };
+  }
+}

@@ -1,0 +1,98 @@
+import { describe, expect, it } from 'vitest';
+
+import { OnnxError } from './errors.ts';
+import { GraphBuilder } from './graph-builder.ts';
+import { createSession, listProviders, probeProvider, sessionOptions } from './session.ts';
+
+function tinyModel(): Uint8Array {
+  const g = new GraphBuilder('tiny');
+  const x = g.input('x', 'float32', ['n']);
+  g.output(g.op('Relu', [x], {}, { output: 'y' }), 'float32', ['n']);
+  return g.toModel();
+}
+
+async function rejection(p: Promise<unknown>): Promise<OnnxError> {
+  try {
+    await p;
+  } catch (e) {
+    expect(e).toBeInstanceOf(OnnxError);
+    return e as OnnxError;
+  }
+  throw new Error('expected a rejection');
+}
+
+describe('sessions', () => {
+  it('sets no-spinning, sequential execution and the requested thread count', () => {
+    const o = sessionOptions({ intraOpThreads: 2 });
+    expect(o.intraOpNumThreads).toBe(2);
+    expect(o.executionMode).toBe('sequential');
+    expect(o.extra).toEqual({ session: { intra_op: { allow_spinning: '0' } } });
+    expect(sessionOptions({ allowSpinning: true }).extra).toEqual({ session: { intra_op: { allow_spinning: '1' } } });
+  });
+
+  it('runs plain TensorData in and out', async () => {
+    const s = await createSession(tinyModel(), { intraOpThreads: 1, label: 'tiny' });
+    expect(s.inputNames).toEqual(['x']);
+    const out = await s.run({ x: { elemType: 'float32', dims: [3], data: new Float32Array([-1, 0, 2]) } });
+    expect(out.y!.dims).toEqual([3]);
+    expect([...(out.y!.data as Float32Array)]).toEqual([0, 0, 2]);
+    await s.release();
+    await expect(s.run({})).rejects.toThrow(/after release/);
+  });
+
+  it('names a provider that is not in this build', async () => {
+    const e = await rejection(createSession(tinyModel(), { executionProviders: ['nosuch'], label: 'tiny' }));
+    expect(e.code).toBe('ONNX_PROVIDER_UNAVAILABLE');
+    expect(e.details.provider).toBe('nosuch');
+    expect(e.message).toMatch(/'nosuch'.*cpu/);
+  });
+
+  // On a machine without a GPU: webgpu is bundled but finds no adapter; cuda's library is not
+  // installed (onnxruntime-node downloads it only in its install script). Where a provider does
+  // start (a GPU machine), the test checks that the probe and the session agree instead.
+  for (const provider of ['webgpu', 'cuda'] as const) {
+    it(`reports whether '${provider}' can start, naming it when it cannot`, async () => {
+      expect(listProviders().map((p) => p.name)).toContain(provider);
+      const probe = await probeProvider(provider);
+      if (probe.ok) {
+        const s = await createSession(tinyModel(), { executionProviders: [provider] });
+        await s.release();
+        return;
+      }
+      const e = await rejection(createSession(tinyModel(), { executionProviders: [provider], label: 'tiny' }));
+      expect(e.code).toBe('ONNX_PROVIDER_UNAVAILABLE');
+      expect(e.details.provider).toBe(provider);
+      expect(e.message).toContain(`'${provider}'`);
+    });
+  }
+
+  it('reports a model onnxruntime rejects as ONNX_SESSION_FAILED', async () => {
+    const g = new GraphBuilder('bad');
+    const x = g.input('x', 'float32', [2]);
+    g.output(g.op('NoSuchOp', [x]), 'float32', [2]);
+    const e = await rejection(createSession(g.toModel(), { label: 'bad' }));
+    expect(e.code).toBe('ONNX_SESSION_FAILED');
+    expect(e.message).toMatch(/bad: .*NoSuchOp/);
+  });
+});
+
+describe('graph builder checks', () => {
+  it('rejects unknown inputs, duplicate names, non-integer INT attributes and graphs without outputs', () => {
+    const g = new GraphBuilder('checks');
+    const x = g.input('x', 'float32', [2]);
+    expect(() => g.node('Relu', ['nope'])).toThrow(/reads nope, which is not defined/);
+    expect(() => g.input('x', 'float32', [2])).toThrow(/already defined/);
+    expect(() => g.node('LeakyRelu', [x], { alpha: 0.5 })).toThrow(/float\(\)/);
+    expect(() => g.initializer('w', { elemType: 'float32', dims: [3], data: new Float32Array(2) })).toThrow(/2 elements/);
+    expect(() => g.toModel()).toThrow(/no outputs/);
+  });
+
+  it('drops trailing omitted inputs and imports com.microsoft only when used', () => {
+    const g = new GraphBuilder('spec');
+    const x = g.input('x', 'float32', [2]);
+    g.output(g.op('Clip', [x, undefined, undefined]), 'float32', [2]);
+    const spec = g.toModelSpec();
+    expect(spec.graph.nodes[0]!.inputs).toEqual(['x']);
+    expect(spec.opsetImports).toEqual([{ domain: '', version: 21 }]);
+  });
+});
