@@ -124,7 +124,8 @@ export class ByteCursor {
   /** A copy of the next `byteLength` bytes as a fresh (aligned) buffer. */
   take(byteLength: number): ArrayBuffer {
     this.need(byteLength, 'array data');
-    const copy = this.bytes.slice(this.pos, this.pos + byteLength);
+    const copy = new Uint8Array(byteLength);
+    copy.set(this.bytes.subarray(this.pos, this.pos + byteLength));
     this.pos += byteLength;
     return copy.buffer;
   }

@@ -232,8 +232,11 @@ export function dequantize(dtype: TensorDType, src: Uint8Array, elements: number
   if (src.length !== expected) throw new RangeError(`${dtype}: ${elements} elements need ${expected} bytes, got ${src.length}`);
   switch (dtype) {
     case 'F32': {
-      // slice() copies into a fresh, aligned buffer (the source may sit at any offset).
-      return new Float32Array(src.slice().buffer, 0, elements);
+      // Copy into a fresh, aligned buffer (the source may sit at any offset; never use
+      // src.slice(): on a Node Buffer it is a view, not a copy).
+      const out = new Float32Array(elements);
+      new Uint8Array(out.buffer).set(src);
+      return out;
     }
     case 'F16': {
       halfTable ??= buildHalfTable();

@@ -96,6 +96,8 @@ export interface GgufFile {
   readonly alignment: number;
   readonly metadata: Map<string, GgufValue>;
   readonly metadataTypes: Map<string, GgufValueTag>;
+  /** Byte offset of each metadata entry (its key), for error messages. */
+  readonly metadataOffsets: Map<string, number>;
   readonly tensors: Map<string, GgufTensorInfo>;
   /** Start of the tensor data section (aligned). */
   readonly dataOffset: number;
@@ -128,8 +130,11 @@ export function parseGguf(bytes: Uint8Array, fileName: string, options: ParseOpt
 /** Like parseGguf, for a source that can be closed (see open-gguf.ts). */
 export function parseGgufSource(source: GgufByteSource, fileName: string, options: ParseOptions = {}): GgufFile {
   if (!LITTLE_ENDIAN_HOST) throw new Error('the GGUF reader assumes a little-endian host');
-  const bytes = source.bytes;
-  if (bytes === undefined) throw new Error(`${fileName}: the file is closed`);
+  const given = source.bytes;
+  if (given === undefined) throw new Error(`${fileName}: the file is closed`);
+  // A plain Uint8Array view even when given a Node Buffer (whose slice() does not copy).
+  const bytes = new Uint8Array(given.buffer, given.byteOffset, given.byteLength);
+  source.bytes = bytes;
   const c: ByteCursor = new ByteCursor(bytes, fileName);
 
   // ---- header
@@ -165,6 +170,7 @@ export function parseGgufSource(source: GgufByteSource, fileName: string, option
   // ---- metadata
   const metadata = new Map<string, GgufValue>();
   const metadataTypes = new Map<string, GgufValueTag>();
+  const metadataOffsets = new Map<string, number>();
   for (let i = 0; i < kvCount; i++) {
     const keyAt = c.pos;
     const key = c.string(`metadata key #${i}`);
@@ -176,17 +182,19 @@ export function parseGgufSource(source: GgufByteSource, fileName: string, option
     const value = readValue(c, type, key, 0, tag);
     metadata.set(key, value);
     metadataTypes.set(key, tag);
+    metadataOffsets.set(key, keyAt);
   }
 
   // ---- alignment
   let alignment = GGUF_DEFAULT_ALIGNMENT;
   if (metadata.has('general.alignment')) {
     const value = metadata.get('general.alignment');
+    const at = metadataOffsets.get('general.alignment');
     if (metadataTypes.get('general.alignment')?.type !== 'uint32' || typeof value !== 'number') {
-      c.fail('MODEL_BAD_VALUE', `general.alignment must be a uint32, not ${describeTag(metadataTypes.get('general.alignment'))}`, c.pos);
+      c.fail('MODEL_BAD_VALUE', `general.alignment must be a uint32, not ${describeTag(metadataTypes.get('general.alignment'))}`, at);
     }
     if (value === 0 || (value & (value - 1)) !== 0) {
-      c.fail('MODEL_MISALIGNED', `general.alignment ${value} is not a non-zero power of two`, c.pos, { alignment: value });
+      c.fail('MODEL_MISALIGNED', `general.alignment ${value} is not a non-zero power of two`, at, { alignment: value });
     }
     alignment = value;
   }
@@ -269,7 +277,7 @@ export function parseGgufSource(source: GgufByteSource, fileName: string, option
     return makeView(source, fileName, tensor);
   };
 
-  return { fileName, version, alignment, metadata, metadataTypes, tensors, dataOffset, byteLength: bytes.length, tensorView };
+  return { fileName, version, alignment, metadata, metadataTypes, metadataOffsets, tensors, dataOffset, byteLength: bytes.length, tensorView };
 }
 
 function alignUp(value: number, alignment: number): number {

@@ -1,0 +1,249 @@
+// A GGUF file as a LoadedModel: hyperparameters from `<arch>.*` metadata, tensors under their GGUF
+// names (already canonical), tokenizer metadata and chat template passed through.
+//
+// Families: 'llama' (which Mistral, SmolLM, TinyLlama... files also say) with interleaved RoPE,
+// and 'qwen2' with NeoX RoPE and q/k/v biases. Both run as our 'llama' Architecture. Mixture of
+// experts, partial rotary and YaRN/LongRoPE scaling are refused (MODEL_UNSUPPORTED_ARCHITECTURE).
+// Llama 3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor of per-pair divisors;
+// it is accepted when it matches Llama 3 scaling with the usual parameters (low 1, high 4,
+// original context 8192) and reported as such.
+import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
+import { checkTensors } from '../arch/base.ts';
+import { LLAMA_TENSORS } from '../arch/llama.ts';
+import type { LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
+import { openGguf } from './open-gguf.ts';
+import type { GgufFile, GgufValue, ParseOptions } from './reader.ts';
+
+interface Family {
+  ropeLayout: RopeLayout;
+}
+
+/** general.architecture values we run, and how they differ. */
+const FAMILIES: Readonly<Record<string, Family>> = {
+  llama: { ropeLayout: 'interleaved' },
+  qwen2: { ropeLayout: 'neox' },
+};
+
+export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
+
+/** Opens, parses and checks a GGUF model. Closing the model releases the file. */
+export function loadGgufModel(path: string, options: ParseOptions = {}): LoadedModel {
+  const file = openGguf(path, options);
+  try {
+    return ggufToLoadedModel(file, path, () => file.close());
+  } catch (error) {
+    file.close();
+    throw error;
+  }
+}
+
+/** A parsed GGUF file as a LoadedModel (checks hyperparameters and every required tensor). */
+export function ggufToLoadedModel(file: GgufFile, path: string = file.fileName, close: () => void = () => undefined): LoadedModel {
+  const hyper = ggufHyperparameters(file);
+  const tensors = new Map<string, TensorView>();
+  let weightBytes = 0;
+  for (const info of file.tensors.values()) {
+    tensors.set(info.name, file.tensorView(info.name));
+    weightBytes += info.byteSize;
+  }
+  checkTensors(LLAMA_TENSORS, hyper, tensors, file.fileName);
+  const chatTemplate = optionalString(file, 'tokenizer.chat_template');
+  return {
+    format: 'gguf',
+    path,
+    hyper,
+    tensors,
+    tokenizer: { kind: 'gguf', metadata: file.metadata },
+    chatTemplate,
+    weightBytes,
+    close,
+  };
+}
+
+/** Hyperparameters from the metadata (and the shapes of token_embd / rope_freqs). */
+export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
+  const family = requiredString(file, 'general.architecture');
+  const spec = Object.hasOwn(FAMILIES, family) ? FAMILIES[family] : undefined;
+  if (spec === undefined) {
+    fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `architecture "${family}" is not supported (Longhand runs ${SUPPORTED_GGUF_ARCHITECTURES.join(', ')})`, 'general.architecture', { architecture: family });
+  }
+  const k = (suffix: string): string => `${family}.${suffix}`;
+
+  const experts = optionalInt(file, k('expert_count'), 0);
+  if (experts > 0) fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `mixture-of-experts models (${experts} experts) are not supported`, k('expert_count'));
+
+  const hiddenSize = requiredInt(file, k('embedding_length'));
+  const layers = requiredInt(file, k('block_count'));
+  const heads = perLayerInt(file, k('attention.head_count'), true) as number;
+  const kvHeads = perLayerInt(file, k('attention.head_count_kv'), false) ?? heads;
+  const ffnSize = perLayerInt(file, k('feed_forward_length'), true) as number;
+  const contextLength = requiredInt(file, k('context_length'));
+  const normEps = requiredFloat(file, k('attention.layer_norm_rms_epsilon'));
+  if (!(normEps > 0 && normEps < 1)) fail(file, 'MODEL_BAD_VALUE', `${k('attention.layer_norm_rms_epsilon')} is ${normEps}, not in (0, 1)`, k('attention.layer_norm_rms_epsilon'));
+  const ropeTheta = optionalFloat(file, k('rope.freq_base'), 10000);
+  if (!(ropeTheta > 0 && Number.isFinite(ropeTheta))) fail(file, 'MODEL_BAD_VALUE', `${k('rope.freq_base')} is ${ropeTheta}`, k('rope.freq_base'));
+
+  if (heads % kvHeads !== 0) fail(file, 'MODEL_BAD_VALUE', `${heads} query heads cannot be grouped over ${kvHeads} KV heads`, k('attention.head_count_kv'), { heads, kvHeads });
+  const keyLength = optionalInt(file, k('attention.key_length'), 0);
+  const valueLength = optionalInt(file, k('attention.value_length'), 0);
+  if (keyLength === 0 && hiddenSize % heads !== 0) {
+    fail(file, 'MODEL_SHAPE_MISMATCH', `embedding length ${hiddenSize} is not divisible by ${heads} heads`, k('attention.head_count'), { hiddenSize, heads });
+  }
+  const headDim = keyLength || hiddenSize / heads;
+  if (valueLength !== 0 && valueLength !== headDim) {
+    fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `key length ${headDim} differs from value length ${valueLength}`, k('attention.value_length'));
+  }
+  const ropeDims = optionalInt(file, k('rope.dimension_count'), headDim);
+  if (ropeDims !== headDim) {
+    fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `partial rotary embeddings (${ropeDims} of ${headDim} head dimensions) are not supported`, k('rope.dimension_count'), { ropeDims, headDim });
+  }
+
+  const embedding = file.tensors.get('token_embd.weight');
+  if (embedding === undefined) throw new ModelFileError('MODEL_MISSING_TENSOR', file.fileName, 'tensor token_embd.weight is missing', { tensor: 'token_embd.weight' });
+  const tokens = file.metadata.get('tokenizer.ggml.tokens');
+  const vocabSize = Array.isArray(tokens) ? tokens.length : (embedding.shape[0] as number);
+
+  return {
+    architecture: 'llama',
+    family,
+    hiddenSize,
+    layers,
+    heads,
+    kvHeads,
+    headDim,
+    ffnSize,
+    vocabSize,
+    contextLength,
+    normEps,
+    ropeTheta,
+    ropeLayout: spec.ropeLayout,
+    ropeScaling: ropeScaling(file, family, headDim, ropeTheta),
+    qkvBias: file.tensors.has('blk.0.attn_q.bias'),
+    tiedEmbeddings: !file.tensors.has('output.weight'),
+  };
+}
+
+// ---------------------------------------------------------------- RoPE scaling
+
+function ropeScaling(file: GgufFile, family: string, headDim: number, theta: number): RopeScaling | undefined {
+  const k = (suffix: string): string => `${family}.${suffix}`;
+  const type = optionalString(file, k('rope.scaling.type'));
+  const legacyLinear = optionalFloat(file, k('rope.scale_linear'), 0);
+  const factor = optionalFloat(file, k('rope.scaling.factor'), legacyLinear || 1);
+  const original = optionalInt(file, k('rope.scaling.original_context_length'), 0);
+  let scaling: RopeScaling | undefined;
+  if (type === 'linear' || (type === undefined && legacyLinear > 0 && legacyLinear !== 1)) {
+    if (!(factor > 0 && Number.isFinite(factor))) fail(file, 'MODEL_BAD_VALUE', `rope scaling factor ${factor} is not positive`, k('rope.scaling.factor'));
+    scaling = { kind: 'linear', factor };
+  } else if (type !== undefined && type !== 'none') {
+    fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `RoPE scaling "${type}" is not supported`, k('rope.scaling.type'), { type });
+  }
+  const freqs = file.tensors.get('rope_freqs.weight');
+  if (freqs === undefined) return scaling;
+  if (scaling !== undefined) fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', 'both a rope_freqs tensor and rope.scaling metadata', k('rope.scaling.type'));
+  if (freqs.elements !== headDim / 2) {
+    throw new ModelFileError('MODEL_SHAPE_MISMATCH', file.fileName, `rope_freqs.weight has ${freqs.elements} values, expected ${headDim / 2}`, { tensor: 'rope_freqs.weight' }, freqs.infoOffset);
+  }
+  const divisors = file.tensorView('rope_freqs.weight').toFloat32();
+  let max = 1;
+  for (const value of divisors) max = Math.max(max, value);
+  const candidate: RopeScaling = { kind: 'llama3', factor: max, lowFreqFactor: 1, highFreqFactor: 4, originalContextLength: original || 8192 };
+  const expected = llama3Divisors(candidate, headDim, theta);
+  const matches = divisors.every((value, i) => Math.abs(value - (expected[i] as number)) <= 1e-3 * Math.max(1, Math.abs(value)));
+  if (!matches) {
+    throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file.fileName, 'rope_freqs.weight holds frequency factors that are not Llama 3 scaling (low 1, high 4)', { tensor: 'rope_freqs.weight' }, freqs.infoOffset);
+  }
+  return max === 1 ? undefined : candidate;
+}
+
+/** The per-pair frequency divisors that Llama 3 scaling implies (what convert_hf_to_gguf stores). */
+export function llama3Divisors(scaling: RopeScaling, headDim: number, theta: number): number[] {
+  const low = scaling.lowFreqFactor ?? 1;
+  const high = scaling.highFreqFactor ?? 4;
+  const original = scaling.originalContextLength ?? 8192;
+  const out: number[] = [];
+  for (let i = 0; i < headDim; i += 2) {
+    const wavelength = 2 * Math.PI * theta ** (i / headDim);
+    if (wavelength < original / high) out.push(1);
+    else if (wavelength > original / low) out.push(scaling.factor);
+    else {
+      const smooth = (original / wavelength - low) / (high - low);
+      out.push(1 / ((1 - smooth) / scaling.factor + smooth));
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- metadata access
+
+function fail(file: GgufFile, code: ErrorCode, message: string, key: string, details: Record<string, string | number> = {}): never {
+  throw new ModelFileError(code, file.fileName, message, { key, ...details }, file.metadataOffsets.get(key));
+}
+
+function describe(file: GgufFile, key: string): string {
+  const tag = file.metadataTypes.get(key);
+  return tag === undefined ? 'absent' : tag.itemType === undefined ? tag.type : `an array of ${tag.itemType}`;
+}
+
+function missing(file: GgufFile, key: string): never {
+  throw new ModelFileError('MODEL_MISSING_METADATA', file.fileName, `metadata key "${key}" is missing`, { key });
+}
+
+function requiredString(file: GgufFile, key: string): string {
+  return optionalString(file, key) ?? missing(file, key);
+}
+
+function optionalString(file: GgufFile, key: string): string | undefined {
+  const value = file.metadata.get(key);
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string') fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" should be a string, not ${describe(file, key)}`, key);
+  return value;
+}
+
+/** A positive integer stored as any integer type. */
+function toCount(file: GgufFile, key: string, value: GgufValue | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const tag = file.metadataTypes.get(key)?.type;
+  const integer = tag !== 'float32' && tag !== 'float64' && (typeof value === 'number' || typeof value === 'bigint');
+  if (!integer) fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" should be an integer, not ${describe(file, key)}`, key);
+  if (typeof value === 'bigint' && (value < 0n || value > BigInt(Number.MAX_SAFE_INTEGER))) fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" is ${value}, out of range`, key);
+  const n = Number(value);
+  if (n < 0) fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" is negative (${n})`, key);
+  return n;
+}
+
+function requiredInt(file: GgufFile, key: string): number {
+  const n = toCount(file, key, file.metadata.get(key)) ?? missing(file, key);
+  if (n === 0) fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" is 0`, key);
+  return n;
+}
+
+function optionalInt(file: GgufFile, key: string, fallback: number): number {
+  return toCount(file, key, file.metadata.get(key)) ?? fallback;
+}
+
+/** An integer that some files store per layer (an array): all layers must agree. */
+function perLayerInt(file: GgufFile, key: string, required: boolean): number | undefined {
+  const value = file.metadata.get(key);
+  if (value === undefined) return required ? missing(file, key) : undefined;
+  if (typeof value === 'number' || typeof value === 'bigint') return requiredInt(file, key);
+  const integers = value instanceof Uint8Array || value instanceof Uint16Array || value instanceof Uint32Array || value instanceof Int8Array || value instanceof Int16Array || value instanceof Int32Array;
+  if (!integers || value.length === 0) fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" should be an integer, not ${describe(file, key)}`, key);
+  const first = value[0] as number;
+  if (!value.every((v: number) => v === first)) fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `metadata "${key}" differs between layers`, key);
+  if (first <= 0) fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" is ${first}`, key);
+  return first;
+}
+
+function requiredFloat(file: GgufFile, key: string): number {
+  const value = file.metadata.get(key);
+  if (value === undefined) missing(file, key);
+  return optionalFloat(file, key, 0);
+}
+
+function optionalFloat(file: GgufFile, key: string, fallback: number): number {
+  const value = file.metadata.get(key);
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number') fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" should be a number, not ${describe(file, key)}`, key);
+  return value;
+}
