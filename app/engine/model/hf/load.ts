@@ -1,0 +1,62 @@
+// A Hugging Face model folder → LoadedModel:
+//   config.json → hyperparameters; safetensors checkpoint (single or sharded) → tensors renamed to
+//   canonical names (arch/) and checked against the hyperparameters; tokenizer.json; chat template.
+import { existsSync, statSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { ModelFileError } from '../../../common/errors.ts';
+import { canonicalTensors, checkTensors, type ArchTensorTable } from '../arch/base.ts';
+import { LLAMA_TENSORS } from '../arch/llama.ts';
+import { OPT_TENSORS } from '../arch/opt.ts';
+import { openSafetensorsCheckpoint } from '../safetensors/checkpoint.ts';
+import type { Architecture, LoadedModel, ModelHyperparameters } from '../types.ts';
+import { readHfConfig } from './config.ts';
+import { findChatTemplate, findTokenizer } from './tokenizer-files.ts';
+
+export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS };
+
+/** Loads a Hugging Face folder (config.json + safetensors + tokenizer.json). */
+export function loadHfModel(folder: string): LoadedModel {
+  const path = resolve(folder);
+  if (!existsSync(path) || !statSync(path).isDirectory()) {
+    throw new ModelFileError('MODEL_NOT_FOUND', folder, 'is not a model folder (expected config.json, *.safetensors, tokenizer.json)');
+  }
+  let hyper = readHfConfig(path);
+  const tokenizer = findTokenizer(path);
+  const chatTemplate = findChatTemplate(path);
+  const table = ARCH_TABLES[hyper.architecture];
+  const checkpoint = openSafetensorsCheckpoint(path);
+  try {
+    const tensors = canonicalTensors(table, checkpoint.tensors, folder);
+    hyper = settleTiedEmbeddings(hyper, tensors.has('output.weight'));
+    checkTensors(table, hyper, tensors, folder);
+    let weightBytes = 0;
+    for (const view of tensors.values()) weightBytes += view.bytes().length;
+    let closed = false;
+    return {
+      format: 'safetensors',
+      path,
+      hyper,
+      tensors,
+      tokenizer,
+      chatTemplate,
+      weightBytes,
+      close() {
+        if (closed) return;
+        closed = true;
+        checkpoint.close();
+      },
+    };
+  } catch (error) {
+    checkpoint.close();
+    throw error;
+  }
+}
+
+/**
+ * OPT checkpoints usually omit lm_head.weight (it is the embedding): absence means tied.
+ * Llama-family configs state tie_word_embeddings and the weights must agree (checkTensors).
+ */
+function settleTiedEmbeddings(hyper: ModelHyperparameters, hasOutput: boolean): ModelHyperparameters {
+  if (hyper.architecture === 'opt') return { ...hyper, tiedEmbeddings: !hasOutput };
+  return hyper;
+}
