@@ -8,6 +8,8 @@ import type { DecodeOptions, EncodeOptions, Tokenizer } from './tokenizer.ts';
 
 const EOG_TEXTS = ['<|eot_id|>', '<|eom_id|>', '<|im_end|>', '<|end|>', '<end_of_turn>', '<|endoftext|>', '<|end_of_text|>', '<EOT>'];
 
+const SUPPORTED_MODELS = ['BPE', 'WordPiece', 'Unigram'];
+
 type Json = Record<string, unknown>;
 
 function invalid(file: string, problem: string, cause?: unknown): LonghandError {
@@ -71,6 +73,10 @@ export class HfJsonTokenizer implements Tokenizer {
   constructor(json: Json, config: Json, file = 'tokenizer.json') {
     const model = json.model as Json | undefined;
     if (typeof model !== 'object' || model === null) throw invalid(file, 'has no "model" object');
+    // the library would guess a "legacy" model for a type it does not know; refuse instead
+    if (model.type !== undefined && !SUPPORTED_MODELS.includes(model.type as string)) {
+      throw invalid(file, `model type ${JSON.stringify(model.type)} is not supported (${SUPPORTED_MODELS.join(', ')})`);
+    }
     if (!Array.isArray(json.added_tokens)) json = { ...json, added_tokens: [] };
     for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) {
       if (!(key in json)) json = { ...json, [key]: null };
