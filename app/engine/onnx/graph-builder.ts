@@ -10,6 +10,7 @@
 //   const bytes = g.toModel();
 
 import { OnnxError } from './errors.ts';
+import { toFloat16Array } from './float16.ts';
 import {
   bytesOf,
   ELEM_BYTES,
@@ -65,7 +66,11 @@ export interface GraphBuilderOptions {
   /** com.microsoft opset. */
   msOpset?: number;
   irVersion?: number;
+  /** Element type of float weights and activations (ops read it). Default float32. */
+  floatType?: FloatType;
 }
+
+export type FloatType = 'float32' | 'float16';
 
 export interface NodeOptions {
   domain?: string;
@@ -95,6 +100,8 @@ function toAttribute(name: string, v: AttrValue): AttributeSpec {
 
 export class GraphBuilder {
   readonly name: string;
+  /** Element type the ops use for float weights and activations. */
+  readonly floatType: FloatType;
   private readonly opset: number;
   private readonly msOpset: number;
   private readonly irVersion: number;
@@ -113,6 +120,7 @@ export class GraphBuilder {
     this.opset = options.opset ?? 21;
     this.msOpset = options.msOpset ?? 1;
     this.irVersion = options.irVersion ?? 10;
+    this.floatType = options.floatType ?? 'float32';
   }
 
   /** Bytes of initializer data added so far (what the model will weigh). */
@@ -157,6 +165,12 @@ export class GraphBuilder {
     this.initializers.push({ name, elemType: tensor.elemType, dims: [...tensor.dims], rawData: bytesOf(tensor.data) });
     this.initializerBytes += elements * ELEM_BYTES[tensor.elemType];
     return name;
+  }
+
+  /** A float initializer given in fp32, stored in the graph's float type. */
+  floatInitializer(name: string, dims: readonly number[], data: Float32Array): string {
+    if (this.floatType === 'float16') return this.initializer(name, { elemType: 'float16', dims, data: toFloat16Array(data) });
+    return this.initializer(name, { elemType: 'float32', dims, data });
   }
 
   /**

@@ -1,7 +1,8 @@
 // Graph helpers for the dense parts of a decoder layer (ARCHITECTURE.md §3): norms, linear
 // layers (fp32 or MatMulNBits), MLPs and RoPE. Each takes the builder and value names and
-// returns the name of its result; weights arrive as host arrays in PyTorch order and become
-// initializers named after `name`. Activations are float32, shaped [..., features].
+// returns the name of its result; weights arrive as fp32 host arrays in PyTorch order and become
+// initializers named after `name`, stored in the builder's float type (float32 or float16, which
+// is then also the type of the activations). Activations are shaped [..., features].
 
 import type { RopeLayout, RopeScaling } from '../model/types.ts';
 import { float, MS_DOMAIN, type GraphBuilder } from './graph-builder.ts';
@@ -13,14 +14,14 @@ import type { PackedNBits } from './matmul-nbits.ts';
 
 /** RMSNorm over the last axis: x / sqrt(mean(x²) + eps) · weight (SimplifiedLayerNormalization). */
 export function rmsNorm(g: GraphBuilder, x: string, weight: Float32Array, eps: number, name: string): string {
-  const w = g.initializer(`${name}.weight`, { elemType: 'float32', dims: [weight.length], data: weight });
+  const w = g.floatInitializer(`${name}.weight`, [weight.length], weight);
   return g.op('SimplifiedLayerNormalization', [x, w], { axis: -1, epsilon: float(eps), stash_type: 1 }, { name });
 }
 
 /** LayerNorm over the last axis with weight and bias (opset 17 LayerNormalization). */
 export function layerNorm(g: GraphBuilder, x: string, weight: Float32Array, bias: Float32Array, eps: number, name: string): string {
-  const w = g.initializer(`${name}.weight`, { elemType: 'float32', dims: [weight.length], data: weight });
-  const b = g.initializer(`${name}.bias`, { elemType: 'float32', dims: [bias.length], data: bias });
+  const w = g.floatInitializer(`${name}.weight`, [weight.length], weight);
+  const b = g.floatInitializer(`${name}.bias`, [bias.length], bias);
   return g.op('LayerNormalization', [x, w, b], { axis: -1, epsilon: float(eps), stash_type: 1 }, { name });
 }
 
@@ -66,18 +67,18 @@ export function transpose(weight: Float32Array, rows: number, cols: number): Flo
 export function linear(g: GraphBuilder, x: string, w: LinearWeights, name: string): string {
   if (w.kind === 'f32') {
     if (w.weight.length !== w.outFeatures * w.inFeatures) throw new RangeError(`${name}: weight has ${w.weight.length} values for [${w.outFeatures}, ${w.inFeatures}]`);
-    const wt = g.initializer(`${name}.weight`, { elemType: 'float32', dims: [w.inFeatures, w.outFeatures], data: transpose(w.weight, w.outFeatures, w.inFeatures) });
+    const wt = g.floatInitializer(`${name}.weight`, [w.inFeatures, w.outFeatures], transpose(w.weight, w.outFeatures, w.inFeatures));
     const y = g.op('MatMul', [x, wt], {}, { name: w.bias ? `${name}.matmul` : name });
     if (!w.bias) return y;
-    const b = g.initializer(`${name}.bias`, { elemType: 'float32', dims: [w.bias.length], data: w.bias });
+    const b = g.floatInitializer(`${name}.bias`, [w.bias.length], w.bias);
     return g.op('Add', [y, b], {}, { name });
   }
   const p = w.packed;
   const blocks = p.k / p.blockSize;
   const bInit = g.initializer(`${name}.qweight`, { elemType: 'uint8', dims: [p.n, blocks, (p.blockSize * p.bits) / 8], data: p.b });
-  const scales = g.initializer(`${name}.scales`, { elemType: 'float32', dims: [p.n * blocks], data: p.scales });
+  const scales = g.floatInitializer(`${name}.scales`, [p.n * blocks], p.scales); // same type as A
   const zp = w.explicitZeroPoints ? g.initializer(`${name}.zero_points`, { elemType: 'uint8', dims: [p.zeroPoints.length], data: p.zeroPoints }) : undefined;
-  const bias = w.bias ? g.initializer(`${name}.bias`, { elemType: 'float32', dims: [w.bias.length], data: w.bias }) : undefined;
+  const bias = w.bias ? g.floatInitializer(`${name}.bias`, [w.bias.length], w.bias) : undefined;
   // inputs: A, B, scales, zero_points, g_idx, bias
   return g.op('MatMulNBits', [x, bInit, scales, zp, undefined, bias], { K: p.k, N: p.n, bits: p.bits, block_size: p.blockSize, accuracy_level: w.accuracyLevel ?? 4 }, { name, domain: MS_DOMAIN });
 }
@@ -168,8 +169,8 @@ export function addRopeCaches(g: GraphBuilder, opts: RopeOptions, prefix = 'rope
   const { cos, sin } = ropeTables(opts);
   const half = cos.length / opts.maxPositions;
   return {
-    cos: g.initializer(`${prefix}.cos`, { elemType: 'float32', dims: [opts.maxPositions, half], data: cos }),
-    sin: g.initializer(`${prefix}.sin`, { elemType: 'float32', dims: [opts.maxPositions, half], data: sin }),
+    cos: g.floatInitializer(`${prefix}.cos`, [opts.maxPositions, half], cos),
+    sin: g.floatInitializer(`${prefix}.sin`, [opts.maxPositions, half], sin),
     options: opts,
   };
 }
