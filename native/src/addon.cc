@@ -1,0 +1,506 @@
+// The Node-API layer, and only that: argument validation, type-tagged wrapped objects, cleanup
+// hooks, and status -> JS error mapping. All work is done by the core (kv_pool, mapped_file,
+// attention), which returns lh_status codes and never throws.
+//
+// This is the one file built with C++ exceptions (node-addon-api's NAPI_CPP_EXCEPTIONS). Every
+// entry point runs inside guarded(), which turns any C++ exception into a JS error, so nothing
+// C++ ever unwinds into V8; node-addon-api's own wrapper (NODE_ADDON_API_CPP_EXCEPTIONS_ALL) is
+// a second net behind it. The core has no abort() paths.
+//
+// Errors: every failure is thrown as a JS error with `code` in NATIVE_BAD_ARGUMENT,
+// NATIVE_OUT_OF_MEMORY, NATIVE_IO, NATIVE_INTERNAL, built by the factory native/index.js installs
+// (app/common's NativeError) or, without one, a plain Error carrying the same fields.
+#include <napi.h>
+
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "attention.h"
+#include "kv_pool.h"
+#include "mapped_file.h"
+#include "status.h"
+
+namespace {
+
+// Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
+constexpr int kAbiVersion = 1;
+
+// Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
+// MappedFile or a forged object can never be unwrapped as a pool.
+const napi_type_tag kKvPoolTag = {0x4c6f6e6768616e64ull, 0x6b76706f6f6c0001ull};
+const napi_type_tag kMappedFileTag = {0x4c6f6e6768616e64ull, 0x6d61707065640001ull};
+
+struct AddonData {
+  Napi::FunctionReference error_factory;  // (code, message, details) => Error, or empty
+};
+
+const char* code_for(lh_status st) {
+  switch (st) {
+    case LH_BAD_ARGUMENT: return "NATIVE_BAD_ARGUMENT";
+    case LH_OUT_OF_MEMORY:
+    case LH_POOL_FULL: return "NATIVE_OUT_OF_MEMORY";
+    case LH_IO_ERROR: return "NATIVE_IO";
+    case LH_OK:
+    case LH_INTERNAL: return "NATIVE_INTERNAL";
+  }
+  return "NATIVE_INTERNAL";
+}
+
+// Builds the JS error for a status. `details` may be empty.
+Napi::Error make_error(Napi::Env env, lh_status st, const std::string& message, Napi::Object details = Napi::Object()) {
+  if (details.IsEmpty()) details = Napi::Object::New(env);
+  details.Set("status", Napi::Number::New(env, static_cast<int>(st)));
+  details.Set("statusName", Napi::String::New(env, lh_status_name(st)));
+  const Napi::String code = Napi::String::New(env, code_for(st));
+  const Napi::String msg = Napi::String::New(env, message);
+  AddonData* data = env.GetInstanceData<AddonData>();
+  if (data != nullptr && !data->error_factory.IsEmpty()) {
+    const Napi::Value err = data->error_factory.Call({code, msg, details});
+    if (err.IsObject()) return Napi::Error(env, err);
+  }
+  Napi::Error err = Napi::Error::New(env, message);
+  err.Set("name", Napi::String::New(env, "NativeError"));
+  err.Set("code", code);
+  err.Set("details", details);
+  return err;
+}
+
+[[noreturn]] void fail(Napi::Env env, lh_status st, const std::string& message) { throw make_error(env, st, message); }
+
+// Runs an entry point; no C++ exception leaves it except Napi::Error, which node-addon-api
+// turns into a pending JS exception.
+template <class F>
+auto guarded(Napi::Env env, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw make_error(env, LH_OUT_OF_MEMORY, "out of memory inside the native addon");
+  } catch (const std::exception& e) {
+    throw make_error(env, LH_INTERNAL, std::string("native addon bug: ") + e.what());
+  } catch (...) {
+    throw make_error(env, LH_INTERNAL, "native addon bug: unknown C++ exception");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument validation
+// ---------------------------------------------------------------------------------------------
+std::string describe(const Napi::Value& v) {
+  if (v.IsNumber()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", v.As<Napi::Number>().DoubleValue());
+    return buf;
+  }
+  if (v.IsUndefined()) return "undefined";
+  if (v.IsNull()) return "null";
+  if (v.IsString()) return "a string";
+  if (v.IsTypedArray()) return "a typed array";
+  if (v.IsArray()) return "an array";
+  if (v.IsBigInt()) return "a bigint";
+  if (v.IsObject()) return "an object";
+  return "a value of another type";
+}
+
+// An integer Number in [lo, hi] (both <= 2^53).
+double integer_arg(Napi::Env env, const Napi::Value& v, const char* name, double lo, double hi) {
+  if (!v.IsNumber()) fail(env, LH_BAD_ARGUMENT, std::string(name) + " must be a number, got " + describe(v));
+  const double d = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(d) || d != std::floor(d) || d < lo || d > hi) {
+    char range[96];
+    std::snprintf(range, sizeof range, " must be an integer in [%.0f, %.0f], got ", lo, hi);
+    fail(env, LH_BAD_ARGUMENT, std::string(name) + range + describe(v));
+  }
+  return d;
+}
+
+uint32_t u32_arg(Napi::Env env, const Napi::Value& v, const char* name, uint32_t lo, uint32_t hi) {
+  return static_cast<uint32_t>(integer_arg(env, v, name, lo, hi));
+}
+
+// A Float32Array of exactly `length` elements.
+Napi::Float32Array f32_arg(Napi::Env env, const Napi::Value& v, const char* name, size_t length) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    fail(env, LH_BAD_ARGUMENT, std::string(name) + " must be a Float32Array, got " + describe(v));
+  Napi::Float32Array a = v.As<Napi::Float32Array>();
+  if (a.ElementLength() != length)
+    fail(env, LH_BAD_ARGUMENT, std::string(name) + " must have " + std::to_string(length) + " elements, has " +
+                                   std::to_string(a.ElementLength()));
+  return a;
+}
+
+Napi::Object object_arg(Napi::Env env, const Napi::Value& v, const char* name) {
+  if (!v.IsObject() || v.IsArray() || v.IsFunction()) fail(env, LH_BAD_ARGUMENT, std::string(name) + " must be an object, got " + describe(v));
+  return v.As<Napi::Object>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// KvPool
+// ---------------------------------------------------------------------------------------------
+class KvPool : public Napi::ObjectWrap<KvPool> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "KvPool",
+                       {
+                           InstanceAccessor<&KvPool::CapacityTokens>("capacityTokens"),
+                           InstanceAccessor<&KvPool::ByteLength>("byteLength"),
+                           InstanceAccessor<&KvPool::BytesPerToken>("bytesPerToken"),
+                           InstanceAccessor<&KvPool::Layers>("layers"),
+                           InstanceAccessor<&KvPool::KvHeads>("kvHeads"),
+                           InstanceAccessor<&KvPool::HeadDim>("headDim"),
+                           InstanceAccessor<&KvPool::Freed>("freed"),
+                           InstanceMethod<&KvPool::Append>("append"),
+                           InstanceMethod<&KvPool::Length>("length"),
+                           InstanceMethod<&KvPool::ReadK>("readK"),
+                           InstanceMethod<&KvPool::ReadV>("readV"),
+                           InstanceMethod<&KvPool::Position>("position"),
+                           InstanceMethod<&KvPool::Reset>("reset"),
+                           InstanceMethod<&KvPool::Free>("free"),
+                           InstanceMethod<&KvPool::Free>("dispose"),
+                       });
+  }
+
+  // new KvPool({ budgetBytes, layers, kvHeads, headDim })
+  explicit KvPool(const Napi::CallbackInfo& info) : Napi::ObjectWrap<KvPool>(info), env_(info.Env()) {
+    guarded(env_, [&] {
+      info.This().As<Napi::Object>().TypeTag(&kKvPoolTag);
+      const Napi::Object o = object_arg(env_, info[0], "options");
+      lh_kv_pool_config cfg;
+      cfg.budget_bytes = static_cast<uint64_t>(integer_arg(env_, o.Get("budgetBytes"), "budgetBytes", 1, 9007199254740991.0));
+      cfg.layers = u32_arg(env_, o.Get("layers"), "layers", 1, LH_MAX_LAYERS);
+      cfg.kv_heads = u32_arg(env_, o.Get("kvHeads"), "kvHeads", 1, LH_MAX_KV_HEADS);
+      cfg.head_dim = u32_arg(env_, o.Get("headDim"), "headDim", 1, LH_MAX_HEAD_DIM);
+      const lh_status st = lh_kv_pool_init(&pool_, &cfg);
+      if (st == LH_BAD_ARGUMENT)
+        fail(env_, st, "budgetBytes " + std::to_string(cfg.budget_bytes) +
+                           " holds no token of this shape, or more than 2^31-1 tokens");
+      if (st == LH_OUT_OF_MEMORY)
+        fail(env_, st, "cannot reserve a KV pool of " + std::to_string(cfg.budget_bytes) + " bytes");
+      if (st != LH_OK) fail(env_, st, "KV pool init failed");
+      if (napi_add_env_cleanup_hook(env_, &KvPool::Cleanup, this) == napi_ok) hook_ = true;
+    });
+  }
+
+  ~KvPool() override { Release(); }
+
+  static KvPool* FromValue(Napi::Env env, const Napi::Value& v, const char* name) {
+    if (!v.IsObject() || !v.As<Napi::Object>().CheckTypeTag(&kKvPoolTag))
+      fail(env, LH_BAD_ARGUMENT, std::string(name) + " must be a KvPool from createKvPool(), got " + describe(v));
+    return KvPool::Unwrap(v.As<Napi::Object>());
+  }
+
+  // The pool, or a NATIVE_BAD_ARGUMENT error if it has been freed.
+  lh_kv_pool* Live() {
+    if (!lh_kv_pool_live(&pool_)) fail(env_, LH_BAD_ARGUMENT, "this KV pool has been freed");
+    return &pool_;
+  }
+
+ private:
+  void Release() {
+    if (hook_) {
+      napi_remove_env_cleanup_hook(env_, &KvPool::Cleanup, this);
+      hook_ = false;
+    }
+    lh_kv_pool_free(&pool_);
+  }
+
+  // Environment teardown (process exit, worker exit): unmap even if JS never called free().
+  static void Cleanup(void* arg) {
+    KvPool* self = static_cast<KvPool*>(arg);
+    self->hook_ = false;
+    lh_kv_pool_free(&self->pool_);
+  }
+
+  Napi::Value CapacityTokens(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.capacity); }
+  Napi::Value ByteLength(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, static_cast<double>(pool_.byte_length)); }
+  Napi::Value BytesPerToken(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, static_cast<double>(pool_.bytes_per_token)); }
+  Napi::Value Layers(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.layers); }
+  Napi::Value KvHeads(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.kv_heads); }
+  Napi::Value HeadDim(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.head_dim); }
+  Napi::Value Freed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, !lh_kv_pool_live(&pool_)); }
+
+  // append(layer, k: Float32Array (kvHeads*headDim), v: same, position) -> slot
+  Napi::Value Append(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const size_t n = static_cast<size_t>(p->kv_heads) * p->head_dim;
+      const Napi::Float32Array k = f32_arg(env_, info[1], "k", n);
+      const Napi::Float32Array v = f32_arg(env_, info[2], "v", n);
+      const uint32_t position = u32_arg(env_, info[3], "position", 0, 0x7fffffff);
+      uint32_t slot = 0;
+      const lh_status st = lh_kv_pool_append(p, layer, k.Data(), v.Data(), static_cast<int32_t>(position), &slot);
+      if (st == LH_POOL_FULL)
+        fail(env_, st, "KV pool full: layer " + std::to_string(layer) + " holds " + std::to_string(p->capacity) +
+                           " of " + std::to_string(p->capacity) + " tokens");
+      if (st != LH_OK) fail(env_, st, "KV pool append failed");
+      return Napi::Number::New(env_, slot);
+    });
+  }
+
+  Napi::Value Length(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      return Napi::Number::New(env_, lh_kv_pool_length(p, layer));
+    });
+  }
+
+  Napi::Value Read(const Napi::CallbackInfo& info, lh_kv_part part) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const uint32_t head = u32_arg(env_, info[1], "kvHead", 0, p->kv_heads - 1);
+      const uint32_t len = lh_kv_pool_length(p, layer);
+      if (len == 0) fail(env_, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " holds no token");
+      const uint32_t slot = u32_arg(env_, info[2], "slot", 0, len - 1);
+      Napi::Float32Array out = Napi::Float32Array::New(env_, p->head_dim);  // (head_dim)
+      const lh_status st = lh_kv_pool_read(p, part, layer, head, slot, out.Data(), nullptr);
+      if (st != LH_OK) fail(env_, st, "KV pool read failed");
+      return out;
+    });
+  }
+  Napi::Value ReadK(const Napi::CallbackInfo& info) { return Read(info, LH_KV_KEY); }
+  Napi::Value ReadV(const Napi::CallbackInfo& info) { return Read(info, LH_KV_VALUE); }
+
+  // position(layer, slot) -> the token position stored in that slot
+  Napi::Value Position(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const uint32_t len = lh_kv_pool_length(p, layer);
+      if (len == 0) fail(env_, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " holds no token");
+      const uint32_t slot = u32_arg(env_, info[1], "slot", 0, len - 1);
+      float row[LH_MAX_HEAD_DIM];
+      int32_t pos = 0;
+      const lh_status st = lh_kv_pool_read(p, LH_KV_KEY, layer, 0, slot, row, &pos);
+      if (st != LH_OK) fail(env_, st, "KV pool read failed");
+      return Napi::Number::New(env_, pos);
+    });
+  }
+
+  Napi::Value Reset(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      const lh_status st = lh_kv_pool_reset(Live());
+      if (st != LH_OK) fail(env_, st, "KV pool reset failed");
+      return env_.Undefined();
+    });
+  }
+
+  // free() / dispose(): unmap now. Idempotent.
+  Napi::Value Free(const Napi::CallbackInfo& info) {
+    Release();
+    return env_.Undefined();
+  }
+
+  Napi::Env env_;
+  lh_kv_pool pool_{};
+  bool hook_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// MappedFile
+// ---------------------------------------------------------------------------------------------
+// Shared by the wrapper and (external case) the ArrayBuffer's finalizer; whichever goes last
+// deletes it. Both run on the JS thread.
+struct Mapping {
+  lh_mapped_file file{};
+  int owners = 0;
+};
+
+void release_mapping(Mapping* m) {
+  if (--m->owners == 0) {
+    lh_mapped_file_close(&m->file);
+    delete m;
+  }
+}
+
+class MappedFile : public Napi::ObjectWrap<MappedFile> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "MappedFile",
+                       {
+                           InstanceAccessor<&MappedFile::Buffer>("buffer"),
+                           InstanceAccessor<&MappedFile::ByteLengthGetter>("byteLength"),
+                           InstanceAccessor<&MappedFile::External>("external"),
+                           InstanceAccessor<&MappedFile::Closed>("closed"),
+                           InstanceMethod<&MappedFile::Close>("close"),
+                       });
+  }
+
+  // new MappedFile(path, { copy?: boolean })
+  explicit MappedFile(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MappedFile>(info), env_(info.Env()) {
+    guarded(env_, [&] {
+      info.This().As<Napi::Object>().TypeTag(&kMappedFileTag);
+      if (!info[0].IsString()) fail(env_, LH_BAD_ARGUMENT, "path must be a string, got " + describe(info[0]));
+      const std::string path = info[0].As<Napi::String>().Utf8Value();
+      if (path.empty() || path.find('\0') != std::string::npos) fail(env_, LH_BAD_ARGUMENT, "path must be a non-empty string without NUL");
+      bool force_copy = false;
+      if (!info[1].IsUndefined()) force_copy = object_arg(env_, info[1], "options").Get("copy").ToBoolean().Value();
+
+      lh_mapped_file file;
+      const lh_status st = lh_mapped_file_open(&file, path.c_str());
+      if (st != LH_OK) {
+        const int err = file.error;
+        Napi::Object details = Napi::Object::New(env_);
+        details.Set("path", path);
+        details.Set("errno", err);
+        throw make_error(env_, st, "cannot map " + path + ": " + (err != 0 ? std::strerror(err) : lh_status_name(st)), details);
+      }
+      mapping_ = new (std::nothrow) Mapping();
+      if (mapping_ == nullptr) {
+        lh_mapped_file_close(&file);
+        fail(env_, LH_OUT_OF_MEMORY, "out of memory inside the native addon");
+      }
+      mapping_->file = file;
+      mapping_->owners = 1;  // this wrapper
+      byte_length_ = file.size;
+
+      napi_value ab = nullptr;
+      if (byte_length_ > 0 && !force_copy) {
+        // Owned by the buffer too: its finalizer unmaps if nothing else did.
+        mapping_->owners += 1;
+        const napi_status s = napi_create_external_arraybuffer(env_, mapping_->file.data, byte_length_, &MappedFile::FinalizeBuffer,
+                                                               mapping_, &ab);
+        if (s == napi_ok) {
+          external_ = true;
+        } else {
+          // napi_no_external_buffers_allowed under Electron's V8 memory cage: copy instead.
+          mapping_->owners -= 1;
+          ab = nullptr;
+          if (env_.IsExceptionPending()) env_.GetAndClearPendingException();
+        }
+      }
+      if (ab == nullptr) {
+        void* dst = nullptr;
+        if (napi_create_arraybuffer(env_, byte_length_, &dst, &ab) != napi_ok) {
+          if (env_.IsExceptionPending()) env_.GetAndClearPendingException();
+          release_mapping(mapping_);  // unmaps and deletes: the constructor's destructor never runs
+          mapping_ = nullptr;
+          fail(env_, LH_OUT_OF_MEMORY, "cannot allocate " + std::to_string(byte_length_) + " bytes to copy " + path);
+        }
+        if (byte_length_ > 0) std::memcpy(dst, mapping_->file.data, byte_length_);
+        lh_mapped_file_close(&mapping_->file);  // the copy is all JS sees; keep no mapping
+      }
+      buffer_ = Napi::Persistent(Napi::ArrayBuffer(env_, ab));
+      if (mapping_->file.data != nullptr && napi_add_env_cleanup_hook(env_, &MappedFile::Cleanup, this) == napi_ok) hook_ = true;
+    });
+  }
+
+  ~MappedFile() override {
+    RemoveHook();
+    buffer_.Reset();
+    if (mapping_ != nullptr) release_mapping(mapping_);  // the buffer may still own the mapping
+    mapping_ = nullptr;
+  }
+
+ private:
+  static void FinalizeBuffer(napi_env, void*, void* hint) { release_mapping(static_cast<Mapping*>(hint)); }
+
+  static void Cleanup(void* arg) {
+    MappedFile* self = static_cast<MappedFile*>(arg);
+    self->hook_ = false;
+    if (self->mapping_ != nullptr) lh_mapped_file_close(&self->mapping_->file);
+  }
+
+  void RemoveHook() {
+    if (hook_) {
+      napi_remove_env_cleanup_hook(env_, &MappedFile::Cleanup, this);
+      hook_ = false;
+    }
+  }
+
+  Napi::Value Buffer(const Napi::CallbackInfo& info) { return buffer_.IsEmpty() ? env_.Undefined() : buffer_.Value(); }
+  Napi::Value ByteLengthGetter(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, static_cast<double>(closed_ ? 0 : byte_length_)); }
+  Napi::Value External(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, external_); }
+  Napi::Value Closed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, closed_); }
+
+  // close(): detach the ArrayBuffer first (JS now sees byteLength 0), then unmap. Idempotent.
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      if (closed_) return env_.Undefined();
+      if (!buffer_.IsEmpty()) {
+        Napi::ArrayBuffer ab = buffer_.Value();
+        if (napi_detach_arraybuffer(env_, ab) != napi_ok) fail(env_, LH_INTERNAL, "cannot detach the mapped file's ArrayBuffer");
+      }
+      closed_ = true;
+      RemoveHook();
+      if (mapping_ != nullptr) lh_mapped_file_close(&mapping_->file);
+      return env_.Undefined();
+    });
+  }
+
+  Napi::Env env_;
+  Mapping* mapping_ = nullptr;
+  Napi::Reference<Napi::ArrayBuffer> buffer_;
+  size_t byte_length_ = 0;
+  bool external_ = false;
+  bool closed_ = false;
+  bool hook_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+// ---------------------------------------------------------------------------------------------
+// attend(pool, layer, q: Float32Array (heads*headDim), heads, out: Float32Array (heads*headDim))
+Napi::Value Attend(const Napi::CallbackInfo& info, bool reference) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    KvPool* wrap = KvPool::FromValue(env, info[0], "pool");
+    lh_kv_pool* p = wrap->Live();
+    const uint32_t layer = u32_arg(env, info[1], "layer", 0, p->layers - 1);
+    const uint32_t heads = u32_arg(env, info[3], "heads", 1, LH_MAX_HEADS);
+    if (heads % p->kv_heads != 0)
+      fail(env, LH_BAD_ARGUMENT, "heads (" + std::to_string(heads) + ") must be a multiple of kvHeads (" + std::to_string(p->kv_heads) + ")");
+    const size_t n = static_cast<size_t>(heads) * p->head_dim;
+    const Napi::Float32Array q = f32_arg(env, info[2], "q", n);
+    Napi::Float32Array out = f32_arg(env, info[4], "out", n);
+    const uint32_t tokens = lh_kv_pool_length(p, layer);
+    if (tokens == 0) fail(env, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " holds no token to attend to");
+    lh_attention_args a;
+    a.q = q.Data();
+    a.k = lh_kv_pool_k_rows(p, layer);
+    a.v = lh_kv_pool_v_rows(p, layer);
+    a.out = out.Data();
+    a.head_stride = lh_kv_pool_head_stride(p);
+    a.tokens = tokens;
+    a.heads = heads;
+    a.kv_heads = p->kv_heads;
+    a.head_dim = p->head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(p->head_dim));
+    const lh_status st = reference ? lh_attention_decode_ref(&a) : lh_attention_decode(&a);
+    if (st == LH_BAD_ARGUMENT) fail(env, st, "attend: q and out must not share memory");
+    if (st != LH_OK) fail(env, st, "attend failed");
+    return env.Undefined();
+  });
+}
+
+Napi::Value SetErrorFactory(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    AddonData* data = env.GetInstanceData<AddonData>();
+    if (info[0].IsFunction()) data->error_factory = Napi::Persistent(info[0].As<Napi::Function>());
+    else if (info[0].IsUndefined() || info[0].IsNull()) data->error_factory.Reset();
+    else fail(env, LH_BAD_ARGUMENT, "setErrorFactory expects a function");
+    return env.Undefined();
+  });
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  env.SetInstanceData<AddonData>(new AddonData());
+  exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));
+  exports.Set("attentionKernel", Napi::String::New(env, lh_attention_impl_name(LH_ATTN_AUTO)));
+  exports.Set("KvPool", KvPool::Define(env));
+  exports.Set("MappedFile", MappedFile::Define(env));
+  exports.Set("attend", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, false); }, "attend"));
+  exports.Set("attendReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, true); }, "attendReference"));
+  exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(longhand, Init)

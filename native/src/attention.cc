@@ -1,0 +1,235 @@
+// Decode attention, optimised: tiled online softmax (one pass over K and V, no scratch beyond a
+// tile of scores on the stack), GQA-aware loop order (a tile of K/V rows of one KV head is
+// reused by every query head of its group while it is in L1), and an AVX2+FMA+F16C variant
+// selected at run time by cpuid. The scalar reference is reference/attention_ref.cc.
+#include "attention.h"
+
+#include <cmath>
+
+#include "fp16.h"
+#include "kv_pool.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define LH_X86 1
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr uint32_t kTile = 32;  // tokens per tile: 32 scores on the stack
+
+// ---------------------------------------------------------------------------------------------
+// Row operations, portable
+// ---------------------------------------------------------------------------------------------
+struct PortableOps {
+  // dot(q, k) with k fp16: q (n), k (n)
+  static inline float dot(const float* q, const uint16_t* k, size_t n) {
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;  // four chains: fewer dependent adds
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      s0 += q[i + 0] * lh_fp16_to_fp32(k[i + 0]);
+      s1 += q[i + 1] * lh_fp16_to_fp32(k[i + 1]);
+      s2 += q[i + 2] * lh_fp16_to_fp32(k[i + 2]);
+      s3 += q[i + 3] * lh_fp16_to_fp32(k[i + 3]);
+    }
+    for (; i < n; ++i) s0 += q[i] * lh_fp16_to_fp32(k[i]);
+    return (s0 + s1) + (s2 + s3);
+  }
+  // out += p * v: out (n) fp32, v (n) fp16
+  static inline void axpy(float* out, float p, const uint16_t* v, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] += p * lh_fp16_to_fp32(v[i]);
+  }
+  // out *= c: out (n)
+  static inline void scale(float* out, float c, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] *= c;
+  }
+};
+
+#ifdef LH_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+// ---------------------------------------------------------------------------------------------
+// Row operations, AVX2 + FMA + F16C (8 lanes; tails scalar)
+// ---------------------------------------------------------------------------------------------
+struct Avx2Ops {
+  static inline __m256 load_h8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static inline float hsum(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+  }
+  static inline float dot(const float* q, const uint16_t* k, size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 0), load_h8(k + i + 0), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load_h8(k + i + 8), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), load_h8(k + i + 16), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), load_h8(k + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_h8(k + i), a0);
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; ++i) s += q[i] * _cvtsh_ss(k[i]);
+    return s;
+  }
+  static inline void axpy(float* out, float p, const uint16_t* v, size_t n) {
+    const __m256 pp = _mm256_set1_ps(p);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pp, load_h8(v + i), _mm256_loadu_ps(out + i)));
+    for (; i < n; ++i) out[i] += p * _cvtsh_ss(v[i]);
+  }
+  static inline void scale(float* out, float c, size_t n) {
+    const __m256 cc = _mm256_set1_ps(c);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(cc, _mm256_loadu_ps(out + i)));
+    for (; i < n; ++i) out[i] *= c;
+  }
+};
+#pragma GCC pop_options
+#endif
+
+// Max that propagates NaN (plain `a > b ? a : b` would drop a NaN score and, with it, the
+// NaN the reference produces for that head).
+inline float max_nan(float a, float b) {
+  if (a != a || b != b) return NAN;
+  return a > b ? a : b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver: online softmax over tiles, per KV head, for each query head of its group.
+// Per query head h: running max m[h], running sum l[h], unnormalised accumulator out[h].
+// ---------------------------------------------------------------------------------------------
+template <class Ops>
+inline __attribute__((always_inline)) void decode_online(const lh_attention_args* a) {
+  const uint32_t group = a->heads / a->kv_heads;
+  const size_t d = a->head_dim;
+  float m[LH_MAX_HEADS];  // (group) running max of the heads of one group
+  float l[LH_MAX_HEADS];  // (group) running softmax denominator
+  float s[kTile];         // (tile) scores of one head over one tile
+  for (uint32_t g = 0; g < a->kv_heads; ++g) {
+    const uint16_t* kg = a->k + g * a->head_stride;  // (tokens, head_dim)
+    const uint16_t* vg = a->v + g * a->head_stride;  // (tokens, head_dim)
+    for (uint32_t j = 0; j < group; ++j) {
+      m[j] = -INFINITY;
+      l[j] = 0.0f;
+      float* out = a->out + (static_cast<size_t>(g) * group + j) * d;
+      for (size_t i = 0; i < d; ++i) out[i] = 0.0f;
+    }
+    for (uint32_t t0 = 0; t0 < a->tokens; t0 += kTile) {
+      const uint32_t n = a->tokens - t0 < kTile ? a->tokens - t0 : kTile;
+      for (uint32_t j = 0; j < group; ++j) {
+        const size_t h = static_cast<size_t>(g) * group + j;
+        const float* q = a->q + h * d;  // (head_dim)
+        float* out = a->out + h * d;    // (head_dim)
+        float tile_max = -INFINITY;
+        for (uint32_t t = 0; t < n; ++t) {
+          s[t] = Ops::dot(q, kg + (t0 + t) * d, d) * a->scale;
+          tile_max = max_nan(tile_max, s[t]);
+        }
+        const float m_new = max_nan(m[j], tile_max);
+        // Everything so far is -inf: weights are 0 (not exp(-inf - -inf) = NaN); if the whole
+        // head stays -inf, l stays 0 and the final 0 * (1/0) gives NaN like the reference.
+        const bool none = m_new == -INFINITY;
+        const float corr = none ? 1.0f : std::exp(m[j] - m_new);
+        if (corr != 1.0f) {
+          l[j] *= corr;
+          Ops::scale(out, corr, d);
+        }
+        for (uint32_t t = 0; t < n; ++t) {
+          const float p = none ? 0.0f : std::exp(s[t] - m_new);
+          l[j] += p;
+          Ops::axpy(out, p, vg + (t0 + t) * d, d);
+        }
+        m[j] = m_new;
+      }
+    }
+    for (uint32_t j = 0; j < group; ++j) {
+      float* out = a->out + (static_cast<size_t>(g) * group + j) * d;
+      const float inv = 1.0f / l[j];
+      for (size_t i = 0; i < d; ++i) out[i] *= inv;
+    }
+  }
+}
+
+void run_portable(const lh_attention_args* a) { decode_online<PortableOps>(a); }
+
+#ifdef LH_X86
+__attribute__((target("avx2,fma,f16c"))) void run_avx2(const lh_attention_args* a) {
+  decode_online<Avx2Ops>(a);
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+}  // namespace
+
+lh_status lh_attention_check(const lh_attention_args* a) {
+  if (a == nullptr || a->q == nullptr || a->k == nullptr || a->v == nullptr || a->out == nullptr)
+    return LH_BAD_ARGUMENT;
+  if (a->tokens == 0 || a->kv_heads == 0 || a->heads == 0 || a->heads > LH_MAX_HEADS ||
+      a->heads % a->kv_heads != 0 || a->head_dim == 0 || a->head_dim > LH_MAX_HEAD_DIM)
+    return LH_BAD_ARGUMENT;
+  if (a->head_stride < static_cast<size_t>(a->tokens) * a->head_dim) return LH_BAD_ARGUMENT;
+  const size_t qo_bytes = static_cast<size_t>(a->heads) * a->head_dim * sizeof(float);
+  const size_t kv_bytes = (static_cast<size_t>(a->kv_heads - 1) * a->head_stride +
+                           static_cast<size_t>(a->tokens) * a->head_dim) * sizeof(uint16_t);
+  if (overlaps(a->out, qo_bytes, a->q, qo_bytes) || overlaps(a->out, qo_bytes, a->k, kv_bytes) ||
+      overlaps(a->out, qo_bytes, a->v, kv_bytes))
+    return LH_BAD_ARGUMENT;
+  return LH_OK;
+}
+
+bool lh_attention_available(lh_attention_impl impl) {
+  switch (impl) {
+    case LH_ATTN_AUTO:
+    case LH_ATTN_PORTABLE:
+      return true;
+    case LH_ATTN_AVX2:
+#ifdef LH_X86
+      return cpu_has_avx2();
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+const char* lh_attention_impl_name(lh_attention_impl impl) {
+  switch (impl) {
+    case LH_ATTN_AUTO:
+      return lh_attention_impl_name(lh_attention_available(LH_ATTN_AVX2) ? LH_ATTN_AVX2 : LH_ATTN_PORTABLE);
+    case LH_ATTN_PORTABLE:
+      return "portable";
+    case LH_ATTN_AVX2:
+      return "avx2-fma-f16c";
+  }
+  return "unknown";
+}
+
+lh_status lh_attention_decode(const lh_attention_args* a, lh_attention_impl impl) {
+  const lh_status st = lh_attention_check(a);
+  if (st != LH_OK) return st;
+  if (!lh_attention_available(impl)) return LH_BAD_ARGUMENT;
+#ifdef LH_X86
+  if (impl == LH_ATTN_AVX2 || (impl == LH_ATTN_AUTO && cpu_has_avx2())) {
+    run_avx2(a);
+    return LH_OK;
+  }
+#endif
+  run_portable(a);
+  return LH_OK;
+}

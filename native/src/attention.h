@@ -1,0 +1,60 @@
+// Single-query (decode) attention over fp16 K/V rows, GQA aware.
+//
+// For every query head h, with its KV head g = h / (heads / kv_heads):
+//   s_t   = scale * dot(q[h], K[g][t])                      t = 0 .. tokens-1
+//   out[h] = sum_t softmax(s)_t * V[g][t]                    (max-subtracted, numerically stable)
+//
+// Non-finite inputs: a NaN score anywhere in a head, a +inf score, or a head whose scores are
+// all -inf makes that head's whole output NaN; -inf scores among finite ones get zero weight.
+// The optimised kernels and the scalar reference agree on which outputs are non-finite.
+//
+// Shapes (elements):
+//   q   : (heads, head_dim)                         fp32
+//   k   : (kv_heads, [head_stride]) rows (tokens, head_dim) fp16; row t of head g starts at
+//         k + g * head_stride + t * head_dim. The pool's layer rows have head_stride =
+//         capacity * head_dim; a gathered, packed block has head_stride = tokens * head_dim.
+//   v   : same layout as k
+//   out : (heads, head_dim)                         fp32; must not overlap q, k or v
+// The kernel allocates nothing and writes nothing outside out.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "status.h"
+
+constexpr uint32_t LH_MAX_HEADS = 4096;
+
+struct lh_attention_args {
+  const float* q;        // (heads, head_dim)
+  const uint16_t* k;     // (kv_heads, head_stride) see above
+  const uint16_t* v;     // (kv_heads, head_stride)
+  float* out;            // (heads, head_dim)
+  size_t head_stride;    // elements from one KV head's rows to the next; >= tokens * head_dim
+  uint32_t tokens;       // >= 1
+  uint32_t heads;        // multiple of kv_heads, <= LH_MAX_HEADS
+  uint32_t kv_heads;     // >= 1
+  uint32_t head_dim;     // 1 .. LH_MAX_HEAD_DIM
+  float scale;           // usually 1 / sqrt(head_dim)
+};
+
+enum lh_attention_impl {
+  LH_ATTN_AUTO = 0,      // the best one this CPU runs
+  LH_ATTN_PORTABLE = 1,  // tiled online softmax, plain C++ (any CPU)
+  LH_ATTN_AVX2 = 2,      // AVX2 + FMA + F16C (x86-64 with those features, checked at run time)
+};
+
+// Validates args (LH_BAD_ARGUMENT, nothing written) and runs the chosen implementation.
+// LH_BAD_ARGUMENT also when `impl` is not available on this CPU.
+lh_status lh_attention_decode(const lh_attention_args* args, lh_attention_impl impl = LH_ATTN_AUTO);
+
+// The scalar reference: two passes, plain loops, fp32 math, scalar fp16 conversion.
+// Lives in reference/attention_ref.cc. Same validation and contract.
+lh_status lh_attention_decode_ref(const lh_attention_args* args);
+
+// Shared argument check used by both.
+lh_status lh_attention_check(const lh_attention_args* args);
+
+// Whether an implementation runs on this CPU, and its name ("portable", "avx2-fma-f16c").
+bool lh_attention_available(lh_attention_impl impl);
+const char* lh_attention_impl_name(lh_attention_impl impl);

@@ -1,0 +1,155 @@
+// KV pool: planning, the one mmap, append and readback. See kv_pool.h for the layout.
+#include "kv_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fp16.h"
+
+namespace {
+
+constexpr uint64_t kLine = 64;
+
+uint64_t align_line(uint64_t n) { return (n + kLine - 1) & ~(kLine - 1); }
+
+bool config_ok(const lh_kv_pool_config* cfg) {
+  return cfg != nullptr && cfg->layers >= 1 && cfg->layers <= LH_MAX_LAYERS && cfg->kv_heads >= 1 &&
+         cfg->kv_heads <= LH_MAX_KV_HEADS && cfg->head_dim >= 1 && cfg->head_dim <= LH_MAX_HEAD_DIM;
+}
+
+// Byte offsets of the regions for a given capacity. With the limits above every product fits
+// in 64 bits: layers*kv_heads*head_dim <= 2^30, times capacity < 2^31, times 2 bytes < 2^62.
+struct Layout {
+  uint64_t length_off, k_off, v_off, pos_off, total;
+};
+
+Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
+  const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
+  const uint64_t rows = lh * capacity * cfg->head_dim * sizeof(uint16_t);
+  Layout l;
+  l.length_off = 0;
+  l.k_off = align_line(cfg->layers * sizeof(uint32_t));
+  l.v_off = l.k_off + align_line(rows);
+  l.pos_off = l.v_off + align_line(rows);
+  l.total = l.pos_off + align_line(lh * capacity * sizeof(int32_t));
+  return l;
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return UINT64_MAX;  // unknown: let mmap decide
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+}  // namespace
+
+lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length) {
+  if (!config_ok(cfg) || capacity == nullptr || byte_length == nullptr) return LH_BAD_ARGUMENT;
+  const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
+  const uint64_t per_token = lh * (2ull * cfg->head_dim * sizeof(uint16_t) + sizeof(int32_t));
+  uint64_t cap = cfg->budget_bytes / per_token;
+  if (cap > LH_MAX_TOKENS) return LH_BAD_ARGUMENT;  // an absurd budget, not a real pool
+  // Alignment padding costs at most a few lines: step down until the layout fits the budget.
+  while (cap > 0 && layout_for(cfg, cap).total > cfg->budget_bytes) cap -= 1;
+  if (cap == 0) return LH_BAD_ARGUMENT;  // the budget does not hold a single token
+  const uint64_t total = layout_for(cfg, cap).total;
+  if (total > physical_memory_bytes()) return LH_OUT_OF_MEMORY;
+  *capacity = static_cast<uint32_t>(cap);
+  *byte_length = total;
+  return LH_OK;
+}
+
+lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
+  if (pool == nullptr) return LH_BAD_ARGUMENT;
+  std::memset(pool, 0, sizeof *pool);
+  uint32_t capacity = 0;
+  uint64_t total = 0;
+  const lh_status st = lh_kv_pool_plan(cfg, &capacity, &total);
+  if (st != LH_OK) return st;
+  if (total > SIZE_MAX) return LH_OUT_OF_MEMORY;
+  void* base = mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return LH_OUT_OF_MEMORY;
+  const Layout l = layout_for(cfg, capacity);
+  char* b = static_cast<char*>(base);
+  pool->layers = cfg->layers;
+  pool->kv_heads = cfg->kv_heads;
+  pool->head_dim = cfg->head_dim;
+  pool->capacity = capacity;
+  pool->bytes_per_token = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads *
+                          (2ull * cfg->head_dim * sizeof(uint16_t) + sizeof(int32_t));
+  pool->byte_length = total;
+  pool->base = base;
+  pool->length = reinterpret_cast<uint32_t*>(b + l.length_off);  // anonymous pages are zero
+  pool->k = reinterpret_cast<uint16_t*>(b + l.k_off);
+  pool->v = reinterpret_cast<uint16_t*>(b + l.v_off);
+  pool->pos = reinterpret_cast<int32_t*>(b + l.pos_off);
+  return LH_OK;
+}
+
+void lh_kv_pool_free(lh_kv_pool* pool) {
+  if (pool == nullptr) return;
+  if (pool->base != nullptr) munmap(pool->base, static_cast<size_t>(pool->byte_length));
+  std::memset(pool, 0, sizeof *pool);
+}
+
+lh_status lh_kv_pool_reset(lh_kv_pool* pool) {
+  if (!lh_kv_pool_live(pool)) return LH_BAD_ARGUMENT;
+  std::memset(pool->length, 0, pool->layers * sizeof(uint32_t));
+  return LH_OK;
+}
+
+lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
+                            int32_t position, uint32_t* slot) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers || k == nullptr || v == nullptr || position < 0)
+    return LH_BAD_ARGUMENT;
+  const uint32_t s = pool->length[layer];
+  if (s >= pool->capacity) return LH_POOL_FULL;
+  const size_t stride = lh_kv_pool_head_stride(pool);
+  const size_t d = pool->head_dim;
+  for (uint32_t g = 0; g < pool->kv_heads; ++g) {
+    const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
+    uint16_t* krow = pool->k + head * stride + static_cast<size_t>(s) * d;  // (head_dim)
+    uint16_t* vrow = pool->v + head * stride + static_cast<size_t>(s) * d;  // (head_dim)
+    const float* kin = k + g * d;
+    const float* vin = v + g * d;
+    for (size_t i = 0; i < d; ++i) {
+      krow[i] = lh_fp32_to_fp16(kin[i]);
+      vrow[i] = lh_fp32_to_fp16(vin[i]);
+    }
+    pool->pos[head * pool->capacity + s] = position;
+  }
+  pool->length[layer] = s + 1;
+  if (slot != nullptr) *slot = s;
+  return LH_OK;
+}
+
+uint32_t lh_kv_pool_length(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers) return 0;
+  return pool->length[layer];
+}
+
+const uint16_t* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers) return nullptr;
+  return pool->k + static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool);
+}
+
+const uint16_t* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers) return nullptr;
+  return pool->v + static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool);
+}
+
+lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
+                          uint32_t slot, float* out, int32_t* position) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers || kv_head >= pool->kv_heads || out == nullptr ||
+      slot >= pool->length[layer] || (part != LH_KV_KEY && part != LH_KV_VALUE))
+    return LH_BAD_ARGUMENT;
+  const size_t head = static_cast<size_t>(layer) * pool->kv_heads + kv_head;
+  const uint16_t* rows = part == LH_KV_KEY ? pool->k : pool->v;
+  const uint16_t* row = rows + head * lh_kv_pool_head_stride(pool) + static_cast<size_t>(slot) * pool->head_dim;
+  for (uint32_t i = 0; i < pool->head_dim; ++i) out[i] = lh_fp16_to_fp32(row[i]);
+  if (position != nullptr) *position = pool->pos[head * pool->capacity + slot];
+  return LH_OK;
+}

@@ -1,0 +1,93 @@
+// The KV pool: every layer's keys and values for every stored token, in native memory.
+//
+// One mmap allocation per model load, sized from a byte budget; nothing on the token path
+// allocates. Rows are fp16. Later work adds partial-key rows (InfiniGen), prefetch counters and
+// int8 rows as further regions of the same allocation; the accessors below hide the layout.
+//
+// Memory layout of the one allocation (regions in this order, each starting on a 64-byte line):
+//   length : (layer)                                   uint32  slots in use per layer
+//   k      : (layer, kv_head, capacity, head_dim)      fp16    key rows
+//   v      : (layer, kv_head, capacity, head_dim)      fp16    value rows
+//   pos    : (layer, kv_head, capacity)                int32   token position held by each slot
+// A layer's slots fill from 0 upwards; slot s of every KV head of a layer holds the same token.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "status.h"
+
+// Hard limits. They keep every size computation far from overflow and reject typos early.
+constexpr uint32_t LH_MAX_LAYERS = 1024;
+constexpr uint32_t LH_MAX_KV_HEADS = 1024;
+constexpr uint32_t LH_MAX_HEAD_DIM = 1024;
+constexpr uint32_t LH_MAX_TOKENS = 0x7fffffffu;  // slots per layer (positions are int32)
+
+struct lh_kv_pool_config {
+  uint64_t budget_bytes;  // the whole allocation may not exceed this
+  uint32_t layers;        // 1..LH_MAX_LAYERS
+  uint32_t kv_heads;      // 1..LH_MAX_KV_HEADS
+  uint32_t head_dim;      // 1..LH_MAX_HEAD_DIM
+};
+
+struct lh_kv_pool {
+  // configuration, fixed by lh_kv_pool_init
+  uint32_t layers;
+  uint32_t kv_heads;
+  uint32_t head_dim;
+  uint32_t capacity;          // slots (tokens) per layer
+  uint64_t bytes_per_token;   // bytes one token costs across all layers and heads
+  uint64_t byte_length;       // bytes of the allocation (<= budget)
+
+  // the one allocation; null when the pool is not initialised or has been freed
+  void* base;
+  uint32_t* length;  // (layer)
+  uint16_t* k;       // (layer, kv_head, capacity, head_dim) fp16
+  uint16_t* v;       // (layer, kv_head, capacity, head_dim) fp16
+  int32_t* pos;      // (layer, kv_head, capacity)
+};
+
+// Computes the capacity (slots per layer) and allocation size a config yields, allocating
+// nothing. LH_BAD_ARGUMENT: a dimension out of range, a budget too small for one token, or a
+// budget that would hold more than LH_MAX_TOKENS slots. LH_OUT_OF_MEMORY: larger than the
+// machine's physical memory.
+lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length);
+
+// Plans and maps the pool (MAP_PRIVATE|MAP_ANONYMOUS; pages are touched only when written).
+// On failure *pool is zeroed and nothing is allocated.
+lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg);
+
+// Unmaps the pool and zeroes the struct. Idempotent; safe on a zeroed struct.
+void lh_kv_pool_free(lh_kv_pool* pool);
+
+// True while the pool holds its allocation.
+inline bool lh_kv_pool_live(const lh_kv_pool* pool) { return pool != nullptr && pool->base != nullptr; }
+
+// Forgets every token of every layer (the memory stays mapped). LH_BAD_ARGUMENT if freed.
+lh_status lh_kv_pool_reset(lh_kv_pool* pool);
+
+// Appends one token to `layer`: k and v are fp32 (kv_head, head_dim), stored as fp16 (round to
+// nearest even). `position` >= 0 is the token's position in the text. *slot (if not null)
+// receives the slot used. LH_POOL_FULL when the layer has `capacity` tokens: nothing changes.
+lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
+                            int32_t position, uint32_t* slot);
+
+// Tokens stored in `layer` (0 for a freed pool or a layer out of range).
+uint32_t lh_kv_pool_length(const lh_kv_pool* pool, uint32_t layer);
+
+// Elements between the rows of two consecutive KV heads of one layer: capacity * head_dim.
+inline size_t lh_kv_pool_head_stride(const lh_kv_pool* pool) {
+  return static_cast<size_t>(pool->capacity) * pool->head_dim;
+}
+
+// Start of a layer's key / value rows: (kv_head, capacity, head_dim) fp16. Null if freed or
+// out of range.
+const uint16_t* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer);
+const uint16_t* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer);
+
+enum lh_kv_part { LH_KV_KEY = 0, LH_KV_VALUE = 1 };
+
+// Reads one stored row back as fp32: out is (head_dim). `slot` must be < length(layer).
+// *position (if not null) receives the slot's token position.
+lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
+                          uint32_t slot, float* out, int32_t* position);

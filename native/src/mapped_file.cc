@@ -1,0 +1,59 @@
+// mmap of a model file: open, fstat, map privately, close the descriptor (the mapping keeps
+// the file alive).
+#include "mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+lh_status lh_mapped_file_open(lh_mapped_file* file, const char* path) {
+  if (file == nullptr) return LH_BAD_ARGUMENT;
+  std::memset(file, 0, sizeof *file);
+  if (path == nullptr || path[0] == '\0') return LH_BAD_ARGUMENT;
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    file->error = errno;
+    return LH_IO_ERROR;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    file->error = errno;
+    close(fd);
+    return LH_IO_ERROR;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    file->error = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+    close(fd);
+    return LH_IO_ERROR;
+  }
+  if (st.st_size <= 0) {  // mmap of 0 bytes is an error; an empty file is just empty
+    close(fd);
+    return LH_OK;
+  }
+  if (static_cast<uint64_t>(st.st_size) > SIZE_MAX) {
+    close(fd);
+    return LH_OUT_OF_MEMORY;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    file->error = map_errno;
+    return map_errno == ENOMEM ? LH_OUT_OF_MEMORY : LH_IO_ERROR;
+  }
+  file->data = p;
+  file->size = size;
+  return LH_OK;
+}
+
+void lh_mapped_file_close(lh_mapped_file* file) {
+  if (file == nullptr) return;
+  if (file->data != nullptr) munmap(file->data, file->size);
+  file->data = nullptr;
+  file->size = 0;
+}

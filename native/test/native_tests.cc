@@ -1,0 +1,564 @@
+// C++ tests of the native core: fp16 conversion, KV pool, mapped file, and the attention
+// kernels against the scalar reference (random shape sweep, NMSE, NaN/Inf parity, guard bytes).
+// Prints one line per check and, last, exactly "native: N passed, N failed"; exits 1 on failure.
+// Built without exceptions; every check is a plain function returning normally.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../src/attention.h"
+#include "../src/fp16.h"
+#include "../src/kv_pool.h"
+#include "../src/mapped_file.h"
+#include "../src/status.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+int g_passed = 0;
+int g_failed = 0;
+
+// One named check. Prints "ok  name" or "FAIL name: why".
+void check(bool ok, const char* name, const char* fmt = "", ...) {
+  if (ok) {
+    ++g_passed;
+    std::printf("ok    %s\n", name);
+    return;
+  }
+  ++g_failed;
+  char why[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  std::printf("FAIL  %s: %s\n", name, why);
+}
+
+// Deterministic PRNG (xorshift64*), so failures reproduce.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1Dull;
+  }
+  float uniform() { return static_cast<float>(next() >> 40) * 0x1p-24f; }  // [0, 1)
+  float normal() {  // Box-Muller
+    const float u1 = uniform() + 0x1p-25f, u2 = uniform();
+    return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
+  }
+};
+
+bool same_bits_or_both_nan(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return lh_f32_bits(a) == lh_f32_bits(b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp16
+// ---------------------------------------------------------------------------------------------
+void test_fp16() {
+  // 1. every fp16 value survives fp16 -> fp32 -> fp16 (NaNs stay NaN, quieted)
+  int bad = 0;
+  uint32_t first_bad = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = lh_fp16_to_fp32(static_cast<uint16_t>(h));
+    const uint16_t back = lh_fp32_to_fp16(f);
+    const bool is_nan = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
+    const bool ok = is_nan ? (std::isnan(f) && (back & 0x7c00u) == 0x7c00u && (back & 0x3ffu) != 0 &&
+                              back == (h | 0x200u))
+                           : back == h;
+    if (!ok && bad++ == 0) first_bad = h;
+  }
+  check(bad == 0, "fp16 round trip, all 65536 values", "%d mismatches, first 0x%04x", bad, first_bad);
+
+  // 2. known values
+  check(lh_fp16_to_fp32(0x3c00) == 1.0f && lh_fp16_to_fp32(0xc000) == -2.0f && lh_fp16_to_fp32(0x7bff) == 65504.0f &&
+            lh_fp16_to_fp32(0x0001) == 0x1p-24f && lh_fp16_to_fp32(0x0400) == 0x1p-14f &&
+            std::isinf(lh_fp16_to_fp32(0x7c00)) && lh_fp16_to_fp32(0xfc00) < 0 && std::signbit(lh_fp16_to_fp32(0x8000)),
+        "fp16 -> fp32 known values");
+  check(lh_fp32_to_fp16(65519.0f) == 0x7bff && lh_fp32_to_fp16(65520.0f) == 0x7c00 && lh_fp32_to_fp16(1e10f) == 0x7c00 &&
+            lh_fp32_to_fp16(-1e10f) == 0xfc00 && lh_fp32_to_fp16(0x1p-25f) == 0x0000 &&
+            lh_fp32_to_fp16(0x1.000002p-25f) == 0x0001 && lh_fp32_to_fp16(-0.0f) == 0x8000 &&
+            lh_fp32_to_fp16(1e-30f) == 0 && lh_fp32_to_fp16(INFINITY) == 0x7c00 &&
+            (lh_fp32_to_fp16(NAN) & 0x7fffu) > 0x7c00u,
+        "fp32 -> fp16 overflow, underflow, inf, nan");
+
+  // 3. ties to even and nearest between every pair of adjacent finite fp16 values
+  bad = 0;
+  for (uint32_t h = 0; h < 0x7bff; ++h) {
+    const float lo = lh_fp16_to_fp32(static_cast<uint16_t>(h));
+    const float hi = lh_fp16_to_fp32(static_cast<uint16_t>(h + 1));
+    const float mid = (lo + hi) * 0.5f;  // exact: fp16 has 11 significant bits
+    const uint16_t even = (h & 1u) ? static_cast<uint16_t>(h + 1) : static_cast<uint16_t>(h);
+    if (lh_fp32_to_fp16(mid) != even) ++bad;
+    if (lh_fp32_to_fp16(std::nextafter(mid, 0.0f)) != h) ++bad;
+    if (lh_fp32_to_fp16(std::nextafter(mid, INFINITY)) != h + 1) ++bad;
+    if (lh_fp32_to_fp16(-mid) != (even | 0x8000u)) ++bad;
+  }
+  check(bad == 0, "fp32 -> fp16 rounds to nearest, ties to even (all adjacent pairs)", "%d wrong", bad);
+
+#if defined(__x86_64__)
+  // 4. agrees with the F16C instruction (what the AVX2 kernel uses) on 2^24+ float patterns
+  if (__builtin_cpu_supports("f16c")) {
+    bad = 0;
+    uint32_t first = 0;
+    for (uint64_t x = 0; x <= 0xffffffffull; x += 251) {
+      const float f = lh_bits_f32(static_cast<uint32_t>(x));
+      const uint16_t hw = [&]() __attribute__((target("f16c"))) {
+        return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), 0), 0));
+      }();
+      const uint16_t sw = lh_fp32_to_fp16(f);
+      if (hw != sw && bad++ == 0) first = static_cast<uint32_t>(x);
+    }
+    check(bad == 0, "fp32 -> fp16 matches F16C on 17M float bit patterns", "%d differ, first 0x%08x", bad, first);
+    bad = 0;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float hw = [&]() __attribute__((target("f16c"))) { return _cvtsh_ss(static_cast<uint16_t>(h)); }();
+      if (!same_bits_or_both_nan(hw, lh_fp16_to_fp32(static_cast<uint16_t>(h)))) ++bad;
+    }
+    check(bad == 0, "fp16 -> fp32 matches F16C on all 65536 values", "%d differ", bad);
+  }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV pool
+// ---------------------------------------------------------------------------------------------
+void test_kv_pool() {
+  // capacity vs budget: the plan fits the budget, and one more token would not
+  {
+    bool ok = true;
+    const uint64_t budgets[] = {1 << 12, 100000, 1 << 20, 12345678};
+    const uint32_t dims[][3] = {{1, 1, 1}, {2, 2, 8}, {4, 8, 64}, {3, 1, 128}};
+    for (const uint64_t b : budgets) {
+      for (const auto& d : dims) {
+        lh_kv_pool_config cfg{b, d[0], d[1], d[2]};
+        uint32_t cap = 0;
+        uint64_t bytes = 0;
+        const lh_status st = lh_kv_pool_plan(&cfg, &cap, &bytes);
+        if (st == LH_BAD_ARGUMENT) continue;  // budget too small for this shape
+        lh_kv_pool_config more = cfg;
+        uint32_t cap2 = 0;
+        uint64_t bytes2 = 0;
+        more.budget_bytes = bytes + cfg.layers * cfg.kv_heads * (4ull * cfg.head_dim + 4) * 1 + 4 * 64;
+        lh_kv_pool_plan(&more, &cap2, &bytes2);
+        const uint64_t per_token = static_cast<uint64_t>(d[0]) * d[1] * (4ull * d[2] + 4);
+        ok = ok && st == LH_OK && bytes <= b && cap >= 1 && cap <= b / per_token && cap2 >= cap + 1 &&
+             b - bytes < per_token + 4 * 64;  // no more than one token and the padding unused
+      }
+    }
+    check(ok, "kv pool capacity fits the budget and wastes < 1 token + padding");
+  }
+  {
+    lh_kv_pool_config tiny{10, 2, 2, 8};
+    uint32_t cap;
+    uint64_t bytes;
+    lh_kv_pool_config huge{1ull << 60, 2, 2, 8};
+    lh_kv_pool_config ram{1ull << 46, 32, 8, 128};  // 64 TiB: more than this machine's RAM
+    lh_kv_pool_config zero{1 << 20, 0, 2, 8}, wide{1 << 20, 2, 2, LH_MAX_HEAD_DIM + 1};
+    check(lh_kv_pool_plan(&tiny, &cap, &bytes) == LH_BAD_ARGUMENT && lh_kv_pool_plan(&huge, &cap, &bytes) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_plan(&ram, &cap, &bytes) == LH_OUT_OF_MEMORY && lh_kv_pool_plan(&zero, &cap, &bytes) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_plan(&wide, &cap, &bytes) == LH_BAD_ARGUMENT && lh_kv_pool_plan(nullptr, &cap, &bytes) == LH_BAD_ARGUMENT,
+          "kv pool rejects tiny, absurd, larger-than-RAM and malformed configs");
+    lh_kv_pool p;
+    check(lh_kv_pool_init(&p, &huge) == LH_BAD_ARGUMENT && p.base == nullptr, "kv pool init failure leaves the struct zeroed");
+  }
+  // append / readback / positions / full / reset / free
+  {
+    const uint32_t L = 3, H = 2, D = 12;
+    lh_kv_pool_config cfg{0, L, H, D};
+    cfg.budget_bytes = 5ull * L * H * (4 * D + 4) + 4 * 64 + 3;  // exactly 5 tokens
+    lh_kv_pool p;
+    const lh_status st = lh_kv_pool_init(&p, &cfg);
+    check(st == LH_OK && p.capacity == 5 && p.byte_length <= cfg.budget_bytes, "kv pool init (5 tokens)", "status %d cap %u",
+          st, p.capacity);
+    if (st != LH_OK) return;
+    Rng rng(7);
+    std::vector<float> k(H * D), v(H * D);
+    std::vector<std::vector<float>> kept_k, kept_v;
+    bool ok = true;
+    for (uint32_t t = 0; t < 5; ++t) {
+      for (auto& x : k) x = lh_fp16_to_fp32(lh_fp32_to_fp16(rng.normal()));  // fp16-exact values
+      for (auto& x : v) x = rng.normal();
+      uint32_t slot = 99;
+      ok = ok && lh_kv_pool_append(&p, 1, k.data(), v.data(), static_cast<int32_t>(100 + t), &slot) == LH_OK && slot == t;
+      kept_k.push_back(k);
+      kept_v.push_back(v);
+    }
+    check(ok && lh_kv_pool_length(&p, 1) == 5 && lh_kv_pool_length(&p, 0) == 0 && lh_kv_pool_length(&p, 2) == 0,
+          "kv pool append fills one layer only");
+    ok = true;
+    float row[D];
+    int32_t pos = -1;
+    for (uint32_t t = 0; t < 5; ++t) {
+      for (uint32_t g = 0; g < H; ++g) {
+        ok = ok && lh_kv_pool_read(&p, LH_KV_KEY, 1, g, t, row, &pos) == LH_OK && pos == static_cast<int32_t>(100 + t);
+        for (uint32_t i = 0; i < D; ++i) ok = ok && row[i] == kept_k[t][g * D + i];
+        ok = ok && lh_kv_pool_read(&p, LH_KV_VALUE, 1, g, t, row, nullptr) == LH_OK;
+        for (uint32_t i = 0; i < D; ++i) ok = ok && row[i] == lh_fp16_to_fp32(lh_fp32_to_fp16(kept_v[t][g * D + i]));
+      }
+    }
+    check(ok, "kv pool readback: K exact, V rounded to fp16, positions kept");
+    check(lh_kv_pool_append(&p, 1, k.data(), v.data(), 7, nullptr) == LH_POOL_FULL && lh_kv_pool_length(&p, 1) == 5,
+          "kv pool full returns LH_POOL_FULL and changes nothing");
+    check(lh_kv_pool_append(&p, L, k.data(), v.data(), 0, nullptr) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_append(&p, 0, nullptr, v.data(), 0, nullptr) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_append(&p, 0, k.data(), v.data(), -1, nullptr) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_read(&p, LH_KV_KEY, 1, H, 0, row, nullptr) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_read(&p, LH_KV_KEY, 1, 0, 5, row, nullptr) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_read(&p, LH_KV_KEY, 0, 0, 0, row, nullptr) == LH_BAD_ARGUMENT,
+          "kv pool bad arguments return LH_BAD_ARGUMENT");
+    check(lh_kv_pool_reset(&p) == LH_OK && lh_kv_pool_length(&p, 1) == 0 &&
+              lh_kv_pool_append(&p, 1, k.data(), v.data(), 0, nullptr) == LH_OK,
+          "kv pool reset empties every layer");
+    lh_kv_pool_free(&p);
+    lh_kv_pool_free(&p);
+    check(!lh_kv_pool_live(&p) && lh_kv_pool_append(&p, 0, k.data(), v.data(), 0, nullptr) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_length(&p, 0) == 0 && lh_kv_pool_k_rows(&p, 0) == nullptr && lh_kv_pool_reset(&p) == LH_BAD_ARGUMENT,
+          "kv pool free is idempotent; use after free is LH_BAD_ARGUMENT");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mapped file
+// ---------------------------------------------------------------------------------------------
+void test_mapped_file() {
+  char path[] = "/tmp/longhand-native-test-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) {
+    check(false, "mapped file: temp file", "mkstemp failed");
+    return;
+  }
+  unsigned char bytes[10000];
+  for (size_t i = 0; i < sizeof bytes; ++i) bytes[i] = static_cast<unsigned char>(i * 7 + 3);
+  const bool wrote = write(fd, bytes, sizeof bytes) == static_cast<ssize_t>(sizeof bytes);
+  close(fd);
+  lh_mapped_file f;
+  const lh_status st = lh_mapped_file_open(&f, path);
+  check(wrote && st == LH_OK && f.size == sizeof bytes && std::memcmp(f.data, bytes, sizeof bytes) == 0,
+        "mapped file has the file's bytes");
+  if (st == LH_OK) {
+    static_cast<unsigned char*>(f.data)[0] ^= 0xff;  // copy-on-write: must not reach the file
+    lh_mapped_file_close(&f);
+    lh_mapped_file_close(&f);
+    lh_mapped_file g;
+    check(lh_mapped_file_open(&g, path) == LH_OK && static_cast<unsigned char*>(g.data)[0] == bytes[0],
+          "writes to a mapping are private (file unchanged); close is idempotent");
+    lh_mapped_file_close(&g);
+  }
+  unlink(path);
+  lh_mapped_file h;
+  check(lh_mapped_file_open(&h, path) == LH_IO_ERROR && h.error == ENOENT && h.data == nullptr, "missing file: LH_IO_ERROR, ENOENT");
+  check(lh_mapped_file_open(&h, "/tmp") == LH_IO_ERROR && h.error == EISDIR, "directory: LH_IO_ERROR, EISDIR");
+  check(lh_mapped_file_open(&h, "") == LH_BAD_ARGUMENT && lh_mapped_file_open(&h, nullptr) == LH_BAD_ARGUMENT,
+        "empty or null path: LH_BAD_ARGUMENT");
+  char empty[] = "/tmp/longhand-native-empty-XXXXXX";
+  const int efd = mkstemp(empty);
+  close(efd);
+  check(lh_mapped_file_open(&h, empty) == LH_OK && h.size == 0 && h.data == nullptr, "empty file maps to 0 bytes");
+  lh_mapped_file_close(&h);
+  unlink(empty);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention: optimised vs scalar reference
+// ---------------------------------------------------------------------------------------------
+constexpr size_t kGuard = 16;        // canary floats before and after every output buffer
+constexpr float kCanary = -12345.678f;
+
+// A test case's buffers: K/V rows with a head stride larger than tokens*head_dim (like the pool,
+// which has spare capacity), q, and two guarded outputs.
+struct Case {
+  uint32_t tokens, heads, kv_heads, head_dim;
+  size_t stride;
+  std::vector<float> q;           // (heads, head_dim)
+  std::vector<uint16_t> k, v;     // (kv_heads, stride)
+  std::vector<float> out_opt;     // guard + (heads, head_dim) + guard
+  std::vector<float> out_ref;     // guard + (heads, head_dim) + guard
+
+  Case(uint32_t t, uint32_t h, uint32_t kvh, uint32_t d, Rng& rng) : tokens(t), heads(h), kv_heads(kvh), head_dim(d) {
+    stride = static_cast<size_t>(t + 3) * d;  // spare slots after the last token
+    q.resize(static_cast<size_t>(h) * d);
+    k.resize(kvh * stride);
+    v.resize(kvh * stride);
+    for (auto& x : q) x = rng.normal();
+    for (auto& x : k) x = lh_fp32_to_fp16(rng.normal());
+    for (auto& x : v) x = lh_fp32_to_fp16(rng.normal());
+    out_opt.assign(static_cast<size_t>(h) * d + 2 * kGuard, kCanary);
+    out_ref.assign(static_cast<size_t>(h) * d + 2 * kGuard, kCanary);
+  }
+  lh_attention_args args(std::vector<float>& out) {
+    lh_attention_args a;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data() + kGuard;
+    a.head_stride = stride;
+    a.tokens = tokens;
+    a.heads = heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    return a;
+  }
+  static bool guards_ok(const std::vector<float>& out) {
+    for (size_t i = 0; i < kGuard; ++i)
+      if (lh_f32_bits(out[i]) != lh_f32_bits(kCanary) || lh_f32_bits(out[out.size() - 1 - i]) != lh_f32_bits(kCanary)) return false;
+    return true;
+  }
+  size_t n() const { return static_cast<size_t>(heads) * head_dim; }
+};
+
+struct Diff {
+  double nmse;      // sum (o - r)^2 / sum r^2
+  double max_abs;   // max |o - r|
+  bool within;      // every element: |o - r| <= atol + rtol * |r|
+};
+
+Diff compare(const float* o, const float* r, size_t n, double atol, double rtol) {
+  double num = 0, den = 0, mx = 0;
+  bool within = true;
+  for (size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(o[i]) - r[i];
+    num += e * e;
+    den += static_cast<double>(r[i]) * r[i];
+    mx = std::fabs(e) > mx ? std::fabs(e) : mx;
+    if (!(std::fabs(e) <= atol + rtol * std::fabs(r[i]))) within = false;
+  }
+  return {den > 0 ? num / den : num, mx, within};
+}
+
+// Tolerances: both sides accumulate in fp32 from identical fp16 inputs; only summation order
+// and FMA contraction differ, so errors are a few fp32 ulps of the largest partial sums.
+constexpr double kNmseTol = 1e-10;
+constexpr double kAtol = 1e-5, kRtol = 1e-4;
+
+void test_attention_sweep(lh_attention_impl impl) {
+  const uint32_t lengths[] = {1, 7, 33, 257, 1000};
+  const uint32_t ratios[] = {1, 2, 4, 8};
+  const uint32_t dims[] = {8, 64, 128, 12, 1};  // 12 and 1: tails shorter than a SIMD vector
+  const uint32_t kv_heads_list[] = {1, 2};
+  Rng rng(1234);
+  int cases = 0, bad = 0, bad_guard = 0;
+  double worst_nmse = 0, worst_abs = 0;
+  char first[160] = "";
+  for (const uint32_t t : lengths)
+    for (const uint32_t r : ratios)
+      for (const uint32_t d : dims)
+        for (const uint32_t kvh : kv_heads_list) {
+          Case c(t, kvh * r, kvh, d, rng);
+          lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+          const lh_status so = lh_attention_decode(&ao, impl), sr = lh_attention_decode_ref(&ar);
+          const Diff df = compare(c.out_opt.data() + kGuard, c.out_ref.data() + kGuard, c.n(), kAtol, kRtol);
+          ++cases;
+          worst_nmse = df.nmse > worst_nmse ? df.nmse : worst_nmse;
+          worst_abs = df.max_abs > worst_abs ? df.max_abs : worst_abs;
+          const bool ok = so == LH_OK && sr == LH_OK && df.nmse <= kNmseTol && df.within;
+          if (!Case::guards_ok(c.out_opt) || !Case::guards_ok(c.out_ref)) ++bad_guard;
+          if (!ok && bad++ == 0)
+            std::snprintf(first, sizeof first, "tokens %u heads %u kv %u dim %u: nmse %.3g max %.3g st %d/%d", t, kvh * r, kvh, d,
+                          df.nmse, df.max_abs, so, sr);
+        }
+  char name[160];
+  std::snprintf(name, sizeof name, "attention %s vs reference, %d shapes, NMSE <= %.0e and |e| <= %.0e + %.0e|r|",
+                lh_attention_impl_name(impl), cases, kNmseTol, kAtol, kRtol);
+  check(bad == 0, name, "%d bad, first %s", bad, first);
+  std::printf("      worst NMSE %.3e, worst |error| %.3e\n", worst_nmse, worst_abs);
+  std::snprintf(name, sizeof name, "attention %s: guard bytes around every output untouched", lh_attention_impl_name(impl));
+  check(bad_guard == 0, name, "%d cases wrote outside their output", bad_guard);
+}
+
+// Inject a non-finite value and require both kernels to be non-finite at the same outputs.
+void test_attention_nonfinite(lh_attention_impl impl) {
+  struct Inject {
+    const char* what;
+    int where;  // 0 q, 1 k, 2 v
+    float value;
+  };
+  const Inject injects[] = {{"NaN in q", 0, NAN},   {"+inf in q", 0, INFINITY}, {"-inf in q", 0, -INFINITY},
+                            {"NaN in K", 1, NAN},   {"+inf in K", 1, INFINITY}, {"-inf in K", 1, -INFINITY},
+                            {"NaN in V", 2, NAN},   {"+inf in V", 2, INFINITY}};
+  const uint32_t lengths[] = {1, 7, 33, 100};
+  Rng rng(99);
+  int bad = 0, cases = 0, nonfinite_cases = 0;
+  char first[200] = "";
+  for (const Inject& inj : injects)
+    for (const uint32_t t : lengths)
+      for (int rep = 0; rep < 4; ++rep) {
+        const uint32_t kvh = 2, ratio = rep % 2 ? 4 : 1, d = rep < 2 ? 8 : 64;
+        Case c(t, kvh * ratio, kvh, d, rng);
+        const uint32_t g = static_cast<uint32_t>(rng.next() % kvh);
+        const uint32_t tok = static_cast<uint32_t>(rng.next() % t);
+        const uint32_t i = static_cast<uint32_t>(rng.next() % d);
+        if (inj.where == 0) c.q[(g * ratio) * d + i] = inj.value;
+        if (inj.where == 1) c.k[g * c.stride + tok * d + i] = lh_fp32_to_fp16(inj.value);
+        if (inj.where == 2) c.v[g * c.stride + tok * d + i] = lh_fp32_to_fp16(inj.value);
+        lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+        lh_attention_decode(&ao, impl);
+        lh_attention_decode_ref(&ar);
+        ++cases;
+        bool any = false, same = true;
+        for (size_t j = 0; j < c.n(); ++j) {
+          const bool fo = std::isfinite(c.out_opt[kGuard + j]), fr = std::isfinite(c.out_ref[kGuard + j]);
+          any = any || !fr;
+          same = same && fo == fr;
+        }
+        // Finite outputs must still agree.
+        const Diff df = [&] {
+          std::vector<float> o, r;
+          for (size_t j = 0; j < c.n(); ++j)
+            if (std::isfinite(c.out_ref[kGuard + j])) {
+              o.push_back(c.out_opt[kGuard + j]);
+              r.push_back(c.out_ref[kGuard + j]);
+            }
+          return compare(o.data(), r.data(), o.size(), kAtol, kRtol);
+        }();
+        nonfinite_cases += any;
+        const bool ok = same && df.within && Case::guards_ok(c.out_opt);
+        if (!ok && bad++ == 0) std::snprintf(first, sizeof first, "%s, tokens %u ratio %u dim %u", inj.what, t, ratio, d);
+      }
+  char name[160];
+  std::snprintf(name, sizeof name, "attention %s: NaN/Inf parity with reference (%d cases, %d non-finite)",
+                lh_attention_impl_name(impl), cases, nonfinite_cases);
+  check(bad == 0 && nonfinite_cases > cases / 2, name, "%d differ, first %s", bad, first);
+
+  // All scores -inf (q = +inf against negative keys) -> NaN in both; one -inf score among
+  // finite ones -> zero weight, finite output in both.
+  {
+    Case c(40, 1, 1, 8, rng);
+    for (auto& x : c.q) x = 0;
+    c.q[0] = INFINITY;
+    for (uint32_t t = 0; t < 40; ++t) c.k[t * 8] = lh_fp32_to_fp16(-1.0f);
+    lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+    lh_attention_decode(&ao, impl);
+    lh_attention_decode_ref(&ar);
+    bool nan_all = true;
+    for (size_t j = 0; j < c.n(); ++j) nan_all = nan_all && std::isnan(c.out_opt[kGuard + j]) && std::isnan(c.out_ref[kGuard + j]);
+    Case e(40, 1, 1, 8, rng);
+    for (uint32_t t = 0; t < 40; ++t) e.k[t * 8] = lh_fp32_to_fp16(t == 35 ? -1.0f : 0.0f);  // token 35 gets -inf
+    for (auto& x : e.q) x = 0;
+    e.q[0] = 1e30f;  // scores: 0 for every token but 35, which gets -1e30 * scale (weight exactly 0)
+    lh_attention_args eo = e.args(e.out_opt), er = e.args(e.out_ref);
+    lh_attention_decode(&eo, impl);
+    lh_attention_decode_ref(&er);
+    const Diff df = compare(e.out_opt.data() + kGuard, e.out_ref.data() + kGuard, e.n(), kAtol, kRtol);
+    std::snprintf(name, sizeof name, "attention %s: all -inf scores give NaN; a hugely negative score gets weight 0",
+                  lh_attention_impl_name(impl));
+    check(nan_all && df.within, name);
+  }
+}
+
+void test_attention_bad_args() {
+  Rng rng(5);
+  Case c(10, 4, 2, 8, rng);
+  lh_attention_args a = c.args(c.out_opt);
+  bool ok = lh_attention_decode(nullptr) == LH_BAD_ARGUMENT && lh_attention_decode_ref(nullptr) == LH_BAD_ARGUMENT;
+  lh_attention_args b = a;
+  b.heads = 3;  // not a multiple of kv_heads
+  ok = ok && lh_attention_decode(&b) == LH_BAD_ARGUMENT && lh_attention_decode_ref(&b) == LH_BAD_ARGUMENT;
+  b = a;
+  b.tokens = 0;
+  ok = ok && lh_attention_decode(&b) == LH_BAD_ARGUMENT;
+  b = a;
+  b.head_dim = 0;
+  ok = ok && lh_attention_decode(&b) == LH_BAD_ARGUMENT;
+  b = a;
+  b.head_stride = 10 * 8 - 1;  // rows of one head would run into the next
+  ok = ok && lh_attention_decode(&b) == LH_BAD_ARGUMENT;
+  b = a;
+  b.out = const_cast<float*>(b.q) + 1;  // output overlapping q
+  ok = ok && lh_attention_decode(&b) == LH_BAD_ARGUMENT && lh_attention_decode_ref(&b) == LH_BAD_ARGUMENT;
+  b = a;
+  b.k = nullptr;
+  ok = ok && lh_attention_decode(&b) == LH_BAD_ARGUMENT;
+  ok = ok && Case::guards_ok(c.out_opt);
+  for (size_t j = 0; j < c.n(); ++j) ok = ok && lh_f32_bits(c.out_opt[kGuard + j]) == lh_f32_bits(kCanary);  // nothing written
+  check(ok, "attention bad arguments return LH_BAD_ARGUMENT and write nothing");
+}
+
+// Attention straight over the pool's rows (head stride = capacity * head_dim).
+void test_attention_over_pool() {
+  const uint32_t L = 2, H = 2, D = 64, T = 77, heads = 8;
+  lh_kv_pool_config cfg{1 << 22, L, H, D};
+  lh_kv_pool p;
+  if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
+    check(false, "attention over pool rows", "pool init failed");
+    return;
+  }
+  Rng rng(3);
+  std::vector<float> k(H * D), v(H * D), q(heads * D), o(heads * D), r(heads * D);
+  for (uint32_t t = 0; t < T; ++t) {
+    for (auto& x : k) x = rng.normal();
+    for (auto& x : v) x = rng.normal();
+    lh_kv_pool_append(&p, 1, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
+  }
+  for (auto& x : q) x = rng.normal();
+  lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p),
+                      lh_kv_pool_length(&p, 1), heads, H, D, 0.125f};
+  lh_attention_args b = a;
+  b.out = r.data();
+  const bool ok = lh_attention_decode(&a) == LH_OK && lh_attention_decode_ref(&b) == LH_OK;
+  const Diff df = compare(o.data(), r.data(), o.size(), kAtol, kRtol);
+  check(ok && df.nmse <= kNmseTol && df.within, "attention over pool rows (capacity stride) matches reference", "nmse %.3g", df.nmse);
+  lh_kv_pool_free(&p);
+}
+
+// Not a test: how much faster the optimised kernel is on a Llama-like decode step.
+void bench_attention() {
+  Rng rng(11);
+  const uint32_t t = 4096, kvh = 8, ratio = 4, d = 128;
+  Case c(t, kvh * ratio, kvh, d, rng);
+  auto time_ms = [&](auto&& fn) {
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fn();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      best = ms < best ? ms : best;
+    }
+    return best;
+  };
+  lh_attention_args a = c.args(c.out_opt), b = c.args(c.out_ref);
+  const double ref = time_ms([&] { lh_attention_decode_ref(&b); });
+  const double port = time_ms([&] { lh_attention_decode(&a, LH_ATTN_PORTABLE); });
+  const double best = time_ms([&] { lh_attention_decode(&a, LH_ATTN_AUTO); });
+  const double kv_mb = 2.0 * kvh * t * d * 2 / 1e6;
+  std::printf("      bench: decode attention, %u tokens, %u heads / %u kv heads, dim %u (%.1f MB of K/V), best of 5:\n", t, kvh * ratio,
+              kvh, d, kv_mb);
+  std::printf("      bench:   reference %.2f ms | portable %.2f ms (%.1fx) | %s %.2f ms (%.1fx, %.1f GB/s)\n", ref, port, ref / port,
+              lh_attention_impl_name(LH_ATTN_AUTO), best, ref / best, kv_mb / best);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  test_fp16();
+  test_kv_pool();
+  test_mapped_file();
+  test_attention_sweep(LH_ATTN_PORTABLE);
+  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_sweep(LH_ATTN_AVX2);
+  test_attention_nonfinite(LH_ATTN_PORTABLE);
+  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_nonfinite(LH_ATTN_AVX2);
+  test_attention_bad_args();
+  test_attention_over_pool();
+  if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
+  std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
