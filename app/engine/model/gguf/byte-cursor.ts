@@ -3,6 +3,9 @@
 // come back as BigInt and become numbers only through `count`/`safeNumber`, which check them first.
 import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
 
+/** Bytes beyond which a count cannot belong to a real GGUF header (largest vocabularies need a few MB). */
+export const PLAUSIBLE_HEADER_BYTES = 256n << 20n;
+
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 export class ByteCursor {
@@ -101,13 +104,19 @@ export class ByteCursor {
 
   /**
    * A count read from the file (at `at`) that promises `count` items of at least `minBytesEach`
-   * bytes. Fails with MODEL_ABSURD_COUNT, before anything is allocated, when the rest of the file
-   * could not hold them.
+   * bytes, checked before anything is allocated. When the rest of the file cannot hold them:
+   * MODEL_ABSURD_COUNT if they would need more than PLAUSIBLE_HEADER_BYTES (no real GGUF header
+   * comes near that, so the count itself is garbage), else MODEL_TRUNCATED (a plausible count in a
+   * file that was cut short).
    */
   count(count: bigint, minBytesEach: number, what: string, at: number): number {
     const needed = count * BigInt(minBytesEach);
     if (needed > BigInt(this.remaining)) {
-      this.fail('MODEL_ABSURD_COUNT', `${what} is ${count}, but the ${this.remaining} bytes left in the file could hold at most ${Math.floor(this.remaining / Math.max(1, minBytesEach))}`, at, { count: count.toString(), remaining: this.remaining });
+      const details = { count: count.toString(), remaining: this.remaining };
+      if (needed > PLAUSIBLE_HEADER_BYTES) {
+        this.fail('MODEL_ABSURD_COUNT', `${what} is ${count}, but the ${this.remaining} bytes left in the file could hold at most ${Math.floor(this.remaining / Math.max(1, minBytesEach))}`, at, details);
+      }
+      this.fail('MODEL_TRUNCATED', `file ends at byte ${this.length}, but ${what} (${count}) needs at least ${needed} more bytes from byte ${this.pos}`, this.pos, details);
     }
     return Number(count);
   }

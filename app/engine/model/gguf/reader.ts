@@ -13,6 +13,8 @@
 //
 // Policies (stricter than the spec where a real model never needs the freedom):
 //   - v2 and v3 only (v1 used 32-bit counts; v3 only added big-endian files, which we refuse).
+//   - A count that the rest of the file cannot hold is MODEL_ABSURD_COUNT when its items would
+//     need more than 256 MiB (no real header does), otherwise MODEL_TRUNCATED (the file was cut).
 //   - Keys and tensor names must be non-empty and unique (MODEL_DUPLICATE_KEY).
 //   - bool values must be 0 or 1; arrays nest at most MAX_ARRAY_DEPTH deep (MODEL_BAD_VALUE).
 //   - general.alignment must be a uint32, non-zero power of two (else MODEL_MISALIGNED).
@@ -164,7 +166,7 @@ export function parseGgufSource(source: GgufByteSource, fileName: string, option
   const kvCount = c.count(kvCountRaw, 13, 'the metadata count', kvCountAt);
   const tensorCount = c.count(tensorCountRaw, 24, 'the tensor count', tensorCountAt);
   if (kvCountRaw * 13n + tensorCountRaw * 24n > BigInt(c.remaining)) {
-    c.fail('MODEL_ABSURD_COUNT', `${kvCount} metadata entries and ${tensorCount} tensors cannot fit in the ${c.remaining} bytes left`, tensorCountAt);
+    c.fail('MODEL_TRUNCATED', `file ends at byte ${c.length}: ${kvCount} metadata entries and ${tensorCount} tensors cannot fit in the ${c.remaining} bytes left`, c.pos);
   }
 
   // ---- metadata
