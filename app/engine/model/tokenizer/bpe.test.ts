@@ -1,6 +1,7 @@
 // Byte-level BPE on a small hand-made vocabulary whose merges we can follow on paper.
 import { describe, expect, test } from 'vitest';
-import { BYTE_TO_CHAR, BpeTokenizer } from './bpe.ts';
+import { BYTE_TO_CHAR } from './bpe.ts';
+import type { BpeTokenizer } from './bpe.ts';
 import { StreamDecoder, createGgufTokenizer } from './tokenizer.ts';
 
 const MERGES = ['Ġ t', 'h e', 'Ġt he', 'l l', 'he ll', 'hell o', 'Ġ c'];

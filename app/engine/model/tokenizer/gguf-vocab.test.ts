@@ -32,7 +32,7 @@ function code(make: () => unknown): string | undefined {
 describe('GGUF tokenizer metadata', () => {
   test('a small valid SentencePiece vocabulary works', () => {
     const tokenizer = createGgufTokenizer(spm());
-    // "▁ab": ▁a (score -262) beats ab (-263)... scores are -id, so the earlier entry wins
+    // scores are -id: "▁a" (id 262) outscores "ab" (263), and "▁ab" is not a token
     expect(tokenizer.encode('ab').map((id) => tokenizer.tokenPiece(id))).toEqual(['<s>', '\u2581a', 'b']);
     expect(tokenizer.decode(tokenizer.encode('ab'))).toBe(' ab');
     expect(tokenizer.decode(tokenizer.encode('ab', { addSpecial: false }))).toBe('ab');
