@@ -68,13 +68,15 @@ export interface GraphBuilderOptions {
   irVersion?: number;
   /** Element type of float weights and activations (ops read it). Default float32. */
   floatType?: FloatType;
+  /** Refuse to encode above this many initializer bytes (default: protobuf's 2 GiB less 16 MiB of headroom). */
+  maxModelBytes?: number;
 }
 
 export type FloatType = 'float32' | 'float16';
 
 export interface NodeOptions {
   domain?: string;
-  /** Number of outputs (default 1) or their names. */
+  /** Number of outputs (default 1) or their names ('' omits an optional output). */
   outputs?: number | readonly string[];
   /** Node name; also the prefix of generated output names. */
   name?: string;
@@ -114,6 +116,7 @@ export class GraphBuilder {
   private readonly usedDomains = new Set<string>(['']);
   private counter = 0;
   private initializerBytes = 0;
+  private readonly maxModelBytes: number;
 
   constructor(name: string, options: GraphBuilderOptions = {}) {
     this.name = name;
@@ -121,6 +124,7 @@ export class GraphBuilder {
     this.msOpset = options.msOpset ?? 1;
     this.irVersion = options.irVersion ?? 10;
     this.floatType = options.floatType ?? 'float32';
+    this.maxModelBytes = options.maxModelBytes ?? PROTOBUF_LIMIT_BYTES - 16 * 1024 * 1024;
   }
 
   /** Bytes of initializer data added so far (what the model will weigh). */
@@ -189,7 +193,7 @@ export class GraphBuilder {
     }
     const wanted = options.outputs ?? 1;
     const outputs = typeof wanted === 'number' ? Array.from({ length: wanted }, (_, i) => this.fresh(wanted === 1 ? nodeName : `${nodeName}_${i}`)) : [...wanted];
-    for (const o of outputs) this.define(o, `output of ${nodeName}`);
+    for (const o of outputs) if (o !== '') this.define(o, `output of ${nodeName}`);
     const attributes: AttributeSpec[] = [];
     for (const [key, value] of Object.entries(attrs)) if (value !== undefined) attributes.push(toAttribute(key, value));
     this.nodes.push({ opType, domain, name: nodeName, inputs: names, outputs, attributes });
@@ -235,12 +239,12 @@ export class GraphBuilder {
   /** The serialised ModelProto, ready for InferenceSession.create(bytes). */
   toModel(): Uint8Array {
     if (this.outputs.length === 0) throw new OnnxError('ONNX_BAD_GRAPH', `${this.name}: the graph has no outputs`, { graph: this.name });
-    // Headroom for names and structure: the weights alone must leave room under the limit.
-    if (this.initializerBytes >= PROTOBUF_LIMIT_BYTES - 16 * 1024 * 1024) {
-      throw new OnnxError('ONNX_MODEL_TOO_LARGE', `${this.name}: ${this.initializerBytes} bytes of weights do not fit one in-memory ONNX model (limit 2 GiB); split the graph`, {
+    // The weights alone must leave headroom under protobuf's limit for names and structure.
+    if (this.initializerBytes > this.maxModelBytes) {
+      throw new OnnxError('ONNX_MODEL_TOO_LARGE', `${this.name}: ${this.initializerBytes} bytes of weights do not fit one in-memory ONNX model (limit ${this.maxModelBytes}); split the graph`, {
         graph: this.name,
         bytes: this.initializerBytes,
-        limit: PROTOBUF_LIMIT_BYTES,
+        limit: this.maxModelBytes,
       });
     }
     return encodeModel(this.toModelSpec());

@@ -7,7 +7,7 @@ import type { RopeLayout } from '../model/types.ts';
 import { fromFloat16Array, toFloat16Array } from './float16.ts';
 import { GraphBuilder } from './graph-builder.ts';
 import { dequantizeNBits, quantizeNBits } from './matmul-nbits.ts';
-import { addRopeCaches, layerNorm, linear, reluMlp, rmsNorm, rope, ropeInvFreq, swigluMlp, type LinearF32 } from './ops.ts';
+import { addRopeCaches, layerNorm, linear, reluMlp, rmsNorm, rope, ropeInvFreq, skipRmsNorm, swigluMlp, type LinearF32 } from './ops.ts';
 import * as ref from './reference-ops.ts';
 import { createSession } from './session.ts';
 import { maxAbsDiff, randomArray } from './test-helpers.ts';
@@ -122,6 +122,24 @@ describe('dense ops', () => {
     const out = await runGraph(g, { x: { elemType: 'float32', dims: [rows, d], data: x } });
     const expected = ref.linear(ref.layernorm(x, w, b, 1e-5), lin.weight, 20, d, lin.bias);
     expect(maxAbsDiff(out.proj!, expected).maxAbs).toBeLessThan(TOL);
+  });
+
+  it('residual add + RMSNorm in one op returns the normed value and the new residual', async () => {
+    const d = 64;
+    const rows = 3;
+    const x = randomArray(rows * d, 51, 2);
+    const skip = randomArray(rows * d, 52, 2);
+    const w = randomArray(d, 53).map((v) => 1 + 0.5 * v);
+    const g = new GraphBuilder('skipnorm');
+    const xin = g.input('x', 'float32', [1, rows, d]);
+    const sin = g.input('skip', 'float32', [1, rows, d]);
+    const { normed, sum } = skipRmsNorm(g, xin, sin, w, 1e-6, 'ffn_norm');
+    g.output(normed, 'float32');
+    g.output(sum, 'float32');
+    const out = await runGraph(g, { x: { elemType: 'float32', dims: [1, rows, d], data: x }, skip: { elemType: 'float32', dims: [1, rows, d], data: skip } });
+    const s = x.map((v, i) => v + skip[i]!);
+    expect(maxAbsDiff(out[sum]!, s).maxAbs).toBeLessThan(TOL);
+    expect(maxAbsDiff(out[normed]!, ref.rmsnorm(s, w, 1e-6)).maxAbs).toBeLessThan(TOL);
   });
 
   it('SwiGLU MLP and ReLU MLP', async () => {

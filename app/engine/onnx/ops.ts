@@ -18,6 +18,19 @@ export function rmsNorm(g: GraphBuilder, x: string, weight: Float32Array, eps: n
   return g.op('SimplifiedLayerNormalization', [x, w], { axis: -1, epsilon: float(eps), stash_type: 1 }, { name });
 }
 
+/**
+ * Residual add and RMSNorm in one op (com.microsoft SkipSimplifiedLayerNormalization):
+ * sum = x + skip; normed = rmsnorm(sum) · weight. Returns both (sum is the new residual stream).
+ */
+export function skipRmsNorm(g: GraphBuilder, x: string, skip: string, weight: Float32Array, eps: number, name: string): { normed: string; sum: string } {
+  const w = g.floatInitializer(`${name}.weight`, [weight.length], weight);
+  const normed = g.fresh(name);
+  const sum = g.fresh(`${name}.sum`);
+  // outputs: output, mean, inv_std_var, input_skip_bias_sum
+  g.node('SkipSimplifiedLayerNormalization', [x, skip, w], { epsilon: float(eps) }, { name, domain: MS_DOMAIN, outputs: [normed, '', '', sum] });
+  return { normed, sum };
+}
+
 /** LayerNorm over the last axis with weight and bias (opset 17 LayerNormalization). */
 export function layerNorm(g: GraphBuilder, x: string, weight: Float32Array, bias: Float32Array, eps: number, name: string): string {
   const w = g.floatInitializer(`${name}.weight`, [weight.length], weight);

@@ -87,6 +87,15 @@ describe('graph builder checks', () => {
     expect(() => g.toModel()).toThrow(/no outputs/);
   });
 
+  it('refuses to encode a model above its size limit, naming the graph', () => {
+    const g = new GraphBuilder('big', { maxModelBytes: 1000 });
+    const x = g.input('x', 'float32', [300]);
+    const b = g.initializer('b', { elemType: 'float32', dims: [300], data: new Float32Array(300) });
+    g.output(g.op('Add', [x, b]), 'float32', [300]);
+    expect(g.weightBytes).toBe(1200);
+    expect(() => g.toModel()).toThrow(expect.objectContaining({ code: 'ONNX_MODEL_TOO_LARGE', details: expect.objectContaining({ graph: 'big', bytes: 1200 }) }));
+  });
+
   it('drops trailing omitted inputs and imports com.microsoft only when used', () => {
     const g = new GraphBuilder('spec');
     const x = g.input('x', 'float32', [2]);
