@@ -348,13 +348,16 @@ export class Heap<T> {
   push(item: T): void {
     const items = this.items;
     items.push(item);
+    // sift up: move parents down until the item's place is found
     let i = items.length - 1;
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      if (!this.before(items[i] as T, items[parent] as T)) break;
-      [items[i], items[parent]] = [items[parent] as T, items[i] as T];
+      const above = items[parent] as T;
+      if (!this.before(item, above)) break;
+      items[i] = above;
       i = parent;
     }
+    items[i] = item;
   }
 
   pop(): T | undefined {
@@ -362,18 +365,19 @@ export class Heap<T> {
     const top = items[0];
     const last = items.pop();
     if (items.length === 0 || last === undefined) return top;
-    items[0] = last;
+    // sift down: move the smaller child up until `last` fits
+    const n = items.length;
     let i = 0;
     for (;;) {
       const l = 2 * i + 1;
+      if (l >= n) break;
       const r = l + 1;
-      let best = i;
-      if (l < items.length && this.before(items[l] as T, items[best] as T)) best = l;
-      if (r < items.length && this.before(items[r] as T, items[best] as T)) best = r;
-      if (best === i) break;
-      [items[i], items[best]] = [items[best] as T, items[i] as T];
-      i = best;
+      const child = r < n && this.before(items[r] as T, items[l] as T) ? r : l;
+      if (!this.before(items[child] as T, last)) break;
+      items[i] = items[child] as T;
+      i = child;
     }
+    items[i] = last;
     return top;
   }
 }
