@@ -29,6 +29,11 @@ export const ERROR_CODES = [
   'NATIVE_BAD_ARGUMENT', // a call into the addon with arguments it rejects
   'NATIVE_IO', // a file could not be opened or mapped
   'NATIVE_INTERNAL', // a native failure that is a bug in Longhand
+  // onnxruntime (the dense part of each layer)
+  'ONNX_PROVIDER_UNAVAILABLE', // an execution provider this onnxruntime build (or machine) cannot use
+  'ONNX_SESSION_FAILED', // onnxruntime refused the model or failed to run it
+  'ONNX_BAD_GRAPH', // the graph builder was asked for something inconsistent
+  'ONNX_MODEL_TOO_LARGE', // an in-memory model at or above protobuf's 2 GiB limit
   // command line
   'CLI_BAD_ARGUMENT',
 ] as const;
