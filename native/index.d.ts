@@ -1,0 +1,104 @@
+// Types of native/index.js, the one module that loads the compiled addon.
+// Every function throws NativeError (app/common/errors.ts) on failure, with `code`:
+//   NATIVE_NOT_BUILT      the binary is missing, does not load, or is stale
+//   NATIVE_BAD_ARGUMENT   wrong type, out-of-range number, wrong array length, freed pool/file
+//   NATIVE_OUT_OF_MEMORY  an allocation failed, a budget larger than RAM, or a full KV pool
+//   NATIVE_IO             a file could not be opened or mapped (details: path, errno)
+//   NATIVE_INTERNAL       a bug in Longhand's native code
+// Native failures never crash the process.
+import type { NativeError as NativeErrorClass } from '../app/common/errors.ts';
+
+export declare const NativeError: typeof NativeErrorClass;
+
+/** Absolute path of build/Release/longhand.node. */
+export declare const ADDON_PATH: string;
+
+/** The raw binding; use the functions below instead. */
+export interface NativeBinding {
+  readonly abiVersion: number;
+  readonly attentionKernel: string;
+}
+
+/** Loads (and, for the default path, caches) the addon; throws NATIVE_NOT_BUILT with the rebuild command. */
+export declare function loadAddon(path?: string): NativeBinding;
+
+/** True when the addon loads. Never throws. */
+export declare function isNativeAvailable(): boolean;
+
+/** 'avx2-fma-f16c' where the CPU has AVX2+FMA+F16C, else 'portable'. */
+export declare function attentionKernel(): string;
+
+export interface MapFileOptions {
+  /** Copy into a V8-owned buffer even where external buffers are allowed (tests the Electron path). */
+  copy?: boolean;
+}
+
+/** A model file mapped privately (stray writes are copy-on-write, the file never changes). */
+export interface MappedFile {
+  /** The file's bytes. External memory under Node; a copy under Electron's V8 memory cage. Detached (byteLength 0) after close(). */
+  readonly buffer: ArrayBuffer;
+  /** File size in bytes; 0 after close(). */
+  readonly byteLength: number;
+  /** true when `buffer` points at the mapping itself, false when it is a copy. */
+  readonly external: boolean;
+  readonly closed: boolean;
+  /** Detaches `buffer`, then unmaps. Idempotent. Also done at environment teardown. */
+  close(): void;
+}
+
+/** Maps `path`. NATIVE_IO when it cannot be opened/mapped or is not a regular file. */
+export declare function mapFile(path: string, options?: MapFileOptions): MappedFile;
+
+export interface KvPoolOptions {
+  /** Upper bound for the pool's one allocation, in bytes (integer, >= one token's bytes). */
+  budgetBytes: number;
+  layers: number; // 1..1024
+  kvHeads: number; // 1..1024
+  headDim: number; // 1..1024
+}
+
+/**
+ * The KV cache in native memory: per layer and KV head, fp16 K and V rows and each slot's token
+ * position. One mmap per pool; nothing allocates per token. Call free() when the model unloads
+ * (environment teardown frees it too). After free(), every method but free() throws NATIVE_BAD_ARGUMENT.
+ */
+export interface KvPool {
+  /** Slots (tokens) per layer that the budget holds. */
+  readonly capacityTokens: number;
+  /** Bytes of the allocation (<= budgetBytes). */
+  readonly byteLength: number;
+  /** Bytes one token costs over all layers and KV heads. */
+  readonly bytesPerToken: number;
+  readonly layers: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  readonly freed: boolean;
+  /** Stores one token's rows in `layer`: k and v are fp32 [kvHeads * headDim], stored as fp16. Returns the slot. Full pool: NATIVE_OUT_OF_MEMORY. */
+  append(layer: number, k: Float32Array, v: Float32Array, position: number): number;
+  /** Tokens stored in `layer`. */
+  length(layer: number): number;
+  /** One stored key row as fp32 [headDim] (for tests and inspection). */
+  readK(layer: number, kvHead: number, slot: number): Float32Array;
+  /** One stored value row as fp32 [headDim]. */
+  readV(layer: number, kvHead: number, slot: number): Float32Array;
+  /** The token position stored in a slot. */
+  position(layer: number, slot: number): number;
+  /** Forgets every token of every layer; keeps the memory. */
+  reset(): void;
+  /** Unmaps now. Idempotent. */
+  free(): void;
+  /** Same as free(). */
+  dispose(): void;
+}
+
+export declare function createKvPool(options: KvPoolOptions): KvPool;
+
+/**
+ * Single-query decode attention over every token of `layer`:
+ * q is fp32 [heads * headDim], out is fp32 [heads * headDim] (must not share memory with q);
+ * heads is a multiple of pool.kvHeads (GQA); scale 1/sqrt(headDim); stable softmax.
+ */
+export declare function attend(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
+
+/** attend() computed by the scalar C++ reference. */
+export declare function attendReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;

@@ -1,0 +1,113 @@
+// The only module that loads the compiled addon (native/build/Release/longhand.node).
+// Typed by ./index.d.ts. Everything else imports this file, never the .node binary.
+//
+// Errors: every native failure is thrown as NativeError (app/common/errors.ts) with `code`
+// NATIVE_BAD_ARGUMENT | NATIVE_OUT_OF_MEMORY | NATIVE_IO | NATIVE_INTERNAL, and a missing or
+// unloadable binary as NATIVE_NOT_BUILT. Under tsx or Vitest (how the engine, CLI and tests run)
+// the class is app/common's own; plain `node` cannot import a .ts file, so there a local class
+// with the same name, fields and toJSON() stands in (instanceof app/common's class is then false).
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(import.meta.url);
+
+/** Where `npm run build:native` puts the addon. */
+export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
+
+/** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
+const ABI_VERSION = 1;
+
+const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
+
+const FallbackNativeError = class NativeError extends Error {
+  constructor(code, message, details = {}) {
+    super(message);
+    this.name = 'NativeError';
+    this.code = code;
+    this.details = details;
+  }
+
+  toJSON() {
+    return { code: this.code, message: this.message, details: this.details };
+  }
+};
+
+let NativeErrorClass = FallbackNativeError;
+try {
+  ({ NativeError: NativeErrorClass } = await import('../app/common/errors.ts'));
+} catch {
+  // plain node without a TypeScript loader: keep the stand-in
+}
+
+/** The error class this module throws (app/common's NativeError when TypeScript is loadable). */
+export const NativeError = NativeErrorClass;
+
+let cached;
+
+/**
+ * Loads the addon from `path` (default: ADDON_PATH, cached). Throws NativeError NATIVE_NOT_BUILT,
+ * naming the path, the cause and the rebuild command, when the file is missing, does not load
+ * (wrong platform, missing symbol) or was built from other sources (ABI version mismatch).
+ */
+export function loadAddon(path = ADDON_PATH) {
+  if (path === ADDON_PATH && cached !== undefined) return cached;
+  let binding;
+  try {
+    binding = require(path);
+  } catch (cause) {
+    const reason = cause instanceof Error ? cause.message.split('\n')[0] : String(cause);
+    throw new NativeErrorClass('NATIVE_NOT_BUILT', `The native addon is not built or does not load: ${path} (${reason}). ${REBUILD_HINT}`, {
+      path,
+      reason,
+    });
+  }
+  if (binding === null || typeof binding !== 'object' || binding.abiVersion !== ABI_VERSION) {
+    const found = binding?.abiVersion;
+    throw new NativeErrorClass(
+      'NATIVE_NOT_BUILT',
+      `The native addon at ${path} is stale (ABI version ${String(found)}, this code needs ${ABI_VERSION}). ${REBUILD_HINT}`,
+      { path, found: typeof found === 'number' ? found : null, expected: ABI_VERSION },
+    );
+  }
+  binding.setErrorFactory((code, message, details) => new NativeErrorClass(code, message, details));
+  if (path === ADDON_PATH) cached = binding;
+  return binding;
+}
+
+/** True when the addon loads; never throws. */
+export function isNativeAvailable() {
+  try {
+    loadAddon();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Which attention kernel this CPU runs: 'avx2-fma-f16c' or 'portable'. */
+export function attentionKernel() {
+  return loadAddon().attentionKernel;
+}
+
+/** Maps a file (read-only, copy-on-write); see index.d.ts. */
+export function mapFile(path, options) {
+  const { MappedFile } = loadAddon();
+  return options === undefined ? new MappedFile(path) : new MappedFile(path, options);
+}
+
+/** Creates the KV pool: one allocation of at most `budgetBytes`; see index.d.ts. */
+export function createKvPool(options) {
+  const { KvPool } = loadAddon();
+  return new KvPool(options);
+}
+
+/** Decode attention of one query token over every token of `layer` in the pool. */
+export function attend(pool, layer, q, heads, out) {
+  loadAddon().attend(pool, layer, q, heads, out);
+}
+
+/** Same as attend(), computed by the scalar C++ reference kernel (for tests and checks). */
+export function attendReference(pool, layer, q, heads, out) {
+  loadAddon().attendReference(pool, layer, q, heads, out);
+}

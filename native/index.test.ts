@@ -1,0 +1,276 @@
+// The JS facade of the native addon: loading, mapFile, KvPool lifecycle, argument checks,
+// attend vs the scalar reference. Needs the addon built (`npm run build:native`).
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { NativeError as CommonNativeError } from '../app/common/errors.ts';
+import type { KvPool } from './index.js';
+import { ADDON_PATH, NativeError, attend, attendReference, attentionKernel, createKvPool, loadAddon, mapFile } from './index.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'longhand-native-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Runs fn, which must throw a NativeError with `code`; returns it. */
+function expectNativeError(fn: () => unknown, code: string): CommonNativeError {
+  try {
+    fn();
+  } catch (error) {
+    expect(error).toBeInstanceOf(CommonNativeError);
+    expect((error as CommonNativeError).code).toBe(code);
+    return error as CommonNativeError;
+  }
+  throw new Error(`expected a NativeError ${code}, nothing was thrown`);
+}
+
+/** Deterministic normal-ish values. */
+function randomArray(n: number, seed: number): Float32Array {
+  const out = new Float32Array(n);
+  let s = seed >>> 0 || 1;
+  for (let i = 0; i < n; i++) {
+    let acc = 0;
+    for (let j = 0; j < 4; j++) {
+      s ^= s << 13;
+      s ^= s >>> 17;
+      s ^= s << 5;
+      acc += (s >>> 0) / 2 ** 32;
+    }
+    out[i] = (acc - 2) * 1.7;
+  }
+  return out;
+}
+
+describe('loadAddon', () => {
+  it('loads the built addon and exports the ABI it was built for', () => {
+    const binding = loadAddon();
+    expect(binding.abiVersion).toBe(1);
+    expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
+    expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
+    expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
+  });
+
+  it('a missing binary throws NATIVE_NOT_BUILT naming the path and the rebuild command', () => {
+    const missing = join(dir, 'no-such', 'longhand.node');
+    const error = expectNativeError(() => loadAddon(missing), 'NATIVE_NOT_BUILT');
+    expect(error.message).toContain(missing);
+    expect(error.message).toContain('npm run build:native');
+    expect(error.message).toContain('python3, make and g++');
+    expect(error.details.path).toBe(missing);
+  });
+
+  it('a file that is not an addon throws NATIVE_NOT_BUILT too', () => {
+    const bogus = join(dir, 'bogus.node');
+    writeFileSync(bogus, 'not an ELF file');
+    expectNativeError(() => loadAddon(bogus), 'NATIVE_NOT_BUILT');
+  });
+});
+
+describe('mapFile', () => {
+  const bytes = new Uint8Array(100_003).map((_, i) => (i * 31 + 7) & 0xff);
+  const file = join(dir, 'model.bin');
+  writeFileSync(file, bytes);
+
+  for (const copy of [false, true]) {
+    it(`returns the file's bytes and detaches on close (${copy ? 'copied' : 'external'} buffer)`, () => {
+      const mapped = copy ? mapFile(file, { copy: true }) : mapFile(file);
+      expect(mapped.external).toBe(!copy);
+      expect(mapped.byteLength).toBe(bytes.length);
+      expect(mapped.buffer.byteLength).toBe(bytes.length);
+      expect(Buffer.compare(Buffer.from(mapped.buffer), Buffer.from(bytes))).toBe(0);
+      const view = new Uint8Array(mapped.buffer);
+      view[0] = (view[0]! + 1) & 0xff; // copy-on-write: the file does not change
+      mapped.close();
+      expect(mapped.closed).toBe(true);
+      expect(mapped.buffer.byteLength).toBe(0);
+      expect(view.length).toBe(0); // views of a detached buffer are empty: no access to unmapped memory
+      expect(mapped.byteLength).toBe(0);
+      mapped.close(); // idempotent
+      const again = mapFile(file);
+      expect(new Uint8Array(again.buffer)[0]).toBe(bytes[0]);
+      again.close();
+    });
+  }
+
+  it('maps an empty file to an empty buffer', () => {
+    const empty = join(dir, 'empty.bin');
+    writeFileSync(empty, '');
+    const mapped = mapFile(empty);
+    expect(mapped.byteLength).toBe(0);
+    expect(mapped.buffer.byteLength).toBe(0);
+    mapped.close();
+  });
+
+  it('reports missing files and directories as NATIVE_IO, bad paths as NATIVE_BAD_ARGUMENT', () => {
+    const error = expectNativeError(() => mapFile(join(dir, 'missing.gguf')), 'NATIVE_IO');
+    expect(error.message).toContain('missing.gguf');
+    expect(error.details.errno).toBe(2);
+    expectNativeError(() => mapFile(dir), 'NATIVE_IO');
+    expectNativeError(() => mapFile(''), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => mapFile(42 as unknown as string), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => mapFile('a\0b'), 'NATIVE_BAD_ARGUMENT');
+  });
+});
+
+describe('KvPool', () => {
+  const shape = { layers: 2, kvHeads: 2, headDim: 8 };
+
+  it('sizes its capacity from the byte budget', () => {
+    const pool = createKvPool({ budgetBytes: 1 << 20, ...shape });
+    expect(pool.bytesPerToken).toBe(2 * 2 * (8 * 2 * 2 + 4));
+    expect(pool.byteLength).toBeLessThanOrEqual(1 << 20);
+    const ideal = Math.floor((1 << 20) / pool.bytesPerToken);
+    expect(pool.capacityTokens).toBeLessThanOrEqual(ideal);
+    expect(pool.capacityTokens).toBeGreaterThanOrEqual(ideal - 2); // 64-byte region padding costs at most a few tokens
+    expect(pool.capacityTokens * pool.bytesPerToken).toBeLessThanOrEqual(pool.byteLength);
+    pool.free();
+  });
+
+  it('appends rows (fp32 in, fp16 stored) and reads them back', () => {
+    const pool = createKvPool({ budgetBytes: 1 << 16, ...shape });
+    const k = Float32Array.from({ length: 16 }, (_, i) => i - 8.5); // exact in fp16
+    const v = Float32Array.from({ length: 16 }, (_, i) => 0.1 * i); // rounded to fp16
+    expect(pool.append(1, k, v, 40)).toBe(0);
+    expect(pool.append(1, v, k, 41)).toBe(1);
+    expect(pool.length(1)).toBe(2);
+    expect(pool.length(0)).toBe(0);
+    expect(Array.from(pool.readK(1, 1, 0))).toEqual(Array.from(k.subarray(8)));
+    const v0 = pool.readV(1, 0, 0);
+    for (let i = 0; i < 8; i++) expect(Math.abs(v0[i]! - v[i]!)).toBeLessThanOrEqual(Math.abs(v[i]!) * 2 ** -11);
+    expect(pool.position(1, 1)).toBe(41);
+    pool.reset();
+    expect(pool.length(1)).toBe(0);
+    pool.free();
+  });
+
+  it('a full pool throws NATIVE_OUT_OF_MEMORY and keeps its tokens', () => {
+    const pool = createKvPool({ budgetBytes: 1000, ...shape });
+    const capacity = pool.capacityTokens;
+    expect(capacity).toBeGreaterThanOrEqual(1);
+    expect(capacity).toBeLessThanOrEqual(Math.floor(1000 / pool.bytesPerToken));
+    const row = new Float32Array(16);
+    for (let i = 0; i < capacity; i++) pool.append(0, row, row, i);
+    const error = expectNativeError(() => pool.append(0, row, row, capacity), 'NATIVE_OUT_OF_MEMORY');
+    expect(error.message).toContain('full');
+    expect(pool.length(0)).toBe(capacity);
+    pool.append(1, row, row, 0); // other layers still have room
+    pool.free();
+  });
+
+  it('free() is idempotent; any use after free is NATIVE_BAD_ARGUMENT, not a crash', () => {
+    const pool = createKvPool({ budgetBytes: 1 << 16, ...shape });
+    pool.append(0, new Float32Array(16), new Float32Array(16), 0);
+    pool.free();
+    pool.free();
+    pool.dispose();
+    expect(pool.freed).toBe(true);
+    expectNativeError(() => pool.length(0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => pool.append(0, new Float32Array(16), new Float32Array(16), 1), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => pool.readK(0, 0, 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => attend(pool, 0, new Float32Array(16), 2, new Float32Array(16)), 'NATIVE_BAD_ARGUMENT');
+  });
+
+  it('rejects bad options', () => {
+    const bad: unknown[] = [
+      undefined,
+      null,
+      42,
+      [],
+      { ...shape },
+      { budgetBytes: -1, ...shape },
+      { budgetBytes: 1.5, ...shape },
+      { budgetBytes: Number.NaN, ...shape },
+      { budgetBytes: '1000000', ...shape },
+      { budgetBytes: 1 << 20, ...shape, layers: 0 },
+      { budgetBytes: 1 << 20, ...shape, kvHeads: -2 },
+      { budgetBytes: 1 << 20, ...shape, headDim: 1 << 20 },
+      { budgetBytes: 10, ...shape }, // less than one token
+      { budgetBytes: 2 ** 60, ...shape }, // more than 2^31 tokens
+    ];
+    for (const options of bad) expectNativeError(() => createKvPool(options as never), 'NATIVE_BAD_ARGUMENT');
+  });
+
+  it('a budget beyond physical memory is NATIVE_OUT_OF_MEMORY', () => {
+    const error = expectNativeError(() => createKvPool({ budgetBytes: 2 ** 46, layers: 64, kvHeads: 8, headDim: 128 }), 'NATIVE_OUT_OF_MEMORY');
+    expect(error.message).toContain(String(2 ** 46));
+  });
+
+  it('rejects bad append and read arguments', () => {
+    const pool = createKvPool({ budgetBytes: 1 << 16, ...shape });
+    const row = new Float32Array(16);
+    expectNativeError(() => pool.append(2, row, row, 0), 'NATIVE_BAD_ARGUMENT'); // layer out of range
+    expectNativeError(() => pool.append(-1, row, row, 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => pool.append(0, new Float32Array(15), row, 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => pool.append(0, new Float64Array(16) as unknown as Float32Array, row, 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => pool.append(0, Array.from(row) as unknown as Float32Array, row, 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => pool.append(0, row, row, -5), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => pool.readK(0, 0, 0), 'NATIVE_BAD_ARGUMENT'); // empty layer
+    pool.append(0, row, row, 0);
+    expectNativeError(() => pool.readV(0, 2, 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => pool.readV(0, 0, 1), 'NATIVE_BAD_ARGUMENT');
+    expect(pool.length(0)).toBe(1);
+    pool.free();
+  });
+});
+
+describe('attend', () => {
+  function filledPool(layers: number, kvHeads: number, headDim: number, tokens: number): KvPool {
+    const pool = createKvPool({ budgetBytes: 1 << 24, layers, kvHeads, headDim });
+    for (let t = 0; t < tokens; t++) {
+      pool.append(layers - 1, randomArray(kvHeads * headDim, 2 * t + 1), randomArray(kvHeads * headDim, 2 * t + 2), t);
+    }
+    return pool;
+  }
+
+  for (const [kvHeads, ratio, headDim, tokens] of [
+    [1, 1, 8, 1],
+    [2, 4, 64, 33],
+    [4, 2, 128, 257],
+    [1, 8, 12, 100],
+  ] as const) {
+    it(`matches the scalar reference (kvHeads ${kvHeads}, GQA ${ratio}, headDim ${headDim}, ${tokens} tokens)`, () => {
+      const pool = filledPool(2, kvHeads, headDim, tokens);
+      const heads = kvHeads * ratio;
+      const q = randomArray(heads * headDim, 99);
+      const out = new Float32Array(heads * headDim);
+      const ref = new Float32Array(heads * headDim);
+      attend(pool, 1, q, heads, out);
+      attendReference(pool, 1, q, heads, ref);
+      let num = 0;
+      let den = 0;
+      for (let i = 0; i < out.length; i++) {
+        num += (out[i]! - ref[i]!) ** 2;
+        den += ref[i]! ** 2;
+        expect(Number.isFinite(out[i])).toBe(true);
+      }
+      expect(num / den).toBeLessThan(1e-10);
+      pool.free();
+    });
+  }
+
+  it('a single token returns its value row exactly (softmax of one is 1)', () => {
+    const pool = filledPool(1, 1, 8, 1);
+    const out = new Float32Array(16);
+    attend(pool, 0, randomArray(16, 5), 2, out);
+    expect(Array.from(out.subarray(0, 8))).toEqual(Array.from(pool.readV(0, 0, 0)));
+    expect(Array.from(out.subarray(8))).toEqual(Array.from(pool.readV(0, 0, 0)));
+    pool.free();
+  });
+
+  it('rejects bad arguments without writing', () => {
+    const pool = filledPool(2, 2, 8, 5);
+    const q = new Float32Array(32);
+    const out = new Float32Array(32).fill(7);
+    expectNativeError(() => attend({} as KvPool, 1, q, 4, out), 'NATIVE_BAD_ARGUMENT'); // not a pool
+    expectNativeError(() => attend(mapFile(join(dir, 'model.bin')) as unknown as KvPool, 1, q, 4, out), 'NATIVE_BAD_ARGUMENT'); // wrong tag
+    expectNativeError(() => attend(pool, 0, q, 4, out), 'NATIVE_BAD_ARGUMENT'); // layer 0 is empty
+    expectNativeError(() => attend(pool, 2, q, 4, out), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => attend(pool, 1, q, 3, out), 'NATIVE_BAD_ARGUMENT'); // not a multiple of kvHeads
+    expectNativeError(() => attend(pool, 1, q, 2, out), 'NATIVE_BAD_ARGUMENT'); // q length mismatch
+    expectNativeError(() => attend(pool, 1, q, 4, new Float32Array(31)), 'NATIVE_BAD_ARGUMENT');
+    const shared = new Float32Array(64);
+    expectNativeError(() => attend(pool, 1, shared.subarray(0, 32), 4, shared.subarray(16, 48)), 'NATIVE_BAD_ARGUMENT'); // overlap
+    expectNativeError(() => attendReference(pool, 1, q, 4, q), 'NATIVE_BAD_ARGUMENT'); // in place
+    expect(Array.from(out).every((x) => x === 7)).toBe(true);
+    pool.free();
+  });
+});
