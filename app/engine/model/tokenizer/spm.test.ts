@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { haveSharedModel, loadReferenceRuns, STORIES_260K } from '../../../../test/support/models.ts';
+import { loadGgufModel } from '../gguf/gguf-model.ts';
 import { parseGguf } from '../gguf/reader.ts';
 import { StreamDecoder, createGgufTokenizer, createTokenizer } from './tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
@@ -10,7 +11,6 @@ import type { Tokenizer } from './tokenizer.ts';
 const have = haveSharedModel();
 
 function storiesMetadata(): ReadonlyMap<string, unknown> {
-  // a plain Uint8Array: the reader's typed arrays are copies of its own buffer
   return parseGguf(new Uint8Array(readFileSync(STORIES_260K)), 'stories260K.gguf').metadata;
 }
 
@@ -69,9 +69,14 @@ describe.skipIf(!have)('SentencePiece on stories260K', () => {
     expect(tokenizer.tokenId('\u2581Once')).toBe(403);
   });
 
-  test('createTokenizer builds the same tokenizer from a gguf source', async () => {
-    const built = await createTokenizer({ kind: 'gguf', metadata: storiesMetadata() });
-    expect(built.encode('Once upon a time')).toEqual(tokenizer.encode('Once upon a time'));
+  test('createTokenizer builds it from the LoadedModel our GGUF loader returns', async () => {
+    const model = loadGgufModel(STORIES_260K);
+    try {
+      const built = await createTokenizer(model.tokenizer);
+      for (const run of loadReferenceRuns()) expect(built.encode(run.prompt)).toEqual(run.promptIds);
+    } finally {
+      model.close();
+    }
   });
 
   for (const run of have ? loadReferenceRuns() : []) {
