@@ -1,14 +1,16 @@
-// Opening a model file for reading without copying it into the JS heap more than once.
-// The native addon (native/index.js `mapFile`) will map files; until it is wired in, this reads
-// the file with one fs.readFileSync call. This function is the only place to switch.
+// Opening a model file for reading without copying it into the JS heap.
+// With the native addon built, files are memory-mapped (native/index.js `mapFile`: external
+// memory under Node, one copy under Electron's V8 memory cage). Without it, one fs.readFileSync
+// call reads the file once. Either way the bytes are held once; tensor views are subarrays.
 import { readFileSync } from 'node:fs';
-import { ModelFileError } from '../../../common/errors.ts';
+import { ModelFileError, isLonghandError } from '../../../common/errors.ts';
+import { isNativeAvailable, mapFile } from '../../../../native/index.js';
 
 export interface MappedFile {
   readonly path: string;
-  /** The whole file. */
+  /** The whole file. Empty after close() when it was mapped. */
   readonly bytes: Uint8Array;
-  /** True when the bytes live outside the JS heap (mapped). */
+  /** True when the bytes are the mapping itself, outside the JS heap. */
   readonly external: boolean;
   /** Releases the bytes; reading them afterwards is a bug. Idempotent. */
   close(): void;
@@ -17,13 +19,43 @@ export interface MappedFile {
 
 /** Opens `path` for reading; errors name the file as `displayName` (e.g. relative to the model folder). */
 export function openModelFile(path: string, displayName: string = path): MappedFile {
+  return isNativeAvailable() ? openMapped(path, displayName) : openRead(path, displayName);
+}
+
+function openMapped(path: string, displayName: string): MappedFile {
+  let mapped: ReturnType<typeof mapFile>;
+  try {
+    mapped = mapFile(path);
+  } catch (error) {
+    if (isLonghandError(error) && error.code === 'NATIVE_IO') {
+      const errno = error.details.errno;
+      const reason = errno === 2 ? 'does not exist' : `cannot be mapped (${error.message})`;
+      throw new ModelFileError('MODEL_NOT_FOUND', displayName, reason, { path, errno: typeof errno === 'number' ? errno : undefined });
+    }
+    throw error;
+  }
+  const bytes = new Uint8Array(mapped.buffer, 0, mapped.byteLength);
+  return {
+    path,
+    bytes,
+    external: mapped.external,
+    get closed() {
+      return mapped.closed;
+    },
+    close() {
+      mapped.close();
+    },
+  };
+}
+
+function openRead(path: string, displayName: string): MappedFile {
   let bytes: Uint8Array;
   try {
     bytes = readFileSync(path);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code ?? 'unknown';
     const reason = code === 'ENOENT' ? 'does not exist' : code === 'EISDIR' ? 'is a folder, not a file' : `cannot be read (${code})`;
-    throw new ModelFileError('MODEL_NOT_FOUND', displayName, `${reason}`, { path, errno: code });
+    throw new ModelFileError('MODEL_NOT_FOUND', displayName, reason, { path, errno: code });
   }
   let closed = false;
   return {
