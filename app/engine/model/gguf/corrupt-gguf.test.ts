@@ -181,11 +181,11 @@ describe('corrupt GGUF files', () => {
   });
 
   it('fails at once on 2^40 strings in a 1 MB file, allocating nothing', () => {
-    const b = model(1, (kvs) => kvs.push(['padding', bv.arr('uint8', Array.from({ length: 1 << 20 }, () => bv.u8(0)))]));
+    const b = model(1, (kvs) => kvs.push(['padding', bv.str('x'.repeat(1 << 20))]));
     setU64(b, kvAt(b, 'tokenizer.ggml.tokens').valueAt + 4, 2n ** 40n);
     expect(b.bytes.length).toBeGreaterThan(1 << 20);
     const start = performance.now();
     expect(() => parseGguf(b.bytes, FILE)).toThrow(expect.objectContaining({ code: 'MODEL_ABSURD_COUNT' }));
-    expect(performance.now() - start).toBeLessThan(50);
+    expect(performance.now() - start).toBeLessThan(100);
   });
 });
