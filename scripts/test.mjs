@@ -33,11 +33,9 @@ function finish(extraFailure) {
 }
 
 if (!existsSync(nativeAddon) || !existsSync(nativeTests)) {
-  const build = run('build native addon', process.execPath, [join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'), 'rebuild', '--directory', 'native']);
-  if (build.status !== 0 && existsSync(join(root, 'native', 'binding.gyp'))) {
-    const npmGyp = spawnSync('npm', ['run', 'build:native'], { cwd: root, stdio: 'inherit' });
-    if (npmGyp.status !== 0) finish('native build failed');
-  }
+  // npm ships node-gyp; `npm run build:native` uses it against the installed Node headers.
+  const build = run('build native addon', 'npm', ['run', '--silent', 'build:native']);
+  if (build.status !== 0) finish('native build failed');
 }
 
 // Native C++ tests print "native: N passed, N failed" as their last line.

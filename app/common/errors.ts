@@ -34,6 +34,13 @@ export const ERROR_CODES = [
   'ONNX_SESSION_FAILED', // onnxruntime refused the model or failed to run it
   'ONNX_BAD_GRAPH', // the graph builder was asked for something inconsistent
   'ONNX_MODEL_TOO_LARGE', // an in-memory model at or above protobuf's 2 GiB limit
+  // engine and protocol
+  'PROTOCOL_BAD_MESSAGE', // a request or event that does not match the protocol's schema
+  'ENGINE_NOT_LOADED', // a request that needs a model before one is loaded
+  'ENGINE_BUSY', // a second generation while one runs (one at a time per engine)
+  'ENGINE_CRASHED', // the engine process or worker died; in-flight requests end with this
+  'CONTEXT_OVERFLOW', // a prompt that does not fit the context window
+  'DEVICE_UNAVAILABLE', // an execution provider that this machine or build cannot use
   // command line
   'CLI_BAD_ARGUMENT',
 ] as const;

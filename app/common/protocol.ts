@@ -1,0 +1,177 @@
+// The engine's one protocol, whatever carries it: a worker/child-process channel (CLI, tests),
+// Electron's MessagePort (desktop) or a WebSocket (browser mode). Requests go to the engine,
+// events come back; every message is checked against these schemas where it crosses a process
+// boundary. Types are derived from the schemas, never written twice.
+import { z } from 'zod';
+import { ERROR_CODES } from './errors.ts';
+
+export const PROTOCOL_VERSION = 1;
+
+// ── shared shapes ───────────────────────────────────────────────────────────────────────────
+
+export const DEVICES = ['auto', 'cpu', 'webgpu', 'cuda', 'dml', 'coreml'] as const;
+export const DeviceSchema = z.enum(DEVICES);
+export type Device = z.infer<typeof DeviceSchema>;
+
+export const KV_TYPES = ['fp16', 'fp32'] as const;
+export const KvTypeSchema = z.enum(KV_TYPES);
+
+/** Why a generation ended. Every generation ends with exactly one. */
+export const STOP_REASONS = ['eos', 'stopString', 'maxTokens', 'contextLimit', 'cancelled', 'error'] as const;
+export const StopReasonSchema = z.enum(STOP_REASONS);
+export type StopReason = z.infer<typeof StopReasonSchema>;
+
+const positiveInt = z.int().positive();
+const tokenId = z.int().nonnegative();
+
+export const SamplingSchema = z.strictObject({
+  /** 0 = greedy (argmax, ties to the lowest id). */
+  temperature: z.number().min(0).max(100).default(0.8),
+  /** 0 = off. */
+  topK: z.int().nonnegative().default(40),
+  /** 1 = off. */
+  topP: z.number().gt(0).max(1).default(0.95),
+  /** 0 = off. */
+  minP: z.number().min(0).max(1).default(0.05),
+  /** 1 = off (llama.cpp semantics). */
+  repetitionPenalty: z.number().gt(0).max(10).default(1),
+  presencePenalty: z.number().min(-2).max(2).default(0),
+  frequencyPenalty: z.number().min(-2).max(2).default(0),
+  /** How many recent tokens the penalties look at. */
+  penaltyLastN: z.int().nonnegative().default(64),
+  seed: z.int().nonnegative().max(2 ** 32 - 1).optional(),
+});
+export type Sampling = z.infer<typeof SamplingSchema>;
+
+export const ChatMessageSchema = z.strictObject({
+  role: z.enum(['system', 'user', 'assistant']),
+  content: z.string(),
+});
+export type ChatMessage = z.infer<typeof ChatMessageSchema>;
+
+/** What to continue: raw text, token ids, or a chat rendered through the model's template. */
+export const PromptSchema = z.union([
+  z.strictObject({ text: z.string() }),
+  z.strictObject({ ids: z.array(tokenId).min(1) }),
+  z.strictObject({ messages: z.array(ChatMessageSchema).min(1) }),
+]);
+export type Prompt = z.infer<typeof PromptSchema>;
+
+export const GenerateParamsSchema = z.strictObject({
+  maxTokens: positiveInt.default(256),
+  stopStrings: z.array(z.string().min(1)).max(16).default([]),
+  stopOnEos: z.boolean().default(true),
+  sampling: SamplingSchema.prefault({}),
+});
+export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
+
+export const LoadOptionsSchema = z.strictObject({
+  modelPath: z.string().min(1),
+  device: DeviceSchema.default('cpu'),
+  /** Threads for the dense work (ORT intra-op). Default: all cores. */
+  threads: positiveInt.max(256).optional(),
+  /** Context window; default min(trained context, 4096). */
+  contextLength: positiveInt.optional(),
+  kvType: KvTypeSchema.default('fp16'),
+  /** Tokens per prefill chunk. */
+  prefillChunk: positiveInt.max(8192).default(256),
+});
+export type LoadOptions = z.infer<typeof LoadOptionsSchema>;
+
+export const ModelInfoSchema = z.strictObject({
+  path: z.string(),
+  format: z.enum(['gguf', 'safetensors']),
+  architecture: z.string(),
+  family: z.string(),
+  layers: positiveInt,
+  heads: positiveInt,
+  kvHeads: positiveInt,
+  headDim: positiveInt,
+  hiddenSize: positiveInt,
+  vocabSize: positiveInt,
+  trainedContext: positiveInt,
+  contextLength: positiveInt,
+  device: DeviceSchema,
+  threads: positiveInt,
+  kvType: KvTypeSchema,
+  chatTemplate: z.boolean(),
+  loadMs: z.number().nonnegative(),
+});
+export type ModelInfo = z.infer<typeof ModelInfoSchema>;
+
+export const TimingsSchema = z.strictObject({
+  loadMs: z.number().nonnegative().optional(),
+  ttftMs: z.number().nonnegative(),
+  prefillMs: z.number().nonnegative(),
+  decodeMs: z.number().nonnegative(),
+  prefillTokensPerS: z.number().nonnegative(),
+  decodeTokensPerS: z.number().nonnegative(),
+});
+export type Timings = z.infer<typeof TimingsSchema>;
+
+export const ErrorPayloadSchema = z.strictObject({
+  code: z.enum(ERROR_CODES),
+  message: z.string(),
+  details: z.record(z.string(), z.union([z.string(), z.number(), z.boolean(), z.null(), z.undefined()])).default({}),
+});
+export type ErrorPayload = z.infer<typeof ErrorPayloadSchema>;
+
+// ── requests (to the engine) ────────────────────────────────────────────────────────────────
+
+const requestId = z.string().min(1).max(128);
+
+export const EngineRequestSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('load'), requestId, options: LoadOptionsSchema }),
+  z.strictObject({ kind: z.literal('unload'), requestId }),
+  z.strictObject({ kind: z.literal('generate'), requestId, prompt: PromptSchema, params: GenerateParamsSchema.prefault({}) }),
+  /** Cancels the generation whose requestId is `target`; answered by that generation's `done`. */
+  z.strictObject({ kind: z.literal('cancel'), requestId, target: requestId }),
+  z.strictObject({ kind: z.literal('tokenize'), requestId, text: z.string(), addSpecial: z.boolean().default(true) }),
+]);
+export type EngineRequest = z.infer<typeof EngineRequestSchema>;
+/** A request as a client writes it (defaults may be left out). */
+export type EngineRequestInput = z.input<typeof EngineRequestSchema>;
+
+// ── events (from the engine) ────────────────────────────────────────────────────────────────
+
+export const EngineEventSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('ready'), protocol: z.literal(PROTOCOL_VERSION), pid: z.int() }),
+  z.strictObject({ kind: z.literal('loaded'), requestId, model: ModelInfoSchema }),
+  z.strictObject({ kind: z.literal('unloaded'), requestId }),
+  z.strictObject({ kind: z.literal('tokenized'), requestId, ids: z.array(tokenId) }),
+  /** The prompt as token ids, sent once before the first token. */
+  z.strictObject({ kind: z.literal('prompt'), requestId, ids: z.array(tokenId), contextLength: positiveInt }),
+  z.strictObject({ kind: z.literal('token'), requestId, index: z.int().nonnegative(), id: tokenId, text: z.string() }),
+  z.strictObject({
+    kind: z.literal('done'),
+    requestId,
+    stopReason: StopReasonSchema,
+    promptTokens: z.int().nonnegative(),
+    completionTokens: z.int().nonnegative(),
+    timings: TimingsSchema,
+    error: ErrorPayloadSchema.optional(),
+  }),
+  /** A request that failed before it started (bad load, bad request, no model). */
+  z.strictObject({ kind: z.literal('error'), requestId: z.string(), error: ErrorPayloadSchema }),
+]);
+export type EngineEvent = z.infer<typeof EngineEventSchema>;
+
+/** Messages that cross a process boundary are parsed here; a bad one names its first problem. */
+export function parseEngineRequest(message: unknown): EngineRequest {
+  const parsed = EngineRequestSchema.safeParse(message);
+  if (parsed.success) return parsed.data;
+  throw protocolError('request', parsed.error);
+}
+
+export function parseEngineEvent(message: unknown): EngineEvent {
+  const parsed = EngineEventSchema.safeParse(message);
+  if (parsed.success) return parsed.data;
+  throw protocolError('event', parsed.error);
+}
+
+function protocolError(what: string, error: z.ZodError): Error & { code: 'PROTOCOL_BAD_MESSAGE' } {
+  const issue = error.issues[0];
+  const where = issue && issue.path.length > 0 ? issue.path.join('.') : '(message)';
+  const message = `bad ${what}: ${where}: ${issue?.message ?? 'does not match the protocol'}`;
+  return Object.assign(new Error(message), { code: 'PROTOCOL_BAD_MESSAGE' as const });
+}
