@@ -1,7 +1,7 @@
-// Opening a GGUF file from disk. The bytes come from openModelFile (safetensors/map-file.ts), the
+// Opening a GGUF file from disk. The bytes come from openModelFile (../map-file.ts), the
 // one place that will switch from fs.readFileSync to the native mmap (native/index.js mapFile);
 // nothing here copies them again: tensor views are subarrays of the file.
-import { openModelFile } from '../safetensors/map-file.ts';
+import { openModelFile } from '../map-file.ts';
 import { parseGgufSource, type GgufByteSource, type GgufFile, type ParseOptions } from './reader.ts';
 
 export interface OpenGgufFile extends GgufFile {

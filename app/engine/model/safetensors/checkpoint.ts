@@ -7,7 +7,7 @@ import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
 import type { TensorView } from '../types.ts';
 import { findDuplicateKey } from './json-keys.ts';
-import { openModelFile, type MappedFile } from './map-file.ts';
+import { openModelFile, type MappedFile } from '../map-file.ts';
 import { parseSafetensors, type SafetensorsFile } from './parse.ts';
 
 export const SINGLE_FILE = 'model.safetensors';

@@ -3,8 +3,8 @@
 // memory under Node, one copy under Electron's V8 memory cage). Without it, one fs.readFileSync
 // call reads the file once. Either way the bytes are held once; tensor views are subarrays.
 import { readFileSync } from 'node:fs';
-import { ModelFileError, isLonghandError } from '../../../common/errors.ts';
-import { isNativeAvailable, mapFile } from '../../../../native/index.js';
+import { ModelFileError, isLonghandError } from '../../common/errors.ts';
+import { isNativeAvailable, mapFile } from '../../../native/index.js';
 
 export interface MappedFile {
   readonly path: string;

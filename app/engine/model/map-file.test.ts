@@ -2,11 +2,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ModelFileError } from '../../../common/errors.ts';
-import { isNativeAvailable } from '../../../../native/index.js';
+import { ModelFileError } from '../../common/errors.ts';
+import { isNativeAvailable } from '../../../native/index.js';
 import { openModelFile } from './map-file.ts';
-import { parseSafetensors } from './parse.ts';
-import { encodeSafetensors } from './safetensors-test-writer.ts';
+import { parseSafetensors } from './safetensors/parse.ts';
+import { encodeSafetensors } from './safetensors/safetensors-test-writer.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'longhand-map-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
