@@ -3,7 +3,7 @@
 //      (shared/models/reference-greedy.json): interleaved RoPE, GQA, RMSNorm, SwiGLU, LM head.
 //   2. the same random weights written as GGUF (q/k rows permuted for interleaved RoPE) and as a
 //      Hugging Face folder (neox RoPE) give the same logits: the two RoPE layouts, biases, tying.
-//   3. a hand-built OPT whose first-step logits are worked out by hand below: position offset 2,
+//   3. a hand-built OPT whose logits at two positions are worked out by hand below: offset 2,
 //      pre-LayerNorm with biases, attention and MLP biases, ReLU, tied head.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -238,14 +238,14 @@ function tinyOpt(): LoadedModel {
     0.5, -0.5, 0.25, 2,
   ];
   // rows 0 and 1 are never used (offset 2): a trap for a missing offset
-  const positions = [50, -30, 20, 7, 50, -30, 20, 7, 0, -1, 0, -1, ...Array.from({ length: 7 * 4 }, (_, i) => 0.125 * (i % 5))];
+  const positions = [50, -30, 20, 7, 50, -30, 20, 7, 0, -1, 0, -1, 1, 1, -2, -1, ...Array.from({ length: 6 * 4 }, (_, i) => 0.125 * (i % 5))];
   const list = [
     tensor('token_embd.weight', [6, 4], embeddings),
     tensor('position_embd.weight', [10, 4], positions),
     tensor('blk.0.attn_norm.weight', [4], [2, 2, 2, 2]),
     tensor('blk.0.attn_norm.bias', [4], [0, 0, 0, 1]),
     tensor('blk.0.attn_q.weight', [4, 4], I4),
-    tensor('blk.0.attn_q.bias', [4], [0.5, 0, 0, 0]),
+    tensor('blk.0.attn_q.bias', [4], [0.5, 0, 0.5, 0]),
     tensor('blk.0.attn_k.weight', [4, 4], I4),
     tensor('blk.0.attn_k.bias', [4], [0, 0.25, 0, 0]),
     tensor('blk.0.attn_v.weight', [4, 4], I4),
@@ -299,14 +299,36 @@ describe('reference forward on a hand-built OPT', () => {
     expect(maxAbsDiff(logits as Float64Array, expected)).toBeLessThan(1e-9);
   });
 
-  it('second step: two positions, so q, k and the softmax now matter', () => {
-    // token 4 at position 1 (row 3 of position_embd = [0.125·(0..3)]) attends to both positions;
-    // only a sanity check that it differs from the first step and is causal
-    const forward = referenceForward(tinyOpt());
-    const [first, second] = forward.logits([3, 4]);
-    expect(maxAbsDiff(first as Float64Array, forward.logits([3])[0] as Float64Array)).toBe(0);
-    expect((second as Float64Array).every(Number.isFinite)).toBe(true);
-    expect(maxAbsDiff(first as Float64Array, second as Float64Array)).toBeGreaterThan(0.01);
+  it('second step: two positions, worked out by hand (q bias, per-head softmax, 1/sqrt(headDim))', () => {
+    const [first, second] = referenceForward(tinyOpt()).logits([3, 4]);
+    const c = 1 / Math.sqrt(1 + OPT_EPS);
+    /** LayerNorm of a 4-vector with weight 1 and bias b, from the definition. */
+    const layerNorm4 = (v: number[], b: number[]): number[] => {
+      const mean = (v[0]! + v[1]! + v[2]! + v[3]!) / 4;
+      const variance = ((v[0]! - mean) ** 2 + (v[1]! - mean) ** 2 + (v[2]! - mean) ** 2 + (v[3]! - mean) ** 2) / 4;
+      return v.map((x, i) => (x - mean) / Math.sqrt(variance + OPT_EPS) + b[i]!);
+    };
+    // position 0 as in the first step: h0 = [2c, -2c, 2c, 1-2c]
+    // position 1: x = token_embd[4] + position_embd[1 + 2] = [0,0,1,0] + [1,1,-2,-1] = [1,1,-1,-1]: mean 0, var 1
+    //   h1 = [2c, 2c, -2c, 1-2c]; q1 = h1 + [0.5,0,0.5,0] = [2c+0.5, 2c, 0.5-2c, 1-2c]
+    //   k0 = h0 + [0,0.25,0,0], k1 = h1 + [0,0.25,0,0]; v0 = h0 + [1,0,0,0] = [2c+1, -2c, 2c, 1-2c], v1 = [2c+1, 2c, -2c, 1-2c]
+    // head 0 (dims 0,1): s0 − s1 = q1·(k0 − k1) = 2c·(−4c) = −8c²
+    // head 1 (dims 2,3): s0 − s1 = (0.5−2c)·4c = 2c − 8c²
+    // softmax over (s0, s1)/sqrt(2): weight of position 1 is 1 / (1 + exp((s0 − s1)/sqrt 2))
+    const a0 = 1 / (1 + Math.exp((-8 * c * c) / Math.SQRT2));
+    const a1 = 1 / (1 + Math.exp((2 * c - 8 * c * c) / Math.SQRT2));
+    // mixed: head 0 = (1−a0)·v0[0:2] + a0·v1[0:2] = [2c+1, 2c(2a0−1)]; head 1 = [2c(1−2a1), 1−2c]
+    // out_proj (0.5·I, b [0,0,0,−1]) and residual:
+    const x1 = [1 + c + 0.5, 1 + c * (2 * a0 - 1), -1 + c * (1 - 2 * a1), -1 + 0.5 - c - 1];
+    const g = layerNorm4(x1, [0, 0, 0, 0]);
+    const relu = [Math.max(0, g[0]!), Math.max(0, g[1]!), Math.max(0, g[2]!), Math.max(0, g[3]! + 0.5)]; // fc1 = I, b [0,0,0,0.5]
+    const x2 = [x1[0]! + relu[0]!, x1[1]! + relu[1]! + 1, x1[2]! + relu[2]!, x1[3]! + relu[3]!]; // fc2 = I, b [0,1,0,0]
+    const y = layerNorm4(x2, [0, 0, 0, 0.25]);
+    const expected = [0, y[0]!, y[1]!, y[0]! + y[2]!, y[2]!, 0.5 * y[0]! - 0.5 * y[1]! + 0.25 * y[2]! + 2 * y[3]!];
+    expect(a0).not.toBeCloseTo(a1, 2); // the two heads really weigh the past differently
+    expect(maxAbsDiff(second as Float64Array, expected)).toBeLessThan(1e-9);
+    // and the first position is unchanged by the second token (causal)
+    expect(maxAbsDiff(first as Float64Array, referenceForward(tinyOpt()).logits([3])[0] as Float64Array)).toBe(0);
   });
 
   it('refuses ids outside the vocabulary and contexts longer than the position table', () => {
