@@ -55,7 +55,11 @@ export interface KvPoolOptions {
   layers: number; // 1..1024
   kvHeads: number; // 1..1024
   headDim: number; // 1..1024
+  /** Element type of the K/V rows (default 'fp16'; 'fp32' doubles the bytes, for exact comparisons). */
+  kvType?: KvType;
 }
+
+export type KvType = 'fp16' | 'fp32';
 
 /**
  * The KV cache in native memory: per layer and KV head, fp16 K and V rows and each slot's token
@@ -73,8 +77,17 @@ export interface KvPool {
   readonly kvHeads: number;
   readonly headDim: number;
   readonly freed: boolean;
-  /** Stores one token's rows in `layer`: k and v are fp32 [kvHeads * headDim], stored as fp16. Returns the slot. Full pool: NATIVE_OUT_OF_MEMORY. */
+  readonly kvType: KvType;
+  /** Stores one token's rows in `layer`: k and v are fp32 [kvHeads * headDim], stored as kvType. Returns the slot. Full pool: NATIVE_OUT_OF_MEMORY. */
   append(layer: number, k: Float32Array, v: Float32Array, position: number): number;
+  /**
+   * Stores T tokens' rows in `layer` in one call: k and v are fp32 [T * kvHeads * headDim], token i
+   * at position firstPosition + i. All or nothing (a full pool changes nothing: NATIVE_OUT_OF_MEMORY).
+   * Returns the slot of the first token.
+   */
+  appendBatch(layer: number, k: Float32Array, v: Float32Array, firstPosition: number): number;
+  /** Every layer keeps at most its first `tokens` slots (the rest are forgotten; memory stays). */
+  truncate(tokens: number): void;
   /** Tokens stored in `layer`. */
   length(layer: number): number;
   /** One stored key row as fp32 [headDim] (for tests and inspection). */
@@ -102,3 +115,13 @@ export declare function attend(pool: KvPool, layer: number, q: Float32Array, hea
 
 /** attend() computed by the scalar C++ reference. */
 export declare function attendReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
+
+/**
+ * Causal (prefill) attention: q is fp32 [T * heads * headDim] for the layer's last T tokens (appended
+ * already), out the same size (not sharing memory with q). Query i attends every slot up to and
+ * including its own: slots 0 .. length(layer) − T + i. T = 1 is exactly attend().
+ */
+export declare function attendCausal(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
+
+/** attendCausal() computed by the scalar C++ reference. */
+export declare function attendCausalReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;

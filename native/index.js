@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 1;
+const ABI_VERSION = 2;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -110,4 +110,17 @@ export function attend(pool, layer, q, heads, out) {
 /** Same as attend(), computed by the scalar C++ reference kernel (for tests and checks). */
 export function attendReference(pool, layer, q, heads, out) {
   loadAddon().attendReference(pool, layer, q, heads, out);
+}
+
+/**
+ * Causal attention of a chunk's T query tokens (q: T * heads * headDim) over `layer`, whose last T
+ * tokens are the chunk's own (append them first): query i sees every token up to and including its own.
+ */
+export function attendCausal(pool, layer, q, heads, out) {
+  loadAddon().attendCausal(pool, layer, q, heads, out);
+}
+
+/** Same as attendCausal(), computed by the scalar C++ reference kernel. */
+export function attendCausalReference(pool, layer, q, heads, out) {
+  loadAddon().attendCausalReference(pool, layer, q, heads, out);
 }

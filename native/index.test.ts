@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { NativeError as CommonNativeError } from '../app/common/errors.ts';
 import type { KvPool } from './index.js';
-import { ADDON_PATH, NativeError, attend, attendReference, attentionKernel, createKvPool, loadAddon, mapFile } from './index.js';
+import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attentionKernel, createKvPool, loadAddon, mapFile } from './index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'longhand-native-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -43,7 +43,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(1);
+    expect(binding.abiVersion).toBe(2);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -273,4 +273,74 @@ describe('attend', () => {
     expect(Array.from(out).every((x) => x === 7)).toBe(true);
     pool.free();
   });
+});
+
+describe('fp32 rows, batch append, truncate, causal attention', () => {
+  it('kvType fp32 keeps rows exactly and doubles the row bytes', () => {
+    const p16 = createKvPool({ budgetBytes: 1 << 20, layers: 2, kvHeads: 2, headDim: 8 });
+    const p32 = createKvPool({ budgetBytes: 1 << 20, layers: 2, kvHeads: 2, headDim: 8, kvType: 'fp32' });
+    expect(p16.kvType).toBe('fp16');
+    expect(p32.kvType).toBe('fp32');
+    expect(p32.bytesPerToken).toBe(2 * 2 * (2 * 8 * 4 + 4));
+    const k = randomArray(16, 3).map((x) => x + 1e-6);
+    p32.append(1, k, k, 0);
+    expect(Array.from(p32.readK(1, 1, 0))).toEqual(Array.from(k.subarray(8)));
+    expectNativeError(() => createKvPool({ budgetBytes: 1 << 20, layers: 1, kvHeads: 1, headDim: 8, kvType: 'int8' as 'fp16' }), 'NATIVE_BAD_ARGUMENT');
+    p16.free();
+    p32.free();
+  });
+
+  it('appendBatch equals T appends, is all or nothing, and truncate keeps a prefix', () => {
+    const opts = { budgetBytes: 0, layers: 2, kvHeads: 2, headDim: 4, kvType: 'fp32' as const };
+    opts.budgetBytes = 10 * 2 * 2 * (2 * 4 * 4 + 4) + 4 * 64;
+    const a = createKvPool(opts);
+    const b = createKvPool(opts);
+    const cap = a.capacityTokens;
+    expect(cap).toBeGreaterThanOrEqual(10);
+    const k = randomArray(6 * 8, 5);
+    const v = randomArray(6 * 8, 6);
+    expect(a.appendBatch(0, k, v, 100)).toBe(0);
+    for (let t = 0; t < 6; t++) b.append(0, k.subarray(t * 8, t * 8 + 8), v.subarray(t * 8, t * 8 + 8), 100 + t);
+    for (let t = 0; t < 6; t++) {
+      expect(a.readK(0, 1, t)).toEqual(b.readK(0, 1, t));
+      expect(a.readV(0, 0, t)).toEqual(b.readV(0, 0, t));
+      expect(a.position(0, t)).toBe(100 + t);
+    }
+    const tooMany = randomArray((cap - 6 + 1) * 8, 9);
+    expectNativeError(() => a.appendBatch(0, tooMany, tooMany, 0), 'NATIVE_OUT_OF_MEMORY'); // one more than the free slots
+    expect(a.length(0)).toBe(6);
+    expectNativeError(() => a.appendBatch(0, k.subarray(0, 7), v.subarray(0, 7), 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => a.appendBatch(0, k.subarray(0, 8), v.subarray(0, 16), 0), 'NATIVE_BAD_ARGUMENT');
+    a.truncate(2);
+    expect(a.length(0)).toBe(2);
+    expect(a.appendBatch(0, k.subarray(0, 8), v.subarray(0, 8), 2)).toBe(2);
+    a.free();
+    b.free();
+  });
+
+  for (const kvType of ['fp16', 'fp32'] as const) {
+    it(`attendCausal matches the reference and per-token attend (${kvType}, GQA 4)`, () => {
+      const heads = 8;
+      const kvHeads = 2;
+      const headDim = 16;
+      const pool = createKvPool({ budgetBytes: 1 << 22, layers: 1, kvHeads, headDim, kvType });
+      const before = 11;
+      const T = 9;
+      pool.appendBatch(0, randomArray(before * kvHeads * headDim, 7), randomArray(before * kvHeads * headDim, 8), 0);
+      pool.appendBatch(0, randomArray(T * kvHeads * headDim, 9), randomArray(T * kvHeads * headDim, 10), before);
+      const q = randomArray(T * heads * headDim, 11);
+      const out = new Float32Array(q.length);
+      const ref = new Float32Array(q.length);
+      attendCausal(pool, 0, q, heads, out);
+      attendCausalReference(pool, 0, q, heads, ref);
+      for (let i = 0; i < q.length; i++) expect(Math.abs(out[i]! - ref[i]!)).toBeLessThan(1e-5 + 1e-4 * Math.abs(ref[i]!));
+      // the last query sees every token: the same as a decode step
+      const last = new Float32Array(heads * headDim);
+      attend(pool, 0, q.subarray((T - 1) * heads * headDim), heads, last);
+      expect(Array.from(out.subarray((T - 1) * heads * headDim))).toEqual(Array.from(last));
+      expectNativeError(() => attendCausal(pool, 0, randomArray(21 * heads * headDim, 1), heads, new Float32Array(21 * heads * headDim)), 'NATIVE_BAD_ARGUMENT');
+      expectNativeError(() => attendCausal(pool, 0, q, heads, new Float32Array(q.length - 1)), 'NATIVE_BAD_ARGUMENT');
+      pool.free();
+    });
+  }
 });

@@ -25,7 +25,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 1;
+constexpr int kAbiVersion = 2;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -152,7 +152,10 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                            InstanceAccessor<&KvPool::KvHeads>("kvHeads"),
                            InstanceAccessor<&KvPool::HeadDim>("headDim"),
                            InstanceAccessor<&KvPool::Freed>("freed"),
+                           InstanceAccessor<&KvPool::KvType>("kvType"),
                            InstanceMethod<&KvPool::Append>("append"),
+                           InstanceMethod<&KvPool::AppendBatch>("appendBatch"),
+                           InstanceMethod<&KvPool::Truncate>("truncate"),
                            InstanceMethod<&KvPool::Length>("length"),
                            InstanceMethod<&KvPool::ReadK>("readK"),
                            InstanceMethod<&KvPool::ReadV>("readV"),
@@ -163,7 +166,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                        });
   }
 
-  // new KvPool({ budgetBytes, layers, kvHeads, headDim })
+  // new KvPool({ budgetBytes, layers, kvHeads, headDim, kvType?: 'fp16' | 'fp32' })
   explicit KvPool(const Napi::CallbackInfo& info) : Napi::ObjectWrap<KvPool>(info), env_(info.Env()) {
     guarded(env_, [&] {
       info.This().As<Napi::Object>().TypeTag(&kKvPoolTag);
@@ -173,6 +176,14 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       cfg.layers = u32_arg(env_, o.Get("layers"), "layers", 1, LH_MAX_LAYERS);
       cfg.kv_heads = u32_arg(env_, o.Get("kvHeads"), "kvHeads", 1, LH_MAX_KV_HEADS);
       cfg.head_dim = u32_arg(env_, o.Get("headDim"), "headDim", 1, LH_MAX_HEAD_DIM);
+      cfg.kv_type = LH_KV_F16;
+      const Napi::Value kt = o.Get("kvType");
+      if (!kt.IsUndefined()) {
+        const std::string t = kt.IsString() ? kt.As<Napi::String>().Utf8Value() : std::string();
+        if (t == "fp32") cfg.kv_type = LH_KV_F32;
+        else if (t != "fp16") fail(env_, LH_BAD_ARGUMENT, "kvType must be 'fp16' or 'fp32', got " + (kt.IsString() ? "'" + t + "'" : describe(kt)));
+      }
+      kv_type_ = cfg.kv_type;
       const lh_status st = lh_kv_pool_init(&pool_, &cfg);
       if (st == LH_BAD_ARGUMENT)
         fail(env_, st, "budgetBytes " + std::to_string(cfg.budget_bytes) +
@@ -221,6 +232,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
   Napi::Value KvHeads(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.kv_heads); }
   Napi::Value HeadDim(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.head_dim); }
   Napi::Value Freed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, !lh_kv_pool_live(&pool_)); }
+  Napi::Value KvType(const Napi::CallbackInfo& info) { return Napi::String::New(env_, kv_type_ == LH_KV_F32 ? "fp32" : "fp16"); }
 
   // append(layer, k: Float32Array (kvHeads*headDim), v: same, position) -> slot
   Napi::Value Append(const Napi::CallbackInfo& info) {
@@ -238,6 +250,42 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                            " of " + std::to_string(p->capacity) + " tokens");
       if (st != LH_OK) fail(env_, st, "KV pool append failed");
       return Napi::Number::New(env_, slot);
+    });
+  }
+
+  // appendBatch(layer, k: Float32Array (T*kvHeads*headDim), v: same, firstPosition) -> first slot
+  Napi::Value AppendBatch(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const size_t width = static_cast<size_t>(p->kv_heads) * p->head_dim;
+      if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+        fail(env_, LH_BAD_ARGUMENT, "k must be a Float32Array, got " + describe(info[1]));
+      const size_t n = info[1].As<Napi::TypedArray>().ElementLength();
+      if (n == 0 || n % width != 0 || n / width > 0x7fffffffu)
+        fail(env_, LH_BAD_ARGUMENT, "k must hold a whole number (>= 1) of tokens of " + std::to_string(width) + " floats, has " + std::to_string(n));
+      const Napi::Float32Array k = f32_arg(env_, info[1], "k", n);
+      const Napi::Float32Array v = f32_arg(env_, info[2], "v", n);
+      const uint32_t tokens = static_cast<uint32_t>(n / width);
+      const uint32_t position = u32_arg(env_, info[3], "firstPosition", 0, 0x7fffffffu - (tokens - 1));
+      uint32_t slot = 0;
+      const lh_status st = lh_kv_pool_append_batch(p, layer, k.Data(), v.Data(), tokens, static_cast<int32_t>(position), &slot);
+      if (st == LH_POOL_FULL)
+        fail(env_, st, "KV pool full: layer " + std::to_string(layer) + " holds " + std::to_string(lh_kv_pool_length(p, layer)) +
+                           " of " + std::to_string(p->capacity) + " tokens, " + std::to_string(tokens) + " more do not fit");
+      if (st != LH_OK) fail(env_, st, "KV pool appendBatch failed");
+      return Napi::Number::New(env_, slot);
+    });
+  }
+
+  // truncate(tokens): every layer keeps at most its first `tokens` slots
+  Napi::Value Truncate(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t tokens = u32_arg(env_, info[0], "tokens", 0, 0x7fffffffu);
+      const lh_status st = lh_kv_pool_truncate(p, tokens);
+      if (st != LH_OK) fail(env_, st, "KV pool truncate failed");
+      return env_.Undefined();
     });
   }
 
@@ -298,6 +346,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
 
   Napi::Env env_;
   lh_kv_pool pool_{};
+  uint32_t kv_type_ = LH_KV_F16;
   bool hook_ = false;
 };
 
@@ -446,7 +495,11 @@ class MappedFile : public Napi::ObjectWrap<MappedFile> {
 // Attention
 // ---------------------------------------------------------------------------------------------
 // attend(pool, layer, q: Float32Array (heads*headDim), heads, out: Float32Array (heads*headDim))
-Napi::Value Attend(const Napi::CallbackInfo& info, bool reference) {
+// attendCausal(pool, layer, q: Float32Array (T*heads*headDim), heads, out: same length): the
+// last T tokens of the layer are the queries' own, query i sees slots 0 .. length - T + i.
+enum class AttendKind { kDecode, kDecodeRef, kCausal, kCausalRef };
+
+Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
     KvPool* wrap = KvPool::FromValue(env, info[0], "pool");
@@ -455,11 +508,21 @@ Napi::Value Attend(const Napi::CallbackInfo& info, bool reference) {
     const uint32_t heads = u32_arg(env, info[3], "heads", 1, LH_MAX_HEADS);
     if (heads % p->kv_heads != 0)
       fail(env, LH_BAD_ARGUMENT, "heads (" + std::to_string(heads) + ") must be a multiple of kvHeads (" + std::to_string(p->kv_heads) + ")");
-    const size_t n = static_cast<size_t>(heads) * p->head_dim;
-    const Napi::Float32Array q = f32_arg(env, info[2], "q", n);
-    Napi::Float32Array out = f32_arg(env, info[4], "out", n);
+    const size_t width = static_cast<size_t>(heads) * p->head_dim;
+    const bool causal = kind == AttendKind::kCausal || kind == AttendKind::kCausalRef;
     const uint32_t tokens = lh_kv_pool_length(p, layer);
     if (tokens == 0) fail(env, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " holds no token to attend to");
+    size_t n = width;
+    if (causal) {
+      if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+        fail(env, LH_BAD_ARGUMENT, "q must be a Float32Array, got " + describe(info[2]));
+      n = info[2].As<Napi::TypedArray>().ElementLength();
+      if (n == 0 || n % width != 0 || n / width > tokens)
+        fail(env, LH_BAD_ARGUMENT, "q must hold 1.." + std::to_string(tokens) + " queries of " + std::to_string(width) +
+                                       " floats (the layer's last tokens), has " + std::to_string(n) + " floats");
+    }
+    const Napi::Float32Array q = f32_arg(env, info[2], "q", n);
+    Napi::Float32Array out = f32_arg(env, info[4], "out", n);
     lh_attention_args a;
     a.q = q.Data();
     a.k = lh_kv_pool_k_rows(p, layer);
@@ -471,7 +534,15 @@ Napi::Value Attend(const Napi::CallbackInfo& info, bool reference) {
     a.kv_heads = p->kv_heads;
     a.head_dim = p->head_dim;
     a.scale = 1.0f / std::sqrt(static_cast<float>(p->head_dim));
-    const lh_status st = reference ? lh_attention_decode_ref(&a) : lh_attention_decode(&a);
+    a.kv_type = p->kv_type;
+    const uint32_t queries = static_cast<uint32_t>(n / width);
+    lh_status st = LH_INTERNAL;
+    switch (kind) {
+      case AttendKind::kDecode: st = lh_attention_decode(&a); break;
+      case AttendKind::kDecodeRef: st = lh_attention_decode_ref(&a); break;
+      case AttendKind::kCausal: st = lh_attention_prefill(&a, queries); break;
+      case AttendKind::kCausalRef: st = lh_attention_prefill_ref(&a, queries); break;
+    }
     if (st == LH_BAD_ARGUMENT) fail(env, st, "attend: q and out must not share memory");
     if (st != LH_OK) fail(env, st, "attend failed");
     return env.Undefined();
@@ -495,8 +566,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attentionKernel", Napi::String::New(env, lh_attention_impl_name(LH_ATTN_AUTO)));
   exports.Set("KvPool", KvPool::Define(env));
   exports.Set("MappedFile", MappedFile::Define(env));
-  exports.Set("attend", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, false); }, "attend"));
-  exports.Set("attendReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, true); }, "attendReference"));
+  exports.Set("attend", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecode); }, "attend"));
+  exports.Set("attendReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecodeRef); }, "attendReference"));
+  exports.Set("attendCausal", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausal); }, "attendCausal"));
+  exports.Set("attendCausalReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausalRef); }, "attendCausalReference"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   return exports;
 }

@@ -21,23 +21,28 @@ constexpr uint32_t kTile = 32;  // tokens per tile: 32 scores on the stack
 // ---------------------------------------------------------------------------------------------
 // Row operations, portable
 // ---------------------------------------------------------------------------------------------
+inline float widen(uint16_t h) { return lh_fp16_to_fp32(h); }
+inline float widen(float f) { return f; }
+
 struct PortableOps {
-  // dot(q, k) with k fp16: q (n), k (n)
-  static inline float dot(const float* q, const uint16_t* k, size_t n) {
+  // dot(q, k): q (n) fp32, k (n) fp16 or fp32
+  template <class T>
+  static inline float dot(const float* q, const T* k, size_t n) {
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;  // four chains: fewer dependent adds
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
-      s0 += q[i + 0] * lh_fp16_to_fp32(k[i + 0]);
-      s1 += q[i + 1] * lh_fp16_to_fp32(k[i + 1]);
-      s2 += q[i + 2] * lh_fp16_to_fp32(k[i + 2]);
-      s3 += q[i + 3] * lh_fp16_to_fp32(k[i + 3]);
+      s0 += q[i + 0] * widen(k[i + 0]);
+      s1 += q[i + 1] * widen(k[i + 1]);
+      s2 += q[i + 2] * widen(k[i + 2]);
+      s3 += q[i + 3] * widen(k[i + 3]);
     }
-    for (; i < n; ++i) s0 += q[i] * lh_fp16_to_fp32(k[i]);
+    for (; i < n; ++i) s0 += q[i] * widen(k[i]);
     return (s0 + s1) + (s2 + s3);
   }
-  // out += p * v: out (n) fp32, v (n) fp16
-  static inline void axpy(float* out, float p, const uint16_t* v, size_t n) {
-    for (size_t i = 0; i < n; ++i) out[i] += p * lh_fp16_to_fp32(v[i]);
+  // out += p * v: out (n) fp32, v (n) fp16 or fp32
+  template <class T>
+  static inline void axpy(float* out, float p, const T* v, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] += p * widen(v[i]);
   }
   // out *= c: out (n)
   static inline void scale(float* out, float c, size_t n) {
@@ -52,36 +57,41 @@ struct PortableOps {
 // Row operations, AVX2 + FMA + F16C (8 lanes; tails scalar)
 // ---------------------------------------------------------------------------------------------
 struct Avx2Ops {
-  static inline __m256 load_h8(const uint16_t* p) {
+  static inline __m256 load8(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static inline float one(uint16_t h) { return _cvtsh_ss(h); }
+  static inline float one(float f) { return f; }
   static inline float hsum(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
     lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
     return _mm_cvtss_f32(lo);
   }
-  static inline float dot(const float* q, const uint16_t* k, size_t n) {
+  template <class T>
+  static inline float dot(const float* q, const T* k, size_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 0), load_h8(k + i + 0), a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load_h8(k + i + 8), a1);
-      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), load_h8(k + i + 16), a2);
-      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), load_h8(k + i + 24), a3);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 0), load8(k + i + 0), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), load8(k + i + 16), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), load8(k + i + 24), a3);
     }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_h8(k + i), a0);
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), a0);
     float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; ++i) s += q[i] * _cvtsh_ss(k[i]);
+    for (; i < n; ++i) s += q[i] * one(k[i]);
     return s;
   }
-  static inline void axpy(float* out, float p, const uint16_t* v, size_t n) {
+  template <class T>
+  static inline void axpy(float* out, float p, const T* v, size_t n) {
     const __m256 pp = _mm256_set1_ps(p);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pp, load_h8(v + i), _mm256_loadu_ps(out + i)));
-    for (; i < n; ++i) out[i] += p * _cvtsh_ss(v[i]);
+      _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pp, load8(v + i), _mm256_loadu_ps(out + i)));
+    for (; i < n; ++i) out[i] += p * one(v[i]);
   }
   static inline void scale(float* out, float c, size_t n) {
     const __m256 cc = _mm256_set1_ps(c);
@@ -104,7 +114,7 @@ inline float max_nan(float a, float b) {
 // The driver: online softmax over tiles, per KV head, for each query head of its group.
 // Per query head h: running max m[h], running sum l[h], unnormalised accumulator out[h].
 // ---------------------------------------------------------------------------------------------
-template <class Ops>
+template <class Ops, class T>
 inline __attribute__((always_inline)) void decode_online(const lh_attention_args* a) {
   const uint32_t group = a->heads / a->kv_heads;
   const size_t d = a->head_dim;
@@ -112,8 +122,8 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
   float l[LH_MAX_HEADS];  // (group) running softmax denominator
   float s[kTile];         // (tile) scores of one head over one tile
   for (uint32_t g = 0; g < a->kv_heads; ++g) {
-    const uint16_t* kg = a->k + g * a->head_stride;  // (tokens, head_dim)
-    const uint16_t* vg = a->v + g * a->head_stride;  // (tokens, head_dim)
+    const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;  // (tokens, head_dim)
+    const T* vg = static_cast<const T*>(a->v) + g * a->head_stride;  // (tokens, head_dim)
     for (uint32_t j = 0; j < group; ++j) {
       m[j] = -INFINITY;
       l[j] = 0.0f;
@@ -156,11 +166,15 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
   }
 }
 
-void run_portable(const lh_attention_args* a) { decode_online<PortableOps>(a); }
+void run_portable(const lh_attention_args* a) {
+  if (a->kv_type == LH_KV_F32) decode_online<PortableOps, float>(a);
+  else decode_online<PortableOps, uint16_t>(a);
+}
 
 #ifdef LH_X86
 __attribute__((target("avx2,fma,f16c"))) void run_avx2(const lh_attention_args* a) {
-  decode_online<Avx2Ops>(a);
+  if (a->kv_type == LH_KV_F32) decode_online<Avx2Ops, float>(a);
+  else decode_online<Avx2Ops, uint16_t>(a);
 }
 
 bool cpu_has_avx2() {
@@ -177,21 +191,27 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 }  // namespace
 
-lh_status lh_attention_check(const lh_attention_args* a) {
+// Checks args for `queries` query tokens (q and out hold queries * heads * head_dim floats).
+static lh_status check_queries(const lh_attention_args* a, uint32_t queries) {
   if (a == nullptr || a->q == nullptr || a->k == nullptr || a->v == nullptr || a->out == nullptr)
     return LH_BAD_ARGUMENT;
+  if (lh_kv_type_bytes(a->kv_type) == 0 || queries == 0 || queries > a->tokens) return LH_BAD_ARGUMENT;
   if (a->tokens == 0 || a->kv_heads == 0 || a->heads == 0 || a->heads > LH_MAX_HEADS ||
       a->heads % a->kv_heads != 0 || a->head_dim == 0 || a->head_dim > LH_MAX_HEAD_DIM)
     return LH_BAD_ARGUMENT;
   if (a->head_stride < static_cast<size_t>(a->tokens) * a->head_dim) return LH_BAD_ARGUMENT;
-  const size_t qo_bytes = static_cast<size_t>(a->heads) * a->head_dim * sizeof(float);
+  const size_t qo_bytes = static_cast<size_t>(queries) * a->heads * a->head_dim * sizeof(float);
   const size_t kv_bytes = (static_cast<size_t>(a->kv_heads - 1) * a->head_stride +
-                           static_cast<size_t>(a->tokens) * a->head_dim) * sizeof(uint16_t);
+                           static_cast<size_t>(a->tokens) * a->head_dim) * lh_kv_type_bytes(a->kv_type);
   if (overlaps(a->out, qo_bytes, a->q, qo_bytes) || overlaps(a->out, qo_bytes, a->k, kv_bytes) ||
       overlaps(a->out, qo_bytes, a->v, kv_bytes))
     return LH_BAD_ARGUMENT;
   return LH_OK;
 }
+
+lh_status lh_attention_check(const lh_attention_args* a) { return check_queries(a, 1); }
+
+lh_status lh_attention_prefill_check(const lh_attention_args* a, uint32_t queries) { return check_queries(a, queries); }
 
 bool lh_attention_available(lh_attention_impl impl) {
   switch (impl) {
@@ -231,5 +251,29 @@ lh_status lh_attention_decode(const lh_attention_args* a, lh_attention_impl impl
   }
 #endif
   run_portable(a);
+  return LH_OK;
+}
+
+// Causal prefill as one decode per chunk token over its own prefix: each query reads rows
+// 0 .. tokens - queries + i. A query's K/V tiles stay hot in cache for the next query, whose
+// prefix is one row longer.
+lh_status lh_attention_prefill(const lh_attention_args* a, uint32_t queries, lh_attention_impl impl) {
+  const lh_status st = check_queries(a, queries);
+  if (st != LH_OK) return st;
+  if (!lh_attention_available(impl)) return LH_BAD_ARGUMENT;
+  const size_t width = static_cast<size_t>(a->heads) * a->head_dim;  // floats per query token
+  lh_attention_args one = *a;
+  for (uint32_t i = 0; i < queries; ++i) {
+    one.q = a->q + i * width;
+    one.out = a->out + i * width;
+    one.tokens = a->tokens - queries + i + 1;
+#ifdef LH_X86
+    if (impl == LH_ATTN_AVX2 || (impl == LH_ATTN_AUTO && cpu_has_avx2())) {
+      run_avx2(&one);
+      continue;
+    }
+#endif
+    run_portable(&one);
+  }
   return LH_OK;
 }

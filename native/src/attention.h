@@ -1,4 +1,5 @@
-// Single-query (decode) attention over fp16 K/V rows, GQA aware.
+// Decode (one query token) and causal prefill (a chunk of query tokens) attention over fp16 or
+// fp32 K/V rows, GQA aware.
 //
 // For every query head h, with its KV head g = h / (heads / kv_heads):
 //   s_t   = scale * dot(q[h], K[g][t])                      t = 0 .. tokens-1
@@ -10,7 +11,7 @@
 //
 // Shapes (elements):
 //   q   : (heads, head_dim)                         fp32
-//   k   : (kv_heads, [head_stride]) rows (tokens, head_dim) fp16; row t of head g starts at
+//   k   : (kv_heads, [head_stride]) rows (tokens, head_dim) of kv_type; row t of head g starts at
 //         k + g * head_stride + t * head_dim. The pool's layer rows have head_stride =
 //         capacity * head_dim; a gathered, packed block has head_stride = tokens * head_dim.
 //   v   : same layout as k
@@ -21,21 +22,23 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kv_pool.h"
 #include "status.h"
 
 constexpr uint32_t LH_MAX_HEADS = 4096;
 
 struct lh_attention_args {
-  const float* q;        // (heads, head_dim)
-  const uint16_t* k;     // (kv_heads, head_stride) see above
-  const uint16_t* v;     // (kv_heads, head_stride)
-  float* out;            // (heads, head_dim)
+  const float* q;        // (heads, head_dim); prefill: (queries, heads, head_dim)
+  const void* k;         // (kv_heads, head_stride) see above; elements of kv_type
+  const void* v;         // (kv_heads, head_stride)
+  float* out;            // (heads, head_dim); prefill: (queries, heads, head_dim)
   size_t head_stride;    // elements from one KV head's rows to the next; >= tokens * head_dim
   uint32_t tokens;       // >= 1
   uint32_t heads;        // multiple of kv_heads, <= LH_MAX_HEADS
   uint32_t kv_heads;     // >= 1
   uint32_t head_dim;     // 1 .. LH_MAX_HEAD_DIM
   float scale;           // usually 1 / sqrt(head_dim)
+  uint32_t kv_type;      // lh_kv_type of k and v; 0 (fp16) when left out of an initializer
 };
 
 enum lh_attention_impl {
@@ -54,6 +57,15 @@ lh_status lh_attention_decode_ref(const lh_attention_args* args);
 
 // Shared argument check used by both.
 lh_status lh_attention_check(const lh_attention_args* args);
+
+// Causal prefill: the last `queries` of the `tokens` stored rows are the chunk's own tokens
+// (already appended), and q / out hold one (heads, head_dim) block per chunk token. Query i
+// attends rows 0 .. tokens - queries + i (itself and everything before it), exactly what decode
+// would compute for that token alone. 1 <= queries <= tokens. Same validation (for the
+// (queries, heads, head_dim) extents of q and out) and the same non-finite rules per query.
+lh_status lh_attention_prefill(const lh_attention_args* args, uint32_t queries, lh_attention_impl impl = LH_ATTN_AUTO);
+lh_status lh_attention_prefill_ref(const lh_attention_args* args, uint32_t queries);
+lh_status lh_attention_prefill_check(const lh_attention_args* args, uint32_t queries);
 
 // Whether an implementation runs on this CPU, and its name ("portable", "avx2-fma-f16c").
 bool lh_attention_available(lh_attention_impl impl);

@@ -15,19 +15,19 @@ constexpr uint64_t kLine = 64;
 uint64_t align_line(uint64_t n) { return (n + kLine - 1) & ~(kLine - 1); }
 
 bool config_ok(const lh_kv_pool_config* cfg) {
-  return cfg != nullptr && cfg->layers >= 1 && cfg->layers <= LH_MAX_LAYERS && cfg->kv_heads >= 1 &&
+  return cfg != nullptr && lh_kv_type_bytes(cfg->kv_type) != 0 && cfg->layers >= 1 && cfg->layers <= LH_MAX_LAYERS && cfg->kv_heads >= 1 &&
          cfg->kv_heads <= LH_MAX_KV_HEADS && cfg->head_dim >= 1 && cfg->head_dim <= LH_MAX_HEAD_DIM;
 }
 
 // Byte offsets of the regions for a given capacity. With the limits above every product fits
-// in 64 bits: layers*kv_heads*head_dim <= 2^30, times capacity < 2^31, times 2 bytes < 2^62.
+// in 64 bits: layers*kv_heads*head_dim <= 2^30, times capacity < 2^31, times 4 bytes < 2^63.
 struct Layout {
   uint64_t length_off, k_off, v_off, pos_off, total;
 };
 
 Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
   const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
-  const uint64_t rows = lh * capacity * cfg->head_dim * sizeof(uint16_t);
+  const uint64_t rows = lh * capacity * cfg->head_dim * lh_kv_type_bytes(cfg->kv_type);
   Layout l;
   l.length_off = 0;
   l.k_off = align_line(cfg->layers * sizeof(uint32_t));
@@ -49,7 +49,7 @@ uint64_t physical_memory_bytes() {
 lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length) {
   if (!config_ok(cfg) || capacity == nullptr || byte_length == nullptr) return LH_BAD_ARGUMENT;
   const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
-  const uint64_t per_token = lh * (2ull * cfg->head_dim * sizeof(uint16_t) + sizeof(int32_t));
+  const uint64_t per_token = lh * (2ull * cfg->head_dim * lh_kv_type_bytes(cfg->kv_type) + sizeof(int32_t));
   uint64_t cap = cfg->budget_bytes / per_token;
   if (cap > LH_MAX_TOKENS) return LH_BAD_ARGUMENT;  // an absurd budget, not a real pool
   // Alignment padding costs at most a few lines: step down until the layout fits the budget.
@@ -78,13 +78,15 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
   pool->kv_heads = cfg->kv_heads;
   pool->head_dim = cfg->head_dim;
   pool->capacity = capacity;
+  pool->kv_type = cfg->kv_type;
+  pool->elem_bytes = lh_kv_type_bytes(cfg->kv_type);
   pool->bytes_per_token = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads *
-                          (2ull * cfg->head_dim * sizeof(uint16_t) + sizeof(int32_t));
+                          (2ull * cfg->head_dim * pool->elem_bytes + sizeof(int32_t));
   pool->byte_length = total;
   pool->base = base;
   pool->length = reinterpret_cast<uint32_t*>(b + l.length_off);  // anonymous pages are zero
-  pool->k = reinterpret_cast<uint16_t*>(b + l.k_off);
-  pool->v = reinterpret_cast<uint16_t*>(b + l.v_off);
+  pool->k = b + l.k_off;
+  pool->v = b + l.v_off;
   pool->pos = reinterpret_cast<int32_t*>(b + l.pos_off);
   return LH_OK;
 }
@@ -101,28 +103,65 @@ lh_status lh_kv_pool_reset(lh_kv_pool* pool) {
   return LH_OK;
 }
 
+namespace {
+
+// Writes one token's rows (all KV heads) of `layer` into slot s. No checks: callers validate.
+void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, const float* v, int32_t position) {
+  const size_t stride = lh_kv_pool_head_stride(pool);
+  const size_t d = pool->head_dim;
+  for (uint32_t g = 0; g < pool->kv_heads; ++g) {
+    const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
+    const size_t row = head * stride + static_cast<size_t>(s) * d;  // element index of (head, s, 0)
+    const float* kin = k + g * d;
+    const float* vin = v + g * d;
+    if (pool->kv_type == LH_KV_F32) {
+      std::memcpy(static_cast<float*>(pool->k) + row, kin, d * sizeof(float));
+      std::memcpy(static_cast<float*>(pool->v) + row, vin, d * sizeof(float));
+    } else {
+      uint16_t* krow = static_cast<uint16_t*>(pool->k) + row;  // (head_dim)
+      uint16_t* vrow = static_cast<uint16_t*>(pool->v) + row;  // (head_dim)
+      for (size_t i = 0; i < d; ++i) {
+        krow[i] = lh_fp32_to_fp16(kin[i]);
+        vrow[i] = lh_fp32_to_fp16(vin[i]);
+      }
+    }
+    pool->pos[head * pool->capacity + s] = position;
+  }
+}
+
+}  // namespace
+
 lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
                             int32_t position, uint32_t* slot) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers || k == nullptr || v == nullptr || position < 0)
     return LH_BAD_ARGUMENT;
   const uint32_t s = pool->length[layer];
   if (s >= pool->capacity) return LH_POOL_FULL;
-  const size_t stride = lh_kv_pool_head_stride(pool);
-  const size_t d = pool->head_dim;
-  for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-    const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
-    uint16_t* krow = pool->k + head * stride + static_cast<size_t>(s) * d;  // (head_dim)
-    uint16_t* vrow = pool->v + head * stride + static_cast<size_t>(s) * d;  // (head_dim)
-    const float* kin = k + g * d;
-    const float* vin = v + g * d;
-    for (size_t i = 0; i < d; ++i) {
-      krow[i] = lh_fp32_to_fp16(kin[i]);
-      vrow[i] = lh_fp32_to_fp16(vin[i]);
-    }
-    pool->pos[head * pool->capacity + s] = position;
-  }
+  store_token(pool, layer, s, k, v, position);
   pool->length[layer] = s + 1;
   if (slot != nullptr) *slot = s;
+  return LH_OK;
+}
+
+lh_status lh_kv_pool_append_batch(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
+                                  uint32_t tokens, int32_t first_position, uint32_t* first_slot) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers || k == nullptr || v == nullptr || tokens == 0 ||
+      first_position < 0 || static_cast<uint64_t>(first_position) + tokens - 1 > 0x7fffffffull)
+    return LH_BAD_ARGUMENT;
+  const uint32_t s0 = pool->length[layer];
+  if (tokens > pool->capacity - s0) return LH_POOL_FULL;
+  const size_t width = static_cast<size_t>(pool->kv_heads) * pool->head_dim;  // floats per token
+  for (uint32_t t = 0; t < tokens; ++t)
+    store_token(pool, layer, s0 + t, k + t * width, v + t * width, first_position + static_cast<int32_t>(t));
+  pool->length[layer] = s0 + tokens;
+  if (first_slot != nullptr) *first_slot = s0;
+  return LH_OK;
+}
+
+lh_status lh_kv_pool_truncate(lh_kv_pool* pool, uint32_t tokens) {
+  if (!lh_kv_pool_live(pool)) return LH_BAD_ARGUMENT;
+  for (uint32_t l = 0; l < pool->layers; ++l)
+    if (pool->length[l] > tokens) pool->length[l] = tokens;
   return LH_OK;
 }
 
@@ -131,14 +170,16 @@ uint32_t lh_kv_pool_length(const lh_kv_pool* pool, uint32_t layer) {
   return pool->length[layer];
 }
 
-const uint16_t* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer) {
+const void* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers) return nullptr;
-  return pool->k + static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool);
+  return static_cast<const char*>(pool->k) +
+         static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool) * pool->elem_bytes;
 }
 
-const uint16_t* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer) {
+const void* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers) return nullptr;
-  return pool->v + static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool);
+  return static_cast<const char*>(pool->v) +
+         static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool) * pool->elem_bytes;
 }
 
 lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
@@ -147,9 +188,14 @@ lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t laye
       slot >= pool->length[layer] || (part != LH_KV_KEY && part != LH_KV_VALUE))
     return LH_BAD_ARGUMENT;
   const size_t head = static_cast<size_t>(layer) * pool->kv_heads + kv_head;
-  const uint16_t* rows = part == LH_KV_KEY ? pool->k : pool->v;
-  const uint16_t* row = rows + head * lh_kv_pool_head_stride(pool) + static_cast<size_t>(slot) * pool->head_dim;
-  for (uint32_t i = 0; i < pool->head_dim; ++i) out[i] = lh_fp16_to_fp32(row[i]);
+  const void* rows = part == LH_KV_KEY ? pool->k : pool->v;
+  const size_t at = head * lh_kv_pool_head_stride(pool) + static_cast<size_t>(slot) * pool->head_dim;
+  if (pool->kv_type == LH_KV_F32) {
+    std::memcpy(out, static_cast<const float*>(rows) + at, pool->head_dim * sizeof(float));
+  } else {
+    const uint16_t* row = static_cast<const uint16_t*>(rows) + at;
+    for (uint32_t i = 0; i < pool->head_dim; ++i) out[i] = lh_fp16_to_fp32(row[i]);
+  }
   if (position != nullptr) *position = pool->pos[head * pool->capacity + slot];
   return LH_OK;
 }

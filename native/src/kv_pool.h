@@ -1,13 +1,14 @@
 // The KV pool: every layer's keys and values for every stored token, in native memory.
 //
 // One mmap allocation per model load, sized from a byte budget; nothing on the token path
-// allocates. Rows are fp16. Later work adds partial-key rows (InfiniGen), prefetch counters and
+// allocates. Rows are fp16 (default) or fp32 (kv_type LH_KV_F32: exact comparisons with a
+// reference that keeps an F32 cache). Later work adds partial-key rows (InfiniGen), prefetch counters and
 // int8 rows as further regions of the same allocation; the accessors below hide the layout.
 //
 // Memory layout of the one allocation (regions in this order, each starting on a 64-byte line):
 //   length : (layer)                                   uint32  slots in use per layer
-//   k      : (layer, kv_head, capacity, head_dim)      fp16    key rows
-//   v      : (layer, kv_head, capacity, head_dim)      fp16    value rows
+//   k      : (layer, kv_head, capacity, head_dim)      fp16|fp32  key rows
+//   v      : (layer, kv_head, capacity, head_dim)      fp16|fp32  value rows
 //   pos    : (layer, kv_head, capacity)                int32   token position held by each slot
 // A layer's slots fill from 0 upwards; slot s of every KV head of a layer holds the same token.
 #pragma once
@@ -23,11 +24,21 @@ constexpr uint32_t LH_MAX_KV_HEADS = 1024;
 constexpr uint32_t LH_MAX_HEAD_DIM = 1024;
 constexpr uint32_t LH_MAX_TOKENS = 0x7fffffffu;  // slots per layer (positions are int32)
 
+// Element type of the K/V rows.
+enum lh_kv_type : uint32_t {
+  LH_KV_F16 = 0,  // IEEE half, round to nearest even on append (default)
+  LH_KV_F32 = 1,  // stored as given
+};
+
+// Bytes of one element of a row of this type (0 for an unknown type).
+inline uint32_t lh_kv_type_bytes(uint32_t t) { return t == LH_KV_F16 ? 2u : t == LH_KV_F32 ? 4u : 0u; }
+
 struct lh_kv_pool_config {
   uint64_t budget_bytes;  // the whole allocation may not exceed this
   uint32_t layers;        // 1..LH_MAX_LAYERS
   uint32_t kv_heads;      // 1..LH_MAX_KV_HEADS
   uint32_t head_dim;      // 1..LH_MAX_HEAD_DIM
+  uint32_t kv_type;       // lh_kv_type; 0 (fp16) when left out of an aggregate initializer
 };
 
 struct lh_kv_pool {
@@ -36,14 +47,16 @@ struct lh_kv_pool {
   uint32_t kv_heads;
   uint32_t head_dim;
   uint32_t capacity;          // slots (tokens) per layer
+  uint32_t kv_type;           // lh_kv_type of the rows
+  uint32_t elem_bytes;        // 2 (fp16) or 4 (fp32)
   uint64_t bytes_per_token;   // bytes one token costs across all layers and heads
   uint64_t byte_length;       // bytes of the allocation (<= budget)
 
   // the one allocation; null when the pool is not initialised or has been freed
   void* base;
   uint32_t* length;  // (layer)
-  uint16_t* k;       // (layer, kv_head, capacity, head_dim) fp16
-  uint16_t* v;       // (layer, kv_head, capacity, head_dim) fp16
+  void* k;           // (layer, kv_head, capacity, head_dim) fp16 or fp32 (kv_type)
+  void* v;           // (layer, kv_head, capacity, head_dim) fp16 or fp32 (kv_type)
   int32_t* pos;      // (layer, kv_head, capacity)
 };
 
@@ -66,11 +79,23 @@ inline bool lh_kv_pool_live(const lh_kv_pool* pool) { return pool != nullptr && 
 // Forgets every token of every layer (the memory stays mapped). LH_BAD_ARGUMENT if freed.
 lh_status lh_kv_pool_reset(lh_kv_pool* pool);
 
-// Appends one token to `layer`: k and v are fp32 (kv_head, head_dim), stored as fp16 (round to
-// nearest even). `position` >= 0 is the token's position in the text. *slot (if not null)
+// Appends one token to `layer`: k and v are fp32 (kv_head, head_dim), stored as the pool's type
+// (fp16: round to nearest even). `position` >= 0 is the token's position in the text. *slot (if not null)
 // receives the slot used. LH_POOL_FULL when the layer has `capacity` tokens: nothing changes.
 lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
                             int32_t position, uint32_t* slot);
+
+// Appends `tokens` consecutive tokens to `layer` in one call: k and v are fp32
+// (tokens, kv_head, head_dim); token i gets position first_position + i. All or nothing:
+// LH_POOL_FULL (nothing changes) when fewer than `tokens` slots are free. *first_slot (if not
+// null) receives the slot of token 0. LH_BAD_ARGUMENT: tokens == 0, a null pointer, a layer out of
+// range, a negative position or first_position + tokens - 1 past INT32_MAX.
+lh_status lh_kv_pool_append_batch(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
+                                  uint32_t tokens, int32_t first_position, uint32_t* first_slot);
+
+// Keeps the first `tokens` slots of every layer and forgets the rest (layers holding fewer keep
+// theirs). The memory stays mapped. LH_BAD_ARGUMENT if freed.
+lh_status lh_kv_pool_truncate(lh_kv_pool* pool, uint32_t tokens);
 
 // Tokens stored in `layer` (0 for a freed pool or a layer out of range).
 uint32_t lh_kv_pool_length(const lh_kv_pool* pool, uint32_t layer);
@@ -80,10 +105,10 @@ inline size_t lh_kv_pool_head_stride(const lh_kv_pool* pool) {
   return static_cast<size_t>(pool->capacity) * pool->head_dim;
 }
 
-// Start of a layer's key / value rows: (kv_head, capacity, head_dim) fp16. Null if freed or
-// out of range.
-const uint16_t* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer);
-const uint16_t* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer);
+// Start of a layer's key / value rows: (kv_head, capacity, head_dim) of the pool's kv_type.
+// Null if freed or out of range.
+const void* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer);
+const void* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer);
 
 enum lh_kv_part { LH_KV_KEY = 0, LH_KV_VALUE = 1 };
 

@@ -148,7 +148,7 @@ void test_kv_pool() {
     const uint32_t dims[][3] = {{1, 1, 1}, {2, 2, 8}, {4, 8, 64}, {3, 1, 128}};
     for (const uint64_t b : budgets) {
       for (const auto& d : dims) {
-        lh_kv_pool_config cfg{b, d[0], d[1], d[2]};
+        lh_kv_pool_config cfg{b, d[0], d[1], d[2], LH_KV_F16};
         uint32_t cap = 0;
         uint64_t bytes = 0;
         const lh_status st = lh_kv_pool_plan(&cfg, &cap, &bytes);
@@ -166,12 +166,12 @@ void test_kv_pool() {
     check(ok, "kv pool capacity fits the budget and wastes < 1 token + padding");
   }
   {
-    lh_kv_pool_config tiny{10, 2, 2, 8};
+    lh_kv_pool_config tiny{10, 2, 2, 8, LH_KV_F16};
     uint32_t cap;
     uint64_t bytes;
-    lh_kv_pool_config huge{1ull << 60, 2, 2, 8};
-    lh_kv_pool_config ram{1ull << 46, 32, 8, 128};  // 64 TiB: more than this machine's RAM
-    lh_kv_pool_config zero{1 << 20, 0, 2, 8}, wide{1 << 20, 2, 2, LH_MAX_HEAD_DIM + 1};
+    lh_kv_pool_config huge{1ull << 60, 2, 2, 8, LH_KV_F16};
+    lh_kv_pool_config ram{1ull << 46, 32, 8, 128, LH_KV_F16};  // 64 TiB: more than this machine's RAM
+    lh_kv_pool_config zero{1 << 20, 0, 2, 8, LH_KV_F16}, wide{1 << 20, 2, 2, LH_MAX_HEAD_DIM + 1, LH_KV_F16};
     check(lh_kv_pool_plan(&tiny, &cap, &bytes) == LH_BAD_ARGUMENT && lh_kv_pool_plan(&huge, &cap, &bytes) == LH_BAD_ARGUMENT &&
               lh_kv_pool_plan(&ram, &cap, &bytes) == LH_OUT_OF_MEMORY && lh_kv_pool_plan(&zero, &cap, &bytes) == LH_BAD_ARGUMENT &&
               lh_kv_pool_plan(&wide, &cap, &bytes) == LH_BAD_ARGUMENT && lh_kv_pool_plan(nullptr, &cap, &bytes) == LH_BAD_ARGUMENT,
@@ -182,7 +182,7 @@ void test_kv_pool() {
   // append / readback / positions / full / reset / free
   {
     const uint32_t L = 3, H = 2, D = 12;
-    lh_kv_pool_config cfg{0, L, H, D};
+    lh_kv_pool_config cfg{0, L, H, D, LH_KV_F16};
     cfg.budget_bytes = 5ull * L * H * (4 * D + 4) + 4 * 64 + 3;  // exactly 5 tokens
     lh_kv_pool p;
     const lh_status st = lh_kv_pool_init(&p, &cfg);
@@ -315,6 +315,7 @@ struct Case {
     a.kv_heads = kv_heads;
     a.head_dim = head_dim;
     a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    a.kv_type = LH_KV_F16;
     return a;
   }
   static bool guards_ok(const std::vector<float>& out) {
@@ -495,7 +496,7 @@ void test_attention_bad_args() {
 // Attention straight over the pool's rows (head stride = capacity * head_dim).
 void test_attention_over_pool() {
   const uint32_t L = 2, H = 2, D = 64, T = 77, heads = 8;
-  lh_kv_pool_config cfg{1 << 22, L, H, D};
+  lh_kv_pool_config cfg{1 << 22, L, H, D, LH_KV_F16};
   lh_kv_pool p;
   if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
     check(false, "attention over pool rows", "pool init failed");
@@ -510,13 +511,237 @@ void test_attention_over_pool() {
   }
   for (auto& x : q) x = rng.normal();
   lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p),
-                      lh_kv_pool_length(&p, 1), heads, H, D, 0.125f};
+                      lh_kv_pool_length(&p, 1), heads, H, D, 0.125f, LH_KV_F16};
   lh_attention_args b = a;
   b.out = r.data();
   const bool ok = lh_attention_decode(&a) == LH_OK && lh_attention_decode_ref(&b) == LH_OK;
   const Diff df = compare(o.data(), r.data(), o.size(), kAtol, kRtol);
   check(ok && df.nmse <= kNmseTol && df.within, "attention over pool rows (capacity stride) matches reference", "nmse %.3g", df.nmse);
   lh_kv_pool_free(&p);
+}
+
+// fp32 rows: the pool stores them exactly; both kernels read them; a bad kv_type is refused.
+void test_kv_fp32() {
+  const uint32_t L = 2, H = 2, D = 24, heads = 8;
+  lh_kv_pool_config cfg{1 << 20, L, H, D, LH_KV_F32};
+  lh_kv_pool p;
+  const lh_status st = lh_kv_pool_init(&p, &cfg);
+  lh_kv_pool_config bad{1 << 20, L, H, D, 7};
+  lh_kv_pool q;
+  check(st == LH_OK && p.elem_bytes == 4 && p.bytes_per_token == static_cast<uint64_t>(L) * H * (8ull * D + 4) &&
+            lh_kv_pool_init(&q, &bad) == LH_BAD_ARGUMENT,
+        "kv pool fp32: init, 4-byte rows, unknown kv_type refused");
+  if (st != LH_OK) return;
+  Rng rng(17);
+  std::vector<float> k(H * D), v(H * D), row(D);
+  std::vector<std::vector<float>> kept;
+  bool exact = true;
+  for (uint32_t t = 0; t < 50; ++t) {
+    for (auto& x : k) x = rng.normal() * 3.0f + 1e-7f;  // not fp16-representable
+    for (auto& x : v) x = rng.normal();
+    exact = exact && lh_kv_pool_append(&p, 1, k.data(), v.data(), static_cast<int32_t>(t), nullptr) == LH_OK;
+    kept.push_back(k);
+  }
+  for (uint32_t t = 0; t < 50; t += 7)
+    for (uint32_t g = 0; g < H; ++g) {
+      exact = exact && lh_kv_pool_read(&p, LH_KV_KEY, 1, g, t, row.data(), nullptr) == LH_OK;
+      for (uint32_t i = 0; i < D; ++i) exact = exact && lh_f32_bits(row[i]) == lh_f32_bits(kept[t][g * D + i]);
+    }
+  check(exact, "kv pool fp32 keeps rows bit for bit");
+  std::vector<float> qv(heads * D), o(heads * D), r(heads * D);
+  for (auto& x : qv) x = rng.normal();
+  lh_attention_args a{qv.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p),
+                      lh_kv_pool_length(&p, 1), heads, H, D, 1.0f / std::sqrt(24.0f), LH_KV_F32};
+  lh_attention_args b = a;
+  b.out = r.data();
+  bool ok = lh_attention_decode_ref(&b) == LH_OK;
+  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+    if (!lh_attention_available(impl)) continue;
+    ok = ok && lh_attention_decode(&a, impl) == LH_OK;
+    const Diff df = compare(o.data(), r.data(), o.size(), kAtol, kRtol);
+    ok = ok && df.nmse <= kNmseTol && df.within;
+  }
+  // The fp32 reference against a float64 computation of the same attention.
+  double worst = 0;
+  for (uint32_t h = 0; h < heads; ++h) {
+    const uint32_t g = h / (heads / H);
+    std::vector<double> s(50);
+    double m = -1e300, sum = 0;
+    for (uint32_t t = 0; t < 50; ++t) {
+      double dot = 0;
+      for (uint32_t i = 0; i < D; ++i) dot += static_cast<double>(qv[h * D + i]) * kept[t][g * D + i];
+      s[t] = dot / std::sqrt(24.0);
+      m = s[t] > m ? s[t] : m;
+    }
+    for (uint32_t t = 0; t < 50; ++t) sum += std::exp(s[t] - m);
+    for (uint32_t i = 0; i < D; ++i) {
+      double acc = 0;
+      for (uint32_t t = 0; t < 50; ++t) {
+        float vv[D];
+        lh_kv_pool_read(&p, LH_KV_VALUE, 1, g, t, vv, nullptr);
+        acc += std::exp(s[t] - m) / sum * vv[i];
+      }
+      worst = std::fabs(acc - r[h * D + i]) > worst ? std::fabs(acc - r[h * D + i]) : worst;
+    }
+  }
+  check(ok && worst < 1e-5, "attention over fp32 rows: kernels match the reference, reference matches float64",
+        "worst |ref - f64| %.3g", worst);
+  lh_kv_pool_free(&p);
+}
+
+// Batch append equals T single appends; all or nothing when full; truncate keeps a prefix.
+void test_kv_batch_append() {
+  const uint32_t L = 2, H = 3, D = 10;
+  bool ok = true;
+  for (const uint32_t type : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32)}) {
+    lh_kv_pool_config cfg{0, L, H, D, type};
+    cfg.budget_bytes = 20ull * L * H * (2ull * D * lh_kv_type_bytes(type) + 4) + 4 * 64;  // 20 tokens
+    lh_kv_pool a, b;
+    if (lh_kv_pool_init(&a, &cfg) != LH_OK || lh_kv_pool_init(&b, &cfg) != LH_OK || a.capacity != 20) {
+      check(false, "kv pool batch append: init");
+      return;
+    }
+    Rng rng(23 + type);
+    const uint32_t T = 13;
+    std::vector<float> k(T * H * D), v(T * H * D);
+    for (auto& x : k) x = rng.normal();
+    for (auto& x : v) x = rng.normal();
+    uint32_t first = 99;
+    ok = ok && lh_kv_pool_append_batch(&a, 1, k.data(), v.data(), T, 40, &first) == LH_OK && first == 0 &&
+         lh_kv_pool_length(&a, 1) == T && lh_kv_pool_length(&a, 0) == 0;
+    for (uint32_t t = 0; t < T; ++t)
+      ok = ok && lh_kv_pool_append(&b, 1, k.data() + t * H * D, v.data() + t * H * D, static_cast<int32_t>(40 + t), nullptr) == LH_OK;
+    float ra[D], rb[D];
+    int32_t pa = -1, pb = -2;
+    for (uint32_t t = 0; t < T; ++t)
+      for (uint32_t g = 0; g < H; ++g)
+        for (const lh_kv_part part : {LH_KV_KEY, LH_KV_VALUE}) {
+          ok = ok && lh_kv_pool_read(&a, part, 1, g, t, ra, &pa) == LH_OK && lh_kv_pool_read(&b, part, 1, g, t, rb, &pb) == LH_OK &&
+               pa == pb && std::memcmp(ra, rb, sizeof ra) == 0;
+        }
+    // 7 free slots: a batch of 8 fails and changes nothing, a batch of 7 fits
+    ok = ok && lh_kv_pool_append_batch(&a, 1, k.data(), v.data(), 8, 53, nullptr) == LH_POOL_FULL && lh_kv_pool_length(&a, 1) == T;
+    ok = ok && lh_kv_pool_append_batch(&a, 1, k.data(), v.data(), 7, 53, &first) == LH_OK && first == T && lh_kv_pool_length(&a, 1) == 20;
+    ok = ok && lh_kv_pool_append_batch(&a, 0, k.data(), v.data(), 0, 0, nullptr) == LH_BAD_ARGUMENT &&
+         lh_kv_pool_append_batch(&a, 0, k.data(), v.data(), 2, 0x7fffffff, nullptr) == LH_BAD_ARGUMENT &&
+         lh_kv_pool_append_batch(&a, 0, nullptr, v.data(), 1, 0, nullptr) == LH_BAD_ARGUMENT &&
+         lh_kv_pool_append_batch(&a, L, k.data(), v.data(), 1, 0, nullptr) == LH_BAD_ARGUMENT;
+    ok = ok && lh_kv_pool_append_batch(&a, 0, k.data(), v.data(), 3, 0, nullptr) == LH_OK;
+    ok = ok && lh_kv_pool_truncate(&a, 5) == LH_OK && lh_kv_pool_length(&a, 1) == 5 && lh_kv_pool_length(&a, 0) == 3;
+    ok = ok && lh_kv_pool_read(&a, LH_KV_KEY, 1, 0, 4, ra, &pa) == LH_OK && pa == 44 &&
+         lh_kv_pool_read(&a, LH_KV_KEY, 1, 0, 5, ra, nullptr) == LH_BAD_ARGUMENT;
+    lh_kv_pool_free(&a);
+    ok = ok && lh_kv_pool_truncate(&a, 0) == LH_BAD_ARGUMENT;
+    lh_kv_pool_free(&b);
+  }
+  check(ok, "kv pool append_batch == T appends (fp16, fp32); all or nothing when full; truncate keeps a prefix");
+}
+
+// Causal prefill: optimised vs reference, and each query vs a decode over its own prefix.
+void test_attention_prefill(lh_attention_impl impl) {
+  struct Shape {
+    uint32_t tokens, queries, kvh, ratio, d;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1, 8},  {7, 7, 2, 4, 12},  {40, 33, 2, 2, 64}, {100, 1, 1, 8, 64},
+                          {64, 64, 4, 1, 128}, {300, 37, 2, 4, 8}, {33, 32, 1, 2, 1},  {129, 100, 2, 1, 24}};
+  Rng rng(77);
+  int bad = 0, bad_guard = 0, cases = 0;
+  double worst = 0;
+  char first[160] = "";
+  for (const uint32_t type : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32)})
+    for (const Shape& sh : shapes) {
+      const uint32_t heads = sh.kvh * sh.ratio, d = sh.d, T = sh.tokens, Q = sh.queries;
+      const size_t stride = static_cast<size_t>(T + 5) * d;
+      std::vector<float> q(static_cast<size_t>(Q) * heads * d);
+      for (auto& x : q) x = rng.normal();
+      std::vector<uint16_t> k16(sh.kvh * stride), v16(sh.kvh * stride);
+      std::vector<float> k32(sh.kvh * stride), v32(sh.kvh * stride);
+      for (size_t i = 0; i < k16.size(); ++i) {
+        k32[i] = rng.normal();
+        v32[i] = rng.normal();
+        k16[i] = lh_fp32_to_fp16(k32[i]);
+        v16[i] = lh_fp32_to_fp16(v32[i]);
+      }
+      const size_t n = q.size();
+      std::vector<float> oo(n + 2 * kGuard, kCanary), orr(n + 2 * kGuard, kCanary), od(n + 2 * kGuard, kCanary);
+      lh_attention_args a{};
+      a.q = q.data();
+      a.k = type == LH_KV_F32 ? static_cast<const void*>(k32.data()) : static_cast<const void*>(k16.data());
+      a.v = type == LH_KV_F32 ? static_cast<const void*>(v32.data()) : static_cast<const void*>(v16.data());
+      a.head_stride = stride;
+      a.tokens = T;
+      a.heads = heads;
+      a.kv_heads = sh.kvh;
+      a.head_dim = d;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      a.kv_type = type;
+      lh_attention_args ao = a, ar = a;
+      ao.out = oo.data() + kGuard;
+      ar.out = orr.data() + kGuard;
+      const lh_status so = lh_attention_prefill(&ao, Q, impl), sr = lh_attention_prefill_ref(&ar, Q);
+      // query i alone, by decode over tokens - Q + i + 1 rows
+      bool dec_ok = true;
+      for (uint32_t i = 0; i < Q; ++i) {
+        lh_attention_args one = a;
+        one.q = q.data() + static_cast<size_t>(i) * heads * d;
+        one.out = od.data() + kGuard + static_cast<size_t>(i) * heads * d;
+        one.tokens = T - Q + i + 1;
+        dec_ok = dec_ok && lh_attention_decode(&one, impl) == LH_OK;
+      }
+      const Diff df = compare(oo.data() + kGuard, orr.data() + kGuard, n, kAtol, kRtol);
+      const bool same_as_decode = std::memcmp(oo.data(), od.data(), od.size() * sizeof(float)) == 0;
+      worst = df.nmse > worst ? df.nmse : worst;
+      ++cases;
+      if (!Case::guards_ok(oo) || !Case::guards_ok(orr)) ++bad_guard;
+      const bool ok = so == LH_OK && sr == LH_OK && dec_ok && df.nmse <= kNmseTol && df.within && same_as_decode;
+      if (!ok && bad++ == 0)
+        std::snprintf(first, sizeof first, "type %u tokens %u queries %u heads %u/%u dim %u: nmse %.3g st %d/%d decode-equal %d", type, T, Q,
+                      heads, sh.kvh, d, df.nmse, so, sr, same_as_decode);
+    }
+  char name[200];
+  std::snprintf(name, sizeof name, "attention prefill %s vs reference (%d cases, fp16+fp32 rows), each query == its own decode",
+                lh_attention_impl_name(impl), cases);
+  check(bad == 0, name, "%d bad, first %s", bad, first);
+  std::printf("      worst NMSE %.3e\n", worst);
+  std::snprintf(name, sizeof name, "attention prefill %s: guard bytes untouched", lh_attention_impl_name(impl));
+  check(bad_guard == 0, name, "%d cases wrote outside their output", bad_guard);
+}
+
+// Non-finite parity for prefill: a NaN in one key row poisons exactly the queries that see it.
+void test_attention_prefill_nonfinite(lh_attention_impl impl) {
+  Rng rng(31);
+  int bad = 0;
+  for (const float inject : {NAN, INFINITY}) {
+    const uint32_t T = 20, Q = 10, H = 2, heads = 4, d = 16;
+    Case c(T, heads, H, d, rng);
+    std::vector<float> q(static_cast<size_t>(Q) * heads * d), o(q.size()), r(q.size());
+    for (auto& x : q) x = rng.normal();
+    c.k[0 * c.stride + 14 * d + 3] = lh_fp32_to_fp16(inject);  // row 14 of KV head 0: queries 4.. see it
+    lh_attention_args a = c.args(c.out_opt);
+    a.q = q.data();
+    a.out = o.data();
+    lh_attention_args b = a;
+    b.out = r.data();
+    lh_attention_prefill(&a, Q, impl);
+    lh_attention_prefill_ref(&b, Q);
+    for (uint32_t i = 0; i < Q; ++i)
+      for (uint32_t h = 0; h < heads; ++h)
+        for (uint32_t j = 0; j < d; ++j) {
+          const size_t at = (static_cast<size_t>(i) * heads + h) * d + j;
+          const bool sees = i >= 4 && h / (heads / H) == 0;
+          const bool fo = std::isfinite(o[at]), fr = std::isfinite(r[at]);
+          if (fo != fr || (sees && inject != inject && fo) || (!sees && !fo)) ++bad;
+        }
+  }
+  char name[160];
+  std::snprintf(name, sizeof name, "attention prefill %s: NaN/Inf reach exactly the queries that see the row, like the reference",
+                lh_attention_impl_name(impl));
+  check(bad == 0, name, "%d outputs differ", bad);
+  Case c(5, 2, 1, 8, rng);
+  lh_attention_args a = c.args(c.out_opt);
+  check(lh_attention_prefill(&a, 0, impl) == LH_BAD_ARGUMENT && lh_attention_prefill(&a, 6, impl) == LH_BAD_ARGUMENT &&
+            lh_attention_prefill_ref(&a, 6) == LH_BAD_ARGUMENT && Case::guards_ok(c.out_opt),
+        "attention prefill: 0 queries or more queries than tokens is LH_BAD_ARGUMENT");
 }
 
 // Not a test: how much faster the optimised kernel is on a Llama-like decode step.
@@ -558,6 +783,12 @@ int main(int argc, char** argv) {
   if (lh_attention_available(LH_ATTN_AVX2)) test_attention_nonfinite(LH_ATTN_AVX2);
   test_attention_bad_args();
   test_attention_over_pool();
+  test_kv_fp32();
+  test_kv_batch_append();
+  test_attention_prefill(LH_ATTN_PORTABLE);
+  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill(LH_ATTN_AVX2);
+  test_attention_prefill_nonfinite(LH_ATTN_PORTABLE);
+  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill_nonfinite(LH_ATTN_AVX2);
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -5,23 +5,28 @@
 #include "../attention.h"
 #include "../fp16.h"
 
-lh_status lh_attention_decode_ref(const lh_attention_args* a) {
-  const lh_status st = lh_attention_check(a);
-  if (st != LH_OK) return st;
+namespace {
+
+// Element i of a row block of the given type, widened to fp32.
+inline float elem(const void* rows, uint32_t kv_type, size_t i) {
+  return kv_type == LH_KV_F32 ? static_cast<const float*>(rows)[i] : lh_fp16_to_fp32(static_cast<const uint16_t*>(rows)[i]);
+}
+
+// The reference for one query block; args already checked.
+void decode_one(const lh_attention_args* a) {
   const uint32_t group = a->heads / a->kv_heads;
   const size_t d = a->head_dim;
   for (uint32_t h = 0; h < a->heads; ++h) {
     const uint32_t g = h / group;
     const float* q = a->q + h * d;                       // (head_dim)
-    const uint16_t* k = a->k + g * a->head_stride;       // (tokens, head_dim)
-    const uint16_t* v = a->v + g * a->head_stride;       // (tokens, head_dim)
+    const size_t kv0 = g * a->head_stride;                // first element of (tokens, head_dim)
     float* out = a->out + h * d;                         // (head_dim)
 
     // pass 1: the maximum score
     float m = -INFINITY;
     for (uint32_t t = 0; t < a->tokens; ++t) {
       float s = 0.0f;
-      for (size_t i = 0; i < d; ++i) s += q[i] * lh_fp16_to_fp32(k[t * d + i]);
+      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->kv_type, kv0 + t * d + i);
       s *= a->scale;
       if (s > m) m = s;
     }
@@ -30,14 +35,37 @@ lh_status lh_attention_decode_ref(const lh_attention_args* a) {
     float sum = 0.0f;
     for (uint32_t t = 0; t < a->tokens; ++t) {
       float s = 0.0f;
-      for (size_t i = 0; i < d; ++i) s += q[i] * lh_fp16_to_fp32(k[t * d + i]);
+      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->kv_type, kv0 + t * d + i);
       s *= a->scale;
       const float p = std::exp(s - m);
       sum += p;
-      for (size_t i = 0; i < d; ++i) out[i] += p * lh_fp16_to_fp32(v[t * d + i]);
+      for (size_t i = 0; i < d; ++i) out[i] += p * elem(a->v, a->kv_type, kv0 + t * d + i);
     }
     const float inv = 1.0f / sum;
     for (size_t i = 0; i < d; ++i) out[i] *= inv;
+  }
+}
+
+}  // namespace
+
+lh_status lh_attention_decode_ref(const lh_attention_args* a) {
+  const lh_status st = lh_attention_check(a);
+  if (st != LH_OK) return st;
+  decode_one(a);
+  return LH_OK;
+}
+
+// Causal prefill, plainly: query i over rows 0 .. tokens - queries + i.
+lh_status lh_attention_prefill_ref(const lh_attention_args* a, uint32_t queries) {
+  const lh_status st = lh_attention_prefill_check(a, queries);
+  if (st != LH_OK) return st;
+  const size_t width = static_cast<size_t>(a->heads) * a->head_dim;
+  for (uint32_t i = 0; i < queries; ++i) {
+    lh_attention_args one = *a;
+    one.q = a->q + i * width;
+    one.out = a->out + i * width;
+    one.tokens = a->tokens - queries + i + 1;
+    decode_one(&one);
   }
   return LH_OK;
 }
