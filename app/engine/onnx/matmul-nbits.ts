@@ -18,9 +18,12 @@ export const NBITS_BLOCK = 32;
 
 export type NBits = 4 | 8;
 
+/** Block sizes the engine uses: 32 (most GGUF types), 16 (Q6_K's sub-blocks). */
+export type NBitsBlockSize = 16 | 32;
+
 export interface PackedNBits {
   bits: NBits;
-  blockSize: typeof NBITS_BLOCK;
+  blockSize: NBitsBlockSize;
   /** Output features (rows of the PyTorch-order weight). */
   n: number;
   /** Input features. */
@@ -29,8 +32,15 @@ export interface PackedNBits {
   b: Uint8Array;
   /** float32 [N · K/32] */
   scales: Float32Array;
-  /** uint8, packed like B: [N · ceil(K/32 · bits/8)]; all equal to the default 2^(bits−1). */
+  /** uint8, packed like B: [N · ceil(K/blockSize · bits/8)]; the default 2^(bits−1) unless customZeroPoints. */
   zeroPoints: Uint8Array;
+  /** The zero points differ from the default: the graph must feed them. */
+  customZeroPoints?: boolean;
+  /**
+   * Per-32-element offsets subtracted after dequantisation (GGUF "min" terms that are not a whole
+   * number of steps): W[n][k] = (code − zp)·scale − mins[n · K/32 + k/32]. float32 [N · K/32].
+   */
+  mins?: Float32Array;
 }
 
 export const blobBytes = (bits: NBits): number => (NBITS_BLOCK * bits) / 8;
@@ -111,19 +121,49 @@ export function quantizeNBits(weight: Float32Array, n: number, k: number, bits: 
   return packCodes(codes, scales, n, k, bits);
 }
 
-/** The weight [N, K] that MatMulNBits computes with: (code − zp) · scale, as float32. */
+/** The weight [N, K] that MatMulNBits (and the mins correction) computes with, as float32. */
 export function dequantizeNBits(p: PackedNBits): Float32Array {
-  const { n, k, bits } = p;
-  const blocks = k / NBITS_BLOCK;
+  const { n, k, bits, blockSize } = p;
+  const blocks = k / blockSize;
+  const zpPerRow = Math.ceil((blocks * bits) / 8);
   const out = new Float32Array(n * k);
-  const zpDefault = 1 << (bits - 1);
   for (let i = 0; i < n * k; i++) {
     const code = bits === 8 ? p.b[i]! : (p.b[i >> 1]! >> ((i & 1) * 4)) & 0x0f;
     const row = Math.floor(i / k);
-    const blk = row * blocks + Math.floor((i % k) / NBITS_BLOCK);
-    out[i] = (code - zpDefault) * p.scales[blk]!;
+    const inRow = Math.floor((i % k) / blockSize);
+    const blk = row * blocks + inRow;
+    const zp = bits === 8 ? p.zeroPoints[row * zpPerRow + inRow]! : (p.zeroPoints[row * zpPerRow + (inRow >> 1)]! >> ((inRow & 1) * 4)) & 0x0f;
+    let v = Math.fround((code - zp) * p.scales[blk]!);
+    if (p.mins) v = Math.fround(v - p.mins[row * (k / 32) + Math.floor((i % k) / 32)]!);
+    out[i] = v;
   }
   return out;
+}
+
+/**
+ * Packs unsigned codes [N, K], scales [N · K/blockSize] and unpacked zero points (one per block,
+ * [N · K/blockSize]) into the op's layout, with optional per-32 mins.
+ */
+export function packWithZeroPoints(codes: Uint8Array, scales: Float32Array, zeroPoints: Uint8Array, n: number, k: number, bits: NBits, blockSize: NBitsBlockSize, mins?: Float32Array): PackedNBits {
+  if (k % blockSize !== 0 || k % NBITS_BLOCK !== 0) throw new RangeError(`MatMulNBits: K = ${k} is not a multiple of ${NBITS_BLOCK}`);
+  const blocks = k / blockSize;
+  if (codes.length !== n * k || scales.length !== n * blocks || zeroPoints.length !== n * blocks) throw new RangeError(`packWithZeroPoints: sizes do not match [${n}, ${k}] / ${blockSize}`);
+  if (mins && mins.length !== (n * k) / 32) throw new RangeError(`packWithZeroPoints: ${mins.length} mins for [${n}, ${k}]`);
+  let b: Uint8Array;
+  let zp: Uint8Array;
+  if (bits === 8) {
+    b = codes;
+    zp = zeroPoints;
+  } else {
+    b = new Uint8Array((n * k) / 2);
+    for (let i = 0, j = 0; i < n * k; i += 2, j++) b[j] = (codes[i]! & 0x0f) | ((codes[i + 1]! & 0x0f) << 4);
+    const perRow = Math.ceil(blocks / 2);
+    zp = new Uint8Array(n * perRow);
+    for (let r = 0; r < n; r++) for (let q = 0; q < blocks; q++) zp[r * perRow + (q >> 1)] |= (zeroPoints[r * blocks + q]! & 0x0f) << ((q & 1) * 4);
+  }
+  const packed: PackedNBits = { bits, blockSize, n, k, b, scales, zeroPoints: zp, customZeroPoints: true };
+  if (mins) packed.mins = mins;
+  return packed;
 }
 
 // GGUF blocks ------------------------------------------------------------------------------------

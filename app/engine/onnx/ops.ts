@@ -90,10 +90,21 @@ export function linear(g: GraphBuilder, x: string, w: LinearWeights, name: strin
   const blocks = p.k / p.blockSize;
   const bInit = g.initializer(`${name}.qweight`, { elemType: 'uint8', dims: [p.n, blocks, (p.blockSize * p.bits) / 8], data: p.b });
   const scales = g.floatInitializer(`${name}.scales`, [p.n * blocks], p.scales); // same type as A
-  const zp = w.explicitZeroPoints ? g.initializer(`${name}.zero_points`, { elemType: 'uint8', dims: [p.zeroPoints.length], data: p.zeroPoints }) : undefined;
+  const zp = w.explicitZeroPoints || p.customZeroPoints ? g.initializer(`${name}.zero_points`, { elemType: 'uint8', dims: [p.zeroPoints.length], data: p.zeroPoints }) : undefined;
   const bias = w.bias ? g.floatInitializer(`${name}.bias`, [w.bias.length], w.bias) : undefined;
+  const attrs = { K: p.k, N: p.n, bits: p.bits, block_size: p.blockSize, accuracy_level: w.accuracyLevel ?? 4 };
   // inputs: A, B, scales, zero_points, g_idx, bias
-  return g.op('MatMulNBits', [x, bInit, scales, zp, undefined, bias], { K: p.k, N: p.n, bits: p.bits, block_size: p.blockSize, accuracy_level: w.accuracyLevel ?? 4 }, { name, domain: MS_DOMAIN });
+  if (!p.mins) return g.op('MatMulNBits', [x, bInit, scales, zp, undefined, bias], attrs, { name, domain: MS_DOMAIN });
+  // y = x·(scaled codes)ᵀ − (Σ of x over each 32-block)·minsᵀ: the GGUF min terms, exactly.
+  const y = g.op('MatMulNBits', [x, bInit, scales, zp, undefined, bias], attrs, { name: `${name}.nbits`, domain: MS_DOMAIN });
+  const groups = p.k / 32;
+  const shape = g.initializer(`${name}.groups_shape`, { elemType: 'int64', dims: [3], data: new BigInt64Array([-1n, BigInt(groups), 32n]) });
+  const axes = g.initializer(`${name}.groups_axes`, { elemType: 'int64', dims: [1], data: new BigInt64Array([-1n]) });
+  const grouped = g.op('Reshape', [x, shape], {}, { name: `${name}.groups` });
+  const sums = g.op('ReduceSum', [grouped, axes], { keepdims: 0 }, { name: `${name}.group_sums` }); // [rows, K/32]
+  const minsT = g.floatInitializer(`${name}.mins`, [groups, p.n], transpose(p.mins, p.n, groups));
+  const correction = g.op('MatMul', [sums, minsT], {}, { name: `${name}.min_term` }); // [rows, N]
+  return g.op('Sub', [y, correction], {}, { name });
 }
 
 // ---------------------------------------------------------------------------------------------
