@@ -159,7 +159,12 @@ export function packWithZeroPoints(codes: Uint8Array, scales: Float32Array, zero
     for (let i = 0, j = 0; i < n * k; i += 2, j++) b[j] = (codes[i]! & 0x0f) | ((codes[i + 1]! & 0x0f) << 4);
     const perRow = Math.ceil(blocks / 2);
     zp = new Uint8Array(n * perRow);
-    for (let r = 0; r < n; r++) for (let q = 0; q < blocks; q++) zp[r * perRow + (q >> 1)] |= (zeroPoints[r * blocks + q]! & 0x0f) << ((q & 1) * 4);
+    for (let r = 0; r < n; r++) {
+      for (let q = 0; q < blocks; q++) {
+        const at = r * perRow + (q >> 1);
+        zp[at] = zp[at]! | ((zeroPoints[r * blocks + q]! & 0x0f) << ((q & 1) * 4));
+      }
+    }
   }
   const packed: PackedNBits = { bits, blockSize, n, k, b, scales, zeroPoints: zp, customZeroPoints: true };
   if (mins) packed.mins = mins;

@@ -1,0 +1,361 @@
+// The forward pass: token ids in, next-token logits out, with the KV cache in the native pool.
+//
+//   ids ─► embedding rows (JS, from the mapped file) ─► stage 0 ─► for ℓ in 0..L−1:
+//            append k,v of the chunk to the pool (layer ℓ) ─► causal attention (native)
+//            ─► stage ℓ+1 (post(ℓ) fused with pre(ℓ+1); the last one ends in the LM head)
+//
+// Prompts run in chunks of `prefillChunk` tokens; the AbortSignal is checked between layers and
+// an abort rolls the pool back to where the call started. Nothing in a step allocates in native
+// code; JS allocates only the small per-step arrays onnxruntime hands back.
+import { LonghandError } from '../../common/errors.ts';
+import type { TokenRunner } from '../generate/loop.ts';
+import type { LoadedModel } from '../model/types.ts';
+import { createSession, type EngineSession } from '../onnx/session.ts';
+import type { TensorData } from '../onnx/graph-builder.ts';
+import { attendCausal, createKvPool, type KvPool, type KvType } from '../../../native/index.js';
+import { EmbeddingTable } from './embedding.ts';
+import { contextOverflow, ForwardAbortedError } from './errors.ts';
+import { buildStage, type StageGraph } from './graphs.ts';
+import { ModelWeights, type AccuracyLevel } from './weights.ts';
+
+export interface ModelRunnerOptions {
+  /** onnxruntime intra-op threads (default 1). Attention runs on the calling thread. */
+  threads?: number;
+  /** Tokens the cache holds (default: the model's context, at most 4096). */
+  contextLength?: number;
+  /** K/V row type in the pool (default 'fp16'; 'fp32' for exact comparisons). */
+  kvType?: KvType;
+  /** Tokens per prefill chunk (default 128). */
+  prefillChunk?: number;
+  /** MatMulNBits accuracy_level for quantised weights (default 4: int8 activations). */
+  accuracyLevel?: AccuracyLevel;
+  device?: 'cpu';
+  /** Ids that end generation (default: the GGUF's eos id when it has one). */
+  eosIds?: readonly number[];
+}
+
+/** Milliseconds spent per part of the forward pass since the last resetTimings(). */
+export interface ForwardTimings {
+  embedding: number;
+  /** stage 0 and the fused post/pre stages */
+  layerGraphs: number;
+  /** the last stage: post(L−1), final norm, LM head */
+  headGraph: number;
+  append: number;
+  attention: number;
+  /** whole calls minus the parts above: feeds, checks, awaits */
+  other: number;
+  total: number;
+  tokens: number;
+  calls: number;
+}
+
+export interface PrefillOptions {
+  /** Logits of every position, [T·vocab] (teacher-forced evaluation), instead of the last only. */
+  allLogits?: boolean;
+}
+
+export interface ModelRunner extends TokenRunner {
+  readonly contextLength: number;
+  readonly vocabSize: number;
+  /** Tokens in the cache. */
+  readonly position: number;
+  readonly kvType: KvType;
+  readonly eosIds: readonly number[];
+  /** Bytes of weights in the onnxruntime graphs, and of the KV pool. */
+  readonly graphWeightBytes: number;
+  readonly poolBytes: number;
+  prefill(ids: readonly number[], signal?: AbortSignal, opts?: PrefillOptions): Promise<Float32Array>;
+  decode(id: number, signal?: AbortSignal): Promise<Float32Array>;
+  /** Forgets every token. */
+  reset(): void;
+  /** Keeps the first n tokens of the cache (n <= position). */
+  truncate(n: number): void;
+  timings(): ForwardTimings;
+  resetTimings(): void;
+  dispose(): Promise<void>;
+}
+
+const DEFAULT_MAX_CONTEXT = 4096;
+
+function ggufEosIds(model: LoadedModel): number[] {
+  if (model.tokenizer.kind !== 'gguf') return [];
+  const v = model.tokenizer.metadata.get('tokenizer.ggml.eos_token_id');
+  const n = typeof v === 'bigint' ? Number(v) : v;
+  return typeof n === 'number' && Number.isInteger(n) ? [n] : [];
+}
+
+export async function createModelRunner(model: LoadedModel, options: ModelRunnerOptions = {}): Promise<ModelRunner> {
+  const hyper = model.hyper;
+  const contextLength = options.contextLength ?? Math.min(hyper.contextLength, DEFAULT_MAX_CONTEXT);
+  if (!Number.isInteger(contextLength) || contextLength < 1) throw new RangeError(`contextLength must be a positive integer, got ${contextLength}`);
+  if (hyper.architecture === 'opt' && contextLength > hyper.contextLength) {
+    throw contextOverflow(0, contextLength, hyper.contextLength); // learned positions end there
+  }
+  const prefillChunk = options.prefillChunk ?? 128;
+  if (!Number.isInteger(prefillChunk) || prefillChunk < 1) throw new RangeError(`prefillChunk must be a positive integer, got ${prefillChunk}`);
+  if (options.device !== undefined && options.device !== 'cpu') throw new LonghandError('DEVICE_UNAVAILABLE', `device ${String(options.device)} is not supported by the forward pass yet`);
+  const threads = options.threads ?? 1;
+  const kvType = options.kvType ?? 'fp16';
+  const weights = new ModelWeights(model, options.accuracyLevel ?? 4);
+
+  const sessions: EngineSession[] = [];
+  const graphs: StageGraph[] = [];
+  let graphWeightBytes = 0;
+  try {
+    for (let s = 0; s <= hyper.layers; s++) {
+      const graph = buildStage(weights, s, { maxPositions: contextLength });
+      graphWeightBytes += graph.weightBytes;
+      sessions.push(await createSession(graph.model, { intraOpThreads: threads, label: graph.name }));
+      graphs.push({ ...graph, model: new Uint8Array(0) }); // drop the bytes: onnxruntime has its copy
+    }
+  } catch (error) {
+    await Promise.all(sessions.map((s) => s.release()));
+    throw error;
+  }
+  const elem = kvType === 'fp32' ? 4 : 2;
+  const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * hyper.headDim * elem + 4);
+  const pool = createKvPool({ budgetBytes: contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64, layers: hyper.layers, kvHeads: hyper.kvHeads, headDim: hyper.headDim, kvType });
+  return new Runner(model, sessions, graphs, pool, {
+    contextLength,
+    prefillChunk,
+    kvType,
+    graphWeightBytes,
+    eosIds: options.eosIds ?? ggufEosIds(model),
+  });
+}
+
+interface RunnerConfig {
+  contextLength: number;
+  prefillChunk: number;
+  kvType: KvType;
+  graphWeightBytes: number;
+  eosIds: readonly number[];
+}
+
+const f32 = (dims: number[], data: Float32Array): TensorData => ({ elemType: 'float32', dims, data });
+
+class Runner implements ModelRunner {
+  readonly contextLength: number;
+  readonly vocabSize: number;
+  readonly kvType: KvType;
+  readonly eosIds: readonly number[];
+  readonly graphWeightBytes: number;
+  private pos = 0;
+  private disposed = false;
+  private busy = false;
+  private readonly tokenEmbd: EmbeddingTable;
+  private readonly positionEmbd: EmbeddingTable | undefined;
+  private readonly positionOffset: number;
+  private readonly d: number;
+  private readonly qw: number;
+  private readonly heads: number;
+  private readonly layers: number;
+  private readonly prefillChunk: number;
+  private readonly scratch: Float32Array;
+  private readonly attnOne: Float32Array;
+  private t: ForwardTimings = emptyTimings();
+
+  constructor(
+    private readonly model: LoadedModel,
+    private readonly sessions: EngineSession[],
+    private readonly graphs: StageGraph[],
+    private readonly pool: KvPool,
+    cfg: RunnerConfig,
+  ) {
+    const h = model.hyper;
+    this.contextLength = cfg.contextLength;
+    this.vocabSize = h.vocabSize;
+    this.kvType = cfg.kvType;
+    this.eosIds = cfg.eosIds;
+    this.graphWeightBytes = cfg.graphWeightBytes;
+    this.prefillChunk = cfg.prefillChunk;
+    this.d = h.hiddenSize;
+    this.heads = h.heads;
+    this.qw = h.heads * h.headDim;
+    this.layers = h.layers;
+    this.tokenEmbd = new EmbeddingTable(model.tensors.get('token_embd.weight')!);
+    const posView = model.tensors.get('position_embd.weight');
+    this.positionEmbd = h.architecture === 'opt' && posView ? new EmbeddingTable(posView) : undefined;
+    this.positionOffset = h.positionOffset ?? 2;
+    this.scratch = new Float32Array(this.d);
+    this.attnOne = new Float32Array(this.qw);
+  }
+
+  get position(): number {
+    return this.pos;
+  }
+
+  get poolBytes(): number {
+    return this.pool.byteLength;
+  }
+
+  async prefill(ids: readonly number[], signal?: AbortSignal, opts: PrefillOptions = {}): Promise<Float32Array> {
+    this.enter(ids.length, signal);
+    const start = this.pos;
+    try {
+      if (ids.length === 0) throw new RangeError('prefill needs at least one token');
+      const all = opts.allLogits === true;
+      const parts: Float32Array[] = [];
+      let last: Float32Array | undefined;
+      for (let at = 0; at < ids.length; at += this.prefillChunk) {
+        const chunk = ids.slice(at, at + this.prefillChunk);
+        const isLast = at + this.prefillChunk >= ids.length;
+        const logits = await this.runChunk(chunk, all ? 'all' : isLast ? 'last' : 'none', signal);
+        if (all) parts.push(logits!);
+        else if (isLast) last = logits;
+      }
+      if (!all) return last!;
+      const out = new Float32Array(ids.length * this.vocabSize);
+      let o = 0;
+      for (const p of parts) {
+        out.set(p, o);
+        o += p.length;
+      }
+      return out;
+    } catch (error) {
+      this.rollback(start);
+      throw error;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  async decode(id: number, signal?: AbortSignal): Promise<Float32Array> {
+    this.enter(1, signal);
+    const start = this.pos;
+    try {
+      return (await this.runChunk([id], 'last', signal))!;
+    } catch (error) {
+      this.rollback(start);
+      throw error;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  reset(): void {
+    this.live();
+    this.pool.reset();
+    this.pos = 0;
+  }
+
+  truncate(n: number): void {
+    this.live();
+    if (!Number.isInteger(n) || n < 0 || n > this.pos) throw new RangeError(`truncate(${n}): the cache holds ${this.pos} tokens`);
+    this.pool.truncate(n);
+    this.pos = n;
+  }
+
+  timings(): ForwardTimings {
+    return { ...this.t };
+  }
+
+  resetTimings(): void {
+    this.t = emptyTimings();
+  }
+
+  async dispose(): Promise<void> {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.pool.free();
+    await Promise.all(this.sessions.map((s) => s.release()));
+  }
+
+  // ─── internals ──────────────────────────────────────────────────────────────────────────
+
+  private live(): void {
+    if (this.disposed) throw new LonghandError('ENGINE_NOT_LOADED', 'the model runner has been disposed');
+  }
+
+  private enter(adding: number, signal: AbortSignal | undefined): void {
+    this.live();
+    if (this.busy) throw new LonghandError('ENGINE_BUSY', 'the model runner is already running a prefill or decode');
+    if (signal?.aborted) throw new ForwardAbortedError(this.pos, { cause: signal.reason });
+    if (this.pos + adding > this.contextLength) throw contextOverflow(this.pos, adding, this.contextLength);
+    this.busy = true;
+  }
+
+  private rollback(start: number): void {
+    if (this.disposed) return;
+    this.pool.truncate(start);
+    this.pos = start;
+  }
+
+  private checkIds(ids: readonly number[]): void {
+    for (const id of ids) {
+      if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) throw new RangeError(`token id ${id} is outside the vocabulary (0..${this.vocabSize - 1})`);
+    }
+  }
+
+  /** One chunk through every layer; returns logits of 'last' / 'all' rows, or nothing. */
+  private async runChunk(ids: readonly number[], rows: 'last' | 'all' | 'none', signal: AbortSignal | undefined): Promise<Float32Array | undefined> {
+    this.checkIds(ids);
+    const t0 = performance.now();
+    const T = ids.length;
+    const p0 = this.pos;
+    const d = this.d;
+
+    const h = new Float32Array(T * d);
+    for (let i = 0; i < T; i++) {
+      this.tokenEmbd.readRow(ids[i]!, h, i * d);
+      if (this.positionEmbd) this.positionEmbd.addRow(p0 + i + this.positionOffset, h, i * d, this.scratch);
+    }
+    const t1 = performance.now();
+    this.t.embedding += t1 - t0;
+
+    const pos: TensorData = { elemType: 'int64', dims: [1, T], data: BigInt64Array.from({ length: T }, (_, i) => BigInt(p0 + i)) };
+    const hT = f32([1, T, d], h);
+    const attnDims = [1, T, this.qw];
+    let out = await this.runStage(0, { h: hT, pos }, 'layer');
+    let residual = hT;
+    let logits: Float32Array | undefined;
+    for (let l = 0; l < this.layers; l++) {
+      if (signal?.aborted) throw new ForwardAbortedError(p0, { cause: signal.reason });
+      const q = out.q!.data as Float32Array;
+      const k = out.k!.data as Float32Array;
+      const v = out.v!.data as Float32Array;
+      if (l > 0) residual = out.h_next!;
+      let a = performance.now();
+      this.pool.appendBatch(l, k, v, p0);
+      let b = performance.now();
+      this.t.append += b - a;
+      const attn = T === 1 ? this.attnOne : new Float32Array(T * this.qw);
+      attendCausal(this.pool, l, q, this.heads, attn);
+      a = performance.now();
+      this.t.attention += a - b;
+      const feeds: Record<string, TensorData> = { h: residual, attn: f32(attnDims, attn) };
+      const last = l === this.layers - 1;
+      if (!last) feeds.pos = pos;
+      else if (rows === 'none') break;
+      else feeds.rows = { elemType: 'int64', dims: [rows === 'all' ? T : 1], data: rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
+      out = await this.runStage(l + 1, feeds, last ? 'head' : 'layer');
+      if (last) logits = out.logits!.data as Float32Array;
+      b = performance.now();
+    }
+    // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
+    this.pos = p0 + T;
+    const total = performance.now() - t0;
+    this.t.total += total;
+    this.t.tokens += T;
+    this.t.calls += 1;
+    this.t.other = this.t.total - this.t.embedding - this.t.layerGraphs - this.t.headGraph - this.t.append - this.t.attention;
+    return logits;
+  }
+
+  private async runStage(s: number, feeds: Record<string, TensorData>, kind: 'layer' | 'head'): Promise<Record<string, TensorData>> {
+    const a = performance.now();
+    const wanted = this.graphs[s]!.inputs;
+    const f: Record<string, TensorData> = {};
+    for (const name of wanted) f[name] = feeds[name]!;
+    const out = await this.sessions[s]!.run(f);
+    const ms = performance.now() - a;
+    if (kind === 'head') this.t.headGraph += ms;
+    else this.t.layerGraphs += ms;
+    return out;
+  }
+}
+
+function emptyTimings(): ForwardTimings {
+  return { embedding: 0, layerGraphs: 0, headGraph: 0, append: 0, attention: 0, other: 0, total: 0, tokens: 0, calls: 0 };
+}
