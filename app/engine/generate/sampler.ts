@@ -138,7 +138,9 @@ function applyPenalties(values: Float64Array, history: readonly number[], params
       for (let t = 0; t < nTouched; t++) counts[touched[t]!] = 0;
       throw new UsageError(`history[${j}] = ${String(id)} is not a token id of a ${V}-token vocabulary`, { field: 'history', index: j, vocabSize: V });
     }
-    if (counts[id]++ === 0) touched[nTouched++] = id;
+    const seen = counts[id]!;
+    counts[id] = seen + 1;
+    if (seen === 0) touched[nTouched++] = id;
   }
   for (let t = 0; t < nTouched; t++) {
     const id = touched[t]!;
@@ -384,37 +386,40 @@ class ChainSampler implements Sampler {
     const idx = this.idx;
     const val = this.val;
     const heap = this.heap;
-    // heap order: the root is the worst (lowest value; among equal values the highest id)
-    const worse = (a: number, b: number): boolean => {
-      const va = val[a]!;
-      const vb = val[b]!;
-      return va < vb || (va === vb && a > b);
-    };
-    const siftDown = (start: number): void => {
-      let i = start;
-      const id = heap[i]!;
-      for (;;) {
-        let child = 2 * i + 1;
-        if (child >= k) break;
-        if (child + 1 < k && worse(heap[child + 1]!, heap[child]!)) child++;
-        if (!worse(heap[child]!, id)) break;
-        heap[i] = heap[child]!;
-        i = child;
-      }
-      heap[i] = id;
-    };
     for (let j = 0; j < k; j++) heap[j] = idx[j]!;
-    for (let i = (k >> 1) - 1; i >= 0; i--) siftDown(i);
+    for (let i = (k >> 1) - 1; i >= 0; i--) this.siftDown(i, k);
     let rootVal = val[heap[0]!]!;
     for (let j = k; j < n; j++) {
       const id = idx[j]!;
       if (val[id]! > rootVal) {
         heap[0] = id;
-        siftDown(0);
+        this.siftDown(0, k);
         rootVal = val[heap[0]!]!;
       }
     }
     for (let j = 0; j < k; j++) idx[j] = heap[j]!;
+  }
+
+  /** Heap order: the root is the worst (lowest value; among equal values the highest id). */
+  private worse(a: number, b: number): boolean {
+    const va = this.val[a]!;
+    const vb = this.val[b]!;
+    return va < vb || (va === vb && a > b);
+  }
+
+  private siftDown(start: number, k: number): void {
+    const heap = this.heap;
+    let i = start;
+    const id = heap[i]!;
+    for (;;) {
+      let child = 2 * i + 1;
+      if (child >= k) break;
+      if (child + 1 < k && this.worse(heap[child + 1]!, heap[child]!)) child++;
+      if (!this.worse(heap[child]!, id)) break;
+      heap[i] = heap[child]!;
+      i = child;
+    }
+    heap[i] = id;
   }
 
   /** Greedy: the largest value, ties → lowest id. */
