@@ -194,8 +194,8 @@ describe('top-k, top-p, min-p', () => {
   });
 
   it('chains top-k → top-p → min-p', () => {
-    // top-k 4 drops id 2; over the rest (0.25, 0.4, 0.15, 0.12)/0.92 top-p 0.9 keeps 1, 0, 3
-    // (cumulative 0.435, 0.707, 0.870, 1.0 → needs all four) ... so use 0.8: keeps 1, 0, 3
+    // top-k 4 drops id 2; renormalised, ids 1, 0, 3, 4 have cumulative 0.435, 0.707, 0.870, 1.0,
+    // so top-p 0.8 keeps 1, 0, 3; min-p 0.5 (≥ 0.2 of 0.4) then keeps 1 and 0
     expect(keptIds({ ...PLAIN, topK: 4, topP: 0.8 }, five)).toEqual([0, 1, 3]);
     expect(keptIds({ ...PLAIN, topK: 4, topP: 0.8, minP: 0.5 }, five)).toEqual([0, 1]);
   });

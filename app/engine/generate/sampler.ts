@@ -10,9 +10,10 @@
 // (3.4e38, so several +Infinity share the mass equally). If no logit is finite after that, sample()
 // throws SamplingError. Every non-greedy sample() consumes exactly one rng.nextFloat().
 //
-// Cost: O(V) per call plus an expected-O(V) selection (3-way quickselect) for top-k and top-p;
-// top-p bins the mass by logit first so the exact selection only sees one bin. Scratch buffers of vocabSize are allocated once
-// in createSampler.
+// Cost per call: a few O(V) passes. top-k: one pass with a k-heap (k ≤ 4096), else a 3-way
+// quickselect. top-p: one pass computes the weights and bins their mass by logit, and an exact
+// selection runs inside the boundary bin only. No full sort of the vocabulary. Scratch buffers of
+// vocabSize are allocated once in createSampler.
 import { LonghandError, UsageError } from '../../common/errors.ts';
 import { Rng, randomSeed } from './rng.ts';
 
