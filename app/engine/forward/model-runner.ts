@@ -311,14 +311,18 @@ class Runner implements ModelRunner {
     let residual = hT;
     let logits: Float32Array | undefined;
     for (let l = 0; l < this.layers; l++) {
-      if (signal?.aborted) throw new ForwardAbortedError(p0, { cause: signal.reason });
+      if (signal) {
+        // session.run may finish without giving timers a turn: let an abort be delivered
+        await yieldToEventLoop();
+        if (signal.aborted) throw new ForwardAbortedError(p0, { cause: signal.reason });
+      }
       const q = out.q!.data as Float32Array;
       const k = out.k!.data as Float32Array;
       const v = out.v!.data as Float32Array;
       if (l > 0) residual = out.h_next!;
       let a = performance.now();
       this.pool.appendBatch(l, k, v, p0);
-      let b = performance.now();
+      const b = performance.now();
       this.t.append += b - a;
       const attn = T === 1 ? this.attnOne : new Float32Array(T * this.qw);
       attendCausal(this.pool, l, q, this.heads, attn);
@@ -331,7 +335,6 @@ class Runner implements ModelRunner {
       else feeds.rows = { elemType: 'int64', dims: [rows === 'all' ? T : 1], data: rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
       out = await this.runStage(l + 1, feeds, last ? 'head' : 'layer');
       if (last) logits = out.logits!.data as Float32Array;
-      b = performance.now();
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
     this.pos = p0 + T;
@@ -354,6 +357,10 @@ class Runner implements ModelRunner {
     else this.t.layerGraphs += ms;
     return out;
   }
+}
+
+function yieldToEventLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 function emptyTimings(): ForwardTimings {
