@@ -41,8 +41,11 @@ export const ERROR_CODES = [
   'ENGINE_CRASHED', // the engine process or worker died; in-flight requests end with this
   'CONTEXT_OVERFLOW', // a prompt that does not fit the context window
   'DEVICE_UNAVAILABLE', // an execution provider that this machine or build cannot use
-  // command line
-  'CLI_BAD_ARGUMENT',
+  'GENERATION_INVALID_LOGITS', // logits of the wrong length, or none finite: a bug or a broken model
+  // arguments (command line, API, engine calls)
+  'BAD_ARGUMENT',
+  // anything else: a bug in Longhand
+  'INTERNAL',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -88,10 +91,10 @@ export class NativeError extends LonghandError {
   }
 }
 
-/** Bad command-line or API arguments. */
+/** Bad command-line, API or engine-call arguments. */
 export class UsageError extends LonghandError {
   constructor(message: string, details: ErrorDetails = {}) {
-    super('CLI_BAD_ARGUMENT', message, details);
+    super('BAD_ARGUMENT', message, details);
     this.name = 'UsageError';
   }
 }

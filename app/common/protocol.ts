@@ -106,6 +106,7 @@ export const TimingsSchema = z.strictObject({
   decodeMs: z.number().nonnegative(),
   prefillTokensPerS: z.number().nonnegative(),
   decodeTokensPerS: z.number().nonnegative(),
+  totalMs: z.number().nonnegative(),
 });
 export type Timings = z.infer<typeof TimingsSchema>;
 
@@ -146,9 +147,13 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
     kind: z.literal('done'),
     requestId,
     stopReason: StopReasonSchema,
+    /** Text still to append: held back by the stop matcher or the UTF-8 decoder until the end. */
+    text: z.string(),
     promptTokens: z.int().nonnegative(),
     completionTokens: z.int().nonnegative(),
     timings: TimingsSchema,
+    /** The sampler's seed, to repeat the run. */
+    seed: z.int().nonnegative(),
     error: ErrorPayloadSchema.optional(),
   }),
   /** A request that failed before it started (bad load, bad request, no model). */

@@ -192,7 +192,7 @@ describe('generate', () => {
         caught = error;
       }
       expect(caught).toBeInstanceOf(LonghandError);
-      expect((caught as LonghandError).code).toBe('CLI_BAD_ARGUMENT');
+      expect((caught as LonghandError).code).toBe('CONTEXT_OVERFLOW');
       expect((caught as LonghandError).details).toMatchObject({ promptTokens: 3, contextLength: 2 });
       expect(runner.prefills).toEqual([]);
     });
@@ -253,7 +253,7 @@ describe('generate', () => {
       expect(tokens.map((t) => t.id)).toEqual([2, 3, 4]);
       expect(done).toMatchObject({ stopReason: 'error', completionTokens: 3, error: { code: 'NATIVE_INTERNAL', message: 'pool corrupted', details: { slot: 7 } } });
       const plain = await collect(generate(fakeRunner({ failDecodeAt: 1, failWith: new TypeError('boom') }), fakeDecoder, [0], GREEDY));
-      expect(plain.done).toMatchObject({ stopReason: 'error', error: { code: undefined, message: 'boom' } });
+      expect(plain.done).toMatchObject({ stopReason: 'error', error: { code: 'INTERNAL', message: 'boom' } });
     });
 
     it('bad logits mid-generation end with error (SamplingError code)', async () => {
@@ -261,7 +261,7 @@ describe('generate', () => {
       const runner: TokenRunner = { ...base, decode: async () => new Float32Array(V).fill(Number.NaN) };
       const { tokens, done } = await collect(generate(runner, fakeDecoder, [0], GREEDY));
       expect(tokens).toHaveLength(1);
-      expect(done).toMatchObject({ stopReason: 'error', error: { code: 'CLI_BAD_ARGUMENT' } });
+      expect(done).toMatchObject({ stopReason: 'error', error: { code: 'GENERATION_INVALID_LOGITS' } });
     });
 
     it('a failure before the first token is thrown', async () => {

@@ -80,7 +80,7 @@ export interface DoneEvent {
   seed: number | undefined;
   timings: GenerationTimings;
   /** With stopReason 'error'. */
-  error?: { code: ErrorCode | undefined; message: string; details?: ErrorDetails };
+  error?: { code: ErrorCode; message: string; details?: ErrorDetails };
 }
 
 export type GenerationEvent = TokenEvent | DoneEvent;
@@ -106,14 +106,14 @@ export function generate(
   const resolved = resolveGenerationParams(params);
   const ctx = runner.contextLength;
   if (!Number.isSafeInteger(ctx) || ctx <= 0) {
-    throw new LonghandError('CLI_BAD_ARGUMENT', `the runner's context length must be a positive integer, got ${String(ctx)}`, { contextLength: String(ctx) });
+    throw new LonghandError('BAD_ARGUMENT', `the runner's context length must be a positive integer, got ${String(ctx)}`, { contextLength: String(ctx) });
   }
   if (promptIds.length === 0) {
-    throw new LonghandError('CLI_BAD_ARGUMENT', 'the prompt is empty: at least one token is needed', { promptTokens: 0 });
+    throw new LonghandError('BAD_ARGUMENT', 'the prompt is empty: at least one token is needed', { promptTokens: 0 });
   }
   if (promptIds.length > ctx) {
     throw new LonghandError(
-      'CLI_BAD_ARGUMENT', // proposed: CONTEXT_OVERFLOW
+      'CONTEXT_OVERFLOW',
       `the prompt has ${promptIds.length} tokens, more than the context length ${ctx}`,
       { promptTokens: promptIds.length, contextLength: ctx },
     );
@@ -171,7 +171,7 @@ async function* run(
     if (error !== undefined) {
       event.error = isLonghandError(error)
         ? { code: error.code, message: error.message, details: error.details }
-        : { code: undefined, message: error instanceof Error ? error.message : String(error) };
+        : { code: 'INTERNAL', message: error instanceof Error ? error.message : String(error) };
     }
     return event;
   };

@@ -49,7 +49,7 @@ describe('Rng (xoshiro128** seeded by splitmix64)', () => {
     try {
       new Rng(seed);
     } catch (error) {
-      expect((error as LonghandError).code).toBe('CLI_BAD_ARGUMENT');
+      expect((error as LonghandError).code).toBe('BAD_ARGUMENT');
       expect((error as LonghandError).details.field).toBe('seed');
     }
   });

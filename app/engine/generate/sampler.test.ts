@@ -101,7 +101,7 @@ describe('validateSamplingParams', () => {
       caught = error;
     }
     expect(caught).toBeInstanceOf(UsageError);
-    expect((caught as UsageError).code).toBe('CLI_BAD_ARGUMENT');
+    expect((caught as UsageError).code).toBe('BAD_ARGUMENT');
     expect((caught as UsageError).details.field).toBe(field);
     expect((caught as UsageError).message).toContain(`sampling.${field}`);
     expect(() => createSampler(params, 4)).toThrow(UsageError);

@@ -53,7 +53,7 @@ export const DEFAULT_SAMPLING_PARAMS: Readonly<SamplingParams> = Object.freeze({
 /** Logits that cannot be sampled (wrong length, or nothing finite). Placeholder code: see the report. */
 export class SamplingError extends LonghandError {
   constructor(message: string, details: Readonly<Record<string, string | number | boolean | null | undefined>> = {}) {
-    super('CLI_BAD_ARGUMENT', message, details);
+    super('GENERATION_INVALID_LOGITS', message, details);
     this.name = 'SamplingError';
   }
 }
@@ -66,7 +66,7 @@ function isNumber(value: unknown): value is number {
   return typeof value === 'number' && !Number.isNaN(value);
 }
 
-/** Throws UsageError (code CLI_BAD_ARGUMENT, details.field = the bad field) for the first bad field. */
+/** Throws UsageError (code BAD_ARGUMENT, details.field = the bad field) for the first bad field. */
 export function validateSamplingParams(params: SamplingParams): void {
   const p = params as unknown as Record<string, unknown>;
   const t = p.temperature;

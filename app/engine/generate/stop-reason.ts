@@ -1,6 +1,6 @@
-// Why a generation ended, and the per-generation limits. StopReason belongs in the protocol
-// (app/common) eventually; it lives here until app/common defines it.
+// Why a generation ended (the protocol's StopReason), and the per-generation limits.
 import { UsageError } from '../../common/errors.ts';
+import type { StopReason } from '../../common/protocol.ts';
 import { resolveSamplingParams, validateSamplingParams, type SamplingParams } from './sampler.ts';
 import { validateStopStrings } from './stop.ts';
 
@@ -12,9 +12,8 @@ import { validateStopStrings } from './stop.ts';
  * cancelled: the caller's AbortSignal fired.
  * error: the runner (or sampler) failed after tokens were produced; see the done event's error.
  */
-export type StopReason = 'eos' | 'stopString' | 'maxTokens' | 'contextLimit' | 'cancelled' | 'error';
-
-export const STOP_REASONS: readonly StopReason[] = ['eos', 'stopString', 'maxTokens', 'contextLimit', 'cancelled', 'error'];
+export type { StopReason };
+export { STOP_REASONS } from '../../common/protocol.ts';
 
 export interface GenerationParams {
   /** Most tokens to generate: a positive integer. Default 256. */
@@ -35,7 +34,7 @@ export interface GenerationOptions {
 
 export const DEFAULT_MAX_TOKENS = 256;
 
-/** Throws UsageError (code CLI_BAD_ARGUMENT, details.field) for the first bad field. */
+/** Throws UsageError (code BAD_ARGUMENT, details.field) for the first bad field. */
 export function validateGenerationParams(params: GenerationParams): void {
   const { maxTokens } = params;
   if (typeof maxTokens !== 'number' || !Number.isSafeInteger(maxTokens) || maxTokens <= 0) {
