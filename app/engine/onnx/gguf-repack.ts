@@ -4,15 +4,17 @@
 //
 //   Q8_0  32 el: q·d,  q int8                  8-bit, code q+128, zp 128 (default)
 //   Q4_0  32 el: (q − 8)·d, q 0..15            4-bit, zp 8 (default)
-//   Q4_1  32 el: q·d + m                       4-bit, zp 0, mins = −m
+//   Q4_1  32 el: q·d + m                       4-bit, zp 8, mins = −m − 8·d
 //   Q5_0  32 el: (q − 16)·d, q 0..31           8-bit, code q, zp 16
-//   Q5_1  32 el: q·d + m                       8-bit, code q, zp 0, mins = −m
-//   Q4_K 256 el: 8 × 32: (d·sc)·q − dmin·m     4-bit, scale fround(d·sc), zp 0, mins = fround(dmin·m)
-//   Q5_K 256 el: same with 5-bit q             8-bit, code q, zp 0, mins as Q4_K
+//   Q5_1  32 el: q·d + m                       8-bit, code q, zp 16, mins = −m − 16·d
+//   Q4_K 256 el: 8 × 32: (d·sc)·q − dmin·m     4-bit, scale s = fround(d·sc), zp 8, mins = fround(dmin·m) − 8·s
+//   Q5_K 256 el: same with 5-bit q             8-bit, code q, zp 16, mins = fround(dmin·m) − 16·s
 //   Q6_K 256 el: 16 × 16: (d·sc)·(q − 32)      8-bit, block 16, code q, zp 32
-// The scale products are rounded to float32 exactly where ggml's reference rounds them, so
-// dequantizeNBits(repack(x)) equals ggml's dequantisation (model/gguf/dequant.ts) bit for bit,
-// except that ggml adds the Q4_1/Q5_1 min after rounding q·d (the same two fp32 operations).
+// The scale products are rounded to float32 exactly where ggml's reference rounds them. Types
+// without a min term repack bit for bit. With one, the zero point sits mid-range (s·(q − zp) −
+// (min − zp·s)): the same weight in exact arithmetic, and it keeps the op's int8-activation path
+// (accuracy_level 4) from summing large same-signed terms that the min then cancels (measured:
+// 3x lower logit error on Q4_K). The price is one float32 rounding of (min − zp·s).
 import type { TensorDType } from '../model/types.ts';
 import { float16BitsToFloat32 } from './float16.ts';
 import { fromQ4_0, fromQ8_0, packWithZeroPoints, type PackedNBits } from './matmul-nbits.ts';
@@ -48,11 +50,11 @@ function blockCount(raw: Uint8Array, elements: number, blockElements: number, bl
 
 function unpackQ4_1(raw: Uint8Array, elements: number): Unpacked {
   const blocks = blockCount(raw, elements, 32, 20, 'Q4_1');
-  const u: Unpacked = { codes: new Uint8Array(elements), scales: new Float32Array(blocks), zp: new Uint8Array(blocks), mins: new Float32Array(blocks) };
+  const u: Unpacked = { codes: new Uint8Array(elements), scales: new Float32Array(blocks), zp: new Uint8Array(blocks).fill(8), mins: new Float32Array(blocks) };
   for (let blk = 0; blk < blocks; blk++) {
     const o = blk * 20;
     u.scales[blk] = half(raw, o);
-    u.mins![blk] = -half(raw, o + 2);
+    u.mins![blk] = -half(raw, o + 2) - 8 * u.scales[blk]!;
     for (let j = 0; j < 16; j++) {
       u.codes[blk * 32 + j] = raw[o + 4 + j]! & 0x0f;
       u.codes[blk * 32 + j + 16] = raw[o + 4 + j]! >> 4;
@@ -64,12 +66,12 @@ function unpackQ4_1(raw: Uint8Array, elements: number): Unpacked {
 function unpackQ5(raw: Uint8Array, elements: number, withMin: boolean): Unpacked {
   const bytes = withMin ? 24 : 22;
   const blocks = blockCount(raw, elements, 32, bytes, withMin ? 'Q5_1' : 'Q5_0');
-  const u: Unpacked = { codes: new Uint8Array(elements), scales: new Float32Array(blocks), zp: new Uint8Array(blocks).fill(withMin ? 0 : 16) };
+  const u: Unpacked = { codes: new Uint8Array(elements), scales: new Float32Array(blocks), zp: new Uint8Array(blocks).fill(16) };
   if (withMin) u.mins = new Float32Array(blocks);
   for (let blk = 0; blk < blocks; blk++) {
     const o = blk * bytes;
     u.scales[blk] = half(raw, o);
-    if (withMin) u.mins![blk] = -half(raw, o + 2);
+    if (withMin) u.mins![blk] = -half(raw, o + 2) - 16 * u.scales[blk]!;
     const qhAt = withMin ? o + 4 : o + 2;
     const qh = u32(raw, qhAt);
     for (let j = 0; j < 16; j++) {
@@ -85,7 +87,8 @@ function unpackK(raw: Uint8Array, elements: number, five: boolean): Unpacked {
   const bytes = five ? 176 : 144;
   const blocks = blockCount(raw, elements, 256, bytes, five ? 'Q5_K' : 'Q4_K');
   const subs = blocks * 8;
-  const u: Unpacked = { codes: new Uint8Array(elements), scales: new Float32Array(subs), zp: new Uint8Array(subs), mins: new Float32Array(subs) };
+  const mid = five ? 16 : 8;
+  const u: Unpacked = { codes: new Uint8Array(elements), scales: new Float32Array(subs), zp: new Uint8Array(subs).fill(mid), mins: new Float32Array(subs) };
   for (let blk = 0; blk < blocks; blk++) {
     const o = blk * bytes;
     const d = half(raw, o);
@@ -96,7 +99,7 @@ function unpackK(raw: Uint8Array, elements: number, five: boolean): Unpacked {
       for (const j of [sub, sub + 1]) {
         const [sc, m] = scaleMinK4(j, raw, o + 4);
         u.scales[blk * 8 + j] = f(d * sc);
-        u.mins![blk * 8 + j] = f(dmin * m);
+        u.mins![blk * 8 + j] = f(dmin * m) - mid * u.scales[blk * 8 + j]!;
       }
       const base = blk * 256 + sub * 32;
       for (let l = 0; l < 32; l++) {
