@@ -1,6 +1,7 @@
 // The `longhand` command line: one entry, one module per command under commands/.
 // Every failure ends as one clear line on stderr and a non-zero exit code.
 import { isLonghandError, UsageError } from '../common/errors.ts';
+import { runGenerate } from './commands/generate.ts';
 import { runInspect } from './commands/inspect.ts';
 
 const USAGE = `usage: longhand <command> [options]
@@ -8,6 +9,8 @@ const USAGE = `usage: longhand <command> [options]
 commands:
   inspect <path> [--json] [--context N] [--kv-type fp16|fp32|int8]
       what a GGUF file or Hugging Face folder holds and what it will cost in memory
+  generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--json] …
+      generate text with the engine (streams to stdout; --json prints ids, text and timings)
 
 run 'longhand <command> --help' for a command's options`;
 
@@ -20,6 +23,7 @@ export interface CliIO {
 
 const COMMANDS: Record<string, Command> = {
   inspect: runInspect,
+  generate: runGenerate,
 };
 
 const defaultIO: CliIO = {

@@ -153,7 +153,7 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
     completionTokens: z.int().nonnegative(),
     timings: TimingsSchema,
     /** The sampler's seed, to repeat the run. */
-    seed: z.int().nonnegative(),
+    seed: z.int().nonnegative().optional(),
     error: ErrorPayloadSchema.optional(),
   }),
   /** A request that failed before it started (bad load, bad request, no model). */

@@ -1,0 +1,134 @@
+// longhand generate --model PATH --prompt TEXT … : one generation through the engine host.
+// Without --json the text streams to stdout as it is made; with --json one object is printed
+// at the end. Ctrl-C cancels the generation (the engine stops between tokens) and still prints.
+import { readFileSync } from 'node:fs';
+import { UsageError } from '../../common/errors.ts';
+import { DEVICES, KV_TYPES, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
+import { EngineClient } from '../../engine/client.ts';
+import type { CliIO } from '../main.ts';
+import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
+
+const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-file F) [options]
+
+  --model PATH          a .gguf file or a Hugging Face folder
+  --prompt TEXT         the text to continue
+  --prompt-file F       read the prompt from a file
+  --chat                wrap the prompt as a user message in the model's chat template
+  --max-tokens N        tokens to generate (default 256)
+  --temperature T       0 = greedy (default 0.8)
+  --top-k K             0 = off (default 40)
+  --top-p P             1 = off (default 0.95)
+  --min-p P             0 = off (default 0.05)
+  --repeat-penalty R    1 = off (default 1)
+  --seed S              sampling seed
+  --stop TEXT           stop string (repeatable)
+  --context N           context window (default: trained context, at most 4096)
+  --kv-type fp16|fp32   KV-cache precision (default fp16)
+  --threads N           threads for the dense work
+  --device D            ${DEVICES.join('|')} (default cpu)
+  --json                print one JSON object (promptIds, tokenIds, text, stopReason, timings)`;
+
+function number(value: string | undefined, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  const parsed = Number(value);
+  if (value.trim() === '' || !Number.isFinite(parsed)) throw new UsageError(`${name} must be a number, got '${value}'`);
+  return parsed;
+}
+
+export async function runGenerate(args: string[], io: CliIO): Promise<number> {
+  const { values, positionals } = parseCommandArgs(args, {
+    model: { type: 'string' },
+    prompt: { type: 'string' },
+    'prompt-file': { type: 'string' },
+    chat: { type: 'boolean' },
+    'max-tokens': { type: 'string' },
+    temperature: { type: 'string' },
+    'top-k': { type: 'string' },
+    'top-p': { type: 'string' },
+    'min-p': { type: 'string' },
+    'repeat-penalty': { type: 'string' },
+    seed: { type: 'string' },
+    stop: { type: 'string', multiple: true },
+    context: { type: 'string' },
+    'kv-type': { type: 'string' },
+    threads: { type: 'string' },
+    device: { type: 'string' },
+    json: { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
+  });
+  if (values.help) {
+    io.out(`${HELP}\n`);
+    return 0;
+  }
+  if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
+  if (!values.model) throw new UsageError('--model is required');
+  if ((values.prompt === undefined) === (values['prompt-file'] === undefined)) throw new UsageError('give exactly one of --prompt and --prompt-file');
+
+  let text = values.prompt;
+  if (values['prompt-file'] !== undefined) {
+    try {
+      text = readFileSync(values['prompt-file'], 'utf8');
+    } catch (error) {
+      throw new UsageError(`cannot read --prompt-file ${values['prompt-file']}: ${(error as NodeJS.ErrnoException).code ?? error}`);
+    }
+  }
+  const prompt: Prompt = values.chat ? { messages: [{ role: 'user', content: text! }] } : { text: text! };
+
+  const sampling: Partial<Sampling> = {};
+  const assign = <K extends keyof Sampling>(key: K, value: Sampling[K] | undefined) => {
+    if (value !== undefined) sampling[key] = value;
+  };
+  assign('temperature', number(values.temperature, '--temperature'));
+  assign('topK', number(values['top-k'], '--top-k'));
+  assign('topP', number(values['top-p'], '--top-p'));
+  assign('minP', number(values['min-p'], '--min-p'));
+  assign('repetitionPenalty', number(values['repeat-penalty'], '--repeat-penalty'));
+  assign('seed', number(values.seed, '--seed'));
+  const params: Partial<GenerateParams> = { sampling: sampling as Sampling, stopStrings: values.stop ?? [] };
+  const maxTokens = positiveInteger(values['max-tokens'], '--max-tokens');
+  if (maxTokens !== undefined) params.maxTokens = maxTokens;
+
+  const device = oneOf(values.device, DEVICES, '--device') ?? 'cpu';
+  const kvType = oneOf(values['kv-type'], KV_TYPES, '--kv-type') ?? 'fp16';
+  const threads = positiveInteger(values.threads, '--threads');
+  const contextLength = positiveInteger(values.context, '--context');
+
+  const engine = await EngineClient.start();
+  const abort = new AbortController();
+  const onSigint = () => abort.abort();
+  process.on('SIGINT', onSigint);
+  try {
+    const model = await engine.load({ modelPath: values.model, device, kvType, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
+    let promptIds: number[] = [];
+    const tokenIds: number[] = [];
+    let generated = '';
+    let stopReason: StopReason = 'error';
+    let timings: Timings | undefined;
+    let error: { code: string; message: string } | undefined;
+    for await (const event of engine.generate(prompt, params, abort.signal)) {
+      if (event.kind === 'prompt') promptIds = event.ids;
+      else if (event.kind === 'token') {
+        tokenIds.push(event.id);
+        generated += event.text;
+        if (!values.json) io.out(event.text);
+      } else {
+        stopReason = event.stopReason;
+        timings = event.timings;
+        error = event.error;
+      }
+    }
+    if (values.json) {
+      const result = { promptIds, tokenIds, text: generated, stopReason, timings: { loadMs: model.loadMs, ...timings }, ...(error ? { error } : {}) };
+      io.out(`${JSON.stringify(result)}\n`);
+    } else {
+      io.out('\n');
+      const t = timings;
+      if (t) io.err(`[${stopReason}] ${tokenIds.length} tokens, TTFT ${t.ttftMs.toFixed(0)} ms, prefill ${t.prefillTokensPerS.toFixed(1)} tok/s, decode ${t.decodeTokensPerS.toFixed(1)} tok/s\n`);
+    }
+    if (error) io.err(`longhand generate: ${error.code}: ${error.message}\n`);
+    return stopReason === 'error' ? 1 : 0;
+  } finally {
+    process.off('SIGINT', onSigint);
+    await engine.close();
+  }
+}

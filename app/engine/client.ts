@@ -1,0 +1,168 @@
+// A client of the engine host: starts the host process, sends protocol requests, and turns
+// the events back into promises and async iterators. The CLI, the tests and the browser-mode
+// server use it; Electron's main process speaks the same protocol over a MessagePort.
+import { fork, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { LonghandError, type ErrorCode } from '../common/errors.ts';
+import {
+  parseEngineEvent,
+  type EngineEvent,
+  type EngineRequestInput,
+  type ErrorPayload,
+  type GenerateParams,
+  type LoadOptions,
+  type ModelInfo,
+  type Prompt,
+} from '../common/protocol.ts';
+
+const HOST_ENTRY = join(dirname(fileURLToPath(import.meta.url)), 'host', 'main.ts');
+
+type Listener = (event: EngineEvent) => void;
+
+export function errorFromPayload(payload: ErrorPayload): LonghandError {
+  return new LonghandError(payload.code, payload.message, payload.details);
+}
+
+export class EngineClient {
+  private readonly listeners = new Map<string, Listener>();
+  private exitError: LonghandError | undefined;
+
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly pid: number,
+  ) {
+    child.on('message', (message) => {
+      let event: EngineEvent;
+      try {
+        event = parseEngineEvent(message);
+      } catch {
+        return; // a host that speaks another protocol: ignore what we cannot read
+      }
+      if ('requestId' in event) this.listeners.get(event.requestId)?.(event);
+    });
+    child.on('exit', (code, signal) => {
+      const why = signal ? `was killed by ${signal}` : `exited with code ${code}`;
+      this.exitError = new LonghandError('ENGINE_CRASHED', `the engine process ${why}`, { code, signal });
+      for (const listener of [...this.listeners.values()]) {
+        listener({ kind: 'error', requestId: '', error: this.exitError.toJSON() as ErrorPayload });
+      }
+      this.listeners.clear();
+    });
+  }
+
+  /** Starts an engine host process and waits until it says it is ready. */
+  static async start(options: { env?: NodeJS.ProcessEnv } = {}): Promise<EngineClient> {
+    const child = fork(HOST_ENTRY, [], {
+      execArgv: ['--import', 'tsx'],
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: options.env ?? process.env,
+    });
+    const pid = await new Promise<number>((resolve, reject) => {
+      const onMessage = (message: unknown) => {
+        const event = parseEngineEvent(message);
+        if (event.kind === 'ready') {
+          child.off('exit', onExit);
+          child.off('message', onMessage);
+          resolve(event.pid);
+        }
+      };
+      const onExit = (code: number | null) => reject(new LonghandError('ENGINE_CRASHED', `the engine process failed to start (exit ${code})`, { code }));
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+      child.once('error', (error) => reject(new LonghandError('ENGINE_CRASHED', `the engine process failed to start: ${error.message}`)));
+    });
+    return new EngineClient(child, pid);
+  }
+
+  private send(request: EngineRequestInput): void {
+    if (this.exitError) throw this.exitError;
+    this.child.send(request);
+  }
+
+  /** One request, one answer event (or a typed error). */
+  private call<K extends EngineEvent['kind']>(request: EngineRequestInput, answer: K): Promise<Extract<EngineEvent, { kind: K }>> {
+    return new Promise((resolve, reject) => {
+      this.listeners.set(request.requestId, (event) => {
+        this.listeners.delete(request.requestId);
+        if (event.kind === answer) resolve(event as Extract<EngineEvent, { kind: K }>);
+        else if (event.kind === 'error') reject(errorFromPayload(event.error));
+        else reject(new LonghandError('PROTOCOL_BAD_MESSAGE', `expected '${answer}', got '${event.kind}'`));
+      });
+      try {
+        this.send(request);
+      } catch (error) {
+        this.listeners.delete(request.requestId);
+        reject(error);
+      }
+    });
+  }
+
+  async load(options: Partial<LoadOptions> & { modelPath: string }): Promise<ModelInfo> {
+    return (await this.call({ kind: 'load', requestId: randomUUID(), options }, 'loaded')).model;
+  }
+
+  async unload(): Promise<void> {
+    await this.call({ kind: 'unload', requestId: randomUUID() }, 'unloaded');
+  }
+
+  async tokenize(text: string, addSpecial = true): Promise<number[]> {
+    return (await this.call({ kind: 'tokenize', requestId: randomUUID(), text, addSpecial }, 'tokenized')).ids;
+  }
+
+  /**
+   * Streams one generation's events (prompt, token…, done). Aborting `signal` sends a cancel;
+   * the stream still ends with `done` (stopReason 'cancelled'). A request the engine refuses
+   * throws its typed error.
+   */
+  async *generate(prompt: Prompt, params: Partial<GenerateParams> = {}, signal?: AbortSignal): AsyncGenerator<Extract<EngineEvent, { kind: 'prompt' | 'token' | 'done' }>> {
+    const requestId = randomUUID();
+    const pending: EngineEvent[] = [];
+    let wake: (() => void) | undefined;
+    this.listeners.set(requestId, (event) => {
+      pending.push(event);
+      wake?.();
+    });
+    const onAbort = () => {
+      if (!this.exitError) this.child.send({ kind: 'cancel', requestId: randomUUID(), target: requestId } satisfies EngineRequestInput);
+    };
+    try {
+      this.send({ kind: 'generate', requestId, prompt, params });
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener('abort', onAbort, { once: true });
+      for (;;) {
+        while (pending.length === 0) await new Promise<void>((resolve) => (wake = resolve));
+        const event = pending.shift()!;
+        if (event.kind === 'error') throw errorFromPayload(event.error);
+        if (event.kind === 'prompt' || event.kind === 'token') yield event;
+        else if (event.kind === 'done') {
+          yield event;
+          return;
+        }
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      this.listeners.delete(requestId);
+    }
+  }
+
+  /** Ends the host process (gracefully: disconnect; then SIGKILL after `graceMs`). */
+  async close(graceMs = 2000): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    this.child.disconnect();
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  /** For tests of crash handling. */
+  kill(signal: NodeJS.Signals = 'SIGKILL'): void {
+    this.child.kill(signal);
+  }
+}
+
+export function isErrorCode(error: unknown, code: ErrorCode): boolean {
+  return error instanceof LonghandError && error.code === code;
+}

@@ -1,0 +1,154 @@
+// The engine as the host serves it: one model loaded at a time (weights, tokenizer, chat
+// template, forward pass with its KV pool), one generation at a time. Everything a request
+// needs is checked here before any work starts; a generation always ends with one `done`.
+import { availableParallelism } from 'node:os';
+import { LonghandError, UsageError } from '../common/errors.ts';
+import type { Device, GenerateParams, LoadOptions, ModelInfo, Prompt } from '../common/protocol.ts';
+import { createModelRunner, type ModelRunner } from './forward/model-runner.ts';
+import { tokenizerDecoder } from './generate/decoder.ts';
+import { generate } from './generate/loop.ts';
+import type { EngineCore, GenerationEvent } from './host/engine-core.ts';
+import { ChatTemplate } from './model/chat-template.ts';
+import { loadModel } from './model/load-model.ts';
+import { createTokenizer, type Tokenizer } from './model/tokenizer/tokenizer.ts';
+import type { LoadedModel } from './model/types.ts';
+import { probeProvider } from './onnx/session.ts';
+
+interface Loaded {
+  model: LoadedModel;
+  tokenizer: Tokenizer;
+  chat: ChatTemplate;
+  runner: ModelRunner;
+  info: ModelInfo;
+}
+
+/** Longest default context: the KV pool is sized for it at load. */
+const DEFAULT_CONTEXT = 4096;
+
+/**
+ * The forward pass runs its dense graphs on the CPU provider today. A GPU provider is checked
+ * for availability so the user hears why it cannot be used; `auto` falls back to the CPU and
+ * says so on stderr (the host's log).
+ */
+async function resolveDevice(device: Device, log: (line: string) => void): Promise<'cpu'> {
+  if (device === 'cpu') return 'cpu';
+  if (device === 'auto') {
+    for (const candidate of ['cuda', 'webgpu', 'dml', 'coreml'] as const) {
+      const probe = await probeProvider(candidate);
+      if (probe.ok) {
+        log(`device auto: ${candidate} is available, but the forward pass runs on the CPU provider in this version; using cpu`);
+        return 'cpu';
+      }
+    }
+    log('device auto: no GPU execution provider is available here; using cpu');
+    return 'cpu';
+  }
+  const probe = await probeProvider(device);
+  if (!probe.ok) {
+    throw new LonghandError('DEVICE_UNAVAILABLE', `device ${device} is not available: ${probe.message ?? 'unknown reason'}; use --device cpu or --device auto`, { device });
+  }
+  throw new LonghandError('DEVICE_UNAVAILABLE', `device ${device} is available to onnxruntime, but Longhand's forward pass runs only on cpu in this version; use --device cpu or --device auto`, { device });
+}
+
+export function createEngineCore(log: (line: string) => void = (line) => process.stderr.write(`[engine] ${line}\n`)): EngineCore {
+  let loaded: Loaded | undefined;
+
+  async function unload(): Promise<void> {
+    const current = loaded;
+    loaded = undefined;
+    if (!current) return;
+    await current.runner.dispose();
+    current.model.close();
+  }
+
+  function need(): Loaded {
+    if (!loaded) throw new LonghandError('ENGINE_NOT_LOADED', 'no model is loaded: load one first');
+    return loaded;
+  }
+
+  function promptIds(state: Loaded, prompt: Prompt): number[] {
+    if ('ids' in prompt) {
+      const bad = prompt.ids.find((id) => id >= state.info.vocabSize);
+      if (bad !== undefined) throw new UsageError(`prompt id ${bad} is outside the vocabulary of ${state.info.vocabSize}`);
+      return prompt.ids;
+    }
+    if ('text' in prompt) return state.tokenizer.encode(prompt.text, { addSpecial: true });
+    const rendered = state.chat.render(prompt.messages, { addGenerationPrompt: true });
+    return state.tokenizer.encode(rendered, state.chat.encodeOptionsFor(rendered));
+  }
+
+  return {
+    async load(options: LoadOptions): Promise<ModelInfo> {
+      await unload();
+      const started = performance.now();
+      const device = await resolveDevice(options.device, log);
+      const model = await loadModel(options.modelPath);
+      try {
+        const tokenizer = await createTokenizer(model.tokenizer);
+        const chat = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
+        const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
+        const threads = options.threads ?? availableParallelism();
+        const runner = await createModelRunner(model, {
+          threads,
+          contextLength,
+          kvType: options.kvType,
+          prefillChunk: options.prefillChunk,
+          device,
+          eosIds: tokenizer.eosIds,
+        });
+        const { hyper } = model;
+        const info: ModelInfo = {
+          path: model.path,
+          format: model.format,
+          architecture: hyper.architecture,
+          family: hyper.family,
+          layers: hyper.layers,
+          heads: hyper.heads,
+          kvHeads: hyper.kvHeads,
+          headDim: hyper.headDim,
+          hiddenSize: hyper.hiddenSize,
+          vocabSize: hyper.vocabSize,
+          trainedContext: hyper.contextLength,
+          contextLength: runner.contextLength,
+          device: options.device === 'auto' ? 'auto' : device,
+          threads,
+          kvType: options.kvType,
+          chatTemplate: !chat.isFallback,
+          loadMs: performance.now() - started,
+        };
+        loaded = { model, tokenizer, chat, runner, info };
+        return info;
+      } catch (error) {
+        model.close();
+        throw error;
+      }
+    },
+
+    unload,
+
+    tokenize(text: string, addSpecial: boolean): number[] {
+      return need().tokenizer.encode(text, { addSpecial });
+    },
+
+    async *generate(prompt: Prompt, params: GenerateParams, signal: AbortSignal): AsyncGenerator<GenerationEvent> {
+      const state = need();
+      const ids = promptIds(state, prompt);
+      // No prefix reuse yet: every generation starts from an empty cache.
+      state.runner.reset();
+      const continuation = ids.some((id) => !state.tokenizer.isSpecial(id));
+      const stream = generate(state.runner, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
+      yield { kind: 'prompt', ids, contextLength: state.runner.contextLength };
+      for await (const event of stream) {
+        if (event.type === 'token') yield { kind: 'token', index: event.index, id: event.id, text: event.text };
+        else {
+          const { type: _type, error, ...rest } = event;
+          yield {
+            kind: 'done',
+            ...rest,
+            ...(error ? { error: { code: error.code, message: error.message, details: { ...error.details } } } : {}),
+          };
+        }
+      }
+    },
+  };
+}
