@@ -62,6 +62,33 @@ describe.runIf(haveSharedModel())('engine host on stories260K', () => {
     expect(after).toBe(3);
   });
 
+  it('cancels during the prefill of a long prompt, between layers', async () => {
+    await engine.load({ modelPath: STORIES_260K, contextLength: 2048, threads: 1 });
+    const prompt = { text: 'Once upon a time there was a little dog who liked to run in the park. '.repeat(80) };
+    const abort = new AbortController();
+    let abortedAt = 0;
+    let done;
+    for await (const event of engine.generate(prompt, { maxTokens: 10 }, abort.signal)) {
+      if (event.kind === 'prompt') {
+        expect(event.ids.length).toBeGreaterThan(1500);
+        // the host starts the prefill right after this event
+        setTimeout(() => {
+          abortedAt = performance.now();
+          abort.abort();
+        }, 30);
+      }
+      if (event.kind === 'done') done = event;
+    }
+    const latencyMs = performance.now() - abortedAt;
+    console.log(`cancel during prefill: done ${latencyMs.toFixed(1)} ms after abort()`);
+    expect(done).toMatchObject({ stopReason: 'cancelled', completionTokens: 0 });
+    // Loose bound: it must stop mid-prefill, not after it (the measured figure is printed above).
+    expect(latencyMs).toBeLessThan(1000);
+    let after = 0;
+    for await (const event of engine.generate({ text: 'Once' }, { maxTokens: 2 })) if (event.kind === 'token') after++;
+    expect(after).toBe(2);
+  });
+
   it('ends in-flight requests with ENGINE_CRASHED when the host dies', async () => {
     const victim = await EngineClient.start();
     await victim.load({ modelPath: STORIES_260K, contextLength: 256 });

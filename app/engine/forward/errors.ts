@@ -6,13 +6,12 @@ import { LonghandError } from '../../common/errors.ts';
  * that checks `err.name === 'AbortError'` treats it as a cancellation. The runner's cache is left
  * as it was before the call (position unchanged).
  */
-export class ForwardAbortedError extends Error {
-  readonly code = 'ABORTED';
+export class ForwardAbortedError extends LonghandError {
   /** Tokens in the cache after the abort (what was there before the call). */
   readonly position: number;
 
   constructor(position: number, options?: { cause?: unknown }) {
-    super(`forward pass aborted (the cache keeps its ${position} tokens)`, options);
+    super('ABORTED', `forward pass aborted (the cache keeps its ${position} tokens)`, { position }, options);
     this.name = 'AbortError';
     this.position = position;
   }
