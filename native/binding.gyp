@@ -1,5 +1,6 @@
 # Longhand native addon. Three targets:
-#   longhand_core  static library: KV pool, mapped file, attention kernels + scalar references.
+#   longhand_core  static library: KV pool, mapped file, attention kernels + scalar references,
+#                  read-bandwidth probe (for bench/).
 #                  Plain C++17, no exceptions, no Node headers used.
 #   longhand       the Node-API addon (build/Release/longhand.node): src/addon.cc only, the one
 #                  file compiled with C++ exceptions (node-addon-api's), all caught at the boundary.
@@ -26,6 +27,7 @@
         "src/kv_pool.cc",
         "src/mapped_file.cc",
         "src/attention.cc",
+        "src/bandwidth.cc",
         "src/reference/attention_ref.cc",
       ],
     },

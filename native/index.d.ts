@@ -125,3 +125,11 @@ export declare function attendCausal(pool: KvPool, layer: number, q: Float32Arra
 
 /** attendCausal() computed by the scalar C++ reference. */
 export declare function attendCausalReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
+
+/**
+ * Memory read bandwidth in GB/s (1e9 bytes/s): the fastest of `repeats` passes of a vectorised sum
+ * over a buffer of `bytes` (65536 .. 2^36; use several times the last-level cache) allocated and
+ * touched once, split over `threads` threads (1 .. 256, default 1). For benchmarks (bench/).
+ * NATIVE_BAD_ARGUMENT out of range, NATIVE_OUT_OF_MEMORY when the buffer cannot be allocated.
+ */
+export declare function measureReadBandwidth(bytes: number, repeats: number, threads?: number): number;

@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 2;
+const ABI_VERSION = 3;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -123,4 +123,12 @@ export function attendCausal(pool, layer, q, heads, out) {
 /** Same as attendCausal(), computed by the scalar C++ reference kernel. */
 export function attendCausalReference(pool, layer, q, heads, out) {
   loadAddon().attendCausalReference(pool, layer, q, heads, out);
+}
+
+/**
+ * Measured memory read bandwidth in GB/s (1e9 bytes/s): the fastest of `repeats` passes of a
+ * vectorised sum over a `bytes` buffer allocated once, split over `threads` threads (default 1).
+ */
+export function measureReadBandwidth(bytes, repeats, threads) {
+  return threads === undefined ? loadAddon().measureReadBandwidth(bytes, repeats) : loadAddon().measureReadBandwidth(bytes, repeats, threads);
 }

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { NativeError as CommonNativeError } from '../app/common/errors.ts';
 import type { KvPool } from './index.js';
-import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attentionKernel, createKvPool, loadAddon, mapFile } from './index.js';
+import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attentionKernel, createKvPool, loadAddon, mapFile, measureReadBandwidth } from './index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'longhand-native-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -43,7 +43,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(2);
+    expect(binding.abiVersion).toBe(3);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -343,4 +343,17 @@ describe('fp32 rows, batch append, truncate, causal attention', () => {
       pool.free();
     });
   }
+});
+
+describe('measureReadBandwidth', () => {
+  it('returns a finite positive GB/s, on one thread and on two; rejects bad sizes', () => {
+    for (const threads of [undefined, 2]) {
+      const gbs = measureReadBandwidth(8 << 20, 2, threads);
+      expect(Number.isFinite(gbs)).toBe(true);
+      expect(gbs).toBeGreaterThan(0);
+    }
+    expectNativeError(() => measureReadBandwidth(1024, 1), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => measureReadBandwidth(8 << 20, 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => measureReadBandwidth(8 << 20, 1, 0), 'NATIVE_BAD_ARGUMENT');
+  });
 });

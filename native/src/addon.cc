@@ -18,6 +18,7 @@
 #include <string>
 
 #include "attention.h"
+#include "bandwidth.h"
 #include "kv_pool.h"
 #include "mapped_file.h"
 #include "status.h"
@@ -25,7 +26,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 2;
+constexpr int kAbiVersion = 3;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -549,6 +550,22 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
   });
 }
 
+// measureReadBandwidth(bytes, repeats, threads = 1) -> GB/s (best pass; see bandwidth.h)
+Napi::Value MeasureReadBandwidth(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint64_t bytes = static_cast<uint64_t>(
+        integer_arg(env, info[0], "bytes", static_cast<double>(LH_BANDWIDTH_MIN_BYTES), static_cast<double>(LH_BANDWIDTH_MAX_BYTES)));
+    const uint32_t repeats = u32_arg(env, info[1], "repeats", 1, LH_BANDWIDTH_MAX_REPEATS);
+    const uint32_t threads = info[2].IsUndefined() ? 1 : u32_arg(env, info[2], "threads", 1, LH_BANDWIDTH_MAX_THREADS);
+    double gbs = 0;
+    const lh_status st = lh_measure_read_bandwidth(bytes, repeats, threads, &gbs);
+    if (st == LH_OUT_OF_MEMORY) fail(env, st, "cannot allocate " + std::to_string(bytes) + " bytes to measure bandwidth");
+    if (st != LH_OK) fail(env, st, "measureReadBandwidth failed");
+    return Napi::Number::New(env, gbs);
+  });
+}
+
 Napi::Value SetErrorFactory(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
@@ -570,6 +587,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attendReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecodeRef); }, "attendReference"));
   exports.Set("attendCausal", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausal); }, "attendCausal"));
   exports.Set("attendCausalReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausalRef); }, "attendCausalReference"));
+  exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   return exports;
 }
