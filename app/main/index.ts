@@ -1,24 +1,174 @@
-// Electron main process (supervisor). For now it opens one locked-down window that says
-// which parts of Longhand work in this version; the engine host, the app:// protocol, the
-// renderer and IPC arrive with the desktop-app issue. Security defaults are already fixed
-// in one constant so nothing later can forget them.
-import { app, BrowserWindow } from 'electron';
-import { SECURE_WEB_PREFERENCES } from './security.ts';
+// Electron main process: the supervisor of ARCHITECTURE.md §1. One window whose renderer is
+// served from app://longhand (never file://), locked down by security.ts; one IPC manager that
+// checks every message's sender and payload; the engine host in a utility process, watched by
+// EngineSupervisor and connected to the window through MessagePorts:
+//
+//   renderer ──port──► main (IpcManager: parseEngineRequest) ──port──► engine host (utilityProcess)
+//            ◄─────── (EngineSupervisor: tracks requests, relays events) ◄──────
+//
+// Main relays engine traffic (small messages: tokens, metrics) so that it validates every
+// request, knows what was in flight when the host dies, and keeps the window's port across
+// engine restarts.
+import { app, BrowserWindow, dialog, ipcMain, Menu, MessageChannelMain, protocol, screen, session, shell, utilityProcess } from 'electron';
+import type { AppRequest } from '../common/app-api.ts';
+import { LonghandError } from '../common/errors.ts';
+import { APP_SCHEME_PRIVILEGES, createAppProtocolHandler } from './app-protocol.ts';
+import { chooseModel, exportDocument } from './dialogs.ts';
+import { EngineSupervisor, type HostProcess, type PortLike } from './engine-supervisor.ts';
+import { APP_ENTRY_URL, APP_SCHEME, IPC, type MenuCommand } from './ipc-channels.ts';
+import { IpcManager } from './ipc-manager.ts';
+import { buildMenuTemplate } from './menu.ts';
+import { appLayout, currentMainDir, ENGINE_SERVICE_NAME } from './paths.ts';
+import { denyAllPermissions, hardenWebContents, SECURE_WEB_PREFERENCES } from './security.ts';
+import { captureWindowState, loadWindowState, MIN_WINDOW_SIZE, saveWindowState } from './window-state.ts';
 
-const PLACEHOLDER_PAGE = `<!doctype html><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<title>Longhand</title>
-<body style="font: 15px system-ui; margin: 3em; max-width: 40em">
-<h1>Longhand</h1>
-<p>The desktop window is not built yet in this version. Use the command line:
-<code>npx longhand inspect &lt;model.gguf&gt;</code>.</p>
-</body>`;
+const layout = appLayout(currentMainDir());
+const log = (message: string) => console.warn(message);
 
+let mainWindow: BrowserWindow | undefined;
+let supervisor: EngineSupervisor | undefined;
+let ipc: IpcManager | undefined;
+
+/**
+ * Answers the window's app requests (documents, settings, model library, downloads). The
+ * handlers are shared with browser mode and are not wired here yet: every request gets a typed
+ * error until they are.
+ */
+async function answerAppRequest(request: AppRequest): Promise<unknown> {
+  throw new LonghandError('INTERNAL', `${request.kind} is not available in the desktop app yet`);
+}
+
+// Before 'ready': the scheme must be privileged (standard + secure) to be a real origin.
+protocol.registerSchemesAsPrivileged([APP_SCHEME_PRIVILEGES]);
 app.enableSandbox();
-app.whenReady().then(() => {
-  const window = new BrowserWindow({ width: 900, height: 640, webPreferences: SECURE_WEB_PREFERENCES });
-  window.webContents.setWindowOpenHandler(() => ({ action: 'deny' }));
-  window.webContents.on('will-navigate', (event) => event.preventDefault());
-  void window.loadURL(`data:text/html;charset=utf-8,${encodeURIComponent(PLACEHOLDER_PAGE)}`);
+
+// Every webContents, this window's and any other, gets the same lockdown.
+app.on('web-contents-created', (_event, contents) => hardenWebContents(contents, shell, log));
+
+if (!app.requestSingleInstanceLock()) {
+  app.quit();
+} else {
+  app.on('second-instance', () => {
+    if (!mainWindow) return;
+    if (mainWindow.isMinimized()) mainWindow.restore();
+    mainWindow.focus();
+  });
+  void app.whenReady().then(onReady);
+}
+
+function onReady(): void {
+  const defaultSession = session.defaultSession;
+  denyAllPermissions(defaultSession);
+  defaultSession.protocol.handle(APP_SCHEME, createAppProtocolHandler(layout.renderer, log));
+
+  const engine = new EngineSupervisor({
+    fork: () => utilityProcess.fork(layout.engineHost, [], { serviceName: ENGINE_SERVICE_NAME, stdio: 'inherit' }) as unknown as HostProcess,
+    createChannel: () => new MessageChannelMain() as unknown as { port1: PortLike; port2: PortLike },
+    log,
+  });
+  supervisor = engine;
+  app.on('child-process-gone', (_event, details) => {
+    if (details.type === 'Utility' && details.serviceName === ENGINE_SERVICE_NAME) engine.noteProcessGone(details);
+  });
+
+  ipc = new IpcManager({
+    ipcMain,
+    engine,
+    appRequests: answerAppRequest,
+    dialogs: {
+      chooseModel: (contents) => chooseModel(dialog, BrowserWindow.fromWebContents(contents) ?? undefined),
+      exportDocument: (contents, request) => exportDocument(dialog, BrowserWindow.fromWebContents(contents) ?? undefined, request, app.getPath('documents')),
+    },
+    createChannel: () => new MessageChannelMain() as unknown as { port1: PortLike; port2: unknown },
+    log,
+  });
+
+  const sendMenuCommand = (command: MenuCommand) => mainWindow?.webContents.send(IPC.menuCommand, command);
+  Menu.setApplicationMenu(
+    Menu.buildFromTemplate(
+      buildMenuTemplate({
+        isPackaged: app.isPackaged,
+        platform: process.platform,
+        appName: app.getName(),
+        actions: {
+          openModel: () => {
+            void chooseModel(dialog, mainWindow).then((path) => {
+              if (path) sendMenuCommand({ command: 'open-model', path });
+            });
+          },
+          newDocument: () => sendMenuCommand({ command: 'new-document' }),
+          saveAs: () => sendMenuCommand({ command: 'save-as' }),
+          quit: () => app.quit(),
+        },
+      }),
+    ),
+  );
+
+  createWindow();
+  engine.start();
+
+  app.on('activate', () => {
+    if (!mainWindow) createWindow();
+  });
+}
+
+function createWindow(): void {
+  const userData = app.getPath('userData');
+  const state = loadWindowState(
+    userData,
+    screen.getAllDisplays().map((display) => display.workArea),
+    log,
+  );
+  const window = new BrowserWindow({
+    width: state.width,
+    height: state.height,
+    ...(state.x !== undefined && state.y !== undefined ? { x: state.x, y: state.y } : {}),
+    minWidth: MIN_WINDOW_SIZE.width,
+    minHeight: MIN_WINDOW_SIZE.height,
+    show: false,
+    title: 'Longhand',
+    webPreferences: { ...SECURE_WEB_PREFERENCES, preload: layout.preload },
+  });
+  mainWindow = window;
+  if (state.maximized) window.maximize();
+  window.once('ready-to-show', () => window.show());
+  ipc?.addWindow(window.webContents);
+
+  // Remember size, position and maximised state (debounced while dragging, at once on close).
+  let saveTimer: ReturnType<typeof setTimeout> | undefined;
+  const save = () => {
+    if (saveTimer) clearTimeout(saveTimer);
+    saveTimer = undefined;
+    if (window.isDestroyed() || window.isMinimized() || window.isFullScreen()) return;
+    try {
+      saveWindowState(userData, captureWindowState(window));
+    } catch (error) {
+      log(`[window-state] could not save: ${String(error)}`);
+    }
+  };
+  const saveSoon = () => {
+    if (saveTimer) clearTimeout(saveTimer);
+    saveTimer = setTimeout(save, 500);
+  };
+  window.on('resize', saveSoon);
+  window.on('move', saveSoon);
+  window.on('maximize', saveSoon);
+  window.on('unmaximize', saveSoon);
+  window.on('close', save);
+  window.on('closed', () => {
+    if (saveTimer) clearTimeout(saveTimer);
+    if (mainWindow === window) mainWindow = undefined;
+  });
+
+  window.webContents.on('render-process-gone', (_event, details) => {
+    log(`[window] the renderer is gone: ${details.reason} (exit ${details.exitCode})`);
+    if (details.reason !== 'clean-exit' && !window.isDestroyed()) window.reload();
+  });
+
+  void window.loadURL(APP_ENTRY_URL);
+}
+
+app.on('window-all-closed', () => {
+  if (process.platform !== 'darwin') app.quit();
 });
-app.on('window-all-closed', () => app.quit());
+app.on('before-quit', () => supervisor?.stop());
