@@ -28,7 +28,9 @@
         "src/mapped_file.cc",
         "src/attention.cc",
         "src/bandwidth.cc",
+        "src/infinigen.cc",
         "src/reference/attention_ref.cc",
+        "src/reference/infinigen_ref.cc",
       ],
     },
     {

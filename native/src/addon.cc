@@ -16,9 +16,11 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "attention.h"
 #include "bandwidth.h"
+#include "infinigen.h"
 #include "kv_pool.h"
 #include "mapped_file.h"
 #include "status.h"
@@ -26,12 +28,13 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 3;
+constexpr int kAbiVersion = 4;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
 const napi_type_tag kKvPoolTag = {0x4c6f6e6768616e64ull, 0x6b76706f6f6c0001ull};
 const napi_type_tag kMappedFileTag = {0x4c6f6e6768616e64ull, 0x6d61707065640001ull};
+const napi_type_tag kSpeculatorTag = {0x4c6f6e6768616e64ull, 0x73706563756c0001ull};
 
 struct AddonData {
   Napi::FunctionReference error_factory;  // (code, message, details) => Error, or empty
@@ -154,6 +157,9 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                            InstanceAccessor<&KvPool::HeadDim>("headDim"),
                            InstanceAccessor<&KvPool::Freed>("freed"),
                            InstanceAccessor<&KvPool::KvType>("kvType"),
+                           InstanceAccessor<&KvPool::PartialDim>("partialDim"),
+                           InstanceMethod<&KvPool::SetPartialProjection>("setPartialProjection"),
+                           InstanceMethod<&KvPool::ReadPartialK>("readPartialK"),
                            InstanceMethod<&KvPool::Append>("append"),
                            InstanceMethod<&KvPool::AppendBatch>("appendBatch"),
                            InstanceMethod<&KvPool::Truncate>("truncate"),
@@ -185,6 +191,9 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
         else if (t != "fp16") fail(env_, LH_BAD_ARGUMENT, "kvType must be 'fp16' or 'fp32', got " + (kt.IsString() ? "'" + t + "'" : describe(kt)));
       }
       kv_type_ = cfg.kv_type;
+      cfg.partial_dim = 0;
+      const Napi::Value pd = o.Get("partialDim");
+      if (!pd.IsUndefined()) cfg.partial_dim = u32_arg(env_, pd, "partialDim", 0, cfg.head_dim);
       const lh_status st = lh_kv_pool_init(&pool_, &cfg);
       if (st == LH_BAD_ARGUMENT)
         fail(env_, st, "budgetBytes " + std::to_string(cfg.budget_bytes) +
@@ -234,6 +243,38 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
   Napi::Value HeadDim(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.head_dim); }
   Napi::Value Freed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, !lh_kv_pool_live(&pool_)); }
   Napi::Value KvType(const Napi::CallbackInfo& info) { return Napi::String::New(env_, kv_type_ == LH_KV_F32 ? "fp32" : "fp16"); }
+  Napi::Value PartialDim(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.partial_dim); }
+
+  // setPartialProjection(layer, proj: Float32Array (kvHeads*headDim*partialDim)): sets A[:, C] of
+  // every KV head of the layer and rebuilds the layer's partial rows from the stored keys.
+  Napi::Value SetPartialProjection(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      if (p->partial_dim == 0) fail(env_, LH_BAD_ARGUMENT, "this KV pool has no partial key rows (partialDim 0)");
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const Napi::Float32Array proj = f32_arg(env_, info[1], "proj", static_cast<size_t>(p->kv_heads) * p->head_dim * p->partial_dim);
+      const lh_status st = lh_kv_pool_set_projection(p, layer, proj.Data());
+      if (st != LH_OK) fail(env_, st, "setPartialProjection failed");
+      return env_.Undefined();
+    });
+  }
+
+  // readPartialK(layer, kvHead, slot) -> Float32Array (partialDim)
+  Napi::Value ReadPartialK(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      if (p->partial_dim == 0) fail(env_, LH_BAD_ARGUMENT, "this KV pool has no partial key rows (partialDim 0)");
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const uint32_t head = u32_arg(env_, info[1], "kvHead", 0, p->kv_heads - 1);
+      const uint32_t len = lh_kv_pool_length(p, layer);
+      if (len == 0) fail(env_, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " holds no token");
+      const uint32_t slot = u32_arg(env_, info[2], "slot", 0, len - 1);
+      Napi::Float32Array out = Napi::Float32Array::New(env_, p->partial_dim);
+      const lh_status st = lh_kv_pool_read_partial(p, layer, head, slot, out.Data());
+      if (st != LH_OK) fail(env_, st, "readPartialK failed");
+      return out;
+    });
+  }
 
   // append(layer, k: Float32Array (kvHeads*headDim), v: same, position) -> slot
   Napi::Value Append(const Napi::CallbackInfo& info) {
@@ -550,6 +591,226 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// InfiniGen: selection (for tests) and the Speculator
+// ---------------------------------------------------------------------------------------------
+lh_infinigen_knobs knobs_arg(Napi::Env env, const Napi::Value& v) {
+  const Napi::Object o = object_arg(env, v, "knobs");
+  lh_infinigen_knobs k;
+  const Napi::Value a = o.Get("alpha"), c = o.Get("cap"), dl = o.Get("denseLayers");
+  if (!a.IsNumber() || !c.IsNumber()) fail(env, LH_BAD_ARGUMENT, "knobs.alpha and knobs.cap must be numbers");
+  k.alpha = a.As<Napi::Number>().DoubleValue();
+  k.cap = c.As<Napi::Number>().DoubleValue();
+  k.dense_layers = dl.IsUndefined() ? 0 : u32_arg(env, dl, "knobs.denseLayers", 0, 1u << 30);
+  if (!(k.alpha > 0) || !std::isfinite(k.alpha)) fail(env, LH_BAD_ARGUMENT, "knobs.alpha must be a positive number");
+  if (!(k.cap > 0 && k.cap <= 1)) fail(env, LH_BAD_ARGUMENT, "knobs.cap must be in (0, 1]");
+  return k;
+}
+
+// selectInfinigen(layer, { heads, kvHeads, p, slots, qPartial, kPartial, candidates, scale }, knobs)
+//   -> { selected: Int32Array[kvHeads], n, candidateCount, counts: Int32Array }
+Napi::Value SelectInfinigen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint32_t layer = u32_arg(env, info[0], "layer", 0, 1u << 30);
+    const Napi::Object x = object_arg(env, info[1], "input");
+    const uint32_t heads = u32_arg(env, x.Get("heads"), "heads", 1, LH_MAX_HEADS);
+    const uint32_t kvh = u32_arg(env, x.Get("kvHeads"), "kvHeads", 1, LH_MAX_HEADS);
+    const uint32_t p = u32_arg(env, x.Get("p"), "p", 1, LH_MAX_HEAD_DIM);
+    const uint32_t slots = u32_arg(env, x.Get("slots"), "slots", 0, 1u << 24);
+    if (heads % kvh != 0) fail(env, LH_BAD_ARGUMENT, "heads must be a multiple of kvHeads");
+    const Napi::Float32Array q = f32_arg(env, x.Get("qPartial"), "qPartial", static_cast<size_t>(heads) * p);
+    const Napi::Float32Array k = f32_arg(env, x.Get("kPartial"), "kPartial", static_cast<size_t>(kvh) * slots * p);
+    const Napi::Value cv = x.Get("candidates");
+    if (!cv.IsTypedArray() || cv.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array ||
+        cv.As<Napi::TypedArray>().ElementLength() != slots)
+      fail(env, LH_BAD_ARGUMENT, "candidates must be a Uint8Array of `slots` elements");
+    const Napi::Uint8Array cand = cv.As<Napi::Uint8Array>();
+    const Napi::Value sv = x.Get("scale");
+    if (!sv.IsNumber()) fail(env, LH_BAD_ARGUMENT, "scale must be a number");
+    const lh_infinigen_knobs knobs = knobs_arg(env, info[2]);
+    std::vector<double> scores(static_cast<size_t>(heads) * slots + 1), comb(slots + 1);
+    std::vector<int32_t> order(slots + 1), sel(static_cast<size_t>(kvh) * slots + 1), counts(heads);
+    lh_select_input in{heads, kvh, p, slots, q.Data(), k.Data(), static_cast<size_t>(slots) * p, LH_KV_F32, cand.Data(),
+                       sv.As<Napi::Number>().DoubleValue()};
+    lh_select_scratch scr{scores.data(), comb.data(), order.data()};
+    uint32_t n = 0, N = 0;
+    bool dense = layer < knobs.dense_layers;
+    const lh_status st = lh_infinigen_select(layer, &in, &knobs, &scr, sel.data(), slots, &n, &N, counts.data());
+    if (st != LH_OK) fail(env, st, "selectInfinigen: bad input or a non-finite partial score");
+    dense = dense || N == 0;
+    Napi::Array selected = Napi::Array::New(env, kvh);
+    for (uint32_t g = 0; g < kvh; ++g) {
+      Napi::Int32Array row = Napi::Int32Array::New(env, n);
+      if (n > 0) std::memcpy(row.Data(), sel.data() + static_cast<size_t>(g) * slots, n * sizeof(int32_t));
+      selected.Set(g, row);
+    }
+    Napi::Int32Array c = Napi::Int32Array::New(env, dense ? 0 : heads);
+    if (!dense) std::memcpy(c.Data(), counts.data(), heads * sizeof(int32_t));
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("selected", selected);
+    r.Set("n", n);
+    r.Set("candidateCount", N);
+    r.Set("counts", c);
+    return r;
+  });
+}
+
+class Speculator : public Napi::ObjectWrap<Speculator> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Speculator",
+                       {
+                           InstanceMethod<&Speculator::Begin>("begin"),
+                           InstanceMethod<&Speculator::Attend>("attend"),
+                           InstanceMethod<&Speculator::AttendRef>("attendReference"),
+                           InstanceMethod<&Speculator::Recall>("recall"),
+                           InstanceMethod<&Speculator::Selected>("selected"),
+                           InstanceMethod<&Speculator::Stats>("stats"),
+                           InstanceMethod<&Speculator::Drain>("drain"),
+                           InstanceMethod<&Speculator::ClearStaging>("clearStaging"),
+                           InstanceMethod<&Speculator::Free>("free"),
+                       });
+  }
+
+  // new Speculator(pool, { heads, alpha, cap, denseLayers, scale? })
+  explicit Speculator(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Speculator>(info), env_(info.Env()) {
+    guarded(env_, [&] {
+      info.This().As<Napi::Object>().TypeTag(&kSpeculatorTag);
+      KvPool* wrap = KvPool::FromValue(env_, info[0], "pool");
+      lh_kv_pool* p = wrap->Live();
+      if (p->partial_dim == 0) fail(env_, LH_BAD_ARGUMENT, "the pool has no partial key rows (create it with partialDim > 0)");
+      const Napi::Object o = object_arg(env_, info[1], "options");
+      lh_speculator_config cfg;
+      cfg.heads = u32_arg(env_, o.Get("heads"), "heads", 1, LH_MAX_HEADS);
+      if (cfg.heads % p->kv_heads != 0) fail(env_, LH_BAD_ARGUMENT, "heads must be a multiple of the pool's kvHeads");
+      cfg.knobs = knobs_arg(env_, o);
+      const Napi::Value sc = o.Get("scale");
+      cfg.scale = sc.IsNumber() ? sc.As<Napi::Number>().DoubleValue() : 1.0 / std::sqrt(static_cast<double>(p->head_dim));
+      pool_ref_ = Napi::Persistent(info[0].As<Napi::Object>());  // keeps the pool object alive
+      heads_ = cfg.heads;
+      d_ = p->head_dim;
+      kvh_ = p->kv_heads;
+      layers_ = p->layers;
+      const lh_status st = lh_speculator_create(&sp_, p, &cfg);
+      if (st != LH_OK) fail(env_, st, "cannot create the speculator");
+      if (napi_add_env_cleanup_hook(env_, &Speculator::Cleanup, this) == napi_ok) hook_ = true;
+    });
+  }
+  ~Speculator() override { Release(); }
+
+ private:
+  void Release() {
+    if (hook_) {
+      napi_remove_env_cleanup_hook(env_, &Speculator::Cleanup, this);
+      hook_ = false;
+    }
+    lh_speculator_destroy(sp_);
+    sp_ = nullptr;
+  }
+  static void Cleanup(void* arg) {
+    Speculator* self = static_cast<Speculator*>(arg);
+    self->hook_ = false;
+    lh_speculator_destroy(self->sp_);
+    self->sp_ = nullptr;
+  }
+  lh_speculator* Live() {
+    if (sp_ == nullptr) fail(env_, LH_BAD_ARGUMENT, "this speculator has been freed");
+    KvPool* wrap = KvPool::FromValue(env_, pool_ref_.Value(), "pool");
+    wrap->Live();
+    return sp_;
+  }
+  uint32_t LayerArg(const Napi::Value& v) { return u32_arg(env_, v, "layer", 0, layers_ - 1); }
+
+  Napi::Value Begin(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_speculator* sp = Live();
+      const uint32_t layer = LayerArg(info[0]);
+      const Napi::Float32Array q = f32_arg(env_, info[1], "qSpec", static_cast<size_t>(heads_) * d_);
+      const lh_status st = lh_speculator_begin(sp, layer, q.Data());
+      if (st != LH_OK) fail(env_, st, "speculator.begin(" + std::to_string(layer) + "): a dense layer, no projection set, or a job already pending");
+      return env_.Undefined();
+    });
+  }
+  Napi::Value AttendAny(const Napi::CallbackInfo& info, bool ref) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_speculator* sp = Live();
+      const uint32_t layer = LayerArg(info[0]);
+      const Napi::Float32Array q = f32_arg(env_, info[1], "q", static_cast<size_t>(heads_) * d_);
+      Napi::Float32Array out = f32_arg(env_, info[2], "out", static_cast<size_t>(heads_) * d_);
+      const lh_status st = ref ? lh_speculator_attend_ref(sp, layer, q.Data(), out.Data()) : lh_speculator_attend(sp, layer, q.Data(), out.Data());
+      if (st != LH_OK) fail(env_, st, "speculator.attend(" + std::to_string(layer) + "): no job begun, or not exactly one token appended since begin()");
+      return env_.Undefined();
+    });
+  }
+  Napi::Value Attend(const Napi::CallbackInfo& info) { return AttendAny(info, false); }
+  Napi::Value AttendRef(const Napi::CallbackInfo& info) { return AttendAny(info, true); }
+  Napi::Value Recall(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_speculator* sp = Live();
+      const uint32_t layer = LayerArg(info[0]);
+      const Napi::Float32Array q = f32_arg(env_, info[1], "q", static_cast<size_t>(heads_) * d_);
+      double r = 0;
+      const lh_status st = lh_speculator_recall(sp, layer, q.Data(), &r);
+      if (st != LH_OK) fail(env_, st, "speculator.recall: no finished job for this layer");
+      return Napi::Number::New(env_, r);
+    });
+  }
+  Napi::Value Selected(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_speculator* sp = Live();
+      const uint32_t layer = LayerArg(info[0]);
+      const uint32_t g = u32_arg(env_, info[1], "kvHead", 0, kvh_ - 1);
+      uint32_t n = 0;
+      const int32_t* s = lh_speculator_selected(sp, layer, g, &n);
+      if (s == nullptr) fail(env_, LH_BAD_ARGUMENT, "speculator.selected: no finished job for this layer");
+      Napi::Int32Array out = Napi::Int32Array::New(env_, n);
+      if (n > 0) std::memcpy(out.Data(), s, n * sizeof(int32_t));
+      return out;
+    });
+  }
+  Napi::Value Stats(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_speculator* sp = Live();
+      const lh_layer_stats* s = lh_speculator_stats(sp, LayerArg(info[0]));
+      Napi::Object o = Napi::Object::New(env_);
+      o.Set("valid", s->valid != 0);
+      o.Set("n", s->n);
+      o.Set("candidates", s->candidates);
+      o.Set("hits", s->hits);
+      o.Set("misses", s->misses);
+      o.Set("bytes", static_cast<double>(s->bytes));
+      o.Set("beginNs", static_cast<double>(s->begin_ns));
+      o.Set("jobStartNs", static_cast<double>(s->job_start_ns));
+      o.Set("jobEndNs", static_cast<double>(s->job_end_ns));
+      o.Set("specNs", static_cast<double>(s->spec_ns));
+      o.Set("gatherNs", static_cast<double>(s->gather_ns));
+      o.Set("waitNs", static_cast<double>(s->wait_ns));
+      o.Set("attnNs", static_cast<double>(s->attn_ns));
+      return o;
+    });
+  }
+  Napi::Value Drain(const Napi::CallbackInfo& info) {
+    if (sp_ != nullptr) lh_speculator_drain(sp_);
+    return env_.Undefined();
+  }
+  Napi::Value ClearStaging(const Napi::CallbackInfo& info) {
+    if (sp_ != nullptr) lh_speculator_clear_staging(sp_);
+    return env_.Undefined();
+  }
+  Napi::Value Free(const Napi::CallbackInfo& info) {
+    Release();
+    pool_ref_.Reset();
+    return env_.Undefined();
+  }
+
+  Napi::Env env_;
+  lh_speculator* sp_ = nullptr;
+  Napi::ObjectReference pool_ref_;
+  uint32_t heads_ = 0, d_ = 0, kvh_ = 0, layers_ = 0;
+  bool hook_ = false;
+};
+
 // measureReadBandwidth(bytes, repeats, threads = 1) -> GB/s (best pass; see bandwidth.h)
 Napi::Value MeasureReadBandwidth(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -583,6 +844,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attentionKernel", Napi::String::New(env, lh_attention_impl_name(LH_ATTN_AUTO)));
   exports.Set("KvPool", KvPool::Define(env));
   exports.Set("MappedFile", MappedFile::Define(env));
+  exports.Set("Speculator", Speculator::Define(env));
+  exports.Set("selectInfinigen", Napi::Function::New(env, SelectInfinigen, "selectInfinigen"));
   exports.Set("attend", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecode); }, "attend"));
   exports.Set("attendReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecodeRef); }, "attendReference"));
   exports.Set("attendCausal", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausal); }, "attendCausal"));

@@ -16,13 +16,14 @@ uint64_t align_line(uint64_t n) { return (n + kLine - 1) & ~(kLine - 1); }
 
 bool config_ok(const lh_kv_pool_config* cfg) {
   return cfg != nullptr && lh_kv_type_bytes(cfg->kv_type) != 0 && cfg->layers >= 1 && cfg->layers <= LH_MAX_LAYERS && cfg->kv_heads >= 1 &&
-         cfg->kv_heads <= LH_MAX_KV_HEADS && cfg->head_dim >= 1 && cfg->head_dim <= LH_MAX_HEAD_DIM;
+         cfg->kv_heads <= LH_MAX_KV_HEADS && cfg->head_dim >= 1 && cfg->head_dim <= LH_MAX_HEAD_DIM &&
+         cfg->partial_dim <= cfg->head_dim;
 }
 
 // Byte offsets of the regions for a given capacity. With the limits above every product fits
 // in 64 bits: layers*kv_heads*head_dim <= 2^30, times capacity < 2^31, times 4 bytes < 2^63.
 struct Layout {
-  uint64_t length_off, k_off, v_off, pos_off, total;
+  uint64_t length_off, k_off, v_off, pos_off, kp_off, proj_off, proj_set_off, total;
 };
 
 Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
@@ -33,7 +34,11 @@ Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
   l.k_off = align_line(cfg->layers * sizeof(uint32_t));
   l.v_off = l.k_off + align_line(rows);
   l.pos_off = l.v_off + align_line(rows);
-  l.total = l.pos_off + align_line(lh * capacity * sizeof(int32_t));
+  l.kp_off = l.pos_off + align_line(lh * capacity * sizeof(int32_t));
+  const uint64_t p = cfg->partial_dim;
+  l.proj_off = l.kp_off + align_line(lh * capacity * p * sizeof(uint16_t));
+  l.proj_set_off = l.proj_off + align_line(lh * cfg->head_dim * p * sizeof(float));
+  l.total = l.proj_set_off + (p > 0 ? align_line(cfg->layers * sizeof(uint32_t)) : 0);
   return l;
 }
 
@@ -49,7 +54,8 @@ uint64_t physical_memory_bytes() {
 lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length) {
   if (!config_ok(cfg) || capacity == nullptr || byte_length == nullptr) return LH_BAD_ARGUMENT;
   const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
-  const uint64_t per_token = lh * (2ull * cfg->head_dim * lh_kv_type_bytes(cfg->kv_type) + sizeof(int32_t));
+  const uint64_t per_token = lh * (2ull * cfg->head_dim * lh_kv_type_bytes(cfg->kv_type) + sizeof(int32_t) +
+                                   2ull * cfg->partial_dim);
   uint64_t cap = cfg->budget_bytes / per_token;
   if (cap > LH_MAX_TOKENS) return LH_BAD_ARGUMENT;  // an absurd budget, not a real pool
   // Alignment padding costs at most a few lines: step down until the layout fits the budget.
@@ -81,13 +87,19 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
   pool->kv_type = cfg->kv_type;
   pool->elem_bytes = lh_kv_type_bytes(cfg->kv_type);
   pool->bytes_per_token = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads *
-                          (2ull * cfg->head_dim * pool->elem_bytes + sizeof(int32_t));
+                          (2ull * cfg->head_dim * pool->elem_bytes + sizeof(int32_t) + 2ull * cfg->partial_dim);
   pool->byte_length = total;
   pool->base = base;
   pool->length = reinterpret_cast<uint32_t*>(b + l.length_off);  // anonymous pages are zero
   pool->k = b + l.k_off;
   pool->v = b + l.v_off;
   pool->pos = reinterpret_cast<int32_t*>(b + l.pos_off);
+  pool->partial_dim = cfg->partial_dim;
+  if (cfg->partial_dim > 0) {
+    pool->kp = reinterpret_cast<uint16_t*>(b + l.kp_off);
+    pool->proj = reinterpret_cast<float*>(b + l.proj_off);
+    pool->proj_set = reinterpret_cast<uint32_t*>(b + l.proj_set_off);
+  }
   return LH_OK;
 }
 
@@ -104,6 +116,24 @@ lh_status lh_kv_pool_reset(lh_kv_pool* pool) {
 }
 
 namespace {
+
+// Partial row of (layer, head index `head` = layer*kv_heads+g, slot s) from the stored key row:
+// kp[i] = fp16( sum_j K[j] * proj[j, i] ), fp32 accumulation in j order.
+void store_partial(lh_kv_pool* pool, size_t head, uint32_t s) {
+  const size_t d = pool->head_dim, p = pool->partial_dim;
+  const size_t row = head * lh_kv_pool_head_stride(pool) + static_cast<size_t>(s) * d;
+  const float* proj = pool->proj + head * d * p;  // (head_dim, partial_dim)
+  float acc[LH_MAX_HEAD_DIM];                      // (partial_dim)
+  for (size_t i = 0; i < p; ++i) acc[i] = 0.0f;
+  for (size_t j = 0; j < d; ++j) {
+    const float kj = pool->kv_type == LH_KV_F32 ? static_cast<const float*>(pool->k)[row + j]
+                                                : lh_fp16_to_fp32(static_cast<const uint16_t*>(pool->k)[row + j]);
+    const float* pr = proj + j * p;
+    for (size_t i = 0; i < p; ++i) acc[i] += kj * pr[i];
+  }
+  uint16_t* out = pool->kp + (head * pool->capacity + s) * p;
+  for (size_t i = 0; i < p; ++i) out[i] = lh_fp32_to_fp16(acc[i]);
+}
 
 // Writes one token's rows (all KV heads) of `layer` into slot s. No checks: callers validate.
 void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, const float* v, int32_t position) {
@@ -126,6 +156,7 @@ void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, c
       }
     }
     pool->pos[head * pool->capacity + s] = position;
+    if (pool->partial_dim > 0 && pool->proj_set[layer] != 0) store_partial(pool, head, s);
   }
 }
 
@@ -197,5 +228,31 @@ lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t laye
     for (uint32_t i = 0; i < pool->head_dim; ++i) out[i] = lh_fp16_to_fp32(row[i]);
   }
   if (position != nullptr) *position = pool->pos[head * pool->capacity + slot];
+  return LH_OK;
+}
+
+lh_status lh_kv_pool_set_projection(lh_kv_pool* pool, uint32_t layer, const float* proj) {
+  if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || layer >= pool->layers || proj == nullptr) return LH_BAD_ARGUMENT;
+  const size_t per_layer = static_cast<size_t>(pool->kv_heads) * pool->head_dim * pool->partial_dim;
+  std::memcpy(pool->proj + layer * per_layer, proj, per_layer * sizeof(float));
+  pool->proj_set[layer] = 1;
+  for (uint32_t g = 0; g < pool->kv_heads; ++g) {
+    const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
+    for (uint32_t s = 0; s < pool->length[layer]; ++s) store_partial(pool, head, s);
+  }
+  return LH_OK;
+}
+
+const uint16_t* lh_kv_pool_partial_rows(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || layer >= pool->layers) return nullptr;
+  return pool->kp + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity * pool->partial_dim;
+}
+
+lh_status lh_kv_pool_read_partial(const lh_kv_pool* pool, uint32_t layer, uint32_t kv_head, uint32_t slot, float* out) {
+  if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || layer >= pool->layers || kv_head >= pool->kv_heads ||
+      out == nullptr || slot >= pool->length[layer])
+    return LH_BAD_ARGUMENT;
+  const uint16_t* row = pool->kp + ((static_cast<size_t>(layer) * pool->kv_heads + kv_head) * pool->capacity + slot) * pool->partial_dim;
+  for (uint32_t i = 0; i < pool->partial_dim; ++i) out[i] = lh_fp16_to_fp32(row[i]);
   return LH_OK;
 }

@@ -2,14 +2,20 @@
 //
 // One mmap allocation per model load, sized from a byte budget; nothing on the token path
 // allocates. Rows are fp16 (default) or fp32 (kv_type LH_KV_F32: exact comparisons with a
-// reference that keeps an F32 cache). Later work adds partial-key rows (InfiniGen), prefetch counters and
-// int8 rows as further regions of the same allocation; the accessors below hide the layout.
+// reference that keeps an F32 cache). With partial_dim p > 0 the pool also holds InfiniGen's partial
+// key rows (RoPE(k)·A)[C] (fp16, same slot as the full row) and, per layer and KV head, the
+// projection A[:, C] that produces them. Prefetch counters and int8 rows come later as further regions.
 //
 // Memory layout of the one allocation (regions in this order, each starting on a 64-byte line):
 //   length : (layer)                                   uint32  slots in use per layer
 //   k      : (layer, kv_head, capacity, head_dim)      fp16|fp32  key rows
 //   v      : (layer, kv_head, capacity, head_dim)      fp16|fp32  value rows
 //   pos    : (layer, kv_head, capacity)                int32   token position held by each slot
+//   kp     : (layer, kv_head, capacity, partial_dim)   fp16    partial key rows (partial_dim > 0)
+//   proj   : (layer, kv_head, head_dim, partial_dim)   fp32    A[:, C] per layer and KV head
+//   proj_set : (layer)                                 uint32  1 once proj of the layer is set
+// A partial row is computed from the STORED key row (after fp16 rounding) when the token is
+// appended to a layer whose projection is set, and for every stored slot when it is set.
 // A layer's slots fill from 0 upwards; slot s of every KV head of a layer holds the same token.
 #pragma once
 
@@ -39,6 +45,7 @@ struct lh_kv_pool_config {
   uint32_t kv_heads;      // 1..LH_MAX_KV_HEADS
   uint32_t head_dim;      // 1..LH_MAX_HEAD_DIM
   uint32_t kv_type;       // lh_kv_type; 0 (fp16) when left out of an aggregate initializer
+  uint32_t partial_dim;   // p of the partial key rows, 0..head_dim; 0 (none) when left out
 };
 
 struct lh_kv_pool {
@@ -58,6 +65,10 @@ struct lh_kv_pool {
   void* k;           // (layer, kv_head, capacity, head_dim) fp16 or fp32 (kv_type)
   void* v;           // (layer, kv_head, capacity, head_dim) fp16 or fp32 (kv_type)
   int32_t* pos;      // (layer, kv_head, capacity)
+  uint32_t partial_dim;   // 0: no partial rows
+  uint16_t* kp;           // (layer, kv_head, capacity, partial_dim) fp16, or null
+  float* proj;            // (layer, kv_head, head_dim, partial_dim), or null
+  uint32_t* proj_set;     // (layer), or null
 };
 
 // Computes the capacity (slots per layer) and allocation size a config yields, allocating
@@ -116,3 +127,14 @@ enum lh_kv_part { LH_KV_KEY = 0, LH_KV_VALUE = 1 };
 // *position (if not null) receives the slot's token position.
 lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
                           uint32_t slot, float* out, int32_t* position);
+
+// Sets layer's projection A[:, C] (proj: (kv_head, head_dim, partial_dim) fp32) and rebuilds the
+// partial rows of every slot stored in the layer from the stored key rows. LH_BAD_ARGUMENT if the
+// pool has no partial rows, the layer is out of range, or proj is null.
+lh_status lh_kv_pool_set_projection(lh_kv_pool* pool, uint32_t layer, const float* proj);
+
+// Start of a layer's partial key rows: (kv_head, capacity, partial_dim) fp16. Null if none.
+const uint16_t* lh_kv_pool_partial_rows(const lh_kv_pool* pool, uint32_t layer);
+
+// Reads one partial key row back as fp32: out is (partial_dim).
+lh_status lh_kv_pool_read_partial(const lh_kv_pool* pool, uint32_t layer, uint32_t kv_head, uint32_t slot, float* out);

@@ -1,11 +1,14 @@
-// C++ tests of the native core: fp16 conversion, KV pool, mapped file, and the attention
-// kernels against the scalar reference (random shape sweep, NMSE, NaN/Inf parity, guard bytes).
+// C++ tests of the native core: fp16 conversion, KV pool, mapped file, the attention kernels
+// against the scalar reference (random shape sweep, NMSE, NaN/Inf parity, guard bytes), and
+// InfiniGen: selection vs a plain full-sort rule, partial key rows, gather + attention over the
+// gathered rows vs the scalar reference and vs full attention, reuse-cache hits.
 // Prints one line per check and, last, exactly "native: N passed, N failed"; exits 1 on failure.
 // Built without exceptions; every check is a plain function returning normally.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
@@ -18,6 +21,7 @@
 
 #include "../src/attention.h"
 #include "../src/fp16.h"
+#include "../src/infinigen.h"
 #include "../src/kv_pool.h"
 #include "../src/mapped_file.h"
 #include "../src/status.h"
@@ -148,7 +152,7 @@ void test_kv_pool() {
     const uint32_t dims[][3] = {{1, 1, 1}, {2, 2, 8}, {4, 8, 64}, {3, 1, 128}};
     for (const uint64_t b : budgets) {
       for (const auto& d : dims) {
-        lh_kv_pool_config cfg{b, d[0], d[1], d[2], LH_KV_F16};
+        lh_kv_pool_config cfg{b, d[0], d[1], d[2], LH_KV_F16, 0};
         uint32_t cap = 0;
         uint64_t bytes = 0;
         const lh_status st = lh_kv_pool_plan(&cfg, &cap, &bytes);
@@ -166,12 +170,12 @@ void test_kv_pool() {
     check(ok, "kv pool capacity fits the budget and wastes < 1 token + padding");
   }
   {
-    lh_kv_pool_config tiny{10, 2, 2, 8, LH_KV_F16};
+    lh_kv_pool_config tiny{10, 2, 2, 8, LH_KV_F16, 0};
     uint32_t cap;
     uint64_t bytes;
-    lh_kv_pool_config huge{1ull << 60, 2, 2, 8, LH_KV_F16};
-    lh_kv_pool_config ram{1ull << 46, 32, 8, 128, LH_KV_F16};  // 64 TiB: more than this machine's RAM
-    lh_kv_pool_config zero{1 << 20, 0, 2, 8, LH_KV_F16}, wide{1 << 20, 2, 2, LH_MAX_HEAD_DIM + 1, LH_KV_F16};
+    lh_kv_pool_config huge{1ull << 60, 2, 2, 8, LH_KV_F16, 0};
+    lh_kv_pool_config ram{1ull << 46, 32, 8, 128, LH_KV_F16, 0};  // 64 TiB: more than this machine's RAM
+    lh_kv_pool_config zero{1 << 20, 0, 2, 8, LH_KV_F16, 0}, wide{1 << 20, 2, 2, LH_MAX_HEAD_DIM + 1, LH_KV_F16, 0};
     check(lh_kv_pool_plan(&tiny, &cap, &bytes) == LH_BAD_ARGUMENT && lh_kv_pool_plan(&huge, &cap, &bytes) == LH_BAD_ARGUMENT &&
               lh_kv_pool_plan(&ram, &cap, &bytes) == LH_OUT_OF_MEMORY && lh_kv_pool_plan(&zero, &cap, &bytes) == LH_BAD_ARGUMENT &&
               lh_kv_pool_plan(&wide, &cap, &bytes) == LH_BAD_ARGUMENT && lh_kv_pool_plan(nullptr, &cap, &bytes) == LH_BAD_ARGUMENT,
@@ -182,7 +186,7 @@ void test_kv_pool() {
   // append / readback / positions / full / reset / free
   {
     const uint32_t L = 3, H = 2, D = 12;
-    lh_kv_pool_config cfg{0, L, H, D, LH_KV_F16};
+    lh_kv_pool_config cfg{0, L, H, D, LH_KV_F16, 0};
     cfg.budget_bytes = 5ull * L * H * (4 * D + 4) + 4 * 64 + 3;  // exactly 5 tokens
     lh_kv_pool p;
     const lh_status st = lh_kv_pool_init(&p, &cfg);
@@ -496,7 +500,7 @@ void test_attention_bad_args() {
 // Attention straight over the pool's rows (head stride = capacity * head_dim).
 void test_attention_over_pool() {
   const uint32_t L = 2, H = 2, D = 64, T = 77, heads = 8;
-  lh_kv_pool_config cfg{1 << 22, L, H, D, LH_KV_F16};
+  lh_kv_pool_config cfg{1 << 22, L, H, D, LH_KV_F16, 0};
   lh_kv_pool p;
   if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
     check(false, "attention over pool rows", "pool init failed");
@@ -523,10 +527,10 @@ void test_attention_over_pool() {
 // fp32 rows: the pool stores them exactly; both kernels read them; a bad kv_type is refused.
 void test_kv_fp32() {
   const uint32_t L = 2, H = 2, D = 24, heads = 8;
-  lh_kv_pool_config cfg{1 << 20, L, H, D, LH_KV_F32};
+  lh_kv_pool_config cfg{1 << 20, L, H, D, LH_KV_F32, 0};
   lh_kv_pool p;
   const lh_status st = lh_kv_pool_init(&p, &cfg);
-  lh_kv_pool_config bad{1 << 20, L, H, D, 7};
+  lh_kv_pool_config bad{1 << 20, L, H, D, 7, 0};
   lh_kv_pool q;
   check(st == LH_OK && p.elem_bytes == 4 && p.bytes_per_token == static_cast<uint64_t>(L) * H * (8ull * D + 4) &&
             lh_kv_pool_init(&q, &bad) == LH_BAD_ARGUMENT,
@@ -594,7 +598,7 @@ void test_kv_batch_append() {
   const uint32_t L = 2, H = 3, D = 10;
   bool ok = true;
   for (const uint32_t type : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32)}) {
-    lh_kv_pool_config cfg{0, L, H, D, type};
+    lh_kv_pool_config cfg{0, L, H, D, type, 0};
     cfg.budget_bytes = 20ull * L * H * (2ull * D * lh_kv_type_bytes(type) + 4) + 4 * 64;  // 20 tokens
     lh_kv_pool a, b;
     if (lh_kv_pool_init(&a, &cfg) != LH_OK || lh_kv_pool_init(&b, &cfg) != LH_OK || a.capacity != 20) {
@@ -770,6 +774,270 @@ void bench_attention() {
               lh_attention_impl_name(LH_ATTN_AUTO), best, ref / best, kv_mb / best);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// InfiniGen
+// ---------------------------------------------------------------------------------------------
+// The selection rule written the plainest way (full stable sort), independent of the kernel's
+// nth_element path. Returns per KV head its ascending slots; n through *n_out.
+std::vector<std::vector<int32_t>> plain_select(uint32_t layer, uint32_t heads, uint32_t kvh, uint32_t p, uint32_t slots,
+                                               const std::vector<float>& q, const std::vector<float>& k, const std::vector<uint8_t>& cand,
+                                               double scale, const lh_infinigen_knobs& kn, uint32_t* n_out) {
+  std::vector<int32_t> cands;
+  for (uint32_t j = 0; j < slots; ++j)
+    if (cand[j]) cands.push_back(static_cast<int32_t>(j));
+  const uint32_t N = static_cast<uint32_t>(cands.size());
+  if (N == 0 || layer < kn.dense_layers) {
+    *n_out = N;
+    return std::vector<std::vector<int32_t>>(kvh, cands);
+  }
+  const uint32_t group = heads / kvh;
+  std::vector<double> sc(static_cast<size_t>(heads) * slots, -INFINITY), m(heads);
+  double total = 0;
+  for (uint32_t h = 0; h < heads; ++h) {
+    for (int32_t j : cands) {
+      double acc = 0;
+      for (uint32_t i = 0; i < p; ++i) acc += static_cast<double>(q[h * p + i]) * k[((h / group) * slots + j) * p + i];
+      sc[h * slots + j] = acc * scale;
+    }
+    m[h] = -INFINITY;
+    for (int32_t j : cands) m[h] = std::max(m[h], sc[h * slots + j]);
+    for (int32_t j : cands) total += sc[h * slots + j] > m[h] - kn.alpha ? 1 : 0;
+  }
+  const uint32_t capn = static_cast<uint32_t>(std::floor(kn.cap * N + 1e-9));
+  const uint32_t n = std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(std::floor(total / heads)), capn));
+  *n_out = n;
+  std::vector<std::vector<int32_t>> out(kvh);
+  for (uint32_t g = 0; g < kvh; ++g) {
+    std::vector<std::pair<double, int32_t>> v;
+    for (int32_t j : cands) {
+      double best = -INFINITY;
+      for (uint32_t h = g * group; h < (g + 1) * group; ++h) best = std::max(best, sc[h * slots + j] - m[h]);
+      v.push_back({best, j});
+    }
+    std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });  // slots already ascending
+    for (uint32_t r = 0; r < n && r < v.size(); ++r) out[g].push_back(v[r].second);
+    std::sort(out[g].begin(), out[g].end());
+  }
+  return out;
+}
+
+void test_infinigen_select() {
+  Rng rng(77);
+  int bad = 0, runs = 0;
+  const uint32_t ratios[] = {1, 2, 4};
+  for (uint32_t trial = 0; trial < 120; ++trial) {
+    const uint32_t kvh = 1 + trial % 3, heads = kvh * ratios[trial % 3], p = 1 + trial % 5;
+    const uint32_t slots = trial % 7 == 0 ? 0 : 1 + static_cast<uint32_t>(rng.next() % 300);
+    std::vector<float> q(heads * p), k(static_cast<size_t>(kvh) * slots * p);
+    for (auto& x : q) x = rng.normal() * 2;
+    // quantised keys: many exact ties
+    for (auto& x : k) x = trial % 2 ? std::round(rng.normal() * 2) : rng.normal();
+    std::vector<uint8_t> cand(slots);
+    for (auto& c : cand) c = (rng.next() % 5) != 0;
+    const lh_infinigen_knobs kn{0.5 + (trial % 9), trial % 4 == 0 ? 1.0 : 0.2, trial % 5 == 0 ? 3u : 0u};
+    const uint32_t layer = trial % 6;
+    std::vector<double> scores(heads * slots + 1), comb(slots + 1);
+    std::vector<int32_t> order(slots + 1), sel(kvh * slots + 1);
+    lh_select_input in{heads, kvh, p, slots, q.data(), k.data(), static_cast<size_t>(slots) * p, LH_KV_F32, cand.data(), 0.35};
+    lh_select_scratch scr{scores.data(), comb.data(), order.data()};
+    uint32_t n = 0, N = 0, n_ref = 0;
+    const lh_status st = lh_infinigen_select(layer, &in, &kn, &scr, sel.data(), slots, &n, &N, nullptr);
+    const auto ref = plain_select(layer, heads, kvh, p, slots, q, k, cand, 0.35, kn, &n_ref);
+    ++runs;
+    bool ok = st == LH_OK && n == n_ref;
+    for (uint32_t g = 0; ok && g < kvh; ++g)
+      for (uint32_t r = 0; r < ref[g].size(); ++r) ok = ok && sel[g * slots + r] == ref[g][r];
+    if (!ok) ++bad;
+  }
+  check(bad == 0, "infinigen select: random inputs (GQA 1/2/4, ties, masks, dense layers) == plain full-sort rule", "%d of %d differ", bad, runs);
+
+  // hand pattern: 2 KV heads, group 2, p 1; head 0 spikes at slot 3, head 1 at slot 7, KV head 1 flat
+  {
+    const uint32_t slots = 10;
+    std::vector<float> k(2 * slots, 0.0f), q = {1, 1, 1, 1};
+    k[3] = 10;
+    k[7] = 9;
+    std::vector<double> scores(4 * slots), comb(slots);
+    std::vector<int32_t> order(slots), sel(2 * slots);
+    lh_select_input in{4, 2, 1, slots, q.data(), k.data(), slots, LH_KV_F32, nullptr, 1.0};
+    lh_select_scratch scr{scores.data(), comb.data(), order.data()};
+    lh_infinigen_knobs kn{2.0, 1.0, 0};
+    uint32_t n = 0, N = 0;
+    int32_t counts[4];
+    lh_infinigen_select(1, &in, &kn, &scr, sel.data(), slots, &n, &N, counts);
+    // counts: heads 0,1 (KV 0): 2 each (slots 3, 7 within 2 of 10); heads 2,3: 10 each -> mean 6
+    check(n == 6 && N == 10 && counts[0] == 2 && counts[2] == 10 && sel[0] == 0 && sel[1] == 1 && sel[2] == 2 && sel[3] == 3 &&
+              sel[4] == 4 && sel[5] == 7 && sel[slots] == 0 && sel[slots + 5] == 5,
+          "infinigen select: hand pattern (own max per head, mean count, ties -> lower slot)", "n %u", n);
+  }
+  // bad knobs
+  {
+    float q = 1, k = 1;
+    double sc[1], cb[1];
+    int32_t od[1], sel[1];
+    lh_select_input in{1, 1, 1, 1, &q, &k, 1, LH_KV_F32, nullptr, 1.0};
+    lh_select_scratch scr{sc, cb, od};
+    lh_infinigen_knobs a0{0, 0.2, 0}, c0{5, 0, 0}, c2{5, 1.5, 0};
+    uint32_t n, N;
+    check(lh_infinigen_select(2, &in, &a0, &scr, sel, 1, &n, &N, nullptr) == LH_BAD_ARGUMENT &&
+              lh_infinigen_select(2, &in, &c0, &scr, sel, 1, &n, &N, nullptr) == LH_BAD_ARGUMENT &&
+              lh_infinigen_select(2, &in, &c2, &scr, sel, 1, &n, &N, nullptr) == LH_BAD_ARGUMENT,
+          "infinigen select: alpha <= 0, cap outside (0, 1] are LH_BAD_ARGUMENT");
+  }
+}
+
+// A pool with partial rows, `tokens` random tokens appended and a random projection set.
+struct SpecFixture {
+  lh_kv_pool pool{};
+  uint32_t L, H, D, P, heads;
+  std::vector<float> proj;  // (layer, kv_head, D, P)
+  SpecFixture(uint32_t layers, uint32_t kvh, uint32_t d, uint32_t p, uint32_t group, uint32_t capacity, uint32_t kv_type, Rng& rng)
+      : L(layers), H(kvh), D(d), P(p), heads(kvh * group) {
+    lh_kv_pool_config cfg{0, L, H, D, kv_type, P};
+    const uint64_t per = static_cast<uint64_t>(L) * H * (2ull * D * lh_kv_type_bytes(kv_type) + 4 + 2ull * P);
+    cfg.budget_bytes = per * capacity + 4096 + static_cast<uint64_t>(L) * H * D * P * 4;
+    lh_kv_pool_init(&pool, &cfg);
+    proj.resize(static_cast<size_t>(L) * H * D * P);
+    for (auto& x : proj) x = rng.normal() * 0.5f;
+  }
+  ~SpecFixture() { lh_kv_pool_free(&pool); }
+  void append(uint32_t layer, Rng& rng, int32_t pos) {
+    std::vector<float> k(H * D), v(H * D);
+    for (auto& x : k) x = rng.normal();
+    for (auto& x : v) x = rng.normal();
+    lh_kv_pool_append(&pool, layer, k.data(), v.data(), pos, nullptr);
+  }
+};
+
+void test_partial_rows() {
+  Rng rng(5);
+  SpecFixture f(2, 2, 16, 4, 1, 64, LH_KV_F16, rng);
+  for (int t = 0; t < 10; ++t) f.append(0, rng, t);
+  lh_kv_pool_set_projection(&f.pool, 0, f.proj.data());  // rebuilds slots 0..9
+  for (int t = 10; t < 20; ++t) f.append(0, rng, t);     // written at append
+  int bad = 0;
+  float krow[16], prow[4];
+  for (uint32_t g = 0; g < 2; ++g)
+    for (uint32_t t = 0; t < 20; ++t) {
+      lh_kv_pool_read(&f.pool, LH_KV_KEY, 0, g, t, krow, nullptr);
+      lh_kv_pool_read_partial(&f.pool, 0, g, t, prow);
+      for (uint32_t i = 0; i < 4; ++i) {
+        double acc = 0;
+        for (uint32_t j = 0; j < 16; ++j) acc += static_cast<double>(krow[j]) * f.proj[(g * 16 + j) * 4 + i];
+        if (std::fabs(prow[i] - acc) > 1e-3 + 1e-3 * std::fabs(acc)) ++bad;
+      }
+    }
+  check(bad == 0, "partial rows: rebuilt and appended rows == fp16(K_stored · A[:, C])", "%d elements off", bad);
+  check(lh_kv_pool_set_projection(&f.pool, 2, f.proj.data()) == LH_BAD_ARGUMENT, "partial rows: projection of a layer out of range is LH_BAD_ARGUMENT");
+}
+
+void test_speculator() {
+  const uint32_t ratios[] = {1, 2, 4};
+  for (uint32_t kt : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32)})
+    for (uint32_t ratio : ratios) {
+      Rng rng(100 + ratio + kt);
+      const uint32_t L = 3, H = 2, D = 40, P = 12, cap_tokens = 300;
+      SpecFixture f(L, H, D, P, ratio, cap_tokens, kt, rng);
+      const uint32_t heads = H * ratio;
+      // everything selected (alpha huge, cap 1) -> bit-equal to full attention
+      lh_speculator_config all{heads, {1e30, 1.0, 1}, 1.0 / std::sqrt(40.0)};
+      lh_speculator* sp = nullptr;
+      const lh_status cs = lh_speculator_create(&sp, &f.pool, &all);
+      lh_kv_pool_set_projection(&f.pool, 2, f.proj.data());
+      for (int t = 0; t < 257; ++t) f.append(2, rng, t);
+      std::vector<float> q(heads * D), qs(heads * D), o1(heads * D), o2(heads * D), o3(heads * D);
+      int bit_bad = 0, ref_bad = 0;
+      for (int step = 0; step < 3; ++step) {
+        for (auto& x : q) x = rng.normal();
+        for (auto& x : qs) x = rng.normal();
+        lh_speculator_begin(sp, 2, qs.data());
+        f.append(2, rng, 257 + step);
+        lh_speculator_attend(sp, 2, q.data(), o1.data());
+        lh_speculator_attend_ref(sp, 2, q.data(), o3.data());
+        lh_attention_args a{q.data(), lh_kv_pool_k_rows(&f.pool, 2), lh_kv_pool_v_rows(&f.pool, 2), o2.data(),
+                            lh_kv_pool_head_stride(&f.pool), lh_kv_pool_length(&f.pool, 2), heads, H, D, 1.0f / std::sqrt(40.0f), kt};
+        lh_attention_decode(&a);
+        for (uint32_t i = 0; i < heads * D; ++i) {
+          bit_bad += same_bits_or_both_nan(o1[i], o2[i]) ? 0 : 1;
+          ref_bad += std::fabs(o1[i] - o3[i]) <= 1e-5f + 1e-4f * std::fabs(o3[i]) ? 0 : 1;
+        }
+      }
+      const lh_layer_stats* st = lh_speculator_stats(sp, 2);
+      check(cs == LH_OK && bit_bad == 0 && ref_bad == 0 && st->n == 259 && st->candidates == 259,
+            (std::string("speculator: all selected == full attention bit for bit, == scalar reference (") + (kt ? "fp32" : "fp16") +
+             ", group " + std::to_string(ratio) + ")").c_str(),
+            "bit %d ref %d n %u", bit_bad, ref_bad, st->n);
+      // after 3 steps everything was staged: the last step's misses are only the previous current token
+      check(st->hits == H * 259 && st->misses == 0, "speculator: reuse cache, all selected: step 3 hits every row (steps 1-2 staged them)",
+            "hits %u misses %u", st->hits, st->misses);
+      lh_speculator_destroy(sp);
+
+      // realistic knobs: staged attention == scalar reference over the same rows
+      lh_speculator_config some{heads, {2.0, 0.2, 1}, 1.0 / std::sqrt(40.0)};
+      lh_speculator_create(&sp, &f.pool, &some);
+      int bad = 0;
+      bool ns_ok = true;
+      for (int step = 0; step < 4; ++step) {
+        for (auto& x : q) x = rng.normal();
+        lh_speculator_begin(sp, 2, q.data());
+        f.append(2, rng, 300 + step);
+        lh_speculator_attend(sp, 2, q.data(), o1.data());
+        lh_speculator_attend_ref(sp, 2, q.data(), o3.data());
+        for (uint32_t i = 0; i < heads * D; ++i) bad += std::fabs(o1[i] - o3[i]) <= 1e-5f + 1e-4f * std::fabs(o3[i]) ? 0 : 1;
+        const lh_layer_stats* s2 = lh_speculator_stats(sp, 2);
+        ns_ok = ns_ok && s2->n >= 1 && s2->n <= s2->candidates / 5 && s2->hits + s2->misses == H * s2->n &&
+                s2->job_end_ns >= s2->job_start_ns;
+        double recall = 0;
+        ns_ok = ns_ok && lh_speculator_recall(sp, 2, q.data(), &recall) == LH_OK && recall > 0 && recall <= 1.0 + 1e-9;
+      }
+      check(bad == 0 && ns_ok, "speculator: alpha 2, cap 0.2: gathered attention == scalar reference over the selected rows; n <= cap*N",
+            "%d off", bad);
+      check(lh_speculator_begin(sp, 0, q.data()) == LH_BAD_ARGUMENT && lh_speculator_attend(sp, 1, q.data(), o1.data()) == LH_BAD_ARGUMENT,
+            "speculator: dense layers are refused");
+      lh_speculator_destroy(sp);
+    }
+}
+
+// Reuse cache on a hand-made sequence: keys chosen so the selected set is known each step.
+void test_speculator_reuse() {
+  Rng rng(9);
+  const uint32_t D = 4, P = 4;
+  SpecFixture f(1, 1, D, P, 1, 64, LH_KV_F32, rng);
+  std::vector<float> eye(D * P, 0.0f);
+  for (uint32_t i = 0; i < D; ++i) eye[i * P + i] = 1.0f;
+  lh_kv_pool_set_projection(&f.pool, 0, eye.data());
+  // 20 tokens; key j = (j, 0, 0, 0): query (1,0,0,0) scores grow with j, query (-1,0,0,0) the reverse
+  auto put = [&](float x, int32_t pos) {
+    float k[4] = {x, 0, 0, 0}, v[4] = {1, 2, 3, 4};
+    lh_kv_pool_append(&f.pool, 0, k, v, pos, nullptr);
+  };
+  for (int j = 0; j < 20; ++j) put(static_cast<float>(j), j);
+  lh_speculator_config c{1, {100.0, 0.25, 0}, 1.0};  // n = floor(0.25 N)
+  lh_speculator* sp = nullptr;
+  lh_speculator_create(&sp, &f.pool, &c);
+  float up[4] = {1, 0, 0, 0}, down[4] = {-1, 0, 0, 0}, out[4];
+  uint32_t hits[3], misses[3], n[3];
+  float* qs[3] = {up, up, down};
+  for (int step = 0; step < 3; ++step) {
+    lh_speculator_begin(sp, 0, qs[step]);
+    put(0.5f, 20 + step);  // the current token (low score)
+    lh_speculator_attend(sp, 0, up, out);
+    const lh_layer_stats* s = lh_speculator_stats(sp, 0);
+    hits[step] = s->hits;
+    misses[step] = s->misses;
+    n[step] = s->n;
+  }
+  // step 0: N 20, n 5, slots 15..19, all misses; step 1: N 21, n 5, top = 15..19 again (slot 20 is 0.5) -> 5 hits;
+  // step 2: query down: N 22, n 5: the lowest keys 0, 20(0.5), 1, 21(0.5), 2 -> slots {0,1,2,20,21}: 20 and 21 were
+  // staged as current tokens? slot 20 was current at step 0 (not staged at step 1: only selected + current 21) -> 1 hit (21)
+  check(n[0] == 5 && hits[0] == 0 && misses[0] == 5 && n[1] == 5 && hits[1] == 5 && misses[1] == 0 && n[2] == 5 && hits[2] == 1 &&
+            misses[2] == 4,
+        "speculator: reuse cache on a hand-made sequence (hits = selected ∩ previously staged, current token stays staged)",
+        "n %u %u %u hits %u %u %u misses %u %u %u", n[0], n[1], n[2], hits[0], hits[1], hits[2], misses[0], misses[1], misses[2]);
+  lh_speculator_destroy(sp);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -789,6 +1057,10 @@ int main(int argc, char** argv) {
   if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill(LH_ATTN_AVX2);
   test_attention_prefill_nonfinite(LH_ATTN_PORTABLE);
   if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill_nonfinite(LH_ATTN_AVX2);
+  test_infinigen_select();
+  test_partial_rows();
+  test_speculator();
+  test_speculator_reuse();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
