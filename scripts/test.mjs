@@ -53,6 +53,8 @@ const lint = run('lint', process.execPath, [bin('eslint'), '--max-warnings=0', '
 if (lint.status !== 0) totals.failed += 1;
 const types = run('typecheck', process.execPath, [bin('tsc'), '-p', 'tsconfig.json']);
 if (types.status !== 0) totals.failed += 1;
+const rendererTypes = run('typecheck renderer', process.execPath, [bin('tsc'), '-p', 'renderer/tsconfig.json']);
+if (rendererTypes.status !== 0) totals.failed += 1;
 
 const reportDir = mkdtempSync(join(tmpdir(), 'longhand-test-'));
 const reportFile = join(reportDir, 'vitest.json');

@@ -1,0 +1,287 @@
+// The one engine client every feature uses, over whichever bridge carries the window API.
+// It owns request ids, routes events back to their request, turns generations into callbacks
+// (text batched per animation frame, metrics throttled to 10/s), and turns engine errors and
+// crashes into typed EngineErrors. Other views (summarise, cache inspector) subscribe to every
+// generation's raw events and metrics without taking part in them.
+import type { EngineEvent, EngineRequestInput, ModelInfo, Prompt, StopReason, Timings } from '../../../app/common/protocol.ts';
+import type { EngineStatus, LonghandWindowApi } from '../../../app/common/window-api.ts';
+import { animationFrame, TextBatcher, Throttle, type FrameScheduler } from './schedule.ts';
+
+export type LoadOptionsInput = Extract<EngineRequestInput, { kind: 'load' }>['options'];
+export type GenerateParamsInput = NonNullable<Extract<EngineRequestInput, { kind: 'generate' }>['params']>;
+export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'done' }>;
+
+/** A request that failed: `code` is one of app/common/errors.ts ERROR_CODES (or ENGINE_CRASHED). */
+export class EngineError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly details: Readonly<Record<string, unknown>> = {},
+  ) {
+    super(message);
+    this.name = 'EngineError';
+  }
+}
+
+/** Live figures of one generation; the last one (done: true) carries the engine's own timings. */
+export interface GenerationMetrics {
+  requestId: string;
+  promptTokens: number;
+  completionTokens: number;
+  /** The context window (M of "context used N of M"); null until the prompt event. */
+  contextLength: number | null;
+  /** Time to first token: measured here while streaming, the engine's figure once done. */
+  ttftMs: number | null;
+  /** Decode speed: measured here while streaming, the engine's figure once done. */
+  tokensPerS: number | null;
+  elapsedMs: number;
+  done: boolean;
+  stopReason: StopReason | null;
+  timings: Timings | null;
+  seed: number | null;
+  error: { code: string; message: string } | null;
+}
+
+export interface GenerationResult {
+  requestId: string;
+  /** All generated text, the held-back tail of `done` included. */
+  text: string;
+  stopReason: StopReason;
+  metrics: GenerationMetrics;
+}
+
+export interface GenerationCallbacks {
+  /** New text, at most once per animation frame (several tokens concatenated). */
+  onText?: (text: string) => void;
+  /** Metrics, at most 10 times a second, and always once more at the end. */
+  onMetrics?: (metrics: GenerationMetrics) => void;
+}
+
+export interface Generation {
+  readonly requestId: string;
+  /** Resolves at `done` (whatever the stop reason); rejects with EngineError if it never started or the engine died. */
+  readonly result: Promise<GenerationResult>;
+  /** Asks the engine to stop; the result then resolves with stopReason 'cancelled'. */
+  cancel(): void;
+}
+
+export interface EngineClientOptions {
+  schedule?: FrameScheduler;
+  now?: () => number;
+  metricsIntervalMs?: number;
+}
+
+interface Pending {
+  event(event: EngineEvent): void;
+  fail(error: EngineError): void;
+}
+
+let idCounter = 0;
+const session = Math.random().toString(36).slice(2, 8);
+export function newRequestId(prefix = 'r'): string {
+  idCounter += 1;
+  return `${prefix}-${session}-${idCounter}`;
+}
+
+export class EngineClient {
+  private readonly pending = new Map<string, Pending>();
+  private readonly eventListeners = new Set<(event: GenerationEvent) => void>();
+  private readonly metricsListeners = new Set<(metrics: GenerationMetrics) => void>();
+  private readonly unsubscribe: (() => void)[] = [];
+  private readonly schedule: FrameScheduler;
+  private readonly now: () => number;
+  private readonly metricsIntervalMs: number;
+
+  constructor(
+    readonly api: LonghandWindowApi,
+    options: EngineClientOptions = {},
+  ) {
+    this.schedule = options.schedule ?? animationFrame;
+    this.now = options.now ?? (() => performance.now());
+    this.metricsIntervalMs = options.metricsIntervalMs ?? 100;
+    this.unsubscribe.push(api.onEngineEvent((event) => this.route(event)));
+    this.unsubscribe.push(
+      api.onEngineStatus((status) => {
+        if (status.state === 'crashed') this.failAll(new EngineError('ENGINE_CRASHED', status.message, { reason: status.reason }));
+      }),
+    );
+  }
+
+  dispose(): void {
+    for (const off of this.unsubscribe.splice(0)) off();
+    this.failAll(new EngineError('ENGINE_CRASHED', 'the window closed its engine client'));
+  }
+
+  onStatus(listener: (status: EngineStatus) => void): () => void {
+    return this.api.onEngineStatus(listener);
+  }
+
+  restart(): Promise<void> {
+    return this.api.restartEngine();
+  }
+
+  /** Raw prompt/token/done events of every generation (for the cache inspector, summarise). */
+  onGenerationEvent(listener: (event: GenerationEvent) => void): () => void {
+    this.eventListeners.add(listener);
+    return () => this.eventListeners.delete(listener);
+  }
+
+  /** Throttled metrics of every generation. */
+  onMetrics(listener: (metrics: GenerationMetrics) => void): () => void {
+    this.metricsListeners.add(listener);
+    return () => this.metricsListeners.delete(listener);
+  }
+
+  load(options: LoadOptionsInput): Promise<ModelInfo> {
+    return this.request({ kind: 'load', requestId: newRequestId('load'), options }, (event) => (event.kind === 'loaded' ? event.model : undefined));
+  }
+
+  unload(): Promise<void> {
+    return this.request({ kind: 'unload', requestId: newRequestId('unload') }, (event) => (event.kind === 'unloaded' ? true : undefined)).then(() => undefined);
+  }
+
+  tokenize(text: string, addSpecial = true): Promise<number[]> {
+    return this.request({ kind: 'tokenize', requestId: newRequestId('tok'), text, addSpecial }, (event) => (event.kind === 'tokenized' ? event.ids : undefined));
+  }
+
+  generate(prompt: Prompt, params: GenerateParamsInput = {}, callbacks: GenerationCallbacks = {}): Generation {
+    const requestId = newRequestId('gen');
+    const started = this.now();
+    let firstTokenAt: number | null = null;
+    let text = '';
+    const metrics: GenerationMetrics = {
+      requestId, promptTokens: 0, completionTokens: 0, contextLength: null, ttftMs: null, tokensPerS: null,
+      elapsedMs: 0, done: false, stopReason: null, timings: null, seed: null, error: null,
+    };
+    const batcher = new TextBatcher((chunk) => callbacks.onText?.(chunk), this.schedule);
+    const throttle = new Throttle<GenerationMetrics>((m) => this.emitMetrics(m, callbacks), this.metricsIntervalMs, this.now);
+    const live = (): void => {
+      const now = this.now();
+      metrics.elapsedMs = now - started;
+      if (firstTokenAt !== null && metrics.completionTokens > 1) metrics.tokensPerS = ((metrics.completionTokens - 1) * 1000) / Math.max(1, now - firstTokenAt);
+      throttle.push({ ...metrics });
+    };
+
+    let settle!: { resolve: (r: GenerationResult) => void; reject: (e: EngineError) => void };
+    const result = new Promise<GenerationResult>((resolve, reject) => (settle = { resolve, reject }));
+
+    const finish = (): void => {
+      this.pending.delete(requestId);
+      batcher.flush();
+    };
+
+    this.pending.set(requestId, {
+      event: (event) => {
+        if (event.kind === 'prompt') {
+          metrics.promptTokens = event.ids.length;
+          metrics.contextLength = event.contextLength;
+          this.broadcast(event);
+          live();
+        } else if (event.kind === 'token') {
+          if (firstTokenAt === null) {
+            firstTokenAt = this.now();
+            metrics.ttftMs = firstTokenAt - started;
+          }
+          metrics.completionTokens += 1;
+          text += event.text;
+          batcher.push(event.text);
+          this.broadcast(event);
+          live();
+        } else if (event.kind === 'done') {
+          text += event.text;
+          batcher.push(event.text);
+          finish();
+          Object.assign(metrics, {
+            promptTokens: event.promptTokens || metrics.promptTokens,
+            completionTokens: event.completionTokens,
+            ttftMs: event.timings.ttftMs,
+            tokensPerS: event.timings.decodeTokensPerS,
+            elapsedMs: event.timings.totalMs || this.now() - started,
+            done: true,
+            stopReason: event.stopReason,
+            timings: event.timings,
+            seed: event.seed ?? null,
+            error: event.error ? { code: event.error.code, message: event.error.message } : null,
+          });
+          this.broadcast(event);
+          throttle.cancel();
+          this.emitMetrics({ ...metrics }, callbacks);
+          settle.resolve({ requestId, text, stopReason: event.stopReason, metrics: { ...metrics } });
+        } else if (event.kind === 'error') {
+          const error = new EngineError(event.error.code, event.error.message, event.error.details);
+          this.pending.get(requestId)?.fail(error);
+        }
+      },
+      fail: (error) => {
+        finish();
+        throttle.cancel();
+        Object.assign(metrics, { done: true, stopReason: 'error', error: { code: error.code, message: error.message }, elapsedMs: this.now() - started });
+        this.emitMetrics({ ...metrics }, callbacks);
+        settle.reject(error);
+      },
+    });
+
+    this.send({ kind: 'generate', requestId, prompt, params });
+    return {
+      requestId,
+      result,
+      cancel: () => {
+        if (!this.pending.has(requestId)) return;
+        this.send({ kind: 'cancel', requestId: newRequestId('cancel'), target: requestId });
+      },
+    };
+  }
+
+  private request<T>(request: EngineRequestInput & { requestId: string }, pick: (event: EngineEvent) => T | undefined): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(request.requestId, {
+        event: (event) => {
+          if (event.kind === 'error') {
+            this.pending.delete(request.requestId);
+            reject(new EngineError(event.error.code, event.error.message, event.error.details));
+            return;
+          }
+          const value = pick(event);
+          if (value === undefined) return;
+          this.pending.delete(request.requestId);
+          resolve(value);
+        },
+        fail: (error) => {
+          this.pending.delete(request.requestId);
+          reject(error);
+        },
+      });
+      this.send(request);
+    });
+  }
+
+  private send(request: EngineRequestInput & { requestId: string }): void {
+    try {
+      this.api.engineSend(request);
+    } catch (error) {
+      const failure = error as { code?: unknown; message?: unknown };
+      const engineError = new EngineError(typeof failure.code === 'string' ? failure.code : 'ENGINE_CRASHED', typeof failure.message === 'string' ? failure.message : String(error));
+      // Fail asynchronously so callers always get their handle first.
+      queueMicrotask(() => this.pending.get(request.requestId)?.fail(engineError));
+    }
+  }
+
+  private route(event: EngineEvent): void {
+    if (!('requestId' in event)) return;
+    this.pending.get(event.requestId)?.event(event);
+  }
+
+  private failAll(error: EngineError): void {
+    for (const pending of [...this.pending.values()]) pending.fail(error);
+    this.pending.clear();
+  }
+
+  private broadcast(event: GenerationEvent): void {
+    for (const listener of this.eventListeners) listener(event);
+  }
+
+  private emitMetrics(metrics: GenerationMetrics, callbacks: GenerationCallbacks): void {
+    callbacks.onMetrics?.(metrics);
+    for (const listener of this.metricsListeners) listener(metrics);
+  }
+}

@@ -1,0 +1,114 @@
+// Models: open a model by path (browser mode has no native file dialog), pick from the recent
+// path and the scanned library, see the memory estimate, load it, and manage downloads.
+import { useEffect } from 'react';
+import { useEngineStore } from '../../engine/store.ts';
+import { formatBytes, formatMs } from '../../ui/format.ts';
+import { useSettingsStore } from '../settings/store.ts';
+import { Downloads } from './Downloads.tsx';
+import { MemoryBar } from './MemoryBar.tsx';
+import { readMemory, reportFacts } from './memory.ts';
+import { useModelsStore } from './store.ts';
+
+export function ModelsView() {
+  const m = useModelsStore();
+  const model = useEngineStore((s) => s.model);
+  const engineReady = useEngineStore((s) => s.status.state === 'ready');
+  const settings = useSettingsStore((s) => s.saved);
+  const lastModelPath = settings?.lastModelPath ?? '';
+  const { scan, setPath, setContextTokens } = m;
+
+  useEffect(() => {
+    void scan();
+  }, [scan]);
+
+  // Start from the last model and the configured context the first time settings arrive.
+  useEffect(() => {
+    const state = useModelsStore.getState();
+    if (lastModelPath && !state.path) setPath(lastModelPath);
+    if (settings && settings.contextLength > 0 && state.inspected === null) setContextTokens(settings.contextLength);
+  }, [lastModelPath, settings, setPath, setContextTokens]);
+
+  const memory = m.inspected && m.inspected.path === m.path ? readMemory(m.inspected.report) : null;
+  const recent = lastModelPath && !m.library.some((e) => e.path === lastModelPath) ? [{ path: lastModelPath, name: lastModelPath.split(/[\\/]/).pop() ?? lastModelPath, source: 'recent', format: lastModelPath.endsWith('.gguf') ? 'gguf' : 'safetensors', bytes: null }] : [];
+  const entries = [...recent, ...m.library.map((e) => ({ ...e, bytes: e.bytes as number | null }))];
+
+  return (
+    <section className="view models" aria-label="Models">
+      <h1>Models</h1>
+      <section className="panel" aria-label="Open a model">
+        <form
+          className="row"
+          noValidate
+          onSubmit={(e) => {
+            e.preventDefault();
+            void m.inspect();
+          }}
+        >
+          <label className="grow">
+            <span className="field-label">Model path</span>
+            <input type="text" value={m.path} placeholder="/path/to/model.gguf or a safetensors folder" onChange={(e) => m.setPath(e.target.value)} spellCheck={false} />
+          </label>
+          <label>
+            <span className="field-label">Context (tokens)</span>
+            <input type="number" min={1} step={256} value={Number.isFinite(m.contextTokens) ? m.contextTokens : ''} onChange={(e) => m.setContextTokens(Number(e.target.value))} />
+          </label>
+          <button type="submit" disabled={!m.path.trim() || m.inspecting}>{m.inspecting ? 'Inspecting…' : 'Inspect'}</button>
+          <button type="button" className="primary" onClick={() => void m.load()} disabled={!m.path.trim() || m.loading || !engineReady}>
+            {m.loading ? 'Loading…' : 'Load'}
+          </button>
+        </form>
+        {m.inspectError && <p className="error" role="alert">Inspect failed: {m.inspectError}</p>}
+        {m.loadError && <p className="error" role="alert">Load failed: {m.loadError}</p>}
+        {memory && <MemoryBar memory={memory} />}
+        {m.inspected && m.inspected.path === m.path && (
+          <dl className="facts">
+            {reportFacts(m.inspected.report).map(([k, v]) => (
+              <div key={k}><dt>{k}</dt><dd>{v}</dd></div>
+            ))}
+          </dl>
+        )}
+      </section>
+
+      {model && (
+        <section className="panel" aria-label="Loaded model">
+          <h2>Loaded</h2>
+          <dl className="facts">
+            <div><dt>Path</dt><dd>{model.path}</dd></div>
+            <div><dt>Architecture</dt><dd>{model.architecture} ({model.family}, {model.format})</dd></div>
+            <div><dt>Layers · heads · KV heads · head dim</dt><dd>{model.layers} · {model.heads} · {model.kvHeads} · {model.headDim}</dd></div>
+            <div><dt>Vocabulary</dt><dd>{model.vocabSize.toLocaleString('en-US')}</dd></div>
+            <div><dt>Context</dt><dd>{model.contextLength.toLocaleString('en-US')} of {model.trainedContext.toLocaleString('en-US')} trained</dd></div>
+            <div><dt>Device · threads · KV</dt><dd>{model.device} · {model.threads} · {model.kvType}</dd></div>
+            <div><dt>Chat template</dt><dd>{model.chatTemplate ? 'yes' : 'no'}</dd></div>
+            <div><dt>Load time</dt><dd>{formatMs(model.loadMs)}</dd></div>
+          </dl>
+        </section>
+      )}
+
+      <section className="panel" aria-label="Library">
+        <h2>Library</h2>
+        <button type="button" onClick={() => void m.scan()} disabled={m.scanning}>{m.scanning ? 'Scanning…' : 'Rescan'}</button>
+        {m.scanError && <p className="error" role="alert">{m.scanError}</p>}
+        {entries.length === 0 ? (
+          <p className="muted">No models found yet: type a path above or download one.</p>
+        ) : (
+          <table className="library">
+            <thead><tr><th>Name</th><th>Type</th><th>Size</th><th>Source</th></tr></thead>
+            <tbody>
+              {entries.map((e) => (
+                <tr key={`${e.source}:${e.path}`} className={e.path === m.path ? 'selected' : undefined}>
+                  <td><button type="button" className="link" title={e.path} onClick={() => m.setPath(e.path)}>{e.name}</button></td>
+                  <td>{e.format}</td>
+                  <td>{e.bytes === null ? '–' : formatBytes(e.bytes)}</td>
+                  <td>{e.source}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+
+      <Downloads />
+    </section>
+  );
+}

@@ -1,0 +1,120 @@
+import { act, fireEvent, render, screen, waitFor, within } from '@testing-library/react';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { DownloadState } from '../../../../app/common/app-api.ts';
+import { resetEngineStore, useEngineStore } from '../../engine/store.ts';
+import { installServices, uninstallServices } from '../../services.ts';
+import { defaultSettings, FakeApi, timeoutFrames } from '../../test/fake-api.ts';
+import { resetSettingsStore, useSettingsStore } from '../settings/store.ts';
+import { MemoryBar } from './MemoryBar.tsx';
+import { readMemory } from './memory.ts';
+import { ModelsView } from './ModelsView.tsx';
+import { resetModelsStore } from './store.ts';
+
+const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
+
+function report(freeBytes: number) {
+  return {
+    path: '/models/a.gguf', format: 'gguf', architecture: 'llama', layers: 22, heads: 32, kvHeads: 4, trainedContext: 2048, chatTemplate: true,
+    memory: { contextTokens: 4096, kvType: 'fp16', weightsBytes: 2 * GiB, kvFullBytes: 512 * MiB, partialKeyBytes: 64 * MiB, stagedKvBytes: 32 * MiB, freeBytes, totalBytes: 16 * GiB, maxContextThatFits: 1024 },
+  };
+}
+
+let api: FakeApi;
+
+beforeEach(async () => {
+  resetEngineStore();
+  resetSettingsStore();
+  resetModelsStore();
+  api = new FakeApi();
+  api.on('models.scan', () => [{ path: '/models/a.gguf', name: 'a.gguf', source: 'lmstudio', format: 'gguf', bytes: 1.5 * GiB }]);
+  api.on('models.inspect', (r) => ({ ...report(8 * GiB), path: r.path }));
+  installServices(api, { schedule: timeoutFrames });
+  await useSettingsStore.getState().load();
+});
+
+afterEach(() => uninstallServices());
+
+describe('memory bar', () => {
+  it('warns when the total does not fit in free memory', () => {
+    const memory = readMemory(report(2 * GiB))!;
+    render(<MemoryBar memory={memory} />);
+    const alert = screen.getByRole('alert');
+    expect(alert.textContent).toContain('Will not fit');
+    expect(alert.textContent).toContain('2.00 GiB is free');
+    expect(alert.textContent).toContain('1,024 tokens');
+  });
+
+  it('says it fits (and shows no warning) when the total is below free memory', () => {
+    render(<MemoryBar memory={readMemory(report(8 * GiB))!} />);
+    expect(screen.queryByRole('alert')).toBeNull();
+    expect(screen.getByText(/fits in the 8.00 GiB free/)).toBeTruthy();
+    // one segment per part: weights, KV, partial keys, staged rows
+    expect(document.querySelectorAll('.memory-seg')).toHaveLength(4);
+    expect(screen.getByText(/KV cache at 4,096 tokens: 512 MiB/)).toBeTruthy();
+  });
+
+  it('reads no figures from a report without a memory estimate', () => {
+    expect(readMemory({ path: 'x' })).toBeNull();
+    expect(readMemory({ memory: { weightsBytes: 'lots' } })).toBeNull();
+  });
+});
+
+describe('models view', () => {
+  it('lists scanned models with size and type, inspects the picked one and loads it', async () => {
+    render(<ModelsView />);
+    const library = await screen.findByRole('table');
+    const row = within(library).getByText('a.gguf').closest('tr')!;
+    expect(row.textContent).toContain('1.50 GiB');
+    expect(row.textContent).toContain('gguf');
+    fireEvent.click(within(library).getByText('a.gguf'));
+    expect(screen.getByLabelText('Model path')).toHaveProperty('value', '/models/a.gguf');
+
+    fireEvent.click(screen.getByRole('button', { name: 'Inspect' }));
+    await screen.findByLabelText('Memory estimate');
+    expect(api.calls('models.inspect')[0]).toEqual({ kind: 'models.inspect', path: '/models/a.gguf', contextTokens: 4096 });
+
+    fireEvent.click(screen.getByRole('button', { name: 'Load' }));
+    await screen.findByRole('region', { name: 'Loaded model' });
+    expect(api.sent.find((r) => r.kind === 'load')).toMatchObject({ options: { modelPath: '/models/a.gguf', device: 'cpu', kvType: 'fp16', contextLength: 4096 } });
+    expect(useEngineStore.getState().model?.path).toBe('/models/a.gguf');
+    // The last model path is remembered.
+    await waitFor(() => expect(api.calls('settings.save').at(-1)?.settings).toMatchObject({ lastModelPath: '/models/a.gguf' }));
+  });
+
+  it('starts from the last model path in settings', async () => {
+    resetSettingsStore();
+    api.on('settings.get', () => ({ settings: { ...defaultSettings(), lastModelPath: '/old/b.gguf' }, warning: null }));
+    await useSettingsStore.getState().load();
+    render(<ModelsView />);
+    await waitFor(() => expect(screen.getByLabelText('Model path')).toHaveProperty('value', '/old/b.gguf'));
+    expect(screen.getByText('b.gguf')).toBeTruthy();
+  });
+
+  it('shows a load failure from the engine', async () => {
+    api.autoLoad = false;
+    render(<ModelsView />);
+    fireEvent.change(screen.getByLabelText('Model path'), { target: { value: '/nope.gguf' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Load' }));
+    const load = api.sent.find((r) => r.kind === 'load')!;
+    act(() => api.emit({ kind: 'error', requestId: load.requestId, error: { code: 'MODEL_NOT_FOUND', message: '/nope.gguf: no such file', details: {} } }));
+    expect((await screen.findByText(/Load failed/)).textContent).toContain('no such file');
+  });
+
+  it('lists downloads with progress and pauses and resumes them', async () => {
+    const running: DownloadState = { id: 'dl1', url: 'https://example.com/m.gguf', path: '/models/m.gguf', status: 'running', receivedBytes: 256 * MiB, totalBytes: 1024 * MiB, sha256: null, error: null };
+    api.on('downloads.list', () => [running]);
+    api.on('downloads.pause', (r) => ({ ...running, id: r.id, status: 'paused' }));
+    api.on('downloads.resume', (r) => ({ ...running, id: r.id, status: 'running' }));
+    render(<ModelsView />);
+    const downloads = await screen.findByRole('region', { name: 'Downloads' });
+    await within(downloads).findByText(/256 MiB of 1.00 GiB \(25%\)/);
+    expect(within(downloads).getByLabelText('Progress of /models/m.gguf')).toHaveProperty('value', 0.25);
+    fireEvent.click(within(downloads).getByRole('button', { name: 'Pause' }));
+    await within(downloads).findByRole('button', { name: 'Resume' });
+    expect(api.calls('downloads.pause')).toEqual([{ kind: 'downloads.pause', id: 'dl1' }]);
+    fireEvent.click(within(downloads).getByRole('button', { name: 'Resume' }));
+    await within(downloads).findByRole('button', { name: 'Pause' });
+    expect(api.calls('downloads.resume')).toEqual([{ kind: 'downloads.resume', id: 'dl1' }]);
+  });
+});

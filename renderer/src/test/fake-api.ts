@@ -1,0 +1,111 @@
+// A fake LonghandWindowApi for component tests: records engine requests, lets the test stream
+// engine events, and answers app requests from overridable handlers.
+import { vi } from 'vitest';
+import type { AppRequestInput, AppResponses, Settings } from '../../../app/common/app-api.ts';
+import type { EngineEvent, EngineRequestInput, ModelInfo, Timings } from '../../../app/common/protocol.ts';
+import type { EngineStatus, LonghandWindowApi } from '../../../app/common/window-api.ts';
+
+type Kind = AppRequestInput['kind'];
+type Handler<K extends Kind> = (request: Extract<AppRequestInput, { kind: K }>) => AppResponses[K] | Promise<AppResponses[K]>;
+
+/** SettingsSchema's defaults, as settings.get answers them. */
+export function defaultSettings(): Settings {
+  return {
+    policy: 'full', alpha: 5, partialRatio: 0.3, fetchCap: 0.1, denseLayers: 2, poolBudgetBytes: 0, kvType: 'fp16', device: 'cpu', threads: 0, contextLength: 0,
+    sampling: { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0, penaltyLastN: 64 },
+    theme: 'system', remote: { enabled: false, baseUrl: '', apiKey: '', model: '' }, lastModelPath: '',
+  };
+}
+
+export const MODEL: ModelInfo = {
+  path: '/models/tiny.gguf', format: 'gguf', architecture: 'llama', family: 'llama', layers: 2, heads: 4, kvHeads: 2, headDim: 16, hiddenSize: 64, vocabSize: 512,
+  trainedContext: 2048, contextLength: 2048, device: 'cpu', threads: 2, kvType: 'fp16', chatTemplate: true, loadMs: 12,
+};
+
+export const TIMINGS: Timings = { ttftMs: 42, prefillMs: 40, decodeMs: 100, prefillTokensPerS: 125, decodeTokensPerS: 31.5, totalMs: 142 };
+
+export class FakeApi implements LonghandWindowApi {
+  readonly host = 'browser' as const;
+  readonly sent: EngineRequestInput[] = [];
+  private readonly eventListeners = new Set<(event: EngineEvent) => void>();
+  private readonly statusListeners = new Set<(status: EngineStatus) => void>();
+  status: EngineStatus = { state: 'ready', pid: 1 };
+  readonly restartEngine = vi.fn(async () => this.setStatus({ state: 'ready', pid: 2 }));
+  readonly handlers: { [K in Kind]?: Handler<K> } = {
+    'settings.get': () => ({ settings: defaultSettings(), warning: null }),
+    'settings.save': (r) => ({ settings: r.settings as Settings }),
+    'documents.list': () => [],
+    'documents.save': (r) => ({ updatedAt: r.document.updatedAt }),
+    'models.scan': () => [],
+    'downloads.list': () => [],
+  };
+  readonly appCalls: AppRequestInput[] = [];
+  /** Answer `load` requests at once with MODEL. */
+  autoLoad = true;
+
+  engineSend(request: EngineRequestInput): void {
+    this.sent.push(request);
+    if (request.kind === 'load' && this.autoLoad) queueMicrotask(() => this.emit({ kind: 'loaded', requestId: request.requestId, model: { ...MODEL, path: request.options.modelPath } }));
+  }
+
+  onEngineEvent(listener: (event: EngineEvent) => void): () => void {
+    this.eventListeners.add(listener);
+    return () => this.eventListeners.delete(listener);
+  }
+
+  onEngineStatus(listener: (status: EngineStatus) => void): () => void {
+    this.statusListeners.add(listener);
+    listener(this.status);
+    return () => this.statusListeners.delete(listener);
+  }
+
+  async app<K extends Kind>(request: Extract<AppRequestInput, { kind: K }>): Promise<AppResponses[K]> {
+    this.appCalls.push(request);
+    const handler = this.handlers[request.kind] as Handler<K> | undefined;
+    if (!handler) throw Object.assign(new Error(`no fake handler for ${request.kind}`), { code: 'INTERNAL' });
+    return handler(request);
+  }
+
+  on<K extends Kind>(kind: K, handler: Handler<K>): void {
+    (this.handlers as Record<string, unknown>)[kind] = handler;
+  }
+
+  calls<K extends Kind>(kind: K): Extract<AppRequestInput, { kind: K }>[] {
+    return this.appCalls.filter((c): c is Extract<AppRequestInput, { kind: K }> => c.kind === kind);
+  }
+
+  emit(event: EngineEvent): void {
+    for (const listener of this.eventListeners) listener(event);
+  }
+
+  setStatus(status: EngineStatus): void {
+    this.status = status;
+    for (const listener of this.statusListeners) listener(status);
+  }
+
+  generations(): Extract<EngineRequestInput, { kind: 'generate' }>[] {
+    return this.sent.filter((r): r is Extract<EngineRequestInput, { kind: 'generate' }> => r.kind === 'generate');
+  }
+
+  lastGeneration(): Extract<EngineRequestInput, { kind: 'generate' }> {
+    const last = this.generations().at(-1);
+    if (!last) throw new Error('no generate request was sent');
+    return last;
+  }
+
+  /** prompt event, then one token event per piece. */
+  stream(requestId: string, pieces: string[], promptTokens = 5, contextLength = 2048, startIndex = 0): void {
+    if (startIndex === 0) this.emit({ kind: 'prompt', requestId, ids: Array.from({ length: promptTokens }, (_, i) => i + 1), contextLength });
+    pieces.forEach((text, i) => this.emit({ kind: 'token', requestId, index: startIndex + i, id: 100 + i, text }));
+  }
+
+  done(requestId: string, fields: Partial<Extract<EngineEvent, { kind: 'done' }>> = {}): void {
+    this.emit({ kind: 'done', requestId, stopReason: 'maxTokens', text: '', promptTokens: 5, completionTokens: 0, timings: TIMINGS, ...fields });
+  }
+}
+
+/** A frame scheduler on a zero timeout, so tests need no requestAnimationFrame. */
+export const timeoutFrames = (callback: () => void): (() => void) => {
+  const id = setTimeout(callback, 0);
+  return () => clearTimeout(id);
+};
