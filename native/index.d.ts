@@ -57,6 +57,8 @@ export interface KvPoolOptions {
   headDim: number; // 1..1024
   /** Element type of the K/V rows (default 'fp16'; 'fp32' doubles the bytes, for exact comparisons). */
   kvType?: KvType;
+  /** p of InfiniGen's partial key rows (0..headDim, default 0 = none). Adds 2·p bytes per token and KV head. */
+  partialDim?: number;
 }
 
 export type KvType = 'fp16' | 'fp32';
@@ -78,6 +80,15 @@ export interface KvPool {
   readonly headDim: number;
   readonly freed: boolean;
   readonly kvType: KvType;
+  /** p of the partial key rows (0: none). */
+  readonly partialDim: number;
+  /**
+   * Sets layer's projection A[:, C] for every KV head: proj fp32 [kvHeads, headDim, partialDim]; rebuilds the
+   * partial rows (fp16 of stored K · A[:, C]) of every stored slot. From then on append() writes them too.
+   */
+  setPartialProjection(layer: number, proj: Float32Array): void;
+  /** One partial key row as fp32 [partialDim]. */
+  readPartialK(layer: number, kvHead: number, slot: number): Float32Array;
   /** Stores one token's rows in `layer`: k and v are fp32 [kvHeads * headDim], stored as kvType. Returns the slot. Full pool: NATIVE_OUT_OF_MEMORY. */
   append(layer: number, k: Float32Array, v: Float32Array, position: number): number;
   /**
@@ -133,3 +144,80 @@ export declare function attendCausalReference(pool: KvPool, layer: number, q: Fl
  * NATIVE_BAD_ARGUMENT out of range, NATIVE_OUT_OF_MEMORY when the buffer cannot be allocated.
  */
 export declare function measureReadBandwidth(bytes: number, repeats: number, threads?: number): number;
+
+export interface InfinigenNativeKnobs {
+  alpha: number;
+  /** fetch cap, (0, 1] */
+  cap: number;
+  denseLayers?: number;
+}
+
+export interface SpeculatorOptions extends InfinigenNativeKnobs {
+  /** query heads (a multiple of pool.kvHeads) */
+  heads: number;
+  /** score scale (default 1/sqrt(headDim)) */
+  scale?: number;
+}
+
+/** Figures of a layer's latest step. Times in ns of CLOCK_MONOTONIC (same clock as process.hrtime.bigint()). */
+export interface SpeculatorLayerStats {
+  valid: boolean;
+  /** tokens per KV head selected (the current token not included) */
+  n: number;
+  /** N, the candidates */
+  candidates: number;
+  /** reuse cache, summed over KV heads */
+  hits: number;
+  misses: number;
+  /** K+V bytes read from the pool for misses (what would cross to a device) */
+  bytes: number;
+  beginNs: number;
+  jobStartNs: number;
+  jobEndNs: number;
+  specNs: number;
+  gatherNs: number;
+  waitNs: number;
+  attnNs: number;
+}
+
+/**
+ * Per sparse layer ℓ (>= denseLayers) and decode step: begin(ℓ, qSpec) with qSpec fp32 [heads·headDim] (layer ℓ's
+ * post-RoPE query computed from layer ℓ−1's input) queues q̃ = qSpec·A[:, C], scoring against the partial keys of
+ * slots 0..length(ℓ)−1, selection and the gather of the selected rows into staging on a native thread; append the
+ * current token to ℓ, then attend(ℓ, q, out) waits for the job and attends over [gathered rows, current token].
+ * Do not truncate/reset/free the pool while jobs are pending: drain() (clearStaging() after a truncate/reset).
+ */
+export interface Speculator {
+  begin(layer: number, qSpec: Float32Array): void;
+  attend(layer: number, q: Float32Array, out: Float32Array): void;
+  /** attend() by the scalar reference over the same selected rows, read from the pool */
+  attendReference(layer: number, q: Float32Array, out: Float32Array): void;
+  /** share of the true softmax mass of q over every slot that the selected set + current token covers (mean over heads) */
+  recall(layer: number, q: Float32Array): number;
+  /** the latest selection of (layer, kvHead), ascending slots */
+  selected(layer: number, kvHead: number): Int32Array;
+  stats(layer: number): SpeculatorLayerStats;
+  drain(): void;
+  clearStaging(): void;
+  free(): void;
+}
+
+export declare function createSpeculator(pool: KvPool, options: SpeculatorOptions): Speculator;
+
+export interface NativeSelectInput {
+  heads: number;
+  kvHeads: number;
+  p: number;
+  slots: number;
+  qPartial: Float32Array;
+  kPartial: Float32Array;
+  candidates: Uint8Array;
+  scale: number;
+}
+
+/** The native selection rule on explicit inputs (compare with selectInfinigen of app/engine/kv/select-reference.ts). */
+export declare function selectInfinigenNative(
+  layer: number,
+  input: NativeSelectInput,
+  knobs: InfinigenNativeKnobs,
+): { selected: Int32Array[]; n: number; candidateCount: number; counts: Int32Array };

@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 3;
+const ABI_VERSION = 4;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -131,4 +131,19 @@ export function attendCausalReference(pool, layer, q, heads, out) {
  */
 export function measureReadBandwidth(bytes, repeats, threads) {
   return threads === undefined ? loadAddon().measureReadBandwidth(bytes, repeats) : loadAddon().measureReadBandwidth(bytes, repeats, threads);
+}
+
+/**
+ * InfiniGen's speculation worker over a pool with partial key rows (see index.d.ts): begin(layer,
+ * qSpec) selects and gathers on a native thread; attend(layer, q, out) runs attention over the
+ * gathered rows and the current token.
+ */
+export function createSpeculator(pool, options) {
+  const { Speculator } = loadAddon();
+  return new Speculator(pool, options);
+}
+
+/** The native InfiniGen selection on explicit inputs (the shapes of select-reference.ts), for tests. */
+export function selectInfinigenNative(layer, input, knobs) {
+  return loadAddon().selectInfinigen(layer, input, knobs);
 }
