@@ -1,0 +1,97 @@
+// The server's Prometheus exposition (text format 0.0.4). Only figures we can compute now are
+// exposed; the KV cache's fetch ratio, hit rate and evictions arrive with the engine's metric
+// events (ARCHITECTURE.md §7) and will be added then, not faked here.
+import type { ModelInfo, StopReason } from '../common/protocol.ts';
+
+/**
+ * Bytes of the KV pool the engine allocates for this load: K and V rows for every layer, KV
+ * head and position of the context window, at the KV type's width (fp16 2 bytes, fp32 4).
+ * layers · kvHeads · headDim · 2 (K and V) · bytesPerValue · contextLength.
+ */
+export function kvPoolBytes(model: Pick<ModelInfo, 'layers' | 'kvHeads' | 'headDim' | 'kvType' | 'contextLength'>): number {
+  const bytesPerValue = model.kvType === 'fp32' ? 4 : 2;
+  return model.layers * model.kvHeads * model.headDim * 2 * bytesPerValue * model.contextLength;
+}
+
+export interface GenerationFigures {
+  stopReason: StopReason;
+  promptTokens: number;
+  completionTokens: number;
+  ttftMs: number;
+  decodeTokensPerS: number;
+  prefillTokensPerS: number;
+}
+
+export class ServerMetrics {
+  private readonly requests = new Map<string, number>();
+  private readonly generations = new Map<StopReason, number>();
+  private tokensGenerated = 0;
+  private promptTokens = 0;
+  private last: GenerationFigures | undefined;
+
+  constructor(
+    private readonly state: () => { model: ModelInfo | undefined; queueWaiting: number; generating: boolean },
+  ) {}
+
+  countRequest(endpoint: string, status: number): void {
+    const key = `${endpoint}\u0000${status}`;
+    this.requests.set(key, (this.requests.get(key) ?? 0) + 1);
+  }
+
+  countGeneration(figures: GenerationFigures): void {
+    this.generations.set(figures.stopReason, (this.generations.get(figures.stopReason) ?? 0) + 1);
+    this.tokensGenerated += figures.completionTokens;
+    this.promptTokens += figures.promptTokens;
+    // Rates and latencies of a generation that made no token would read as 0: keep the last real one.
+    if (figures.completionTokens > 0) this.last = figures;
+  }
+
+  render(): string {
+    const { model, queueWaiting, generating } = this.state();
+    const out: string[] = [];
+    const metric = (name: string, type: 'counter' | 'gauge', help: string, samples: [labels: string, value: number][]) => {
+      out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+      for (const [labels, value] of samples) out.push(`${name}${labels} ${formatNumber(value)}`);
+    };
+    metric(
+      'longhand_requests_total',
+      'counter',
+      'HTTP requests answered, by endpoint and status (499: the client went away first).',
+      [...this.requests].map(([key, count]) => {
+        const [endpoint, status] = key.split('\u0000');
+        return [`{endpoint="${escapeLabel(endpoint!)}",status="${status}"}`, count];
+      }),
+    );
+    metric('longhand_generations_total', 'counter', 'Generations finished, by stop reason.', [...this.generations].map(([reason, count]) => [`{stop_reason="${reason}"}`, count]));
+    metric('longhand_tokens_generated_total', 'counter', 'Completion tokens generated.', [['', this.tokensGenerated]]);
+    metric('longhand_prompt_tokens_total', 'counter', 'Prompt tokens processed (prefill).', [['', this.promptTokens]]);
+    if (this.last) {
+      metric('longhand_decode_tokens_per_second', 'gauge', 'Decode speed of the last generation that made tokens.', [['', this.last.decodeTokensPerS]]);
+      metric('longhand_prefill_tokens_per_second', 'gauge', 'Prefill speed of the last generation that made tokens.', [['', this.last.prefillTokensPerS]]);
+      metric('longhand_ttft_seconds', 'gauge', 'Time to first token of the last generation that made tokens.', [['', this.last.ttftMs / 1000]]);
+    }
+    metric('longhand_queue_depth', 'gauge', 'Requests waiting for the engine (the running one not included).', [['', queueWaiting]]);
+    metric('longhand_generating', 'gauge', '1 while a generation runs.', [['', generating ? 1 : 0]]);
+    metric('longhand_model_loaded', 'gauge', '1 when a model is loaded.', [['', model ? 1 : 0]]);
+    if (model) {
+      metric('longhand_context_length', 'gauge', 'Context window of the loaded model, in tokens.', [['', model.contextLength]]);
+      metric(
+        'longhand_kv_pool_bytes',
+        'gauge',
+        'Size of the KV pool allocated for the context window: layers*kvHeads*headDim*2*bytes(kvType)*contextLength.',
+        [[`{kv_type="${model.kvType}"}`, kvPoolBytes(model)]],
+      );
+    }
+    return `${out.join('\n')}\n`;
+  }
+}
+
+function formatNumber(value: number): string {
+  if (Number.isNaN(value)) return 'NaN';
+  if (!Number.isFinite(value)) return value > 0 ? '+Inf' : '-Inf';
+  return String(value);
+}
+
+function escapeLabel(value: string): string {
+  return value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}

@@ -1,0 +1,281 @@
+// A small RFC 6455 WebSocket server side (no dependency): the handshake, unfragmented text
+// frames, client masking, ping/pong and close. Fragmented and binary messages are refused
+// with close code 1003; messages over 1 MiB with 1009; protocol violations with 1002.
+//
+// EngineRelay speaks the engine protocol over one connection, for the renderer in browser
+// mode: the client sends EngineRequestInput JSON (checked with parseEngineRequest), the
+// server answers with engine events stamped with the client's requestId. Generations go
+// through the server's FIFO queue like HTTP requests; `cancel` works on queued and running
+// ones; closing the socket cancels everything it started.
+import { createHash } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import { isLonghandError } from '../common/errors.ts';
+import { parseEngineRequest, type EngineEvent, type EngineRequest, type ErrorPayload } from '../common/protocol.ts';
+import type { EngineSession } from './engine-session.ts';
+import { MAX_BODY_BYTES } from './http.ts';
+import { QueueAbortedError } from './queue.ts';
+
+const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
+const MAX_MESSAGE_BYTES = MAX_BODY_BYTES;
+
+const OP_CONTINUATION = 0x0;
+const OP_TEXT = 0x1;
+const OP_BINARY = 0x2;
+const OP_CLOSE = 0x8;
+const OP_PING = 0x9;
+const OP_PONG = 0xa;
+
+export function acceptKey(key: string): string {
+  return createHash('sha1').update(key + GUID).digest('base64');
+}
+
+/** Completes the handshake, or returns why the upgrade request is not a valid WebSocket one. */
+export function acceptWebSocket(req: IncomingMessage, socket: Socket, head: Buffer): WebSocketConnection | string {
+  if (req.method !== 'GET') return 'a WebSocket handshake must be a GET';
+  if (req.headers.upgrade?.toLowerCase() !== 'websocket') return 'Upgrade: websocket is required';
+  if (req.headers['sec-websocket-version'] !== '13') return 'only WebSocket version 13 is supported';
+  const key = req.headers['sec-websocket-key'];
+  if (typeof key !== 'string' || Buffer.from(key, 'base64').length !== 16) return 'a 16-byte Sec-WebSocket-Key is required';
+  socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${acceptKey(key)}\r\n\r\n`);
+  const ws = new WebSocketConnection(socket);
+  if (head.length > 0) ws.receive(head);
+  return ws;
+}
+
+export class WebSocketConnection {
+  private buffer: Buffer = Buffer.alloc(0);
+  private closeSent = false;
+  private ended = false;
+  private readonly messageHandlers: ((text: string) => void)[] = [];
+  private readonly closeHandlers: (() => void)[] = [];
+  private readonly decoder = new TextDecoder('utf-8', { fatal: true });
+
+  constructor(private readonly socket: Socket) {
+    socket.setNoDelay(true);
+    socket.on('data', (chunk: Buffer) => this.receive(chunk));
+    socket.on('error', () => socket.destroy());
+    socket.on('close', () => this.finish());
+  }
+
+  onMessage(handler: (text: string) => void): void {
+    this.messageHandlers.push(handler);
+  }
+
+  onClose(handler: () => void): void {
+    if (this.ended) handler();
+    else this.closeHandlers.push(handler);
+  }
+
+  get open(): boolean {
+    return !this.closeSent && !this.ended;
+  }
+
+  send(text: string): void {
+    if (this.open) this.frame(OP_TEXT, Buffer.from(text, 'utf8'));
+  }
+
+  /** Starts the closing handshake; the socket ends when the client answers (or after 1 s). */
+  close(code = 1000, reason = ''): void {
+    if (this.closeSent || this.ended) return;
+    const payload = Buffer.alloc(2 + Buffer.byteLength(reason));
+    payload.writeUInt16BE(code, 0);
+    payload.write(reason, 2);
+    this.frame(OP_CLOSE, payload);
+    this.closeSent = true;
+    setTimeout(() => this.socket.destroy(), 1000).unref();
+  }
+
+  /** Parses as many whole frames as the buffer holds. */
+  receive(chunk: Buffer): void {
+    this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
+    while (!this.ended && this.buffer.length >= 2) {
+      const b0 = this.buffer[0]!;
+      const b1 = this.buffer[1]!;
+      const fin = (b0 & 0x80) !== 0;
+      const opcode = b0 & 0x0f;
+      let length = b1 & 0x7f;
+      let offset = 2;
+      if (length === 126) {
+        if (this.buffer.length < 4) return;
+        length = this.buffer.readUInt16BE(2);
+        offset = 4;
+      } else if (length === 127) {
+        if (this.buffer.length < 10) return;
+        const big = this.buffer.readBigUInt64BE(2);
+        if (big > BigInt(MAX_MESSAGE_BYTES)) return this.fail(1009, 'message too big');
+        length = Number(big);
+        offset = 10;
+      }
+      if ((b0 & 0x70) !== 0) return this.fail(1002, 'reserved bits set');
+      if ((b1 & 0x80) === 0) return this.fail(1002, 'client frames must be masked');
+      if (length > MAX_MESSAGE_BYTES) return this.fail(1009, 'message too big');
+      if (this.buffer.length < offset + 4 + length) return;
+      const mask = this.buffer.subarray(offset, offset + 4);
+      const payload = Buffer.from(this.buffer.subarray(offset + 4, offset + 4 + length));
+      for (let i = 0; i < payload.length; i++) payload[i]! ^= mask[i & 3]!;
+      this.buffer = this.buffer.subarray(offset + 4 + length);
+      this.handleFrame(fin, opcode, payload);
+    }
+  }
+
+  private handleFrame(fin: boolean, opcode: number, payload: Buffer): void {
+    if (opcode >= OP_CLOSE && (!fin || payload.length > 125)) return this.fail(1002, 'bad control frame');
+    switch (opcode) {
+      case OP_CLOSE: {
+        const code = payload.length >= 2 ? payload.readUInt16BE(0) : 1000;
+        if (!this.closeSent) {
+          this.frame(OP_CLOSE, payload.length >= 2 ? payload.subarray(0, 2) : Buffer.alloc(0));
+          this.closeSent = true;
+        }
+        void code;
+        this.socket.end();
+        return;
+      }
+      case OP_PING:
+        if (!this.closeSent) this.frame(OP_PONG, payload);
+        return;
+      case OP_PONG:
+        return;
+      case OP_TEXT: {
+        if (!fin) return this.fail(1003, 'fragmented messages are not supported');
+        let text: string;
+        try {
+          text = this.decoder.decode(payload);
+        } catch {
+          return this.fail(1007, 'text is not valid UTF-8');
+        }
+        if (this.closeSent) return;
+        for (const handler of this.messageHandlers) handler(text);
+        return;
+      }
+      case OP_CONTINUATION:
+        return this.fail(1003, 'fragmented messages are not supported');
+      case OP_BINARY:
+        return this.fail(1003, 'binary messages are not supported');
+      default:
+        return this.fail(1002, `unknown opcode ${opcode}`);
+    }
+  }
+
+  private fail(code: number, reason: string): void {
+    this.buffer = Buffer.alloc(0);
+    this.close(code, reason);
+    this.socket.end();
+  }
+
+  private frame(opcode: number, payload: Buffer): void {
+    let header: Buffer;
+    if (payload.length < 126) header = Buffer.from([0x80 | opcode, payload.length]);
+    else if (payload.length < 65536) {
+      header = Buffer.alloc(4);
+      header[0] = 0x80 | opcode;
+      header[1] = 126;
+      header.writeUInt16BE(payload.length, 2);
+    } else {
+      header = Buffer.alloc(10);
+      header[0] = 0x80 | opcode;
+      header[1] = 127;
+      header.writeBigUInt64BE(BigInt(payload.length), 2);
+    }
+    this.socket.write(Buffer.concat([header, payload]));
+  }
+
+  private finish(): void {
+    if (this.ended) return;
+    this.ended = true;
+    for (const handler of this.closeHandlers.splice(0)) handler();
+  }
+}
+
+function payloadOf(error: unknown): ErrorPayload {
+  if (isLonghandError(error)) return { code: error.code, message: error.message, details: { ...error.details } };
+  if ((error as { code?: unknown } | null)?.code === 'PROTOCOL_BAD_MESSAGE') return { code: 'PROTOCOL_BAD_MESSAGE', message: (error as Error).message, details: {} };
+  return { code: 'INTERNAL', message: error instanceof Error ? error.message : String(error), details: {} };
+}
+
+export class EngineRelay {
+  /** Generations this connection started and that have not ended: requestId → their abort. */
+  private readonly active = new Map<string, AbortController>();
+
+  constructor(
+    private readonly ws: WebSocketConnection,
+    private readonly session: EngineSession,
+  ) {
+    ws.onMessage((text) => this.receive(text));
+    ws.onClose(() => {
+      for (const abort of this.active.values()) abort.abort();
+    });
+  }
+
+  close(): void {
+    this.ws.close(1001, 'server closing');
+  }
+
+  private send(event: EngineEvent): void {
+    this.ws.send(JSON.stringify(event));
+  }
+
+  private fail(requestId: string, error: unknown): void {
+    this.send({ kind: 'error', requestId, error: payloadOf(error) });
+  }
+
+  private receive(text: string): void {
+    let message: unknown;
+    try {
+      message = JSON.parse(text);
+    } catch (error) {
+      return this.fail('', Object.assign(new Error(`bad request: not JSON: ${(error as Error).message}`), { code: 'PROTOCOL_BAD_MESSAGE' }));
+    }
+    let request: EngineRequest;
+    try {
+      request = parseEngineRequest(message);
+    } catch (error) {
+      const id = (message as { requestId?: unknown } | null)?.requestId;
+      return this.fail(typeof id === 'string' ? id : '', error);
+    }
+    const { requestId } = request;
+    switch (request.kind) {
+      case 'generate':
+        return this.generate(request);
+      case 'cancel':
+        this.active.get(request.target)?.abort();
+        return;
+      case 'tokenize':
+        this.session.engine.tokenize(request.text, request.addSpecial).then(
+          (ids) => this.send({ kind: 'tokenized', requestId, ids }),
+          (error: unknown) => this.fail(requestId, error),
+        );
+        return;
+      case 'load':
+        this.session.load(request.options).then(
+          (model) => this.send({ kind: 'loaded', requestId, model }),
+          (error: unknown) => this.fail(requestId, error),
+        );
+        return;
+      case 'unload':
+        this.session.unload().then(
+          () => this.send({ kind: 'unloaded', requestId }),
+          (error: unknown) => this.fail(requestId, error),
+        );
+        return;
+    }
+  }
+
+  private generate(request: Extract<EngineRequest, { kind: 'generate' }>): void {
+    const { requestId } = request;
+    if (this.active.has(requestId)) return this.fail(requestId, Object.assign(new Error(`requestId ${requestId} is already running`), { code: 'PROTOCOL_BAD_MESSAGE' }));
+    const abort = new AbortController();
+    this.active.set(requestId, abort);
+    this.session
+      .generate(request.prompt, request.params, abort.signal, (event) => this.send({ ...event, requestId }))
+      .catch((error: unknown) => {
+        if (error instanceof QueueAbortedError) {
+          // Cancelled before its turn: still exactly one `done`, as the protocol promises.
+          const timings = { ttftMs: 0, prefillMs: 0, decodeMs: 0, prefillTokensPerS: 0, decodeTokensPerS: 0, totalMs: 0 };
+          this.send({ kind: 'done', requestId, stopReason: 'cancelled', text: '', promptTokens: 0, completionTokens: 0, timings });
+        } else this.fail(requestId, error);
+      })
+      .finally(() => this.active.delete(requestId));
+  }
+}
