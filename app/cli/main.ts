@@ -3,6 +3,7 @@
 import { isLonghandError, UsageError } from '../common/errors.ts';
 import { runGenerate } from './commands/generate.ts';
 import { runInspect } from './commands/inspect.ts';
+import { runServe } from './commands/serve.ts';
 
 const USAGE = `usage: longhand <command> [options]
 
@@ -11,6 +12,8 @@ commands:
       what a GGUF file or Hugging Face folder holds and what it will cost in memory
   generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--json] …
       generate text with the engine (streams to stdout; --json prints ids, text and timings)
+  serve [--model PATH] [--port N] [--open] [--context N] [--threads N]
+      OpenAI-compatible API and browser mode on 127.0.0.1 (prints the URL with its token first)
 
 run 'longhand <command> --help' for a command's options`;
 
@@ -24,6 +27,7 @@ export interface CliIO {
 const COMMANDS: Record<string, Command> = {
   inspect: runInspect,
   generate: runGenerate,
+  serve: runServe,
 };
 
 const defaultIO: CliIO = {

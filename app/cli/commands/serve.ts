@@ -1,0 +1,93 @@
+// longhand serve [--model PATH] [--port N] … : the browser-mode / OpenAI-compatible server on
+// 127.0.0.1. The first line on stdout is the page URL with the per-run token (npm start and the
+// tests read it); everything else goes to stderr. Ctrl-C or SIGTERM closes the engine and exits 0.
+import { spawn } from 'node:child_process';
+import { UsageError } from '../../common/errors.ts';
+import { DEVICES, KV_TYPES } from '../../common/protocol.ts';
+import { EngineClient } from '../../engine/client.ts';
+import { EngineSession } from '../../server/engine-session.ts';
+import { kvPoolBytes } from '../../server/metrics.ts';
+import { LOOPBACK_HOST, startServer } from '../../server/serve.ts';
+import type { CliIO } from '../main.ts';
+import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
+
+const HELP = `usage: longhand serve [--model PATH] [options]
+
+  --model PATH          a .gguf file or a Hugging Face folder to load (without it the API answers 503)
+  --port N              port on 127.0.0.1 (default 0: a free port)
+  --host 127.0.0.1      the only host allowed: the server never listens beyond this machine
+  --open                open the page in the default browser
+  --context N           context window (default: trained context, at most 4096)
+  --threads N           threads for the dense work
+  --kv-type fp16|fp32   KV-cache precision (default fp16)
+  --device D            ${DEVICES.join('|')} (default cpu)
+
+The first line printed is the page URL with this run's token. API clients send
+'Authorization: Bearer <token>' to /v1/models, /v1/completions, /v1/chat/completions and /metrics.`;
+
+/** Tries the platform's opener; a missing one is not an error (the URL is printed anyway). */
+export function openInBrowser(url: string): void {
+  const [command, args] = process.platform === 'darwin' ? ['open', [url]] : process.platform === 'win32' ? ['cmd', ['/c', 'start', '""', url]] : ['xdg-open', [url]];
+  try {
+    const child = spawn(command, args, { stdio: 'ignore', detached: true });
+    child.on('error', () => {});
+    child.unref();
+  } catch {
+    // no opener: the user copies the URL
+  }
+}
+
+function port(value: string | undefined): number {
+  if (value === undefined) return 0;
+  if (!/^\d+$/.test(value) || Number(value) > 65535) throw new UsageError(`--port must be an integer from 0 to 65535, got '${value}'`);
+  return Number(value);
+}
+
+export async function runServe(args: string[], io: CliIO): Promise<number> {
+  const { values, positionals } = parseCommandArgs(args, {
+    model: { type: 'string' },
+    port: { type: 'string' },
+    host: { type: 'string' },
+    open: { type: 'boolean' },
+    context: { type: 'string' },
+    threads: { type: 'string' },
+    'kv-type': { type: 'string' },
+    device: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
+  if (values.help) {
+    io.out(`${HELP}\n`);
+    return 0;
+  }
+  if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
+  if (values.host !== undefined && values.host !== LOOPBACK_HOST) throw new UsageError(`--host must be ${LOOPBACK_HOST}: the server holds a local model and never listens beyond this machine (got '${values.host}')`);
+  const listenPort = port(values.port);
+  const contextLength = positiveInteger(values.context, '--context');
+  const threads = positiveInteger(values.threads, '--threads');
+  const kvType = oneOf(values['kv-type'], KV_TYPES, '--kv-type') ?? 'fp16';
+  const device = oneOf(values.device, DEVICES, '--device') ?? 'cpu';
+
+  const engine = await EngineClient.start();
+  try {
+    const session = new EngineSession(engine);
+    if (values.model) {
+      io.err(`loading ${values.model}…\n`);
+      const model = await session.load({ modelPath: values.model, device, kvType, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
+      io.err(`loaded ${session.modelId} (${model.architecture}, ${model.layers} layers, context ${model.contextLength}, KV pool ${(kvPoolBytes(model) / 2 ** 20).toFixed(2)} MiB ${model.kvType}) in ${model.loadMs.toFixed(0)} ms\n`);
+    }
+    const server = await startServer({ session, port: listenPort, log: (line) => io.err(`${line}\n`) });
+    io.out(`${server.url}\n`);
+    io.err(`OpenAI-compatible API at http://${LOOPBACK_HOST}:${server.port}/v1 (Authorization: Bearer ${server.token}); Ctrl-C stops\n`);
+    if (values.open) openInBrowser(server.url);
+
+    const signal = await new Promise<NodeJS.Signals>((resolve) => {
+      process.once('SIGINT', () => resolve('SIGINT'));
+      process.once('SIGTERM', () => resolve('SIGTERM'));
+    });
+    io.err(`${signal}: stopping\n`);
+    await server.close();
+    return 0;
+  } finally {
+    await engine.close();
+  }
+}
