@@ -33,10 +33,10 @@ const FALLBACK_PAGE = `<!doctype html>
 <html lang="en">
 <head><meta charset="utf-8"><title>Longhand</title></head>
 <body>
-<h1>Longhand browser mode</h1>
-<p>The window UI is not built yet; the API is at <code>/v1</code>
-(<code>/v1/models</code>, <code>/v1/completions</code>, <code>/v1/chat/completions</code>) and the metrics at <code>/metrics</code>.
-API clients send <code>Authorization: Bearer &lt;token&gt;</code> with the token from the URL <code>longhand serve</code> printed.</p>
+<h1>Longhand</h1>
+<p>Longhand browser mode — the window UI is not built yet; the API is at /v1
+(GET /v1/models, POST /v1/completions, POST /v1/chat/completions; metrics at /metrics).</p>
+<p>API clients send the header Authorization: Bearer &lt;token&gt;, with the token from the URL that longhand serve printed.</p>
 </body>
 </html>
 `;
