@@ -25,6 +25,12 @@ export interface StageGraph {
 export interface StageOptions {
   /** Rows of the RoPE tables (the runner's context length). */
   maxPositions: number;
+  /**
+   * InfiniGen (llama family): stage s also outputs q_spec [1, T, heads·headDim] = RoPE(x_s·W_q^{(s+1)} + b),
+   * layer s+1's query computed from layer s's normalised attention input (ARCHITECTURE.md §4.4).
+   * The skew A[:, C] is applied natively (it is chosen per prompt, after the graphs are built).
+   */
+  speculateNext?: boolean;
 }
 
 const blk = (l: number, what: string): string => `blk.${l}.${what}`;
@@ -92,6 +98,11 @@ function llamaStage(w: ModelWeights, hyper: ModelHyperparameters, s: number, opt
   g.output(g.rename(k, 'k'), 'float32', [1, 'T', kvw]);
   g.output(g.rename(v, 'v'), 'float32', [1, 'T', kvw]);
   if (s > 0) g.output(g.rename(residual, 'h_next'), 'float32', [1, 'T', d]);
+  if (opts.speculateNext === true && s + 1 < L) {
+    const n = s + 1;
+    const qs = rope(g, linear(g, normed, w.linear(blk(n, 'attn_q.weight'), blk(n, 'attn_q.bias')), `l${n}.q_spec_proj`), pos, caches, hyper.heads, `l${n}.q_spec_rope`);
+    g.output(g.rename(qs, 'q_spec'), 'float32', [1, 'T', qw]);
+  }
   return finish(g, inputs);
 }
 

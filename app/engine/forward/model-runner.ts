@@ -4,6 +4,11 @@
 //            append k,v of the chunk to the pool (layer ℓ) ─► causal attention (native)
 //            ─► stage ℓ+1 (post(ℓ) fused with pre(ℓ+1); the last one ends in the LM head)
 //
+// Policy 'infinigen' (llama family; ARCHITECTURE.md §3–§4, see infinigen.ts): prefill stays dense;
+// in a decode step, stage ℓ−1 also outputs layer ℓ's speculative query, the native speculator
+// selects and gathers layer ℓ's rows on its own thread while layer ℓ−1's attention and stage ℓ run,
+// and layer ℓ (>= denseLayers) attends to [gathered rows, current token].
+//
 // Prompts run in chunks of `prefillChunk` tokens; the AbortSignal is checked between layers and
 // an abort rolls the pool back to where the call started. Nothing in a step allocates in native
 // code; JS allocates only the small per-step arrays onnxruntime hands back.
@@ -12,7 +17,9 @@ import type { TokenRunner } from '../generate/loop.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { createSession, type EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
-import { attendCausal, createKvPool, type KvPool, type KvType } from '../../../native/index.js';
+import { UsageError } from '../../common/errors.ts';
+import { attendCausal, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
+import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import { buildStage, type StageGraph } from './graphs.ts';
@@ -32,7 +39,13 @@ export interface ModelRunnerOptions {
   device?: 'cpu';
   /** Ids that end generation (default: the GGUF's eos id when it has one). */
   eosIds?: readonly number[];
+  /** KV management (default 'full': every layer attends to every token). 'infinigen': llama family only. */
+  policy?: 'full' | 'infinigen';
+  /** Knobs of policy 'infinigen'. */
+  infinigen?: InfinigenOptions;
 }
+
+export type { InfinigenLayerStats, InfinigenOptions, InfinigenStepStats } from './infinigen.ts';
 
 /** Milliseconds spent per part of the forward pass since the last resetTimings(). */
 export interface ForwardTimings {
@@ -73,6 +86,11 @@ export interface ModelRunner extends TokenRunner {
   truncate(n: number): void;
   timings(): ForwardTimings;
   resetTimings(): void;
+  readonly policy: 'full' | 'infinigen';
+  /** Figures of the latest decode step under 'infinigen' (undefined before one, or under 'full'). */
+  lastStepStats(): InfinigenStepStats | undefined;
+  /** Where the skew matrices came from under 'infinigen' (undefined until the first prefill). */
+  readonly skewSource: 'cache' | 'prompt' | 'self-generated' | undefined;
   dispose(): Promise<void>;
 }
 
@@ -97,6 +115,12 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   if (options.device !== undefined && options.device !== 'cpu') throw new LonghandError('DEVICE_UNAVAILABLE', `device ${String(options.device)} is not supported by the forward pass yet`);
   const threads = options.threads ?? 1;
   const kvType = options.kvType ?? 'fp16';
+  const policy = options.policy ?? 'full';
+  if (policy !== 'full' && policy !== 'infinigen') throw new UsageError(`policy must be 'full' or 'infinigen', got ${String(policy)}`, { field: 'policy' });
+  if (policy === 'infinigen' && hyper.architecture === 'opt') {
+    throw new UsageError("policy 'infinigen' supports the llama family only (OPT runs with 'full')", { field: 'policy', architecture: hyper.architecture });
+  }
+  const ig = policy === 'infinigen' ? infinigenSettings(options.infinigen ?? {}, hyper.headDim, hyper.layers) : undefined;
   const weights = new ModelWeights(model, options.accuracyLevel ?? 4);
 
   const sessions: EngineSession[] = [];
@@ -104,7 +128,8 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   let graphWeightBytes = 0;
   try {
     for (let s = 0; s <= hyper.layers; s++) {
-      const graph = buildStage(weights, s, { maxPositions: contextLength });
+      const speculateNext = ig !== undefined && s + 1 >= ig.denseLayers && s + 1 < hyper.layers;
+      const graph = buildStage(weights, s, { maxPositions: contextLength, speculateNext });
       graphWeightBytes += graph.weightBytes;
       sessions.push(await createSession(graph.model, { intraOpThreads: threads, label: graph.name }));
       graphs.push({ ...graph, model: new Uint8Array(0) }); // drop the bytes: onnxruntime has its copy
@@ -114,9 +139,23 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     throw error;
   }
   const elem = kvType === 'fp32' ? 4 : 2;
-  const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * hyper.headDim * elem + 4);
-  const pool = createKvPool({ budgetBytes: contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64, layers: hyper.layers, kvHeads: hyper.kvHeads, headDim: hyper.headDim, kvType });
-  return new Runner(model, sessions, graphs, pool, {
+  const p = ig?.partialDim ?? 0;
+  const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * hyper.headDim * elem + 4 + 2 * p);
+  const projBytes = p > 0 ? hyper.layers * hyper.kvHeads * hyper.headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
+  const pool = createKvPool({
+    budgetBytes: contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes,
+    layers: hyper.layers,
+    kvHeads: hyper.kvHeads,
+    headDim: hyper.headDim,
+    kvType,
+    ...(p > 0 ? { partialDim: p } : {}),
+  });
+  let infinigen: { state: InfinigenState; spec: Speculator } | undefined;
+  if (ig) {
+    const spec = createSpeculator(pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers });
+    infinigen = { state: new InfinigenState(ig, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim }, model), spec };
+  }
+  return new Runner(model, sessions, graphs, pool, infinigen, {
     contextLength,
     prefillChunk,
     kvType,
@@ -155,14 +194,23 @@ class Runner implements ModelRunner {
   private readonly scratch: Float32Array;
   private readonly attnOne: Float32Array;
   private t: ForwardTimings = emptyTimings();
+  private readonly ig: InfinigenState | undefined;
+  private readonly spec: Speculator | undefined;
+  private lastStep: InfinigenStepStats | undefined;
+  /** [stage] start/end ns of the latest run of each stage (for the overlap figures) */
+  private readonly stageNs: [number, number][];
 
   constructor(
     private readonly model: LoadedModel,
     private readonly sessions: EngineSession[],
     private readonly graphs: StageGraph[],
     private readonly pool: KvPool,
+    infinigen: { state: InfinigenState; spec: Speculator } | undefined,
     cfg: RunnerConfig,
   ) {
+    this.ig = infinigen?.state;
+    this.spec = infinigen?.spec;
+    this.stageNs = graphs.map(() => [0, 0]);
     const h = model.hyper;
     this.contextLength = cfg.contextLength;
     this.vocabSize = h.vocabSize;
@@ -190,11 +238,24 @@ class Runner implements ModelRunner {
     return this.pool.byteLength;
   }
 
+  get policy(): 'full' | 'infinigen' {
+    return this.ig ? 'infinigen' : 'full';
+  }
+
+  get skewSource(): 'cache' | 'prompt' | 'self-generated' | undefined {
+    return this.ig?.skewSource;
+  }
+
+  lastStepStats(): InfinigenStepStats | undefined {
+    return this.lastStep;
+  }
+
   async prefill(ids: readonly number[], signal?: AbortSignal, opts: PrefillOptions = {}): Promise<Float32Array> {
     this.enter(ids.length, signal);
     const start = this.pos;
     try {
       if (ids.length === 0) throw new RangeError('prefill needs at least one token');
+      if (this.ig && start === 0) await this.infinigenBeforePrompt(ids.length, signal);
       const all = opts.allLogits === true;
       const parts: Float32Array[] = [];
       let last: Float32Array | undefined;
@@ -205,6 +266,7 @@ class Runner implements ModelRunner {
         if (all) parts.push(logits!);
         else if (isLast) last = logits;
       }
+      await this.infinigenAfterPrompt();
       if (!all) return last!;
       const out = new Float32Array(ids.length * this.vocabSize);
       let o = 0;
@@ -214,6 +276,8 @@ class Runner implements ModelRunner {
       }
       return out;
     } catch (error) {
+      this.ig?.abandonPrompt();
+      if (this.ig?.calibrator) this.ig.calibrator = undefined;
       this.rollback(start);
       throw error;
     } finally {
@@ -236,14 +300,20 @@ class Runner implements ModelRunner {
 
   reset(): void {
     this.live();
+    this.spec?.drain();
     this.pool.reset();
+    this.spec?.clearStaging();
+    if (this.ig) this.ig.ready = false;
     this.pos = 0;
   }
 
   truncate(n: number): void {
     this.live();
     if (!Number.isInteger(n) || n < 0 || n > this.pos) throw new RangeError(`truncate(${n}): the cache holds ${this.pos} tokens`);
+    this.spec?.drain();
     this.pool.truncate(n);
+    this.spec?.clearStaging();
+    if (this.ig && n === 0) this.ig.ready = false;
     this.pos = n;
   }
 
@@ -258,6 +328,7 @@ class Runner implements ModelRunner {
   async dispose(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
+    this.spec?.free();
     this.pool.free();
     await Promise.all(this.sessions.map((s) => s.release()));
   }
@@ -278,6 +349,8 @@ class Runner implements ModelRunner {
 
   private rollback(start: number): void {
     if (this.disposed) return;
+    this.spec?.drain();
+    this.spec?.clearStaging();
     this.pool.truncate(start);
     this.pos = start;
   }
@@ -286,6 +359,56 @@ class Runner implements ModelRunner {
     for (const id of ids) {
       if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) throw new RangeError(`token id ${id} is outside the vocabulary (0..${this.vocabSize - 1})`);
     }
+  }
+
+  /** A dense layer of an InfiniGen step: every past token, all of it counted as fetched. */
+  private denseLayerStats(l: number, N: number): InfinigenLayerStats {
+    const rowBytes = this.model.hyper.headDim * (this.kvType === 'fp32' ? 4 : 2);
+    const bytes = N * this.model.hyper.kvHeads * 2 * rowBytes;
+    return { layer: l, dense: true, selected: N, candidates: N, fetchRatio: N > 0 ? 1 : 0, bytes, hits: 0, misses: 0, speculationMs: 0, gatherMs: 0, waitMs: 0, attentionMs: 0 };
+  }
+
+  /**
+   * Before the first prompt of a cache (position 0): make sure the skew is known — the cache file,
+   * else a calibration on this prompt (long enough) or on text the model writes itself — and start
+   * keeping the prompt's q/k for the partial columns.
+   */
+  private async infinigenBeforePrompt(promptTokens: number, signal: AbortSignal | undefined): Promise<void> {
+    const ig = this.ig!;
+    if (!(await ig.loadCached())) {
+      ig.startCalibration();
+      if (promptTokens < CALIBRATION_TOKENS) {
+        // greedy from BOS; the runner is dense while a calibrator is set
+        const bos = this.bosId();
+        let logits = (await this.runChunk([bos], 'last', signal))!;
+        for (let i = 1; i < CALIBRATION_TOKENS && this.pos < this.contextLength; i++) {
+          logits = (await this.runChunk([argmax(logits)], 'last', signal))!;
+        }
+        this.spec!.drain();
+        this.pool.reset();
+        this.pos = 0;
+        await ig.finishCalibration('self-generated');
+      }
+    }
+    ig.startPrompt();
+  }
+
+  /** After a prompt: finish a calibration that ran on it, choose the columns, set the projections. */
+  private async infinigenAfterPrompt(): Promise<void> {
+    const ig = this.ig;
+    if (!ig?.collectingPrompt) return;
+    if (ig.calibrator) await ig.finishCalibration('prompt');
+    ig.choosePartialColumns(this.pool);
+    this.spec!.clearStaging();
+  }
+
+  private bosId(): number {
+    if (this.model.tokenizer.kind === 'gguf') {
+      const v = this.model.tokenizer.metadata.get('tokenizer.ggml.bos_token_id');
+      const n = typeof v === 'bigint' ? Number(v) : v;
+      if (typeof n === 'number' && Number.isInteger(n) && n >= 0 && n < this.vocabSize) return n;
+    }
+    return Math.min(1, this.vocabSize - 1);
   }
 
   /** One chunk through every layer; returns logits of 'last' / 'all' rows, or nothing. */
@@ -310,6 +433,13 @@ class Runner implements ModelRunner {
     let out = await this.runStage(0, { h: hT, pos }, 'layer');
     let residual = hT;
     let logits: Float32Array | undefined;
+    // InfiniGen: a decode step once the columns are chosen speculates; prefill stays dense
+    const ig = this.ig;
+    const spec = this.spec;
+    const sparse = ig !== undefined && spec !== undefined && ig.ready && T === 1 && ig.calibrator === undefined;
+    const dense = ig?.settings.denseLayers ?? this.layers;
+    const observe = ig !== undefined && (ig.calibrator !== undefined || ig.collectingPrompt);
+    const stepLayers: InfinigenLayerStats[] = [];
     for (let l = 0; l < this.layers; l++) {
       if (signal) {
         // session.run may finish without giving timers a turn: let an abort be delivered
@@ -320,12 +450,23 @@ class Runner implements ModelRunner {
       const k = out.k!.data as Float32Array;
       const v = out.v!.data as Float32Array;
       if (l > 0) residual = out.h_next!;
+      if (observe) ig.observe(l, q, k, T);
+      // layer l+1's speculation and gather start now and run while the rest of layer l does
+      if (sparse && l + 1 < this.layers && l + 1 >= dense) spec.begin(l + 1, out.q_spec!.data as Float32Array);
       let a = performance.now();
       this.pool.appendBatch(l, k, v, p0);
       const b = performance.now();
       this.t.append += b - a;
       const attn = T === 1 ? this.attnOne : new Float32Array(T * this.qw);
-      attendCausal(this.pool, l, q, this.heads, attn);
+      if (sparse && l >= dense) {
+        spec.attend(l, q, attn);
+        const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
+        const [stageStartNs, stageEndNs] = this.stageNs[l]!;
+        stepLayers.push(layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }));
+      } else {
+        attendCausal(this.pool, l, q, this.heads, attn);
+        if (sparse) stepLayers.push(this.denseLayerStats(l, p0));
+      }
       a = performance.now();
       this.t.attention += a - b;
       const feeds: Record<string, TensorData> = { h: residual, attn: f32(attnDims, attn) };
@@ -338,6 +479,7 @@ class Runner implements ModelRunner {
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
     this.pos = p0 + T;
+    if (sparse) this.lastStep = summarizeStep(p0, stepLayers);
     const total = performance.now() - t0;
     this.t.total += total;
     this.t.tokens += T;
@@ -351,12 +493,20 @@ class Runner implements ModelRunner {
     const wanted = this.graphs[s]!.inputs;
     const f: Record<string, TensorData> = {};
     for (const name of wanted) f[name] = feeds[name]!;
+    const ns0 = this.ig ? Number(process.hrtime.bigint()) : 0;
     const out = await this.sessions[s]!.run(f);
+    if (this.ig) this.stageNs[s] = [ns0, Number(process.hrtime.bigint())];
     const ms = performance.now() - a;
     if (kind === 'head') this.t.headGraph += ms;
     else this.t.layerGraphs += ms;
     return out;
   }
+}
+
+function argmax(x: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < x.length; i++) if (x[i]! > x[best]!) best = i;
+  return best;
 }
 
 function yieldToEventLoop(): Promise<void> {
