@@ -95,12 +95,12 @@ describe('metrics', () => {
   });
 
   it('renders only what it knows: no speed gauges before a generation, no model gauges without a model', () => {
-    let loaded: ModelInfo | undefined;
-    const metrics = new ServerMetrics(() => ({ model: loaded, queueWaiting: 2, generating: true }));
+    const state: { model: ModelInfo | undefined } = { model: undefined };
+    const metrics = new ServerMetrics(() => ({ model: state.model, queueWaiting: 2, generating: true }));
     let text = metrics.render();
     expect(text).toMatch(/^longhand_model_loaded 0$/m);
     expect(text).not.toMatch(/longhand_kv_pool_bytes|longhand_decode_tokens_per_second/);
-    loaded = model;
+    state.model = model;
     metrics.countRequest('/v1/completions', 200);
     metrics.countRequest('/v1/completions', 200);
     metrics.countGeneration({ stopReason: 'eos', promptTokens: 7, completionTokens: 9, ttftMs: 250, decodeTokensPerS: 40, prefillTokensPerS: 100 });
