@@ -12,7 +12,9 @@ import { useModelsStore } from './store.ts';
 export function ModelsView() {
   const m = useModelsStore();
   const model = useEngineStore((s) => s.model);
-  const engineReady = useEngineStore((s) => s.status.state === 'ready');
+  // Not gated on 'ready': a carrier that never reports 'ready' must not lock the button; a load
+  // sent to a stopped engine fails with a message instead.
+  const engineUp = useEngineStore((s) => s.status.state !== 'crashed' && s.status.state !== 'restarting');
   const settings = useSettingsStore((s) => s.saved);
   const lastModelPath = settings?.lastModelPath ?? '';
   const { scan, setPath, setContextTokens } = m;
@@ -53,7 +55,7 @@ export function ModelsView() {
             <input type="number" min={1} step={256} value={Number.isFinite(m.contextTokens) ? m.contextTokens : ''} onChange={(e) => m.setContextTokens(Number(e.target.value))} />
           </label>
           <button type="submit" disabled={!m.path.trim() || m.inspecting}>{m.inspecting ? 'Inspecting…' : 'Inspect'}</button>
-          <button type="button" className="primary" onClick={() => void m.load()} disabled={!m.path.trim() || m.loading || !engineReady}>
+          <button type="button" className="primary" onClick={() => void m.load()} disabled={!m.path.trim() || m.loading || !engineUp}>
             {m.loading ? 'Loading…' : 'Load'}
           </button>
         </form>

@@ -12,7 +12,8 @@ const MODE_LABELS = { continue: 'Continuation', rewrite: 'Rewrite', instruction:
 
 export function WriterView() {
   const w = useWriterStore();
-  const modelLoaded = useEngineStore((s) => s.model !== null && s.status.state === 'ready');
+  // The engine slice forgets the model when the engine crashes or restarts.
+  const modelLoaded = useEngineStore((s) => s.model !== null);
   const editor = useRef<HTMLTextAreaElement>(null);
   const { init, doc, caretRequest, clearCaretRequest } = w;
 

@@ -12,6 +12,8 @@ import { useSettingsStore } from '../settings/store.ts';
 import { continuePrompt, instructionPrompt, rewritePrompt } from './prompts.ts';
 
 export const AUTOSAVE_MS = 1000;
+/** After a failed save, try again this much later (the draft stays in memory meanwhile). */
+export const AUTOSAVE_RETRY_MS = 5000;
 
 export type GenerationMode = 'continue' | 'rewrite' | 'instruction' | 'longform';
 
@@ -93,12 +95,12 @@ function blankDocument(): Document {
 const message = (e: unknown): string => (e instanceof Error ? e.message : String(e));
 
 export const useWriterStore = create<WriterState>()((set, get) => {
-  const scheduleSave = (): void => {
+  const scheduleSave = (delay = AUTOSAVE_MS): void => {
     if (saveTimer !== undefined) clearTimeout(saveTimer);
     saveTimer = setTimeout(() => {
       saveTimer = undefined;
       void get().flushSave();
-    }, AUTOSAVE_MS);
+    }, delay);
   };
 
   const sampling = () => useSettingsStore.getState().saved?.sampling;
@@ -206,7 +208,7 @@ export const useWriterStore = create<WriterState>()((set, get) => {
         }));
       } catch (e) {
         set({ saving: false, saveError: message(e) });
-        scheduleSave(); // try again later; the draft stays in memory meanwhile
+        scheduleSave(AUTOSAVE_RETRY_MS);
       }
     },
 
@@ -243,13 +245,16 @@ export const useWriterStore = create<WriterState>()((set, get) => {
       const at = selection.end;
       const before = doc.text.slice(0, at);
       if (!before.trim() || !begin('longform', at, at)) return;
+      // Each step leaves room for its prompt: at most half the context.
+      const context = contextLength();
+      const stepTokens = context ? Math.min(maxTokens, Math.max(16, Math.floor(context / 2))) : maxTokens;
       void (async () => {
         // Step until the suggestion holds the target word count, the user stops, or the
         // engine ends for a reason more text cannot fix (context full, error, a step with nothing).
         for (;;) {
           const written = get().suggestion?.text ?? '';
           if (stopRequested || countWords(written) >= targetWords) break;
-          const result = await run(continuePrompt(before + written, contextLength(), maxTokens), maxTokens);
+          const result = await run(continuePrompt(before + written, context, stepTokens), stepTokens);
           set((s) => (s.suggestion ? { suggestion: { ...s.suggestion, steps: s.suggestion.steps + 1 } } : {}));
           if (!result || result.text.length === 0) break;
           if (result.stopReason !== 'maxTokens' && result.stopReason !== 'eos') break;

@@ -4,7 +4,7 @@ import { resetEngineStore, useEngineStore } from '../../engine/store.ts';
 import { installServices, uninstallServices } from '../../services.ts';
 import { FakeApi, MODEL, TIMINGS, timeoutFrames } from '../../test/fake-api.ts';
 import { resetSettingsStore } from '../settings/store.ts';
-import { AUTOSAVE_MS, resetWriterStore, useWriterStore } from './store.ts';
+import { AUTOSAVE_MS, AUTOSAVE_RETRY_MS, resetWriterStore, useWriterStore } from './store.ts';
 import { WriterView } from './WriterView.tsx';
 
 const DOC = { id: 'd-one', title: 'Harbour', text: 'The boats came in at dawn.', updatedAt: 1 };
@@ -207,6 +207,29 @@ describe('writer', () => {
     const saves = api.calls('documents.save');
     expect(saves).toHaveLength(1);
     expect(saves[0]?.document).toMatchObject({ id: DOC.id, title: DOC.title, text: 'The boats came' });
+    expect(screen.getByLabelText('Save state').textContent).toBe('Saved');
+  });
+
+  it('keeps the draft and retries when a save fails', async () => {
+    setup();
+    await waitFor(() => expect(editor().value).toBe(DOC.text));
+    let fail = true;
+    api.on('documents.save', (r) => {
+      if (fail) throw Object.assign(new Error('disk full'), { code: 'INTERNAL' });
+      return { updatedAt: r.document.updatedAt };
+    });
+    vi.useFakeTimers();
+    fireEvent.change(editor(), { target: { value: 'Keep me' } });
+    await act(async () => {
+      await vi.advanceTimersByTimeAsync(AUTOSAVE_MS);
+    });
+    expect(screen.getByLabelText('Save state').textContent).toContain('disk full');
+    expect(editor().value).toBe('Keep me');
+    fail = false;
+    await act(async () => {
+      await vi.advanceTimersByTimeAsync(AUTOSAVE_RETRY_MS);
+    });
+    expect(api.calls('documents.save').at(-1)?.document.text).toBe('Keep me');
     expect(screen.getByLabelText('Save state').textContent).toBe('Saved');
   });
 
