@@ -258,24 +258,24 @@ class FakeApp extends EventEmitter {
   }
 }
 
-function makeSessionFake() {
-  return {
-    permissionRequestHandler: undefined as undefined | ((contents: unknown, permission: string, callback: (granted: boolean) => void, details?: unknown) => void),
-    permissionCheckHandler: undefined as undefined | ((...args: unknown[]) => boolean),
-    devicePermissionHandler: undefined as undefined | ((...args: unknown[]) => boolean),
-    setPermissionRequestHandler(handler: FakeSession['permissionRequestHandler']) {
-      this.permissionRequestHandler = handler;
-    },
-    setPermissionCheckHandler(handler: FakeSession['permissionCheckHandler']) {
-      this.permissionCheckHandler = handler;
-    },
-    setDevicePermissionHandler(handler: FakeSession['devicePermissionHandler']) {
-      this.devicePermissionHandler = handler;
-    },
-    protocol: undefined as unknown as typeof protocol,
-  };
+type PermissionRequestHandler = (contents: unknown, permission: string, callback: (granted: boolean) => void, details?: unknown) => void;
+type PermissionCheck = (...args: unknown[]) => boolean;
+
+class FakeSession {
+  permissionRequestHandler: PermissionRequestHandler | undefined;
+  permissionCheckHandler: PermissionCheck | undefined;
+  devicePermissionHandler: PermissionCheck | undefined;
+  constructor(readonly protocol: unknown) {}
+  setPermissionRequestHandler(handler: PermissionRequestHandler): void {
+    this.permissionRequestHandler = handler;
+  }
+  setPermissionCheckHandler(handler: PermissionCheck): void {
+    this.permissionCheckHandler = handler;
+  }
+  setDevicePermissionHandler(handler: PermissionCheck): void {
+    this.devicePermissionHandler = handler;
+  }
 }
-type FakeSession = ReturnType<typeof makeSessionFake>;
 
 export const fake = {
   app: new FakeApp(),
@@ -306,9 +306,7 @@ export const protocol = {
   },
 };
 
-const defaultSession = makeSessionFake();
-defaultSession.protocol = protocol;
-export const session = { defaultSession };
+export const session = { defaultSession: new FakeSession(protocol) };
 
 export const shell = {
   openExternal(url: string): Promise<void> {

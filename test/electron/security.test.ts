@@ -76,7 +76,7 @@ describe('permissions and preferences', () => {
     denyAllPermissions(s as unknown as Session);
     for (const permission of ['media', 'notifications', 'geolocation', 'clipboard-read', 'openExternal', 'fullscreen']) {
       let granted: boolean | undefined;
-      s.permissionRequestHandler?.({}, permission, (value) => (granted = value));
+      s.permissionRequestHandler?.({}, permission, (value: boolean) => (granted = value));
       expect(granted, permission).toBe(false);
       expect(s.permissionCheckHandler?.({}, permission, 'app://longhand', {})).toBe(false);
     }
