@@ -24,7 +24,7 @@ describe.skipIf(!have)("policy 'infinigen' on stories260K", () => {
   let cacheDir: string;
   const prompt = have ? loadReferenceRuns().find((r) => r.prompt === 'Once upon a time')!.promptIds : [];
   let text: number[] = []; // prompt + 400 greedy tokens of 'full'
-  let fullLogits: Float32Array[] = []; // [step] logits after text[0..prompt+i]
+  const fullLogits: Float32Array[] = []; // [step] logits after text[0..prompt+i]
 
   beforeAll(async () => {
     model = loadGgufModel(STORIES_260K);
