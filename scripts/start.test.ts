@@ -1,6 +1,6 @@
 // npm start without an Electron runtime must say so and fall back to browser mode; the
 // Electron entry must bundle with the security defaults in it.
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -9,20 +9,35 @@ import { describe, expect, it } from 'vitest';
 import { PROJECT_ROOT } from '../test/support/models.ts';
 
 describe('npm start', () => {
-  it('falls back to browser mode with a clear message when Electron cannot be fetched', () => {
+  it('falls back to browser mode with a clear message when Electron cannot be fetched', async () => {
     const cache = mkdtempSync(join(tmpdir(), 'longhand-electron-cache-'));
+    // A mirror on a closed local port makes the download fail fast and the same everywhere.
+    const child = spawn(process.execPath, [join(PROJECT_ROOT, 'scripts', 'start.mjs')], {
+      cwd: PROJECT_ROOT,
+      detached: true, // its own process group: start.mjs and the server it starts end together
+      env: { ...process.env, ELECTRON_MIRROR: 'http://127.0.0.1:9/', electron_config_cache: cache, ELECTRON_SKIP_BINARY_DOWNLOAD: '', BROWSER: 'true' },
+    });
+    let stdout = '';
     try {
-      // A mirror on a closed local port makes the download fail fast and the same everywhere.
-      const result = spawnSync(process.execPath, [join(PROJECT_ROOT, 'scripts', 'start.mjs')], {
-        cwd: PROJECT_ROOT,
-        encoding: 'utf8',
-        timeout: 60_000,
-        env: { ...process.env, ELECTRON_MIRROR: 'http://127.0.0.1:9/', electron_config_cache: cache, ELECTRON_SKIP_BINARY_DOWNLOAD: '' },
+      const url = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no browser-mode URL within 60 s; stdout so far:\n${stdout}`)), 60_000);
+        child.stdout.on('data', (chunk: Buffer) => {
+          stdout += chunk.toString();
+          const match = /http:\/\/127\.0\.0\.1:\d+\/\?token=[\w-]+/.exec(stdout);
+          if (match) {
+            clearTimeout(timer);
+            resolve(match[0]);
+          }
+        });
+        child.on('exit', (code) => reject(new Error(`start.mjs exited (${code}) before browser mode started; stdout:\n${stdout}`)));
       });
-      expect(result.stdout).toContain('the Electron runtime is not available');
-      expect(result.stdout).toContain('starting browser mode');
-      expect(result.status).not.toBe(0);
+      expect(stdout).toContain('the Electron runtime is not available');
+      expect(stdout).toContain('starting browser mode');
+      // the browser-mode server answers on loopback with its token
+      const response = await fetch(url);
+      expect(response.status).toBe(200);
     } finally {
+      if (child.pid) process.kill(-child.pid, 'SIGTERM');
       rmSync(cache, { recursive: true, force: true });
     }
   });

@@ -36,6 +36,7 @@ export const ERROR_CODES = [
   'ONNX_MODEL_TOO_LARGE', // an in-memory model at or above protobuf's 2 GiB limit
   // engine and protocol
   'PROTOCOL_BAD_MESSAGE', // a request or event that does not match the protocol's schema
+  'IPC_FORBIDDEN', // an IPC message from a sender that is not one of our windows' main frames
   'ENGINE_NOT_LOADED', // a request that needs a model before one is loaded
   'ENGINE_BUSY', // a second generation while one runs (one at a time per engine)
   'ENGINE_CRASHED', // the engine process or worker died; in-flight requests end with this

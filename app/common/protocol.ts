@@ -133,6 +133,56 @@ export type EngineRequest = z.infer<typeof EngineRequestSchema>;
 /** A request as a client writes it (defaults may be left out). */
 export type EngineRequestInput = z.input<typeof EngineRequestSchema>;
 
+// ── metrics (ARCHITECTURE.md §7), sampled during a generation ───────────────────────────────
+
+export const LayerMetricsSchema = z.strictObject({
+  layer: z.int().nonnegative(),
+  /** Tokens attended (selected rows; all of them for `full` and dense layers). */
+  selected: z.int().nonnegative(),
+  /** Tokens that could have been attended (in the pool, not evicted). */
+  candidates: z.int().nonnegative(),
+  /** Bytes of K/V rows moved to the compute device this step (counted on CPU too). */
+  bytesMoved: z.number().nonnegative(),
+  reuseHits: z.int().nonnegative(),
+  reuseMisses: z.int().nonnegative(),
+  /** Share of the true softmax mass the selection covers; null unless inspection is on. */
+  recall: z.number().min(0).max(1).nullable(),
+  speculationMs: z.number().nonnegative(),
+  gatherMs: z.number().nonnegative(),
+  attentionMs: z.number().nonnegative(),
+  /** Selected token positions (for the heatmap), when the engine sends them. */
+  positions: z.array(z.int().nonnegative()).optional(),
+});
+export type LayerMetrics = z.infer<typeof LayerMetricsSchema>;
+
+export const StepMetricsSchema = z.strictObject({
+  /** Generated tokens so far. */
+  step: z.int().nonnegative(),
+  /** Tokens in the cache. */
+  contextTokens: z.int().nonnegative(),
+  contextLength: positiveInt,
+  policy: z.string(),
+  tokensPerS: z.number().nonnegative(),
+  /** Mean over layers of selected / candidates. */
+  fetchRatio: z.number().min(0).max(1),
+  bytesMovedPerToken: z.number().nonnegative(),
+  reuseHitRate: z.number().min(0).max(1).nullable(),
+  recall: z.number().min(0).max(1).nullable(),
+  evictions: z.int().nonnegative(),
+  timing: z.strictObject({ denseMs: z.number().nonnegative(), attentionMs: z.number().nonnegative(), speculationMs: z.number().nonnegative(), gatherMs: z.number().nonnegative(), otherMs: z.number().nonnegative() }),
+  memory: z.strictObject({
+    weightsBytes: z.number().nonnegative(),
+    poolBytes: z.number().nonnegative(),
+    poolBudgetBytes: z.number().nonnegative(),
+    kvUsedBytes: z.number().nonnegative(),
+    partialKeyBytes: z.number().nonnegative(),
+    stagedBytes: z.number().nonnegative(),
+    rssBytes: z.number().nonnegative(),
+  }),
+  layers: z.array(LayerMetricsSchema),
+});
+export type StepMetrics = z.infer<typeof StepMetricsSchema>;
+
 // ── events (from the engine) ────────────────────────────────────────────────────────────────
 
 export const EngineEventSchema = z.discriminatedUnion('kind', [
@@ -143,6 +193,8 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
   /** The prompt as token ids, sent once before the first token. */
   z.strictObject({ kind: z.literal('prompt'), requestId, ids: z.array(tokenId), contextLength: positiveInt }),
   z.strictObject({ kind: z.literal('token'), requestId, index: z.int().nonnegative(), id: tokenId, text: z.string() }),
+  /** Sampled (at most ~10 per second) while a generation runs, and once at its end. */
+  z.strictObject({ kind: z.literal('metrics'), requestId, metrics: StepMetricsSchema }),
   z.strictObject({
     kind: z.literal('done'),
     requestId,

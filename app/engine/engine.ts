@@ -9,6 +9,7 @@ import { tokenizerDecoder } from './generate/decoder.ts';
 import { generate } from './generate/loop.ts';
 import type { EngineCore, GenerationEvent } from './host/engine-core.ts';
 import { ChatTemplate } from './model/chat-template.ts';
+import { StepMetricsSampler } from './metrics/step-metrics.ts';
 import { loadModel } from './model/load-model.ts';
 import { createTokenizer, type Tokenizer } from './model/tokenizer/tokenizer.ts';
 import type { LoadedModel } from './model/types.ts';
@@ -138,9 +139,14 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       const continuation = ids.some((id) => !state.tokenizer.isSpecial(id));
       const stream = generate(state.runner, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
       yield { kind: 'prompt', ids, contextLength: state.runner.contextLength };
+      const metrics = new StepMetricsSampler(state.runner, state.model.hyper, 'full');
       for await (const event of stream) {
-        if (event.type === 'token') yield { kind: 'token', index: event.index, id: event.id, text: event.text };
-        else {
+        if (event.type === 'token') {
+          yield { kind: 'token', index: event.index, id: event.id, text: event.text };
+          const snapshot = metrics.maybe(event.index + 1);
+          if (snapshot) yield { kind: 'metrics', metrics: snapshot };
+        } else {
+          yield { kind: 'metrics', metrics: metrics.snapshot(event.completionTokens) };
           const { type: _type, error, ...rest } = event;
           yield {
             kind: 'done',

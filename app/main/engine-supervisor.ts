@@ -43,7 +43,7 @@ export interface GoneDetails {
 
 export type CrashReason = Extract<EngineStatus, { state: 'crashed' }>['reason'];
 
-/** The message main sends the host with each port (the host's side: engine-channel-utility.ts). */
+/** The message main sends the host with each port (the host's side: app/engine/host/utility-channel.ts). */
 export interface ConnectMessage {
   kind: 'connect';
   client: string;

@@ -137,7 +137,7 @@ export class IpcManager {
 
   private handle<T>(channel: string, parse: (args: unknown[]) => T, handler: (payload: T, event: IpcMainInvokeEvent) => Promise<unknown>): void {
     this.options.ipcMain.handle(channel, async (event, ...args): Promise<IpcResult<unknown>> => {
-      if (!this.checkSender(event, channel)) return failure('PROTOCOL_BAD_MESSAGE', 'refused: the message did not come from a Longhand window');
+      if (!this.checkSender(event, channel)) return failure('IPC_FORBIDDEN', 'refused: the message did not come from a Longhand window');
       let payload: T;
       try {
         payload = parse(args);

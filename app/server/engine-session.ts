@@ -6,7 +6,7 @@ import type { EngineEvent, GenerateParams, LoadOptions, ModelInfo, Prompt } from
 import { ServerMetrics } from './metrics.ts';
 import { EngineQueue } from './queue.ts';
 
-export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'done' }>;
+export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>;
 
 export class EngineSession {
   readonly queue = new EngineQueue();

@@ -6,7 +6,7 @@ import type { EngineEvent } from '../../app/common/protocol.ts';
 import type { EngineStatus } from '../../app/common/window-api.ts';
 import type { EngineCore } from '../../app/engine/host/engine-core.ts';
 import { serveEngine, type EngineChannel } from '../../app/engine/host/serve.ts';
-import { acceptUtilityConnections, type ParentPortLike } from '../../app/main/engine-channel-utility.ts';
+import { acceptUtilityConnections, type ParentPortLike } from '../../app/engine/host/utility-channel.ts';
 import { EngineSupervisor, type HostProcess, type PortLike } from '../../app/main/engine-supervisor.ts';
 import type { FakePort} from './fake-electron.ts';
 import { FakeUtilityProcess, MessageChannelMain, resetFake } from './fake-electron.ts';

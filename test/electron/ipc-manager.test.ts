@@ -66,7 +66,7 @@ describe('IpcManager: senders', () => {
     const { sender, frame } = make(s);
     for (const [channel, args] of [[IPC.appRequest, [LIST]], [IPC.engineRestart, []], [IPC.chooseModel, []], [IPC.exportDocument, [{ title: 't', text: 'x', format: 'txt' }]]] as const) {
       const answer = await ipcMain.invoke(channel, sender, frame, ...args);
-      expect(answer).toEqual({ ok: false, error: { code: 'PROTOCOL_BAD_MESSAGE', message: expect.stringMatching(/did not come from a Longhand window/) } });
+      expect(answer).toEqual({ ok: false, error: { code: 'IPC_FORBIDDEN', message: expect.stringMatching(/did not come from a Longhand window/) } });
     }
     ipcMain.sendFrom(IPC.engineConnect, sender, frame);
     expect(sender.posted).toEqual([]);

@@ -40,7 +40,7 @@ describe.runIf(haveSharedModel())('engine host on stories260K', () => {
       else if (event.kind === 'token') {
         ids.push(event.id);
         text += event.text;
-      } else done = event;
+      } else if (event.kind === 'done') done = event;
     }
     expect(ids).toEqual(run!.generatedIds.slice(0, 40));
     expect(done).toMatchObject({ stopReason: 'maxTokens', promptTokens: run!.promptIds.length, completionTokens: 40 });

@@ -111,7 +111,10 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
         tokenIds.push(event.id);
         generated += event.text;
         if (!values.json) io.out(event.text);
-      } else {
+      } else if (event.kind === 'done') {
+        // the tail the stop matcher or the UTF-8 decoder held back until the end
+        generated += event.text;
+        if (!values.json) io.out(event.text);
         stopReason = event.stopReason;
         timings = event.timings;
         error = event.error;

@@ -1,18 +1,25 @@
-// Engine host process entry. Started by EngineClient (CLI, tests, browser-mode server) with
-// child_process.fork, later by Electron's utilityProcess: onnxruntime blocks the thread it
-// runs on and a native fault must not take the window with it, so the engine lives here.
+// Engine host process entry. onnxruntime blocks the thread it runs on and a native fault must
+// not take the window with it, so the engine lives in its own process:
+//   - under Electron, a utilityProcess: main sends one MessagePort per connection (its own
+//     readiness check, then one per window) through process.parentPort;
+//   - everywhere else (CLI, tests, browser-mode server), a child_process.fork with an IPC channel.
 import { createEngineCore } from '../engine.ts';
 import { serveEngine, type EngineChannel } from './serve.ts';
+import { acceptUtilityConnections, type ParentPortLike } from './utility-channel.ts';
 
-function childProcessChannel(): EngineChannel {
-  if (!process.send) throw new Error('the engine host must be started with an IPC channel (child_process.fork)');
-  return {
+const parentPort = (process as NodeJS.Process & { parentPort?: ParentPortLike }).parentPort;
+const core = createEngineCore();
+
+if (parentPort) {
+  // Every window's connection shares the one loaded model; each has its own generation slot.
+  acceptUtilityConnections<Parameters<EngineChannel['send']>[0]>(parentPort, (channel) => serveEngine(channel, core, process.pid));
+} else {
+  if (!process.send) throw new Error('the engine host must be started with an IPC channel (child_process.fork) or as an Electron utility process');
+  const channel: EngineChannel = {
     send: (event) => void process.send!(event),
     onMessage: (handler) => void process.on('message', handler),
   };
+  serveEngine(channel, core, process.pid);
+  // The parent going away (or closing the channel) ends the host.
+  process.on('disconnect', () => process.exit(0));
 }
-
-const channel = childProcessChannel();
-serveEngine(channel, createEngineCore(), process.pid);
-// The parent going away (or closing the channel) ends the host.
-process.on('disconnect', () => process.exit(0));

@@ -1,20 +1,8 @@
 // The engine host's side of Electron's utilityProcess (runs IN the host process, not in main).
 // Main sends `{ kind: 'connect', client }` with one MessagePortMain per connection (one for the
 // supervisor's readiness check, one per window); each becomes an engine channel that the host
-// serves with serveEngine(channel, core, pid). It imports nothing (no electron, no engine), so
-// app/engine/host/main.ts can import it and tests can run it under plain Node.
-//
-// The change app/engine/host/main.ts needs (see the desktop-app report):
-//
-//   const parentPort = (process as { parentPort?: ParentPortLike }).parentPort;
-//   if (parentPort) {
-//     const core = createEngineCore();
-//     acceptUtilityConnections(parentPort, (channel) => serveEngine(channel, core, process.pid));
-//   } else {
-//     serveEngine(childProcessChannel(), createEngineCore(), process.pid);
-//     process.on('disconnect', () => process.exit(0));
-//   }
-
+// serves with serveEngine(channel, core, pid). It imports nothing (no electron), so tests run it
+// under plain Node.
 /** The host's end of one port (Electron's MessagePortMain in a utility process). */
 export interface HostPortLike {
   postMessage(message: unknown): void;
