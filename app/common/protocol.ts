@@ -65,6 +65,21 @@ export const GenerateParamsSchema = z.strictObject({
 });
 export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
 
+export const KV_POLICIES = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'] as const;
+export const KvPolicySchema = z.enum(KV_POLICIES);
+export type KvPolicy = z.infer<typeof KvPolicySchema>;
+
+/** InfiniGen's knobs (ARCHITECTURE.md §4). */
+export const InfinigenKnobsSchema = z.strictObject({
+  alpha: z.number().gt(0).max(1000).default(5),
+  partialRatio: z.number().gt(0).max(1).default(0.3),
+  fetchCap: z.number().gt(0).max(1).default(0.2),
+  denseLayers: z.int().nonnegative().max(1024).default(2),
+  /** Ignore the cached skew matrices and calibrate again. */
+  recalibrate: z.boolean().default(false),
+});
+export type InfinigenKnobs = z.infer<typeof InfinigenKnobsSchema>;
+
 export const LoadOptionsSchema = z.strictObject({
   modelPath: z.string().min(1),
   device: DeviceSchema.default('cpu'),
@@ -75,6 +90,11 @@ export const LoadOptionsSchema = z.strictObject({
   kvType: KvTypeSchema.default('fp16'),
   /** Tokens per prefill chunk. */
   prefillChunk: positiveInt.max(8192).default(256),
+  /** How decode steps choose the past tokens they attend to. */
+  policy: KvPolicySchema.default('full'),
+  infinigen: InfinigenKnobsSchema.prefault({}),
+  /** Compute attention recall against the full softmax (slower; for the inspector). */
+  inspect: z.boolean().default(false),
 });
 export type LoadOptions = z.infer<typeof LoadOptionsSchema>;
 
@@ -94,6 +114,7 @@ export const ModelInfoSchema = z.strictObject({
   device: DeviceSchema,
   threads: positiveInt,
   kvType: KvTypeSchema,
+  policy: KvPolicySchema,
   chatTemplate: z.boolean(),
   loadMs: z.number().nonnegative(),
 });

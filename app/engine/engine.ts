@@ -1,7 +1,8 @@
 // The engine as the host serves it: one model loaded at a time (weights, tokenizer, chat
 // template, forward pass with its KV pool), one generation at a time. Everything a request
 // needs is checked here before any work starts; a generation always ends with one `done`.
-import { availableParallelism } from 'node:os';
+import { availableParallelism, homedir } from 'node:os';
+import { join } from 'node:path';
 import { LonghandError, UsageError } from '../common/errors.ts';
 import type { Device, GenerateParams, LoadOptions, ModelInfo, Prompt } from '../common/protocol.ts';
 import { createModelRunner, type ModelRunner } from './forward/model-runner.ts';
@@ -21,6 +22,12 @@ interface Loaded {
   chat: ChatTemplate;
   runner: ModelRunner;
   info: ModelInfo;
+}
+
+/** Where calibration results (skew matrices per model file) are kept between runs. */
+function cacheDir(): string {
+  const base = process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache');
+  return join(base, 'longhand');
 }
 
 /** Longest default context: the KV pool is sized for it at load. */
@@ -89,6 +96,9 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         const chat = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
         const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
         const threads = options.threads ?? availableParallelism();
+        if (options.policy !== 'full' && options.policy !== 'infinigen') {
+          throw new UsageError(`policy ${options.policy} is not available in this version; use full or infinigen`, { policy: options.policy });
+        }
         const runner = await createModelRunner(model, {
           threads,
           contextLength,
@@ -96,6 +106,8 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           prefillChunk: options.prefillChunk,
           device,
           eosIds: tokenizer.eosIds,
+          policy: options.policy,
+          infinigen: { ...options.infinigen, inspect: options.inspect, cacheDir: cacheDir() },
         });
         const { hyper } = model;
         const info: ModelInfo = {
@@ -114,6 +126,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           device: options.device === 'auto' ? 'auto' : device,
           threads,
           kvType: options.kvType,
+          policy: options.policy,
           chatTemplate: !chat.isFallback,
           loadMs: performance.now() - started,
         };
@@ -139,7 +152,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       const continuation = ids.some((id) => !state.tokenizer.isSpecial(id));
       const stream = generate(state.runner, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
       yield { kind: 'prompt', ids, contextLength: state.runner.contextLength };
-      const metrics = new StepMetricsSampler(state.runner, state.model.hyper, 'full');
+      const metrics = new StepMetricsSampler(state.runner, state.model.hyper, state.runner.policy);
       for await (const event of stream) {
         if (event.type === 'token') {
           yield { kind: 'token', index: event.index, id: event.id, text: event.text };

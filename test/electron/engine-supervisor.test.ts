@@ -2,7 +2,7 @@
 // typed crash reasons, capped restarts with backoff, no restart after an out-of-memory or a
 // model that crashed the host twice while loading, in-flight requests rejected with the reason.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { EngineEvent, EngineRequest } from '../../app/common/protocol.ts';
+import { parseEngineRequest, type EngineEvent, type EngineRequest } from '../../app/common/protocol.ts';
 import type { EngineStatus } from '../../app/common/window-api.ts';
 import { classifyExit, EngineSupervisor, type HostProcess, type PortLike, type SupervisorOptions } from '../../app/main/engine-supervisor.ts';
 import type { FakePort, FakeUtilityProcess} from './fake-electron.ts';
@@ -57,7 +57,7 @@ function harness(options: Partial<SupervisorOptions> & { readyOnConnect?: boolea
 }
 
 const generate = (requestId: string): EngineRequest => ({ kind: 'generate', requestId, prompt: { text: 'Once' }, params: { maxTokens: 4, stopStrings: [], stopOnEos: true, sampling: { temperature: 0, topK: 40, topP: 0.95, minP: 0.05, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0, penaltyLastN: 64 } } });
-const load = (requestId: string, modelPath: string): EngineRequest => ({ kind: 'load', requestId, options: { modelPath, device: 'cpu', kvType: 'fp16', prefillChunk: 256 } });
+const load = (requestId: string, modelPath: string): EngineRequest => parseEngineRequest({ kind: 'load', requestId, options: { modelPath } });
 const tokenize = (requestId: string): EngineRequest => ({ kind: 'tokenize', requestId, text: 'hi', addSpecial: true });
 
 beforeEach(() => {
@@ -215,7 +215,7 @@ describe('EngineSupervisor: crashes and restarts', () => {
     h.crash('crashed');
     vi.advanceTimersByTime(61_000);
     h.supervisor.send('w1', load('l2', '/models/m.gguf'));
-    h.answer({ kind: 'loaded', requestId: 'l2', model: { path: '/models/m.gguf', format: 'gguf', architecture: 'llama', family: 'llama', layers: 1, heads: 1, kvHeads: 1, headDim: 8, hiddenSize: 8, vocabSize: 32, trainedContext: 128, contextLength: 128, device: 'cpu', threads: 1, kvType: 'fp16', chatTemplate: false, loadMs: 1 } });
+    h.answer({ kind: 'loaded', requestId: 'l2', model: { path: '/models/m.gguf', format: 'gguf', architecture: 'llama', family: 'llama', layers: 1, heads: 1, kvHeads: 1, headDim: 8, hiddenSize: 8, vocabSize: 32, trainedContext: 128, contextLength: 128, device: 'cpu', threads: 1, kvType: 'fp16', policy: 'full', chatTemplate: false, loadMs: 1 } });
     h.supervisor.send('w1', load('l3', '/models/m.gguf'));
     h.crash('crashed');
     expect(h.lastStatus()).toMatchObject({ willRestart: true });

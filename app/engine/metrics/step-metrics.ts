@@ -2,7 +2,7 @@
 // stays small: at most one snapshot per `intervalMs` while tokens stream, plus one at the end.
 // Each snapshot covers the decode steps since the previous one (timings are deltas).
 import type { LayerMetrics, StepMetrics } from '../../common/protocol.ts';
-import type { ForwardTimings } from '../forward/model-runner.ts';
+import type { ForwardTimings, InfinigenStepStats } from '../forward/model-runner.ts';
 import type { ModelHyperparameters } from '../model/types.ts';
 
 /** What the sampler reads from the forward pass. */
@@ -13,6 +13,8 @@ export interface MetricsSource {
   readonly graphWeightBytes: number;
   readonly poolBytes: number;
   timings(): ForwardTimings;
+  /** The last decode step's per-layer selection figures (policies other than full). */
+  lastStepStats?(): InfinigenStepStats | undefined;
 }
 
 const ZERO_TIMINGS: ForwardTimings = { embedding: 0, layerGraphs: 0, headGraph: 0, append: 0, attention: 0, other: 0, total: 0, tokens: 0, calls: 0 };
@@ -64,22 +66,45 @@ export class StepMetricsSampler {
     }));
     const perCall = (ms: number) => (delta.calls > 0 ? ms / delta.calls : 0);
     const kvUsedBytes = contextTokens * rowBytes * hyper.layers;
+    const sparse = source.lastStepStats?.();
+    if (sparse) {
+      // the last decode step's selection, per layer (InfiniGen and the other sparse policies)
+      for (const stats of sparse.layers) {
+        const layer = layers[stats.layer];
+        if (!layer) continue;
+        Object.assign(layer, {
+          selected: stats.selected,
+          candidates: stats.candidates,
+          bytesMoved: stats.bytes,
+          reuseHits: stats.hits,
+          reuseMisses: stats.misses,
+          recall: stats.recall ?? null,
+          speculationMs: stats.speculationMs,
+          gatherMs: stats.gatherMs,
+          attentionMs: stats.attentionMs,
+        });
+      }
+    }
+    const sum = (pick: (l: LayerMetrics) => number) => layers.reduce((a, l) => a + pick(l), 0);
+    const hits = sum((l) => l.reuseHits);
+    const lookups = hits + sum((l) => l.reuseMisses);
+    const recalls = layers.map((l) => l.recall).filter((r): r is number => r !== null);
     return {
       step,
       contextTokens,
       contextLength: source.contextLength,
       policy: this.policy,
       tokensPerS: delta.total > 0 ? (delta.tokens * 1000) / delta.total : 0,
-      fetchRatio: contextTokens > 0 ? 1 : 0,
-      bytesMovedPerToken: kvUsedBytes,
-      reuseHitRate: null,
-      recall: null,
+      fetchRatio: layers.length > 0 ? sum((l) => (l.candidates > 0 ? l.selected / l.candidates : 0)) / layers.length : 0,
+      bytesMovedPerToken: sum((l) => l.bytesMoved),
+      reuseHitRate: sparse && lookups > 0 ? hits / lookups : null,
+      recall: recalls.length > 0 ? recalls.reduce((a, r) => a + r, 0) / recalls.length : null,
       evictions: 0,
       timing: {
         denseMs: perCall(delta.layerGraphs + delta.headGraph + delta.embedding),
         attentionMs: perCall(delta.attention),
-        speculationMs: 0,
-        gatherMs: perCall(delta.append),
+        speculationMs: sum((l) => l.speculationMs),
+        gatherMs: sparse ? sum((l) => l.gatherMs) : perCall(delta.append),
         otherMs: perCall(delta.other),
       },
       memory: {

@@ -1,0 +1,64 @@
+// Metrics events through the real host: sampled while tokens stream and once at the end, with
+// InfiniGen's per-layer selection figures when that policy is loaded.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { StepMetrics } from '../../app/common/protocol.ts';
+import { EngineClient } from '../../app/engine/client.ts';
+import { haveSharedModel, STORIES_260K } from '../support/models.ts';
+
+describe.runIf(haveSharedModel())('engine metrics on stories260K', () => {
+  const cache = mkdtempSync(join(tmpdir(), 'longhand-cache-'));
+  let engine: EngineClient;
+  beforeAll(async () => {
+    engine = await EngineClient.start({ env: { ...process.env, XDG_CACHE_HOME: cache } });
+  });
+  afterAll(async () => {
+    await engine?.close();
+    rmSync(cache, { recursive: true, force: true });
+  });
+
+  async function collect(maxTokens: number): Promise<StepMetrics[]> {
+    const metrics: StepMetrics[] = [];
+    for await (const event of engine.generate({ text: 'Once upon a time' }, { maxTokens, sampling: { temperature: 0 } as never })) {
+      if (event.kind === 'metrics') metrics.push(event.metrics);
+    }
+    return metrics;
+  }
+
+  it('full attention: every layer reads every row', async () => {
+    const info = await engine.load({ modelPath: STORIES_260K, contextLength: 512, threads: 1 });
+    expect(info.policy).toBe('full');
+    const metrics = await collect(60);
+    const last = metrics.at(-1)!;
+    expect(last).toMatchObject({ step: 60, policy: 'full', fetchRatio: 1, contextTokens: 5 + 59 });
+    // 5 layers · 4 KV heads · 8 dims · K and V · 2 bytes (fp16) per token
+    expect(last.bytesMovedPerToken).toBe(64 * 5 * 4 * 8 * 2 * 2);
+    expect(last.layers).toHaveLength(5);
+    expect(last.memory.poolBytes).toBeGreaterThan(0);
+    expect(last.memory.rssBytes).toBeGreaterThan(0);
+  });
+
+  it('infinigen: sparse layers fetch a share of the context; dense layers everything', async () => {
+    const info = await engine.load({ modelPath: STORIES_260K, contextLength: 512, threads: 1, policy: 'infinigen', inspect: true, infinigen: { alpha: 5, fetchCap: 0.2, denseLayers: 2 } });
+    expect(info.policy).toBe('infinigen');
+    const metrics = await collect(120);
+    const last = metrics.at(-1)!;
+    expect(last.policy).toBe('infinigen');
+    const [l0, l1, ...sparse] = last.layers;
+    expect(l0!.selected).toBe(l0!.candidates);
+    expect(l1!.selected).toBe(l1!.candidates);
+    for (const layer of sparse) {
+      expect(layer.selected).toBeLessThanOrEqual(Math.floor(0.2 * layer.candidates));
+      expect(layer.recall).not.toBeNull();
+    }
+    expect(last.fetchRatio).toBeLessThan(1);
+    expect(last.reuseHitRate).not.toBeNull();
+    expect(last.recall).toBeGreaterThan(0);
+  });
+
+  it('refuses a policy that is not built yet with a typed error', async () => {
+    await expect(engine.load({ modelPath: STORIES_260K, policy: 'quest' })).rejects.toMatchObject({ code: 'BAD_ARGUMENT' });
+  });
+});
