@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { FakeApi, TIMINGS } from '../test/fake-api.ts';
-import { EngineClient, EngineError, type GenerationEvent, type GenerationMetrics } from './client.ts';
+import { FakeApi, stepMetrics, TIMINGS } from '../test/fake-api.ts';
+import { EngineClient, EngineError, onEngineClientCreated, type GenerationEvent, type GenerationMetrics, type StepMetricsEvent } from './client.ts';
 import { TextBatcher, Throttle } from './schedule.ts';
 
 /** A frame scheduler the test advances by hand. */
@@ -116,6 +116,44 @@ describe('EngineClient generations', () => {
     await g.result;
     expect(events.map((e) => e.kind)).toEqual(['prompt', 'token', 'done']);
     expect(metrics).toHaveBeenLastCalledWith(expect.objectContaining({ requestId: g.requestId, done: true }));
+  });
+
+  it('surfaces the engine step metrics at most 10 a second, the final one always', async () => {
+    vi.useFakeTimers();
+    let now = 0;
+    const client = new EngineClient(api, { schedule: manualFrames().schedule, now: () => now });
+    const own: StepMetricsEvent[] = [];
+    const all: StepMetricsEvent[] = [];
+    client.onStepMetrics((e) => all.push(e));
+    const g = client.generate({ text: 'x' }, {}, { onStepMetrics: (e) => own.push(e) });
+    for (let step = 1; step <= 50; step++) {
+      now += 10; // 100 samples a second for half a second
+      api.metrics(g.requestId, stepMetrics({ step }));
+      vi.advanceTimersByTime(10);
+    }
+    expect(own.length).toBeLessThanOrEqual(7);
+    expect(own.length).toBeGreaterThanOrEqual(4);
+    api.metrics(g.requestId, stepMetrics({ step: 51 }));
+    api.done(g.requestId, { completionTokens: 51 });
+    await g.result;
+    expect(own.at(-1)).toMatchObject({ requestId: g.requestId, metrics: { step: 51 } });
+    expect(all).toEqual(own);
+    // A sample that arrives after done still reaches observers.
+    api.metrics(g.requestId, stepMetrics({ step: 52 }));
+    expect(all.at(-1)?.metrics.step).toBe(52);
+    expect(own.at(-1)?.metrics.step).toBe(51);
+  });
+
+  it('announces new clients and remembers the last successful load', async () => {
+    const seen: EngineClient[] = [];
+    const off = onEngineClientCreated((c) => seen.push(c));
+    const client = new EngineClient(api, { schedule: manualFrames().schedule });
+    off();
+    expect(seen.at(-1)).toBe(client);
+    expect(client.lastLoadOptions).toBeNull();
+    await client.load({ modelPath: '/x.gguf', policy: 'infinigen' });
+    expect(client.lastLoadOptions).toEqual({ modelPath: '/x.gguf', policy: 'infinigen' });
+    client.dispose();
   });
 
   it('load and tokenize resolve with their answers', async () => {

@@ -3,7 +3,7 @@
 // (text batched per animation frame, metrics throttled to 10/s), and turns engine errors and
 // crashes into typed EngineErrors. Other views (summarise, cache inspector) subscribe to every
 // generation's raw events and metrics without taking part in them.
-import type { EngineEvent, EngineRequestInput, ModelInfo, Prompt, StopReason, Timings } from '../../../app/common/protocol.ts';
+import type { EngineEvent, EngineRequestInput, ModelInfo, Prompt, StepMetrics, StopReason, Timings } from '../../../app/common/protocol.ts';
 import type { EngineStatus, LonghandWindowApi } from '../../../app/common/window-api.ts';
 import { animationFrame, TextBatcher, Throttle, type FrameScheduler } from './schedule.ts';
 
@@ -50,11 +50,19 @@ export interface GenerationResult {
   metrics: GenerationMetrics;
 }
 
+/** The engine's own per-step figures (ARCHITECTURE.md §7) for one generation. */
+export interface StepMetricsEvent {
+  requestId: string;
+  metrics: StepMetrics;
+}
+
 export interface GenerationCallbacks {
   /** New text, at most once per animation frame (several tokens concatenated). */
   onText?: (text: string) => void;
   /** Metrics, at most 10 times a second, and always once more at the end. */
   onMetrics?: (metrics: GenerationMetrics) => void;
+  /** The engine's step metrics (KV cache, per layer), at most 10 times a second; the last one is never dropped. */
+  onStepMetrics?: (event: StepMetricsEvent) => void;
 }
 
 export interface Generation {
@@ -83,8 +91,24 @@ export function newRequestId(prefix = 'r'): string {
   return `${prefix}-${session}-${idCounter}`;
 }
 
+const createdListeners = new Set<(client: EngineClient) => void>();
+let liveClient: EngineClient | null = null;
+
+/**
+ * Calls `listener` with every EngineClient created from now on (and the live one, if any), so a
+ * feature that must observe every generation from start-up (the cache inspector) can subscribe
+ * without the shell wiring it in. Returns an unsubscribe function.
+ */
+export function onEngineClientCreated(listener: (client: EngineClient) => void): () => void {
+  createdListeners.add(listener);
+  if (liveClient) listener(liveClient);
+  return () => createdListeners.delete(listener);
+}
+
 export class EngineClient {
   private readonly pending = new Map<string, Pending>();
+  private readonly stepMetricsListeners = new Set<(event: StepMetricsEvent) => void>();
+  private lastLoad: LoadOptionsInput | null = null;
   private readonly eventListeners = new Set<(event: GenerationEvent) => void>();
   private readonly metricsListeners = new Set<(metrics: GenerationMetrics) => void>();
   private readonly unsubscribe: (() => void)[] = [];
@@ -105,9 +129,12 @@ export class EngineClient {
         if (status.state === 'crashed') this.failAll(new EngineError('ENGINE_CRASHED', status.message, { reason: status.reason }));
       }),
     );
+    liveClient = this;
+    for (const listener of createdListeners) listener(this);
   }
 
   dispose(): void {
+    if (liveClient === this) liveClient = null;
     for (const off of this.unsubscribe.splice(0)) off();
     this.failAll(new EngineError('ENGINE_CRASHED', 'the window closed its engine client'));
   }
@@ -132,8 +159,25 @@ export class EngineClient {
     return () => this.metricsListeners.delete(listener);
   }
 
+  /**
+   * The engine's step metrics of every generation (per request at most 10 a second, the final
+   * one always delivered).
+   */
+  onStepMetrics(listener: (event: StepMetricsEvent) => void): () => void {
+    this.stepMetricsListeners.add(listener);
+    return () => this.stepMetricsListeners.delete(listener);
+  }
+
+  /** The options of the last load that succeeded (to restore the user's model after a comparison). */
+  get lastLoadOptions(): LoadOptionsInput | null {
+    return this.lastLoad;
+  }
+
   load(options: LoadOptionsInput): Promise<ModelInfo> {
-    return this.request({ kind: 'load', requestId: newRequestId('load'), options }, (event) => (event.kind === 'loaded' ? event.model : undefined));
+    return this.request({ kind: 'load', requestId: newRequestId('load'), options }, (event) => (event.kind === 'loaded' ? event.model : undefined)).then((model) => {
+      this.lastLoad = options;
+      return model;
+    });
   }
 
   unload(): Promise<void> {
@@ -155,6 +199,7 @@ export class EngineClient {
     };
     const batcher = new TextBatcher((chunk) => callbacks.onText?.(chunk), this.schedule);
     const throttle = new Throttle<GenerationMetrics>((m) => this.emitMetrics(m, callbacks), this.metricsIntervalMs, this.now);
+    const stepThrottle = new Throttle<StepMetricsEvent>((m) => this.emitStepMetrics(m, callbacks), this.metricsIntervalMs, this.now);
     const live = (): void => {
       const now = this.now();
       metrics.elapsedMs = now - started;
@@ -168,6 +213,9 @@ export class EngineClient {
     const finish = (): void => {
       this.pending.delete(requestId);
       batcher.flush();
+      // The engine's final step metrics come before its done: deliver them now, never drop them.
+      stepThrottle.flush();
+      stepThrottle.cancel();
     };
 
     this.pending.set(requestId, {
@@ -187,6 +235,8 @@ export class EngineClient {
           batcher.push(event.text);
           this.broadcast(event);
           live();
+        } else if (event.kind === 'metrics') {
+          stepThrottle.push({ requestId, metrics: event.metrics });
         } else if (event.kind === 'done') {
           text += event.text;
           batcher.push(event.text);
@@ -268,7 +318,10 @@ export class EngineClient {
 
   private route(event: EngineEvent): void {
     if (!('requestId' in event)) return;
-    this.pending.get(event.requestId)?.event(event);
+    const pending = this.pending.get(event.requestId);
+    if (pending) pending.event(event);
+    // Metrics of a generation that already ended (a late final sample): observers still get them.
+    else if (event.kind === 'metrics') this.emitStepMetrics({ requestId: event.requestId, metrics: event.metrics }, {});
   }
 
   private failAll(error: EngineError): void {
@@ -278,6 +331,11 @@ export class EngineClient {
 
   private broadcast(event: GenerationEvent): void {
     for (const listener of this.eventListeners) listener(event);
+  }
+
+  private emitStepMetrics(event: StepMetricsEvent, callbacks: GenerationCallbacks): void {
+    callbacks.onStepMetrics?.(event);
+    for (const listener of this.stepMetricsListeners) listener(event);
   }
 
   private emitMetrics(metrics: GenerationMetrics, callbacks: GenerationCallbacks): void {

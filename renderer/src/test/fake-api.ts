@@ -2,7 +2,7 @@
 // engine events, and answers app requests from overridable handlers.
 import { vi } from 'vitest';
 import type { AppRequestInput, AppResponses, Settings } from '../../../app/common/app-api.ts';
-import type { EngineEvent, EngineRequestInput, ModelInfo, Timings } from '../../../app/common/protocol.ts';
+import type { EngineEvent, EngineRequestInput, LayerMetrics, ModelInfo, StepMetrics, Timings } from '../../../app/common/protocol.ts';
 import type { EngineStatus, LonghandWindowApi } from '../../../app/common/window-api.ts';
 
 type Kind = AppRequestInput['kind'];
@@ -19,10 +19,21 @@ export function defaultSettings(): Settings {
 
 export const MODEL: ModelInfo = {
   path: '/models/tiny.gguf', format: 'gguf', architecture: 'llama', family: 'llama', layers: 2, heads: 4, kvHeads: 2, headDim: 16, hiddenSize: 64, vocabSize: 512,
-  trainedContext: 2048, contextLength: 2048, device: 'cpu', threads: 2, kvType: 'fp16', chatTemplate: true, loadMs: 12,
+  trainedContext: 2048, contextLength: 2048, device: 'cpu', threads: 2, kvType: 'fp16', policy: 'full', chatTemplate: true, loadMs: 12,
 };
 
 export const TIMINGS: Timings = { ttftMs: 42, prefillMs: 40, decodeMs: 100, prefillTokensPerS: 125, decodeTokensPerS: 31.5, totalMs: 142 };
+
+/** A step-metrics sample with plausible figures; `layers` defaults to two layers. */
+export function stepMetrics(fields: Partial<StepMetrics> = {}, layerFields: Partial<LayerMetrics>[] = [{}, {}]): StepMetrics {
+  return {
+    step: 1, contextTokens: 100, contextLength: 2048, policy: 'infinigen', tokensPerS: 20, fetchRatio: 0.25, bytesMovedPerToken: 4096, reuseHitRate: 0.5, recall: 0.9, evictions: 0,
+    timing: { denseMs: 10, attentionMs: 2, speculationMs: 1, gatherMs: 1, otherMs: 0.5 },
+    memory: { weightsBytes: 1000, poolBytes: 800, poolBudgetBytes: 2000, kvUsedBytes: 600, partialKeyBytes: 100, stagedBytes: 50, rssBytes: 2000 },
+    layers: layerFields.map((l, layer) => ({ layer, selected: 25, candidates: 100, bytesMoved: 2048, reuseHits: 10, reuseMisses: 15, recall: 0.9, speculationMs: 0.5, gatherMs: 0.5, attentionMs: 1, ...l })),
+    ...fields,
+  };
+}
 
 export class FakeApi implements LonghandWindowApi {
   readonly host = 'browser' as const;
@@ -42,10 +53,16 @@ export class FakeApi implements LonghandWindowApi {
   readonly appCalls: AppRequestInput[] = [];
   /** Answer `load` requests at once with MODEL. */
   autoLoad = true;
+  /** When set, `tokenize` requests are answered at once with its ids. */
+  tokenizer: ((text: string, addSpecial: boolean) => number[]) | null = null;
 
   engineSend(request: EngineRequestInput): void {
     this.sent.push(request);
-    if (request.kind === 'load' && this.autoLoad) queueMicrotask(() => this.emit({ kind: 'loaded', requestId: request.requestId, model: { ...MODEL, path: request.options.modelPath } }));
+    if (request.kind === 'load' && this.autoLoad) {
+      queueMicrotask(() => this.emit({ kind: 'loaded', requestId: request.requestId, model: { ...MODEL, path: request.options.modelPath, policy: request.options.policy ?? 'full' } }));
+    }
+    const tokenizer = this.tokenizer;
+    if (request.kind === 'tokenize' && tokenizer) queueMicrotask(() => this.emit({ kind: 'tokenized', requestId: request.requestId, ids: tokenizer(request.text, request.addSpecial ?? true) }));
   }
 
   onEngineEvent(listener: (event: EngineEvent) => void): () => void {
@@ -97,6 +114,10 @@ export class FakeApi implements LonghandWindowApi {
   stream(requestId: string, pieces: string[], promptTokens = 5, contextLength = 2048, startIndex = 0): void {
     if (startIndex === 0) this.emit({ kind: 'prompt', requestId, ids: Array.from({ length: promptTokens }, (_, i) => i + 1), contextLength });
     pieces.forEach((text, i) => this.emit({ kind: 'token', requestId, index: startIndex + i, id: 100 + i, text }));
+  }
+
+  metrics(requestId: string, metrics: StepMetrics = stepMetrics()): void {
+    this.emit({ kind: 'metrics', requestId, metrics });
   }
 
   done(requestId: string, fields: Partial<Extract<EngineEvent, { kind: 'done' }>> = {}): void {
