@@ -105,6 +105,11 @@ export function onEngineClientCreated(listener: (client: EngineClient) => void):
   return () => createdListeners.delete(listener);
 }
 
+function announce(client: EngineClient): void {
+  liveClient = client;
+  for (const listener of createdListeners) listener(client);
+}
+
 export class EngineClient {
   private readonly pending = new Map<string, Pending>();
   private readonly stepMetricsListeners = new Set<(event: StepMetricsEvent) => void>();
@@ -129,8 +134,7 @@ export class EngineClient {
         if (status.state === 'crashed') this.failAll(new EngineError('ENGINE_CRASHED', status.message, { reason: status.reason }));
       }),
     );
-    liveClient = this;
-    for (const listener of createdListeners) listener(this);
+    announce(this);
   }
 
   dispose(): void {
