@@ -1,0 +1,482 @@
+// Dense decoding benchmark: Longhand's engine against llama.cpp (node-llama-cpp) on the same GGUF
+// file, same threads, in one run. Not part of `npm test`.
+//
+//   node --import tsx bench/dense.mjs [--types Q8_0,Q4_0] [--threads 1,2] [--kv-heads 32]
+//        [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR]
+//
+// For each type it writes a Llama-style fixture (dim 2048, 16 layers, 32 heads, ffn 5632, vocab
+// 32000; --quick: dim 512, 4 layers, 8 heads, ffn 1408, vocab 4000) into os.tmpdir() (deleted at
+// the end unless --keep), then for each thread count runs each engine in a FRESH child process,
+// one after the other: prefill of a 512-token prompt (timed), `steps` greedy decode steps at 512
+// tokens of context (timed), a prefill up to 2,048 tokens (timed, reported as "fill"), `steps`
+// decode steps at 2,048 (timed), then the child's peak RSS. The prompt is the same for both
+// engines: BOS, then random vocabulary ids from a fixed seed. Each decode step feeds the engine's
+// own greedy (argmax) token.
+//
+// Bandwidth bound: bytes read per decode token = every tensor of the file as stored except the
+// token embedding (one row per token; it counts when it is also the LM head), plus the fp16 KV
+// cache at that context (layers · kvHeads · headDim · 2 (K,V) · 2 bytes · context). Divided into
+// the measured read bandwidth (native measureReadBandwidth, best of a pass before and one after
+// the engines, the best over 1..threads threads) that gives a tokens/s upper bound; each
+// engine's decode is shown as % of it. Decode is also shown as the median step and the 10th-percentile
+// (fast) step: other processes on the cores come in bursts that the mean absorbs; every step's ms is
+// in the --json output.
+//
+// Children: `--child inspect|ours|llama`; they print one line `RESULT {json}` on stdout.
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const SELF = fileURLToPath(import.meta.url);
+const PROMPT = 512;
+const LONG = 2048;
+const CONTEXT = LONG + 64;
+const SEED = 20240611;
+const CHILD_TIMEOUT_MS = 20 * 60 * 1000;
+
+const { values: opts } = parseArgs({
+  options: {
+    types: { type: 'string', default: 'Q8_0,Q4_0' },
+    threads: { type: 'string', default: '1,2' },
+    'kv-heads': { type: 'string', default: '32' },
+    steps: { type: 'string' },
+    quick: { type: 'boolean', default: false },
+    keep: { type: 'boolean', default: false },
+    json: { type: 'string' },
+    dir: { type: 'string' },
+    'bandwidth-mib': { type: 'string', default: '512' },
+    // child mode
+    child: { type: 'string' },
+    model: { type: 'string' },
+    vocab: { type: 'string' },
+    bos: { type: 'string' },
+    help: { type: 'boolean', default: false },
+  },
+});
+
+// ─── shared helpers ──────────────────────────────────────────────────────────────────────────
+
+/** BOS, then `n - 1` ids in [0, vocab) from a xorshift32 with a fixed seed (same in every child). */
+function promptIds(n, vocab, bos) {
+  const ids = [bos];
+  let s = SEED >>> 0;
+  while (ids.length < n) {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
+    ids.push(s % vocab);
+  }
+  return ids;
+}
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+/** The 10th percentile (nearest rank) of step times: the engine's speed when nothing else ran. */
+function p10(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.max(0, Math.ceil(0.1 * s.length) - 1)];
+}
+
+function argmax(logits) {
+  let best = 0;
+  for (let j = 1; j < logits.length; j++) if (logits[j] > logits[best]) best = j;
+  return best;
+}
+
+function positiveInt(text, name) {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${text}`);
+  return n;
+}
+
+function result(obj) {
+  process.stdout.write(`RESULT ${JSON.stringify(obj)}\n`);
+}
+
+const peakRss = () => process.resourceUsage().maxRSS * 1024;
+
+// ─── children ────────────────────────────────────────────────────────────────────────────────
+
+/** Shape and the bytes a decode token reads from the weights, from the file's tensor sizes. */
+async function childInspect(path) {
+  const { loadModel } = await import('../app/engine/model/load-model.ts');
+  const model = await loadModel(path);
+  try {
+    let weightBytes = 0;
+    let embedBytes = 0;
+    let parameters = 0;
+    const dtypes = {};
+    for (const [name, t] of model.tensors) {
+      const n = t.bytes().byteLength;
+      parameters += t.elements;
+      dtypes[t.dtype] = (dtypes[t.dtype] ?? 0) + n;
+      if (name === 'token_embd.weight') embedBytes = n;
+      else weightBytes += n;
+    }
+    const tied = !model.tensors.has('output.weight');
+    const h = model.hyper;
+    const bosMeta = model.tokenizer.kind === 'gguf' ? model.tokenizer.metadata.get('tokenizer.ggml.bos_token_id') : undefined;
+    result({
+      hyper: { dim: h.hiddenSize, layers: h.layers, heads: h.heads, kvHeads: h.kvHeads, headDim: h.headDim, ffn: h.ffnSize, vocab: h.vocabSize },
+      fileWeightBytes: model.weightBytes,
+      parameters,
+      dtypes,
+      embedBytes,
+      tied,
+      // per decode token: all tensors but the embedding (one row), unless it doubles as the LM head
+      weightBytesPerToken: weightBytes + (tied ? embedBytes : 0),
+      bos: bosMeta === undefined ? 1 : Number(bosMeta),
+    });
+  } finally {
+    model.close();
+  }
+}
+
+function perCall(t) {
+  const c = Math.max(1, t.calls);
+  return {
+    embedding: t.embedding / c,
+    layerGraphs: t.layerGraphs / c,
+    headGraph: t.headGraph / c,
+    append: t.append / c,
+    attention: t.attention / c,
+    other: t.other / c,
+    total: t.total / c,
+    calls: t.calls,
+  };
+}
+
+async function childOurs(path, threads, vocab, bos, steps) {
+  const { loadModel } = await import('../app/engine/model/load-model.ts');
+  const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
+  const ids = promptIds(LONG, vocab, bos);
+  const t0 = performance.now();
+  const model = await loadModel(path);
+  const runner = await createModelRunner(model, { threads, contextLength: CONTEXT, kvType: 'fp16', prefillChunk: 128 });
+  const loadSeconds = (performance.now() - t0) / 1000;
+  // warm-up (first runs of each graph allocate)
+  await runner.prefill(ids.slice(0, 16));
+  for (let i = 0; i < 3; i++) await runner.decode(ids[16 + i]);
+  runner.reset();
+
+  const decodeRun = async (logits) => {
+    runner.resetTimings();
+    const stepMs = [];
+    const a = performance.now();
+    for (let i = 0; i < steps; i++) {
+      const s = performance.now();
+      logits = await runner.decode(argmax(logits));
+      stepMs.push(performance.now() - s);
+    }
+    const ms = performance.now() - a;
+    return { logits, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), p10Tps: 1000 / p10(stepMs), stepMs, breakdown: perCall(runner.timings()) };
+  };
+
+  runner.resetTimings();
+  let a = performance.now();
+  let logits = await runner.prefill(ids.slice(0, PROMPT));
+  const prefillMs = performance.now() - a;
+  const prefillBreakdown = perCall(runner.timings());
+  const d512 = await decodeRun(logits);
+  const fillFrom = runner.position;
+  a = performance.now();
+  logits = await runner.prefill(ids.slice(fillFrom, LONG));
+  const fillMs = performance.now() - a;
+  if (runner.position !== LONG) throw new Error(`ours: position ${runner.position} after the fill, expected ${LONG}`);
+  const d2048 = await decodeRun(logits);
+  const out = {
+    engine: 'longhand',
+    threads,
+    loadSeconds,
+    graphWeightBytes: runner.graphWeightBytes,
+    poolBytes: runner.poolBytes,
+    prefillTps: (PROMPT * 1000) / prefillMs,
+    prefillBreakdown,
+    fillTps: ((LONG - fillFrom) * 1000) / fillMs,
+    fillTokens: LONG - fillFrom,
+    decode512Tps: d512.tps,
+    decode512MedianTps: d512.medianTps,
+    decode512P10Tps: d512.p10Tps,
+    decode512StepMs: d512.stepMs,
+    decode512Breakdown: d512.breakdown,
+    decode2048Tps: d2048.tps,
+    decode2048MedianTps: d2048.medianTps,
+    decode2048P10Tps: d2048.p10Tps,
+    decode2048StepMs: d2048.stepMs,
+    decode2048Breakdown: d2048.breakdown,
+    finalPosition: runner.position,
+  };
+  await runner.dispose();
+  model.close();
+  out.peakRssBytes = peakRss();
+  result(out);
+}
+
+async function childLlama(path, threads, vocab, bos, steps) {
+  const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
+  const ids = promptIds(LONG, vocab, bos);
+  const t0 = performance.now();
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
+  const context = await model.createContext({ contextSize: CONTEXT, threads, batchSize: 512, flashAttention: false });
+  const loadSeconds = (performance.now() - t0) / 1000;
+  if (context.contextSize <= LONG + steps + 1) throw new Error(`llama.cpp made a context of ${context.contextSize}`);
+  const sequence = context.getSequence();
+  // A full context would make node-llama-cpp silently erase the cache start and go on: fail instead.
+  const contextShift = {
+    strategy: () => {
+      throw new Error('llama.cpp: context shift requested');
+    },
+  };
+  const greedy = { generateNext: { token: true, options: { temperature: 0 } } };
+  /** Evaluates `tokens`, the last one with a greedy next token; returns that token. */
+  const evaluate = async (tokens) => {
+    const items = tokens.map((t, i) => (i === tokens.length - 1 ? [t, greedy] : t));
+    const res = await sequence.controlledEvaluate(items, { contextShift });
+    const next = res[tokens.length - 1]?.next.token;
+    if (next === undefined || next === null) throw new Error('llama.cpp returned no next token');
+    return next;
+  };
+  const decodeRun = async (tok) => {
+    const stepMs = [];
+    const a = performance.now();
+    for (let i = 0; i < steps; i++) {
+      const s = performance.now();
+      tok = await evaluate([tok]);
+      stepMs.push(performance.now() - s);
+    }
+    const ms = performance.now() - a;
+    return { tok, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), p10Tps: 1000 / p10(stepMs), stepMs };
+  };
+  // warm-up
+  let tok = await evaluate(ids.slice(0, 16));
+  for (let i = 0; i < 3; i++) tok = await evaluate([tok]);
+  await sequence.clearHistory();
+  if (sequence.nextTokenIndex !== 0) throw new Error(`llama.cpp: ${sequence.nextTokenIndex} tokens left after clearHistory`);
+
+  let a = performance.now();
+  tok = await evaluate(ids.slice(0, PROMPT));
+  const prefillMs = performance.now() - a;
+  const d512 = await decodeRun(tok);
+  const fillFrom = sequence.nextTokenIndex;
+  if (fillFrom !== PROMPT + steps) throw new Error(`llama.cpp: ${fillFrom} tokens after decode, expected ${PROMPT + steps}`);
+  a = performance.now();
+  tok = await evaluate(ids.slice(fillFrom, LONG));
+  const fillMs = performance.now() - a;
+  if (sequence.nextTokenIndex !== LONG) throw new Error(`llama.cpp: ${sequence.nextTokenIndex} tokens after the fill, expected ${LONG}`);
+  const d2048 = await decodeRun(tok);
+  const out = {
+    engine: 'llama.cpp',
+    threads,
+    loadSeconds,
+    contextSize: context.contextSize,
+    prefillTps: (PROMPT * 1000) / prefillMs,
+    fillTps: ((LONG - fillFrom) * 1000) / fillMs,
+    fillTokens: LONG - fillFrom,
+    decode512Tps: d512.tps,
+    decode512MedianTps: d512.medianTps,
+    decode512P10Tps: d512.p10Tps,
+    decode512StepMs: d512.stepMs,
+    decode2048Tps: d2048.tps,
+    decode2048MedianTps: d2048.medianTps,
+    decode2048P10Tps: d2048.p10Tps,
+    decode2048StepMs: d2048.stepMs,
+    finalPosition: sequence.nextTokenIndex,
+  };
+  await context.dispose();
+  await model.dispose();
+  await llama.dispose();
+  out.peakRssBytes = peakRss();
+  result(out);
+}
+
+// ─── parent ──────────────────────────────────────────────────────────────────────────────────
+
+/** Runs this file as a child; resolves with its RESULT object, or { error }. */
+function runChild(args, { tsx = true } = {}) {
+  const nodeArgs = [...(tsx ? ['--import', 'tsx'] : []), SELF, '--child', ...args];
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, nodeArgs, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), CHILD_TIMEOUT_MS);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      const line = stdout.split('\n').find((l) => l.startsWith('RESULT '));
+      if (code === 0 && line) resolve(JSON.parse(line.slice(7)));
+      else resolve({ error: `exit ${code ?? signal}: ${(stderr.trim().split('\n').slice(-6).join(' | ') || stdout.trim().slice(-400)).slice(0, 1200)}` });
+    });
+  });
+}
+
+function measureBandwidth(loadAddonModule, threadList, mib) {
+  const out = {};
+  for (const t of threadList) out[t] = loadAddonModule.measureReadBandwidth(mib * 2 ** 20, 5, t);
+  return out;
+}
+
+const fmt = (x, d = 1) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(d));
+const mib = (b) => (b === undefined ? '—' : `${(b / 2 ** 20).toFixed(0)} MiB`);
+const ratio = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(2)}x` : '—');
+const pct = (x, bound) => (Number.isFinite(x) && bound > 0 ? ` (${((100 * x) / bound).toFixed(0)}%)` : '');
+
+function table(type, info, runs, bounds) {
+  const lines = [];
+  const h = info.hyper;
+  lines.push(`### ${type} — dim ${h.dim}, ${h.layers} layers, ${h.heads} heads / ${h.kvHeads} KV heads, ffn ${h.ffn}, vocab ${h.vocab}; ${(info.parameters / 1e6).toFixed(0)} M params, file weights ${mib(info.fileWeightBytes)}, read per decode token ${mib(info.weightBytesPerToken)} weights + KV`);
+  lines.push('');
+  lines.push('| metric | threads | Longhand | llama.cpp | ratio ours/llama | bound |');
+  lines.push('|---|---|---|---|---|---|');
+  for (const r of runs) {
+    const o = r.ours;
+    const l = r.llama;
+    const b = bounds[r.threads];
+    lines.push(`| prefill 512 (tok/s) | ${r.threads} | ${fmt(o.prefillTps)} | ${fmt(l.prefillTps)} | ${ratio(o.prefillTps, l.prefillTps)} | — |`);
+    lines.push(`| decode @512 (tok/s, % of bound) | ${r.threads} | ${fmt(o.decode512Tps, 2)}${pct(o.decode512Tps, b.at512)} | ${fmt(l.decode512Tps, 2)}${pct(l.decode512Tps, b.at512)} | ${ratio(o.decode512Tps, l.decode512Tps)} | ${fmt(b.at512, 2)} |`);
+    lines.push(`| decode @2048 (tok/s, % of bound) | ${r.threads} | ${fmt(o.decode2048Tps, 2)}${pct(o.decode2048Tps, b.at2048)} | ${fmt(l.decode2048Tps, 2)}${pct(l.decode2048Tps, b.at2048)} | ${ratio(o.decode2048Tps, l.decode2048Tps)} | ${fmt(b.at2048, 2)} |`);
+    lines.push(`| decode @512, median step (tok/s) | ${r.threads} | ${fmt(o.decode512MedianTps, 2)}${pct(o.decode512MedianTps, b.at512)} | ${fmt(l.decode512MedianTps, 2)}${pct(l.decode512MedianTps, b.at512)} | ${ratio(o.decode512MedianTps, l.decode512MedianTps)} | ${fmt(b.at512, 2)} |`);
+    lines.push(`| decode @2048, median step (tok/s) | ${r.threads} | ${fmt(o.decode2048MedianTps, 2)}${pct(o.decode2048MedianTps, b.at2048)} | ${fmt(l.decode2048MedianTps, 2)}${pct(l.decode2048MedianTps, b.at2048)} | ${ratio(o.decode2048MedianTps, l.decode2048MedianTps)} | ${fmt(b.at2048, 2)} |`);
+    lines.push(`| decode @512, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode512P10Tps, 2)}${pct(o.decode512P10Tps, b.at512)} | ${fmt(l.decode512P10Tps, 2)}${pct(l.decode512P10Tps, b.at512)} | ${ratio(o.decode512P10Tps, l.decode512P10Tps)} | ${fmt(b.at512, 2)} |`);
+    lines.push(`| decode @2048, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode2048P10Tps, 2)}${pct(o.decode2048P10Tps, b.at2048)} | ${fmt(l.decode2048P10Tps, 2)}${pct(l.decode2048P10Tps, b.at2048)} | ${ratio(o.decode2048P10Tps, l.decode2048P10Tps)} | ${fmt(b.at2048, 2)} |`);
+    lines.push(`| fill ${o.fillTokens ?? l.fillTokens ?? '?'} tokens to 2048 (tok/s) | ${r.threads} | ${fmt(o.fillTps)} | ${fmt(l.fillTps)} | ${ratio(o.fillTps, l.fillTps)} | — |`);
+    lines.push(`| peak RSS | ${r.threads} | ${mib(o.peakRssBytes)} | ${mib(l.peakRssBytes)} | ${ratio(o.peakRssBytes, l.peakRssBytes)} | — |`);
+    lines.push(`| load (s) | ${r.threads} | ${fmt(o.loadSeconds)} | ${fmt(l.loadSeconds)} | — | — |`);
+  }
+  const errors = runs.flatMap((r) => [r.ours.error && `Longhand, ${r.threads} thread(s): ${r.ours.error}`, r.llama.error && `llama.cpp, ${r.threads} thread(s): ${r.llama.error}`]).filter(Boolean);
+  if (errors.length) lines.push('', ...errors.map((e) => `**failed** ${e}`));
+  lines.push('');
+  lines.push(`Longhand per decode step (ms): ${type}`);
+  lines.push('');
+  lines.push('| threads | context | embedding | layerGraphs | headGraph | append | attention | other | total |');
+  lines.push('|---|---|---|---|---|---|---|---|---|');
+  for (const r of runs) {
+    for (const [ctx, bd] of [
+      ['prefill 512 (per 128-token chunk)', r.ours.prefillBreakdown],
+      [512, r.ours.decode512Breakdown],
+      [2048, r.ours.decode2048Breakdown],
+    ]) {
+      if (!bd) continue;
+      lines.push(`| ${r.threads} | ${ctx} | ${fmt(bd.embedding, 2)} | ${fmt(bd.layerGraphs, 2)} | ${fmt(bd.headGraph, 2)} | ${fmt(bd.append, 2)} | ${fmt(bd.attention, 2)} | ${fmt(bd.other, 2)} | ${fmt(bd.total, 2)} |`);
+    }
+  }
+  return lines.join('\n');
+}
+
+async function parent() {
+  if (opts.help) {
+    console.log('usage: node --import tsx bench/dense.mjs [--types Q8_0,Q4_0] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512]');
+    return;
+  }
+  const types = opts.types.split(',').map((s) => s.trim());
+  for (const t of types) if (!['Q8_0', 'Q4_0', 'Q4_K', 'F16', 'F32'].includes(t)) throw new Error(`unknown type ${t}`);
+  const threadList = opts.threads.split(',').map((s) => positiveInt(s, '--threads'));
+  const kvHeadsArg = positiveInt(opts['kv-heads'], '--kv-heads');
+  const steps = positiveInt(opts.steps ?? (opts.quick ? '16' : '32'), '--steps');
+  if (LONG + steps + 1 >= CONTEXT) throw new Error(`--steps ${steps}: the context (${CONTEXT}) must exceed ${LONG} + steps + 1`);
+  const bwMib = positiveInt(opts['bandwidth-mib'], '--bandwidth-mib');
+  const sizes = opts.quick
+    ? { dim: 512, layers: 4, heads: 8, kvHeads: Math.min(kvHeadsArg, 8), ffn: 1408, vocab: 4000 }
+    : { dim: 2048, layers: 16, heads: 32, kvHeads: kvHeadsArg, ffn: 5632, vocab: 32000 };
+  if (sizes.heads % sizes.kvHeads !== 0) throw new Error(`--kv-heads ${sizes.kvHeads} must divide ${sizes.heads} heads`);
+
+  const native = await import('../native/index.js');
+  const started = new Date();
+  const loadBefore = loadavg();
+  console.log(`dense bench ${started.toISOString()}: types ${types.join(',')}, threads ${threadList.join(',')}, ${opts.quick ? 'QUICK ' : ''}shape ${JSON.stringify(sizes)}, ${steps} decode steps, load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
+  const bwThreads = [...new Set([1, ...threadList])].sort((a, b) => a - b);
+  const bwBefore = measureBandwidth(native, bwThreads, bwMib);
+  console.log(`read bandwidth before (GB/s, ${bwMib} MiB, best of 5): ${bwThreads.map((t) => `${t} thread(s) ${fmt(bwBefore[t], 2)}`).join(', ')}`);
+
+  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'longhand-dense-'));
+  const report = { started: started.toISOString(), quick: opts.quick, sizes, steps, prompt: PROMPT, long: LONG, contextSize: CONTEXT, loadBefore, bandwidth: { before: bwBefore }, models: {} };
+  const sections = [];
+  try {
+    for (const type of types) {
+      const path = join(dir, `dense-${opts.quick ? 'quick' : 'full'}-${type}-kv${sizes.kvHeads}.gguf`);
+      const w0 = performance.now();
+      const write = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/cli.ts'), 'gguf', path, '--type', type, '--dim', `${sizes.dim}`, '--layers', `${sizes.layers}`, '--heads', `${sizes.heads}`, '--kv-heads', `${sizes.kvHeads}`, '--ffn', `${sizes.ffn}`, '--vocab', `${sizes.vocab}`, '--context', '4096'], { cwd: ROOT, encoding: 'utf8', maxBuffer: 1 << 24 });
+      if (write.status !== 0) throw new Error(`writing the ${type} fixture failed: ${write.stderr}`);
+      console.log(`${type}: wrote ${path} in ${((performance.now() - w0) / 1000).toFixed(0)} s`);
+      const info = await runChild(['inspect', '--model', path]);
+      if (info.error) throw new Error(`inspecting ${path}: ${info.error}`);
+      const runs = [];
+      for (const threads of threadList) {
+        const common = ['--model', path, '--threads', `${threads}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`, '--steps', `${steps}`];
+        const ours = await runChild(['ours', ...common]);
+        console.log(`${type} ${threads} thread(s) Longhand: ${ours.error ?? `prefill ${fmt(ours.prefillTps)} tok/s, decode@512 ${fmt(ours.decode512Tps, 2)}, decode@2048 ${fmt(ours.decode2048Tps, 2)} tok/s, peak RSS ${mib(ours.peakRssBytes)}`}`);
+        const llama = await runChild(['llama', ...common], { tsx: false });
+        console.log(`${type} ${threads} thread(s) llama.cpp: ${llama.error ?? `prefill ${fmt(llama.prefillTps)} tok/s, decode@512 ${fmt(llama.decode512Tps, 2)}, decode@2048 ${fmt(llama.decode2048Tps, 2)} tok/s, peak RSS ${mib(llama.peakRssBytes)}`}`);
+        runs.push({ threads, ours, llama });
+      }
+      report.models[type] = { path, info, runs };
+    }
+  } finally {
+    if (!opts.keep && opts.dir === undefined) rmSync(dir, { recursive: true, force: true });
+    else console.log(`kept the fixtures in ${dir}`);
+  }
+
+  const bwAfter = measureBandwidth(native, bwThreads, bwMib);
+  report.bandwidth.after = bwAfter;
+  // the bound for N threads: the best read bandwidth measured with at most N threads
+  const bandwidthFor = (n) => Math.max(...bwThreads.filter((t) => t <= n).flatMap((t) => [bwBefore[t], bwAfter[t]]));
+  report.bandwidth.used = Object.fromEntries(threadList.map((t) => [t, bandwidthFor(t)]));
+  for (const [type, m] of Object.entries(report.models)) {
+    const h = m.info.hyper;
+    const kvPerToken = h.layers * h.kvHeads * h.headDim * 2 * 2;
+    const bounds = {};
+    for (const t of threadList) {
+      const bw = bandwidthFor(t) * 1e9;
+      const b512 = m.info.weightBytesPerToken + kvPerToken * PROMPT;
+      const b2048 = m.info.weightBytesPerToken + kvPerToken * LONG;
+      bounds[t] = { bandwidthGBs: bw / 1e9, bytesPerToken512: b512, bytesPerToken2048: b2048, at512: bw / b512, at2048: bw / b2048 };
+    }
+    m.bounds = bounds;
+    sections.push(table(type, m.info, m.runs, bounds));
+  }
+  const loadAfter = loadavg();
+  report.loadAfter = loadAfter;
+  report.seconds = (Date.now() - started.getTime()) / 1000;
+
+  console.log('');
+  console.log(`read bandwidth (GB/s; before / after): ${bwThreads.map((t) => `${t} thread(s) ${fmt(bwBefore[t], 2)} / ${fmt(bwAfter[t], 2)}`).join(', ')}; bound uses ${threadList.map((t) => `${t}t ${fmt(bandwidthFor(t), 2)}`).join(', ')}`);
+  console.log(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}; ${report.seconds.toFixed(0)} s in all`);
+  console.log('');
+  console.log(sections.join('\n\n'));
+  if (opts.json) {
+    writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
+    console.log(`\nwrote ${opts.json}`);
+  }
+}
+
+async function child() {
+  const path = opts.model;
+  if (!path) throw new Error('--model is required in child mode');
+  if (opts.child === 'inspect') return childInspect(path);
+  const threads = positiveInt(opts.threads, '--threads');
+  const vocab = positiveInt(opts.vocab, '--vocab');
+  const bos = Number(opts.bos);
+  const steps = positiveInt(opts.steps, '--steps');
+  if (opts.child === 'ours') return childOurs(path, threads, vocab, bos, steps);
+  if (opts.child === 'llama') return childLlama(path, threads, vocab, bos, steps);
+  throw new Error(`unknown child ${opts.child}`);
+}
+
+try {
+  await (opts.child ? child() : parent());
+} catch (error) {
+  console.error(`dense: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+  process.exitCode = 1;
+}
