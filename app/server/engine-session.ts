@@ -51,6 +51,7 @@ export class EngineSession {
   generate(prompt: Prompt, params: Partial<GenerateParams>, signal: AbortSignal, onEvent: (event: GenerationEvent) => void): Promise<void> {
     return this.queue.run(async () => {
       for await (const event of this.engine.generate(prompt, params, signal)) {
+        if (event.kind === 'metrics') this.metrics.observeStep(event.metrics);
         if (event.kind === 'done') {
           this.metrics.countGeneration({
             stopReason: event.stopReason,

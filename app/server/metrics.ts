@@ -1,7 +1,7 @@
-// The server's Prometheus exposition (text format 0.0.4). Only figures we can compute now are
-// exposed; the KV cache's fetch ratio, hit rate and evictions arrive with the engine's metric
-// events (ARCHITECTURE.md §7) and will be added then, not faked here.
-import type { ModelInfo, StopReason } from '../common/protocol.ts';
+// The server's Prometheus exposition (text format 0.0.4). Only figures we can compute or that
+// the engine measured are exposed: the KV figures of the last step come from the engine's
+// metric events (ARCHITECTURE.md §7) and are absent until a generation has sent one.
+import type { ModelInfo, StepMetrics, StopReason } from '../common/protocol.ts';
 
 /**
  * Bytes of the KV pool the engine allocates for this load: K and V rows for every layer, KV
@@ -28,6 +28,7 @@ export class ServerMetrics {
   private tokensGenerated = 0;
   private promptTokens = 0;
   private last: GenerationFigures | undefined;
+  private lastStep: StepMetrics | undefined;
 
   constructor(
     private readonly state: () => { model: ModelInfo | undefined; queueWaiting: number; generating: boolean },
@@ -44,6 +45,11 @@ export class ServerMetrics {
     this.promptTokens += figures.promptTokens;
     // Rates and latencies of a generation that made no token would read as 0: keep the last real one.
     if (figures.completionTokens > 0) this.last = figures;
+  }
+
+  /** The engine's latest metric event (sampled during a generation, and one at its end). */
+  observeStep(step: StepMetrics): void {
+    this.lastStep = step;
   }
 
   render(): string {
@@ -81,6 +87,21 @@ export class ServerMetrics {
         'Size of the KV pool allocated for the context window: layers*kvHeads*headDim*2*bytes(kvType)*contextLength.',
         [[`{kv_type="${model.kvType}"}`, kvPoolBytes(model)]],
       );
+    }
+    const step = this.lastStep;
+    if (step) {
+      const policy = `{policy="${escapeLabel(step.policy)}"}`;
+      metric('longhand_kv_fetch_ratio', 'gauge', 'Mean over layers of selected/candidate tokens, at the last step the engine reported.', [[policy, step.fetchRatio]]);
+      metric('longhand_kv_bytes_moved_per_token', 'gauge', 'K/V bytes moved to the compute device per token (counted on CPU too), last reported step.', [[policy, step.bytesMovedPerToken]]);
+      if (step.reuseHitRate !== null) metric('longhand_kv_reuse_hit_rate', 'gauge', 'Share of selected rows already staged on the device (reuse cache), last reported step.', [[policy, step.reuseHitRate]]);
+      if (step.recall !== null) metric('longhand_kv_attention_recall', 'gauge', 'Share of the true softmax mass the selection covered (inspection on), last reported step.', [[policy, step.recall]]);
+      metric('longhand_kv_evictions', 'gauge', 'Evictions the engine reported in its last metric event.', [[policy, step.evictions]]);
+      metric('longhand_kv_context_tokens', 'gauge', 'Tokens in the cache at the last reported step.', [['', step.contextTokens]]);
+      metric('longhand_kv_used_bytes', 'gauge', 'K/V bytes in use in the pool at the last reported step.', [['', step.memory.kvUsedBytes]]);
+      metric('longhand_kv_pool_budget_bytes', 'gauge', 'The pool budget the engine reported.', [['', step.memory.poolBudgetBytes]]);
+      metric('longhand_kv_partial_key_bytes', 'gauge', 'Bytes of the partial key rows (speculation) the engine reported.', [['', step.memory.partialKeyBytes]]);
+      metric('longhand_weights_bytes', 'gauge', 'Model weight bytes the engine reported.', [['', step.memory.weightsBytes]]);
+      metric('longhand_engine_rss_bytes', 'gauge', 'Resident memory of the engine process, as it reported.', [['', step.memory.rssBytes]]);
     }
     return `${out.join('\n')}\n`;
   }

@@ -316,6 +316,10 @@ describe.runIf(haveSharedModel())('longhand serve on stories260K', () => {
     expect(value('longhand_context_length')).toBe(CONTEXT);
     // stories260K: 5 layers · 4 KV heads · head dim 8 · K and V · fp16 · 256 positions
     expect(value('longhand_kv_pool_bytes\\{kv_type="fp16"\\}')).toBe(5 * 4 * 8 * 2 * 2 * CONTEXT);
+    // from the engine's last metric event (policy full: every candidate is selected)
+    expect(value('longhand_kv_fetch_ratio\\{policy="full"\\}')).toBe(1);
+    expect(value('longhand_kv_context_tokens')).toBeGreaterThan(0);
+    expect(value('longhand_kv_context_tokens')).toBeLessThanOrEqual(CONTEXT);
   });
 
   it('relays the engine protocol over a token-checked WebSocket', async () => {
@@ -330,6 +334,7 @@ describe.runIf(haveSharedModel())('longhand serve on stories260K', () => {
     for (;;) {
       const event = JSON.parse(await ws.next());
       expect(event.requestId).toBe('g1');
+      if (event.kind === 'metrics') continue;
       if (event.kind === 'prompt') expect(event.ids).toEqual([1, 403, 407, 261, 378]);
       else if (event.kind === 'token') text += event.text;
       else {
