@@ -11,7 +11,7 @@
 // engine restarts.
 import { app, BrowserWindow, dialog, ipcMain, Menu, MessageChannelMain, protocol, screen, session, shell, utilityProcess } from 'electron';
 import type { AppRequest } from '../common/app-api.ts';
-import { LonghandError } from '../common/errors.ts';
+import { createAppServices, type AppServices } from '../server/services/app-services.ts';
 import { APP_SCHEME_PRIVILEGES, createAppProtocolHandler } from './app-protocol.ts';
 import { chooseModel, exportDocument } from './dialogs.ts';
 import { EngineSupervisor, type HostProcess, type PortLike } from './engine-supervisor.ts';
@@ -29,13 +29,16 @@ let mainWindow: BrowserWindow | undefined;
 let supervisor: EngineSupervisor | undefined;
 let ipc: IpcManager | undefined;
 
+let appServices: AppServices | undefined;
+
 /**
- * Answers the window's app requests (documents, settings, model library, downloads). The
- * handlers are shared with browser mode and are not wired here yet: every request gets a typed
- * error until they are.
+ * Answers the window's app requests (documents, settings, model library, downloads) with the
+ * same services as browser mode, over the userData folder. models.inspect is not among them:
+ * it needs app/engine, which main never imports, so it answers BAD_ARGUMENT (INSPECT_UNAVAILABLE).
  */
 async function answerAppRequest(request: AppRequest): Promise<unknown> {
-  throw new LonghandError('INTERNAL', `${request.kind} is not available in the desktop app yet`);
+  appServices ??= createAppServices({ dataDir: app.getPath('userData') });
+  return appServices.answer(request);
 }
 
 // Before 'ready': the scheme must be privileged (standard + secure) to be a real origin.
@@ -171,4 +174,7 @@ function createWindow(): void {
 app.on('window-all-closed', () => {
   if (process.platform !== 'darwin') app.quit();
 });
-app.on('before-quit', () => supervisor?.stop());
+app.on('before-quit', () => {
+  supervisor?.stop();
+  void appServices?.close(); // pauses downloads; their .part files resume next time
+});

@@ -7,15 +7,20 @@
 //   GET  /metrics              Prometheus text exposition
 //   GET  /health               {status, model_loaded, queue_depth}
 //   GET  /ws                   WebSocket relay of the engine protocol (see websocket.ts)
+//   POST /api/app              the window's app requests: documents, settings, models, downloads (app-route.ts)
 // Every request passes the Gate (security.ts) first: Host, Origin, then the token.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { isLonghandError } from '../common/errors.ts';
+import { APP_ROUTE, handleAppRoute } from './app-route.ts';
 import { handleCompletion } from './completions.ts';
 import type { EngineSession } from './engine-session.ts';
 import { errorBody, HttpError, httpErrorFromEngine, sendError, sendJson } from './http.ts';
 import { PAGE_HEADERS, RENDERER_DIST, sendPage, staticFile } from './page.ts';
 import { Gate, newToken, sessionCookie } from './security.ts';
+import { createAppServices } from './services/app-services.ts';
+import { defaultDataDir } from './services/data-dir.ts';
+import { inspectModelFile } from './services/inspect-model.ts';
 import { acceptWebSocket, EngineRelay } from './websocket.ts';
 
 export const LOOPBACK_HOST = '127.0.0.1';
@@ -28,6 +33,8 @@ export interface ServerOptions {
   token?: string;
   /** Where the built renderer lives (tests point it elsewhere). */
   rendererDist?: string;
+  /** Documents, settings and downloads for /api/app (default: defaultDataDir()). */
+  dataDir?: string;
   /** Internal errors that are not the client's fault. */
   log?: (line: string) => void;
 }
@@ -41,7 +48,7 @@ export interface RunningServer {
 }
 
 /** Known paths, for the `endpoint` label of longhand_requests_total (anything else is 'other'). */
-const ENDPOINTS = new Set(['/', '/v1/models', '/v1/completions', '/v1/chat/completions', '/metrics', '/health', '/ws']);
+const ENDPOINTS = new Set(['/', '/v1/models', '/v1/completions', '/v1/chat/completions', '/metrics', '/health', '/ws', APP_ROUTE]);
 
 const ROUTES: Record<string, string> = {
   '/v1/models': 'GET',
@@ -60,6 +67,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const ref: { gate?: Gate } = {};
   const sockets = new Set<Socket>();
   const relays = new Set<EngineRelay>();
+  const appServices = createAppServices({ dataDir: options.dataDir ?? defaultDataDir(), inspect: inspectModelFile });
 
   async function route(req: IncomingMessage, res: ServerResponse, url: URL, via: string): Promise<void> {
     const { pathname } = url;
@@ -69,6 +77,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       sendPage(res, via === 'query' ? { 'Set-Cookie': sessionCookie(ref.gate!.port, token) } : {}, dist);
       return;
     }
+    if (pathname === APP_ROUTE) return handleAppRoute(req, res, appServices, log);
     const allowed = ROUTES[pathname];
     if (allowed !== undefined && method !== allowed) throw methodNotAllowed(res, allowed);
     switch (pathname) {
@@ -174,6 +183,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     url: `http://${LOOPBACK_HOST}:${port}/?token=${token}`,
     async close() {
       for (const relay of relays) relay.close();
+      await appServices.close();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const socket of sockets) socket.destroy();
       await closed;

@@ -2,12 +2,14 @@
 // 127.0.0.1. The first line on stdout is the page URL with the per-run token (npm start and the
 // tests read it); everything else goes to stderr. Ctrl-C or SIGTERM closes the engine and exits 0.
 import { spawn } from 'node:child_process';
+import { resolve as resolvePath } from 'node:path';
 import { UsageError } from '../../common/errors.ts';
 import { DEVICES, KV_TYPES } from '../../common/protocol.ts';
 import { EngineClient } from '../../engine/client.ts';
 import { EngineSession } from '../../server/engine-session.ts';
 import { kvPoolBytes } from '../../server/metrics.ts';
 import { LOOPBACK_HOST, startServer } from '../../server/serve.ts';
+import { defaultDataDir } from '../../server/services/data-dir.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
 
@@ -21,6 +23,7 @@ const HELP = `usage: longhand serve [--model PATH] [options]
   --threads N           threads for the dense work
   --kv-type fp16|fp32   KV-cache precision (default fp16)
   --device D            ${DEVICES.join('|')} (default cpu)
+  --data-dir PATH       documents, settings and downloaded models (default ${defaultDataDir()})
 
 The first line printed is the page URL with this run's token. API clients send
 'Authorization: Bearer <token>' to /v1/models, /v1/completions, /v1/chat/completions and /metrics.`;
@@ -53,6 +56,7 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
     threads: { type: 'string' },
     'kv-type': { type: 'string' },
     device: { type: 'string' },
+    'data-dir': { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   });
   if (values.help) {
@@ -75,7 +79,7 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
       const model = await session.load({ modelPath: values.model, device, kvType, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
       io.err(`loaded ${session.modelId} (${model.architecture}, ${model.layers} layers, context ${model.contextLength}, KV pool ${(kvPoolBytes(model) / 2 ** 20).toFixed(2)} MiB ${model.kvType}) in ${model.loadMs.toFixed(0)} ms\n`);
     }
-    const server = await startServer({ session, port: listenPort, log: (line) => io.err(`${line}\n`) });
+    const server = await startServer({ session, port: listenPort, ...(values['data-dir'] ? { dataDir: resolvePath(values['data-dir']) } : {}), log: (line) => io.err(`${line}\n`) });
     io.out(`${server.url}\n`);
     io.err(`OpenAI-compatible API at http://${LOOPBACK_HOST}:${server.port}/v1 (Authorization: Bearer ${server.token}); Ctrl-C stops\n`);
     if (values.open) openInBrowser(server.url);
