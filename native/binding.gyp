@@ -29,6 +29,7 @@
         "src/attention.cc",
         "src/bandwidth.cc",
         "src/infinigen.cc",
+        "src/sparse_attention.cc",
         "src/reference/attention_ref.cc",
         "src/reference/infinigen_ref.cc",
       ],

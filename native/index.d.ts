@@ -138,6 +138,21 @@ export declare function attendCausal(pool: KvPool, layer: number, q: Float32Arra
 export declare function attendCausalReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
 
 /**
+ * Single-query decode attention over explicit per-KV-head slot lists (policies streaming, h2o,
+ * quest, oracle): KV head g's query heads attend slots[offsets[g] .. offsets[g+1]) of `layer`
+ * (each < length(layer); the caller includes the current token). offsets: [kvHeads + 1], starting
+ * at 0, strictly increasing (no empty list). Lists holding every slot ascending give exactly attend().
+ * q, out: fp32 [heads * headDim], not sharing memory.
+ */
+export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array, heads: number, slots: Int32Array, offsets: Int32Array, out: Float32Array): void;
+
+/**
+ * Scaled attention logits of one query: out [heads, tokens] = q[h]·K[g][t] / sqrt(headDim) for the
+ * layer's first `tokens` slots (default: all). For H2O's accumulated mass, the oracle and recall.
+ */
+export declare function attentionScores(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, tokens?: number): void;
+
+/**
  * Memory read bandwidth in GB/s (1e9 bytes/s): the fastest of `repeats` passes of a vectorised sum
  * over a buffer of `bytes` (65536 .. 2^36; use several times the last-level cache) allocated and
  * touched once, split over `threads` threads (1 .. 256, default 1). For benchmarks (bench/).

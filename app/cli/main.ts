@@ -1,6 +1,7 @@
 // The `longhand` command line: one entry, one module per command under commands/.
 // Every failure ends as one clear line on stderr and a non-zero exit code.
 import { isLonghandError, UsageError } from '../common/errors.ts';
+import { runEvalCommand } from './commands/eval.ts';
 import { runGenerate } from './commands/generate.ts';
 import { runInspect } from './commands/inspect.ts';
 import { runServe } from './commands/serve.ts';
@@ -14,6 +15,8 @@ commands:
       generate text with the engine (streams to stdout; --json prints ids, text and timings)
   serve [--model PATH] [--port N] [--open] [--context N] [--threads N]
       OpenAI-compatible API and browser mode on 127.0.0.1 (prints the URL with its token first)
+  eval --model PATH --text-file F --policy full|infinigen|streaming|h2o|quest|oracle [--json] …
+      accuracy of a KV policy against full: perplexity, top-1 agreement, KL, fetch ratio
 
 run 'longhand <command> --help' for a command's options`;
 
@@ -28,6 +31,7 @@ const COMMANDS: Record<string, Command> = {
   inspect: runInspect,
   generate: runGenerate,
   serve: runServe,
+  eval: runEvalCommand,
 };
 
 const defaultIO: CliIO = {

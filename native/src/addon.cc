@@ -12,6 +12,7 @@
 // (app/common's NativeError) or, without one, a plain Error carrying the same fields.
 #include <napi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -23,12 +24,13 @@
 #include "infinigen.h"
 #include "kv_pool.h"
 #include "mapped_file.h"
+#include "sparse_attention.h"
 #include "status.h"
 
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 4;
+constexpr int kAbiVersion = 5;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -592,6 +594,67 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Comparison policies: attention over per-KV-head slot lists, full attention logits
+// ---------------------------------------------------------------------------------------------
+// attendSlots(pool, layer, q (heads*headDim), heads, slots: Int32Array, offsets: Int32Array (kvHeads+1), out)
+Napi::Value AttendSlots(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    KvPool* wrap = KvPool::FromValue(env, info[0], "pool");
+    lh_kv_pool* p = wrap->Live();
+    const uint32_t layer = u32_arg(env, info[1], "layer", 0, p->layers - 1);
+    const uint32_t heads = u32_arg(env, info[3], "heads", 1, LH_MAX_HEADS);
+    if (heads % p->kv_heads != 0) fail(env, LH_BAD_ARGUMENT, "heads must be a multiple of kvHeads");
+    const size_t width = static_cast<size_t>(heads) * p->head_dim;
+    const Napi::Float32Array q = f32_arg(env, info[2], "q", width);
+    for (int i : {4, 5}) {
+      if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+        fail(env, LH_BAD_ARGUMENT, std::string(i == 4 ? "slots" : "offsets") + " must be an Int32Array, got " + describe(info[i]));
+    }
+    const Napi::Int32Array slots = info[4].As<Napi::Int32Array>();
+    const Napi::Int32Array offsets = info[5].As<Napi::Int32Array>();
+    if (offsets.ElementLength() != p->kv_heads + 1) fail(env, LH_BAD_ARGUMENT, "offsets must have kvHeads + 1 elements");
+    Napi::Float32Array out = f32_arg(env, info[6], "out", width);
+    std::vector<uint32_t> off(p->kv_heads + 1);
+    uint32_t longest = 0;
+    for (uint32_t g = 0; g <= p->kv_heads; ++g) {
+      const int32_t o = offsets[g];
+      if (o < 0 || static_cast<size_t>(o) > slots.ElementLength() || (g > 0 && o <= static_cast<int32_t>(off[g - 1])))
+        fail(env, LH_BAD_ARGUMENT, "offsets must start at 0, increase strictly (no empty list) and end within slots");
+      off[g] = static_cast<uint32_t>(o);
+      if (g > 0) longest = std::max(longest, off[g] - off[g - 1]);
+    }
+    if (off[0] != 0) fail(env, LH_BAD_ARGUMENT, "offsets[0] must be 0");
+    static thread_local std::vector<uint8_t> scratch;  // grows to the longest list seen, then stays
+    const size_t need = 2 * static_cast<size_t>(longest) * p->head_dim * p->elem_bytes;
+    if (scratch.size() < need) scratch.resize(need);
+    const lh_status st = lh_attention_slots(p, layer, q.Data(), heads, slots.Data(), off.data(), scratch.data(), scratch.size(),
+                                            1.0f / std::sqrt(static_cast<float>(p->head_dim)), out.Data());
+    if (st != LH_OK) fail(env, st, "attendSlots: a slot outside the layer's tokens, or q and out share memory");
+    return env.Undefined();
+  });
+}
+
+// attentionScores(pool, layer, q (heads*headDim), heads, out (heads*tokens), tokens = length(layer))
+Napi::Value AttentionScores(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    KvPool* wrap = KvPool::FromValue(env, info[0], "pool");
+    lh_kv_pool* p = wrap->Live();
+    const uint32_t layer = u32_arg(env, info[1], "layer", 0, p->layers - 1);
+    const uint32_t heads = u32_arg(env, info[3], "heads", 1, LH_MAX_HEADS);
+    if (heads % p->kv_heads != 0) fail(env, LH_BAD_ARGUMENT, "heads must be a multiple of kvHeads");
+    const uint32_t len = lh_kv_pool_length(p, layer);
+    const uint32_t tokens = info[5].IsUndefined() ? len : u32_arg(env, info[5], "tokens", 0, len);
+    const Napi::Float32Array q = f32_arg(env, info[2], "q", static_cast<size_t>(heads) * p->head_dim);
+    Napi::Float32Array out = f32_arg(env, info[4], "out", static_cast<size_t>(heads) * tokens);
+    const lh_status st = lh_attention_scores(p, layer, q.Data(), heads, tokens, 1.0f / std::sqrt(static_cast<float>(p->head_dim)), out.Data());
+    if (st != LH_OK) fail(env, st, "attentionScores failed");
+    return env.Undefined();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // InfiniGen: selection (for tests) and the Speculator
 // ---------------------------------------------------------------------------------------------
 lh_infinigen_knobs knobs_arg(Napi::Env env, const Napi::Value& v) {
@@ -850,6 +913,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attendReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecodeRef); }, "attendReference"));
   exports.Set("attendCausal", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausal); }, "attendCausal"));
   exports.Set("attendCausalReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausalRef); }, "attendCausalReference"));
+  exports.Set("attendSlots", Napi::Function::New(env, AttendSlots, "attendSlots"));
+  exports.Set("attentionScores", Napi::Function::New(env, AttentionScores, "attentionScores"));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   return exports;

@@ -24,6 +24,7 @@
 #include "../src/infinigen.h"
 #include "../src/kv_pool.h"
 #include "../src/mapped_file.h"
+#include "../src/sparse_attention.h"
 #include "../src/status.h"
 
 #if defined(__x86_64__)
@@ -1040,6 +1041,92 @@ void test_speculator_reuse() {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------
+// Comparison policies: attention over slot lists, full logits
+// ---------------------------------------------------------------------------------------------
+// Every slot ascending == lh_attention_decode bit for bit; a random subset per KV head == the
+// scalar reference over the same rows packed by hand; logits == a plain dot product; bad lists refused.
+void test_attention_slots() {
+  const uint32_t L = 2, H = 4, D = 8, T = 53, heads = 8;
+  for (uint32_t kv_type : {LH_KV_F16, LH_KV_F32}) {
+    lh_kv_pool_config cfg{1 << 20, L, H, D, kv_type, 0};
+    lh_kv_pool p;
+    if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
+      check(false, "attention over slot lists", "pool init failed");
+      return;
+    }
+    Rng rng(17 + kv_type);
+    std::vector<float> k(H * D), v(H * D), q(heads * D), o(heads * D), r(heads * D);
+    for (uint32_t t = 0; t < T; ++t) {
+      for (auto& x : k) x = rng.normal();
+      for (auto& x : v) x = rng.normal();
+      lh_kv_pool_append(&p, 1, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
+    }
+    for (auto& x : q) x = rng.normal();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    std::vector<uint8_t> scratch(2 * T * D * 4);
+    std::vector<int32_t> all;
+    std::vector<uint32_t> off{0};
+    for (uint32_t g = 0; g < H; ++g) {
+      for (uint32_t t = 0; t < T; ++t) all.push_back(static_cast<int32_t>(t));
+      off.push_back(static_cast<uint32_t>(all.size()));
+    }
+    lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), r.data(), lh_kv_pool_head_stride(&p), T, heads, H, D, scale, kv_type};
+    bool ok = lh_attention_decode(&a) == LH_OK &&
+              lh_attention_slots(&p, 1, q.data(), heads, all.data(), off.data(), scratch.data(), scratch.size(), scale, o.data()) == LH_OK;
+    bool same = ok;
+    for (size_t i = 0; i < o.size(); ++i) same = same && same_bits_or_both_nan(o[i], r[i]);
+    check(same, kv_type == LH_KV_F16 ? "slots: every slot == decode over the layer (fp16)" : "slots: every slot == decode over the layer (fp32)");
+
+    // random subsets of different lengths per KV head, vs the reference over hand-packed rows
+    std::vector<int32_t> sub;
+    std::vector<uint32_t> soff{0};
+    for (uint32_t g = 0; g < H; ++g) {
+      for (uint32_t t = 0; t < T; ++t)
+        if (t == T - 1 || rng.uniform() < 0.2f + 0.2f * g) sub.push_back(static_cast<int32_t>(t));
+      soff.push_back(static_cast<uint32_t>(sub.size()));
+    }
+    ok = lh_attention_slots(&p, 1, q.data(), heads, sub.data(), soff.data(), scratch.data(), scratch.size(), scale, o.data()) == LH_OK;
+    double worst = 0;
+    for (uint32_t g = 0; g < H; ++g) {
+      const uint32_t n = soff[g + 1] - soff[g];
+      std::vector<float> kk(n * D), vv(n * D);
+      for (uint32_t i = 0; i < n; ++i) {
+        lh_kv_pool_read(&p, LH_KV_KEY, 1, g, static_cast<uint32_t>(sub[soff[g] + i]), kk.data() + i * D, nullptr);
+        lh_kv_pool_read(&p, LH_KV_VALUE, 1, g, static_cast<uint32_t>(sub[soff[g] + i]), vv.data() + i * D, nullptr);
+      }
+      lh_attention_args b{q.data() + g * 2 * D, kk.data(), vv.data(), r.data() + g * 2 * D, static_cast<size_t>(n) * D, n, 2, 1, D, scale, LH_KV_F32};
+      ok = ok && lh_attention_decode_ref(&b) == LH_OK;
+    }
+    for (size_t i = 0; i < o.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(o[i] - r[i])));
+    check(ok && worst < 1e-5, "slots: random per-head subsets == reference over packed rows", "max |diff| %.3g", worst);
+
+    std::vector<float> sc(heads * T);
+    ok = lh_attention_scores(&p, 1, q.data(), heads, T, scale, sc.data()) == LH_OK;
+    worst = 0;
+    for (uint32_t h = 0; h < heads; ++h)
+      for (uint32_t t = 0; t < T; ++t) {
+        float row[D];
+        lh_kv_pool_read(&p, LH_KV_KEY, 1, h / 2, t, row, nullptr);
+        double s = 0;
+        for (uint32_t i = 0; i < D; ++i) s += static_cast<double>(q[h * D + i]) * row[i];
+        worst = std::max(worst, std::fabs(scale * s - sc[h * T + t]));
+      }
+    check(ok && worst < 1e-4, "scores: == plain dot products", "max |diff| %.3g", worst);
+
+    std::vector<int32_t> bad = all;
+    bad[5] = static_cast<int32_t>(T);
+    std::vector<uint32_t> empty = off;
+    empty[1] = 0;
+    check(lh_attention_slots(&p, 1, q.data(), heads, bad.data(), off.data(), scratch.data(), scratch.size(), scale, o.data()) == LH_BAD_ARGUMENT &&
+              lh_attention_slots(&p, 1, q.data(), heads, all.data(), empty.data(), scratch.data(), scratch.size(), scale, o.data()) == LH_BAD_ARGUMENT &&
+              lh_attention_slots(&p, 1, q.data(), heads, all.data(), off.data(), scratch.data(), 8, scale, o.data()) == LH_BAD_ARGUMENT &&
+              lh_attention_scores(&p, 1, q.data(), heads, T + 1, scale, sc.data()) == LH_BAD_ARGUMENT,
+          "slots/scores: a slot out of range, an empty list, small scratch, too many tokens are refused");
+    lh_kv_pool_free(&p);
+  }
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   test_fp16();
@@ -1061,6 +1148,7 @@ int main(int argc, char** argv) {
   test_partial_rows();
   test_speculator();
   test_speculator_reuse();
+  test_attention_slots();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -9,6 +9,10 @@
 // selects and gathers layer ℓ's rows on its own thread while layer ℓ−1's attention and stage ℓ run,
 // and layer ℓ (>= denseLayers) attends to [gathered rows, current token].
 //
+// Policies 'streaming' | 'h2o' | 'quest' | 'oracle' (sparse-policies.ts): prefill stays dense; in a
+// decode step, layer ℓ (>= denseLayers) selects per KV head with the real query right before its
+// attention, and attends to [selected rows, current token] (native attendSlots).
+//
 // Prompts run in chunks of `prefillChunk` tokens; the AbortSignal is checked between layers and
 // an abort rolls the pool back to where the call started. Nothing in a step allocates in native
 // code; JS allocates only the small per-step arrays onnxruntime hands back.
@@ -18,9 +22,10 @@ import type { LoadedModel } from '../model/types.ts';
 import { createSession, type EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
-import { attendCausal, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
+import { attendCausal, attendSlots, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
 import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
+import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyName, type SparsePolicyOptions } from './sparse-policies.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import { buildStage, type StageGraph } from './graphs.ts';
 import { ModelWeights, type AccuracyLevel } from './weights.ts';
@@ -40,10 +45,17 @@ export interface ModelRunnerOptions {
   /** Ids that end generation (default: the GGUF's eos id when it has one). */
   eosIds?: readonly number[];
   /** KV management (default 'full': every layer attends to every token). 'infinigen': llama family only. */
-  policy?: 'full' | 'infinigen';
+  policy?: RunnerPolicy;
   /** Knobs of policy 'infinigen'. */
   infinigen?: InfinigenOptions;
+  /** Knobs of the comparison policies 'streaming' | 'h2o' | 'quest' | 'oracle'. */
+  sparse?: SparsePolicyOptions;
 }
+
+/** The policies the forward pass runs (ARCHITECTURE.md §6; snapkv is not in the decode path yet). */
+export type RunnerPolicy = 'full' | 'infinigen' | SparsePolicyName;
+export const RUNNER_POLICIES: readonly RunnerPolicy[] = ['full', 'infinigen', ...SPARSE_POLICIES];
+export type { SparsePolicyName, SparsePolicyOptions } from './sparse-policies.ts';
 
 export type { InfinigenLayerStats, InfinigenOptions, InfinigenStepStats } from './infinigen.ts';
 
@@ -86,8 +98,8 @@ export interface ModelRunner extends TokenRunner {
   truncate(n: number): void;
   timings(): ForwardTimings;
   resetTimings(): void;
-  readonly policy: 'full' | 'infinigen';
-  /** Figures of the latest decode step under 'infinigen' (undefined before one, or under 'full'). */
+  readonly policy: RunnerPolicy;
+  /** Figures of the latest decode step under a sparse policy (undefined before one, or under 'full'). */
   lastStepStats(): InfinigenStepStats | undefined;
   /** Where the skew matrices came from under 'infinigen' (undefined until the first prefill). */
   readonly skewSource: 'cache' | 'prompt' | 'self-generated' | undefined;
@@ -116,11 +128,12 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const threads = options.threads ?? 1;
   const kvType = options.kvType ?? 'fp16';
   const policy = options.policy ?? 'full';
-  if (policy !== 'full' && policy !== 'infinigen') throw new UsageError(`policy must be 'full' or 'infinigen', got ${String(policy)}`, { field: 'policy' });
-  if (policy === 'infinigen' && hyper.architecture === 'opt') {
-    throw new UsageError("policy 'infinigen' supports the llama family only (OPT runs with 'full')", { field: 'policy', architecture: hyper.architecture });
+  if (!RUNNER_POLICIES.includes(policy)) throw new UsageError(`policy must be one of ${RUNNER_POLICIES.join(', ')}, got ${String(policy)}`, { field: 'policy' });
+  if (policy !== 'full' && hyper.architecture === 'opt') {
+    throw new UsageError(`policy '${policy}' supports the llama family only (OPT runs with 'full')`, { field: 'policy', architecture: hyper.architecture });
   }
   const ig = policy === 'infinigen' ? infinigenSettings(options.infinigen ?? {}, hyper.headDim, hyper.layers) : undefined;
+  const sparseName = (SPARSE_POLICIES as readonly string[]).includes(policy) ? (policy as SparsePolicyName) : undefined;
   const weights = new ModelWeights(model, options.accuracyLevel ?? 4);
 
   const sessions: EngineSession[] = [];
@@ -155,7 +168,8 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     const spec = createSpeculator(pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers });
     infinigen = { state: new InfinigenState(ig, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim }, model), spec };
   }
-  return new Runner(model, sessions, graphs, pool, infinigen, {
+  const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength }, pool) : undefined;
+  return new Runner(model, sessions, graphs, pool, infinigen, sparse, {
     contextLength,
     prefillChunk,
     kvType,
@@ -206,6 +220,7 @@ class Runner implements ModelRunner {
     private readonly graphs: StageGraph[],
     private readonly pool: KvPool,
     infinigen: { state: InfinigenState; spec: Speculator } | undefined,
+    private readonly sparse: SparsePolicyState | undefined,
     cfg: RunnerConfig,
   ) {
     this.ig = infinigen?.state;
@@ -238,8 +253,8 @@ class Runner implements ModelRunner {
     return this.pool.byteLength;
   }
 
-  get policy(): 'full' | 'infinigen' {
-    return this.ig ? 'infinigen' : 'full';
+  get policy(): RunnerPolicy {
+    return this.ig ? 'infinigen' : (this.sparse?.name ?? 'full');
   }
 
   get skewSource(): 'cache' | 'prompt' | 'self-generated' | undefined {
@@ -303,6 +318,7 @@ class Runner implements ModelRunner {
     this.spec?.drain();
     this.pool.reset();
     this.spec?.clearStaging();
+    this.sparse?.truncate(0);
     if (this.ig) this.ig.ready = false;
     this.pos = 0;
   }
@@ -313,6 +329,7 @@ class Runner implements ModelRunner {
     this.spec?.drain();
     this.pool.truncate(n);
     this.spec?.clearStaging();
+    this.sparse?.truncate(n);
     if (this.ig && n === 0) this.ig.ready = false;
     this.pos = n;
   }
@@ -352,6 +369,7 @@ class Runner implements ModelRunner {
     this.spec?.drain();
     this.spec?.clearStaging();
     this.pool.truncate(start);
+    this.sparse?.truncate(start);
     this.pos = start;
   }
 
@@ -440,6 +458,8 @@ class Runner implements ModelRunner {
     const dense = ig?.settings.denseLayers ?? this.layers;
     const observe = ig !== undefined && (ig.calibrator !== undefined || ig.collectingPrompt);
     const stepLayers: InfinigenLayerStats[] = [];
+    const sp = this.sparse;
+    const spStep = sp !== undefined && T === 1;
     for (let l = 0; l < this.layers; l++) {
       if (signal) {
         // session.run may finish without giving timers a turn: let an abort be delivered
@@ -463,9 +483,19 @@ class Runner implements ModelRunner {
         const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
         const [stageStartNs, stageEndNs] = this.stageNs[l]!;
         stepLayers.push(layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }));
+      } else if (spStep && l >= sp.settings.denseLayers) {
+        const { lists, figures } = sp.select(l, q, p0);
+        const { slots, offsets } = packSlotLists(lists, p0);
+        attendSlots(this.pool, l, q, this.heads, slots, offsets, attn);
+        sp.afterAttend(l, q, p0);
+        const rowBytes = this.model.hyper.headDim * (this.kvType === 'fp32' ? 4 : 2);
+        const { selected, candidates, hits, misses } = figures;
+        const zero = { speculationMs: 0, gatherMs: 0, waitMs: 0, attentionMs: 0 };
+        stepLayers.push({ layer: l, dense: false, selected, candidates, fetchRatio: candidates > 0 ? selected / candidates : 0, bytes: misses * 2 * rowBytes, hits, misses, ...zero });
       } else {
         attendCausal(this.pool, l, q, this.heads, attn);
-        if (sparse) stepLayers.push(this.denseLayerStats(l, p0));
+        if (sparse || spStep) stepLayers.push(this.denseLayerStats(l, p0));
+        else if (sp && l >= sp.settings.denseLayers) sp.observePrefill(l, q, p0, T);
       }
       a = performance.now();
       this.t.attention += a - b;
@@ -479,7 +509,7 @@ class Runner implements ModelRunner {
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
     this.pos = p0 + T;
-    if (sparse) this.lastStep = summarizeStep(p0, stepLayers);
+    if (sparse || spStep) this.lastStep = summarizeStep(p0, stepLayers);
     const total = performance.now() - t0;
     this.t.total += total;
     this.t.tokens += T;

@@ -1,0 +1,82 @@
+// See sparse_attention.h.
+#include "sparse_attention.h"
+
+#include <cstring>
+
+#include "attention.h"
+#include "fp16.h"
+
+namespace {
+
+bool shape_ok(const lh_kv_pool* pool, uint32_t layer, uint32_t heads) {
+  return lh_kv_pool_live(pool) && layer < pool->layers && heads >= 1 && heads <= LH_MAX_HEADS && heads % pool->kv_heads == 0;
+}
+
+}  // namespace
+
+lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
+                             const uint32_t* offsets, void* scratch, size_t scratch_bytes, float scale, float* out) {
+  if (!shape_ok(pool, layer, heads) || q == nullptr || slots == nullptr || offsets == nullptr || out == nullptr) return LH_BAD_ARGUMENT;
+  const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
+  const uint32_t len = lh_kv_pool_length(pool, layer);
+  const size_t eb = pool->elem_bytes, row = static_cast<size_t>(d) * eb, stride = lh_kv_pool_head_stride(pool) * eb;
+  if (offsets[0] != 0) return LH_BAD_ARGUMENT;
+  for (uint32_t g = 0; g < kvh; ++g) {
+    if (offsets[g + 1] <= offsets[g]) return LH_BAD_ARGUMENT;
+    const size_t n = offsets[g + 1] - offsets[g];
+    if (2 * n * row > scratch_bytes || scratch == nullptr) return LH_BAD_ARGUMENT;
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t s = slots[offsets[g] + i];
+      if (s < 0 || static_cast<uint32_t>(s) >= len) return LH_BAD_ARGUMENT;
+    }
+  }
+  const auto* k_rows = static_cast<const uint8_t*>(lh_kv_pool_k_rows(pool, layer));
+  const auto* v_rows = static_cast<const uint8_t*>(lh_kv_pool_v_rows(pool, layer));
+  auto* kb = static_cast<uint8_t*>(scratch);
+  for (uint32_t g = 0; g < kvh; ++g) {
+    const uint32_t n = offsets[g + 1] - offsets[g];
+    uint8_t* vb = kb + n * row;
+    for (uint32_t i = 0; i < n; ++i) {
+      const size_t at = g * stride + static_cast<size_t>(slots[offsets[g] + i]) * row;
+      std::memcpy(kb + i * row, k_rows + at, row);
+      std::memcpy(vb + i * row, v_rows + at, row);
+    }
+    lh_attention_args a{};
+    a.q = q + static_cast<size_t>(g) * group * d;
+    a.k = kb;
+    a.v = vb;
+    a.out = out + static_cast<size_t>(g) * group * d;
+    a.head_stride = static_cast<size_t>(n) * d;
+    a.tokens = n;
+    a.heads = group;
+    a.kv_heads = 1;
+    a.head_dim = d;
+    a.scale = scale;
+    a.kv_type = pool->kv_type;
+    const lh_status st = lh_attention_decode(&a);
+    if (st != LH_OK) return st;
+  }
+  return LH_OK;
+}
+
+lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, uint32_t tokens, float scale,
+                              float* scores) {
+  if (!shape_ok(pool, layer, heads) || q == nullptr || scores == nullptr) return LH_BAD_ARGUMENT;
+  if (tokens > lh_kv_pool_length(pool, layer)) return LH_BAD_ARGUMENT;
+  const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
+  const size_t stride = lh_kv_pool_head_stride(pool);
+  const bool f16 = pool->kv_type == LH_KV_F16;
+  const auto* k16 = static_cast<const uint16_t*>(lh_kv_pool_k_rows(pool, layer));
+  const auto* k32 = static_cast<const float*>(lh_kv_pool_k_rows(pool, layer));
+  for (uint32_t h = 0; h < heads; ++h) {
+    const uint32_t g = h / group;
+    const float* qh = q + static_cast<size_t>(h) * d;
+    for (uint32_t t = 0; t < tokens; ++t) {
+      const size_t at = g * stride + static_cast<size_t>(t) * d;
+      float s = 0.0f;
+      for (uint32_t i = 0; i < d; ++i) s += qh[i] * (f16 ? lh_fp16_to_fp32(k16[at + i]) : k32[at + i]);
+      scores[static_cast<size_t>(h) * tokens + t] = scale * s;
+    }
+  }
+  return LH_OK;
+}
