@@ -64,6 +64,8 @@ export const GenerateParamsSchema = z.strictObject({
   sampling: SamplingSchema.prefault({}),
 });
 export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
+/** Generation parameters as a client writes them (defaults may be left out). */
+export type GenerateParamsInput = z.input<typeof GenerateParamsSchema>;
 
 export const KV_POLICIES = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'] as const;
 export const KvPolicySchema = z.enum(KV_POLICIES);
@@ -97,6 +99,8 @@ export const LoadOptionsSchema = z.strictObject({
   inspect: z.boolean().default(false),
 });
 export type LoadOptions = z.infer<typeof LoadOptionsSchema>;
+/** Load options as a client writes them (defaults may be left out). */
+export type LoadOptionsInput = z.input<typeof LoadOptionsSchema>;
 
 export const ModelInfoSchema = z.strictObject({
   path: z.string(),

@@ -11,8 +11,8 @@ import {
   type EngineEvent,
   type EngineRequestInput,
   type ErrorPayload,
-  type GenerateParams,
-  type LoadOptions,
+  type GenerateParamsInput,
+  type LoadOptionsInput,
   type ModelInfo,
   type Prompt,
 } from '../common/protocol.ts';
@@ -99,7 +99,7 @@ export class EngineClient {
     });
   }
 
-  async load(options: Partial<LoadOptions> & { modelPath: string }): Promise<ModelInfo> {
+  async load(options: LoadOptionsInput): Promise<ModelInfo> {
     return (await this.call({ kind: 'load', requestId: randomUUID(), options }, 'loaded')).model;
   }
 
@@ -116,7 +116,7 @@ export class EngineClient {
    * the stream still ends with `done` (stopReason 'cancelled'). A request the engine refuses
    * throws its typed error.
    */
-  async *generate(prompt: Prompt, params: Partial<GenerateParams> = {}, signal?: AbortSignal): AsyncGenerator<Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>> {
+  async *generate(prompt: Prompt, params: GenerateParamsInput = {}, signal?: AbortSignal): AsyncGenerator<Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>> {
     const requestId = randomUUID();
     const pending: EngineEvent[] = [];
     let wake: (() => void) | undefined;
