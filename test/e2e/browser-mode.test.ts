@@ -1,0 +1,545 @@
+// Browser mode end to end: the real `longhand serve` on stories260K, the built renderer, and a real
+// Chromium driven by playwright-core (never a downloaded browser: Debian's /usr/bin/chromium).
+// One page walks the app as a user would (Models → Load, Writer → Continue/Accept/Stop, the other
+// views), then the same page measures the renderer while the engine streams (long tasks, metrics
+// render rate), and a second, CSP-less page checks that hostile text stays text.
+// Screenshots of each view go to test-results/e2e/ (gitignored); LONGHAND_UPDATE_SCREENSHOTS=1
+// copies them to assets/screenshots/ for the README.
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
+
+// The callbacks passed to page.evaluate/addInitScript run in Chromium. The root tsconfig has no
+// DOM lib, so the few browser globals they touch are declared here, module-scoped: they do not
+// leak into any other file's types.
+interface PageElement {
+  outerHTML: string;
+  innerHTML: string;
+  textContent: string | null;
+  value: string;
+  setSelectionRange(start: number, end: number): void;
+  dispatchEvent(event: Event): boolean;
+}
+declare const window: Record<string, unknown>;
+declare const document: {
+  querySelector(selectors: string): PageElement | null;
+  querySelectorAll(selectors: string): Iterable<PageElement>;
+  getElementById(id: string): PageElement | null;
+  createElement(tag: string): PageElement;
+};
+declare class MutationObserver {
+  constructor(callback: () => void);
+  observe(target: PageElement, options: { subtree?: boolean; childList?: boolean; characterData?: boolean }): void;
+  disconnect(): void;
+}
+declare class PerformanceObserver {
+  constructor(callback: (list: { getEntries(): { startTime: number; duration: number }[] }) => void);
+  observe(options: { type: string; buffered?: boolean }): void;
+}
+
+const CHROMIUM = process.env.LONGHAND_CHROMIUM ?? '/usr/bin/chromium';
+const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
+const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
+const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
+const VIEWPORT = { width: 1280, height: 800 };
+/** The screenshots the README shows (LONGHAND_UPDATE_SCREENSHOTS=1 refreshes assets/screenshots/). */
+const README_SET = ['models', 'writer', 'summarise', 'settings'];
+const CONTEXT_TOKENS = 4096;
+/** Tokens of the measured generation (the brief: a 300-token run). */
+const PERF_TOKENS = 300;
+/** A long task is > 50 ms by definition; on a loaded 2-core CI box we allow up to this. */
+const LONG_TASK_LIMIT_MS = 200;
+/** Summarise runs on a short context so the fixture overflows it. */
+const SUMMARISE_CONTEXT = 512;
+const SUMMARY_TOKENS = 48;
+const FIXTURE = join(PROJECT_ROOT, 'test', 'e2e', 'fixtures', 'long-story.txt');
+const DRAFT = 'Once upon a time, there was a little girl named Lily. She lived in a small town by the sea.';
+
+const CHROMIUM_ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+  '--disable-default-apps',
+  '--disable-extensions',
+  // Belt and braces: nothing but 127.0.0.1 resolves for this browser.
+  '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',
+];
+
+const HOSTILE = [
+  'Hostile text follows.',
+  '<script>window.__pwned=1</script>',
+  '<img src=x onerror="window.__pwned=2">',
+  '<svg onload="window.__pwned=3"><circle r="1"/></svg>',
+  '<a href="javascript:window.__pwned=4">click me</a>',
+  '<a href="data:text/html,<script>window.__pwned=5</script>">data link</a>',
+  'javascript:window.__pwned=6',
+].join('\n');
+
+/** Chromium is the one thing this file needs beyond the model; CI must have it (.ci/run installs it). */
+function haveChromium(): boolean {
+  if (existsSync(CHROMIUM)) return true;
+  const message = `Chromium missing at ${CHROMIUM} (install Debian's 'chromium' package, or set LONGHAND_CHROMIUM); the browser-mode e2e tests are skipped`;
+  if (process.env.CI) throw new Error(`${message}; CI must have it`);
+  console.warn(`SKIP: ${message}`);
+  return false;
+}
+
+const enabled = haveChromium() && haveSharedModel();
+
+// ── helpers ─────────────────────────────────────────────────────────────────────────────────
+
+function newestMtime(path: string): number {
+  if (!existsSync(path)) return 0;
+  const stat = statSync(path);
+  if (!stat.isDirectory()) return stat.mtimeMs;
+  let newest = stat.mtimeMs;
+  for (const entry of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, entry)));
+  return newest;
+}
+
+/** Builds renderer/dist when it is missing or older than anything the bundle is made from. */
+async function ensureRendererBuilt(): Promise<void> {
+  const index = join(PROJECT_ROOT, 'renderer', 'dist', 'index.html');
+  const sources = ['renderer/src', 'renderer/index.html', 'renderer/vite.config.ts', 'app/common'].map((p) => newestMtime(join(PROJECT_ROOT, p)));
+  if (existsSync(index) && statSync(index).mtimeMs >= Math.max(...sources)) return;
+  console.log('e2e: building the renderer (npm run build:renderer)…');
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn('npm', ['run', '--silent', 'build:renderer'], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.once('error', reject);
+    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`npm run build:renderer exited with ${code}:\n${output}`))));
+  });
+  if (!existsSync(index)) throw new Error('npm run build:renderer did not produce renderer/dist/index.html');
+}
+
+function firstLine(child: ChildProcessWithoutNullStreams, timeoutMs = 90_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`no URL line after ${timeoutMs} ms; stderr: ${err}`)), timeoutMs);
+    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const newline = out.indexOf('\n');
+      if (newline >= 0) {
+        clearTimeout(timer);
+        resolve(out.slice(0, newline).trim());
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`serve exited with ${code} before printing a URL; stderr: ${err}`));
+    });
+  });
+}
+
+const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });
+const stat = (page: Page, name: string) => page.locator(`[aria-label="Generation stats"] [data-stat="${name}"]`);
+const editor = (page: Page) => page.getByRole('textbox', { name: 'Document text' });
+
+async function screenshot(page: Page, name: string): Promise<void> {
+  await page.screenshot({ path: join(RESULTS, `${name}.png`) });
+}
+
+/** Models view: type the path, set the context, Load; resolves when the Loaded panel shows it. */
+async function loadModel(page: Page, contextTokens = CONTEXT_TOKENS): Promise<void> {
+  await nav(page, 'Models').click();
+  await page.getByLabel('Model path').fill(STORIES_260K);
+  await page.getByLabel('Context (tokens)').fill(String(contextTokens));
+  await page.getByRole('button', { name: 'Load', exact: true }).click();
+  const loaded = page.getByRole('region', { name: 'Loaded model' });
+  await expect.poll(async () => (await loaded.isVisible()) && ((await loaded.textContent()) ?? '').includes(`${contextTokens.toLocaleString('en-US')} of`), { timeout: 60_000 }).toBe(true);
+}
+
+/** Puts `text` in the editor with the caret at its end (what Continue writes after). */
+async function typeDocument(page: Page, text: string): Promise<void> {
+  await nav(page, 'Writer').click();
+  const box = editor(page);
+  await box.fill(text);
+  await box.press('End');
+  await box.evaluate((el: PageElement) => {
+    el.setSelectionRange(el.value.length, el.value.length);
+    el.dispatchEvent(new Event('select', { bubbles: true }));
+  });
+}
+
+async function waitForStop(page: Page, timeout = 60_000): Promise<string> {
+  await expect.poll(async () => (await stat(page, 'stop').textContent()) ?? '', { timeout }).not.toMatch(/^(running…)?$/);
+  return (await stat(page, 'stop').textContent()) ?? '';
+}
+
+/** Elements that must never come out of untrusted text, anywhere in the app's DOM. */
+async function injectedElements(page: Page): Promise<string[]> {
+  return page.evaluate(() => [...document.querySelectorAll('#root script, #root img, #root svg, #root a, #root iframe, #root object, #root embed')].map((el) => el.outerHTML.slice(0, 80)));
+}
+
+interface Frame {
+  t: number;
+  kind: string;
+}
+
+// ── the tests ───────────────────────────────────────────────────────────────────────────────
+
+describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
+  let tmp: string;
+  let server: ChildProcessWithoutNullStreams | undefined;
+  let serverLog = '';
+  let url: string;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  const frames: Frame[] = [];
+  const pageErrors: string[] = [];
+
+  beforeAll(async () => {
+    mkdirSync(RESULTS, { recursive: true });
+    tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-'));
+    await ensureRendererBuilt();
+
+    const help = spawnSync(process.execPath, [BIN, 'serve', '--help'], { cwd: PROJECT_ROOT, encoding: 'utf8' }).stdout ?? '';
+    const dataDir = help.includes('--data-dir') ? ['--data-dir', join(tmp, 'data')] : [];
+    // Whatever the server writes by default (documents, settings, caches) stays in the temp dir.
+    const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
+    server = spawn(process.execPath, [BIN, 'serve', '--model', STORIES_260K, '--port', '0', '--context', String(CONTEXT_TOKENS), ...dataDir], { cwd: PROJECT_ROOT, env });
+    server.stderr.on('data', (chunk: Buffer) => (serverLog += chunk.toString()));
+    url = await firstLine(server);
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?token=/);
+
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: 60_000 });
+    context = await browser.newContext({ viewport: VIEWPORT, deviceScaleFactor: 1 });
+    // Long tasks of the whole page life, and a counter of rendered metrics updates.
+    await context.addInitScript(() => {
+      const w = window as unknown as { __longTasks: { start: number; duration: number }[] };
+      w.__longTasks = [];
+      try {
+        new PerformanceObserver((list) => {
+          for (const entry of list.getEntries()) w.__longTasks.push({ start: entry.startTime, duration: entry.duration });
+        }).observe({ type: 'longtask', buffered: true });
+      } catch {
+        // no longtask support: the test then fails on the missing entries' API, not silently
+      }
+    });
+    page = await context.newPage();
+    page.setDefaultTimeout(30_000);
+    page.on('pageerror', (error) => pageErrors.push(error.message));
+    page.on('websocket', (ws) => {
+      ws.on('framereceived', ({ payload }) => {
+        if (typeof payload !== 'string') return;
+        try {
+          frames.push({ t: Date.now(), kind: (JSON.parse(payload) as { kind: string }).kind });
+        } catch {
+          frames.push({ t: Date.now(), kind: 'unparsed' });
+        }
+      });
+    });
+    const response = await page.goto(url);
+    expect(response?.status()).toBe(200);
+    // main.tsx drops the token from the address bar.
+    await page.waitForURL((address) => !address.search.includes('token='));
+  }, 180_000);
+
+  afterAll(async () => {
+    await browser?.close().catch(() => {});
+    if (server && server.exitCode === null) {
+      const exited = new Promise((resolve) => server!.once('exit', resolve));
+      server.kill('SIGTERM');
+      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
+      if (server.exitCode === null) server.kill('SIGKILL');
+    }
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+    if (process.env.LONGHAND_UPDATE_SCREENSHOTS && existsSync(RESULTS)) {
+      mkdirSync(README_SCREENSHOTS, { recursive: true });
+      for (const name of README_SET) if (existsSync(join(RESULTS, `${name}.png`))) copyFileSync(join(RESULTS, `${name}.png`), join(README_SCREENSHOTS, `${name}.png`));
+    }
+  }, 30_000);
+
+  it('loads stories260K from the Models view and shows its facts', async () => {
+    await loadModel(page);
+    const loaded = page.getByRole('region', { name: 'Loaded model' });
+    await expect.poll(() => loaded.textContent()).toContain(STORIES_260K);
+    const text = (await loaded.textContent()) ?? '';
+    expect(text).toMatch(/Architecture\s*llama/);
+    expect(text).toContain(`Context${CONTEXT_TOKENS.toLocaleString('en-US')} of`);
+    await screenshot(page, 'models');
+  });
+
+  it('Writer: Continue writing streams a suggestion with its stats, and Accept inserts it', async () => {
+    const prompt = 'Once upon a time, there was a little girl named Lily. She loved to play outside.';
+    await typeDocument(page, prompt);
+    await page.getByLabel('Title').fill('Lily');
+    await page.getByLabel('Max tokens').fill('200');
+    await page.getByRole('button', { name: 'Continue writing' }).click();
+
+    const suggestion = page.getByRole('region', { name: 'Suggested text' });
+    await expect.poll(async () => ((await suggestion.textContent()) ?? '').length, { timeout: 30_000 }).toBeGreaterThan(0);
+    const stop = await waitForStop(page);
+    expect(stop).toMatch(/^(token limit|end of text)$/);
+
+    const tokens = Number(await stat(page, 'tokens').textContent());
+    expect(tokens).toBeGreaterThan(0);
+    expect(tokens).toBeLessThanOrEqual(200);
+    expect(await stat(page, 'ttft').textContent()).toMatch(/^\d+(\.\d+)? (ms|s)$/);
+    expect(Number(await stat(page, 'rate').textContent())).toBeGreaterThan(0);
+    const contextUsed = /^([\d,]+) of ([\d,]+)$/.exec((await stat(page, 'context').textContent()) ?? '');
+    expect(contextUsed).not.toBeNull();
+    expect(Number(contextUsed![2]!.replaceAll(',', ''))).toBe(CONTEXT_TOKENS);
+    expect(Number(contextUsed![1]!.replaceAll(',', ''))).toBeGreaterThan(tokens);
+    await screenshot(page, 'writer');
+
+    const suggested = (await suggestion.textContent()) ?? '';
+    await page.getByRole('button', { name: 'Accept' }).click();
+    await expect.poll(() => suggestion.count()).toBe(0);
+    const value = await editor(page).inputValue();
+    expect(value.startsWith(prompt)).toBe(true);
+    expect(value.slice(prompt.length)).toBe(suggested);
+  });
+
+  it('Stop cancels a running generation (stop reason: cancelled)', async () => {
+    await typeDocument(page, 'Once upon a time, there was a big dog.');
+    await page.getByLabel('Max tokens').fill('3000');
+    await page.getByRole('button', { name: 'Continue writing' }).click();
+    await expect.poll(async () => Number(await stat(page, 'tokens').textContent()), { timeout: 30_000 }).toBeGreaterThan(10);
+    await page.getByRole('button', { name: 'Stop' }).click();
+    expect(await waitForStop(page)).toBe('stopped');
+    expect(Number(await stat(page, 'tokens').textContent())).toBeLessThan(3000);
+    await expect.poll(() => page.getByRole('button', { name: 'Stop' }).isDisabled()).toBe(true);
+    await page.getByRole('button', { name: 'Reject' }).click();
+  });
+
+  it(`renderer stays responsive while ${PERF_TOKENS} tokens stream: no long task over ${LONG_TASK_LIMIT_MS} ms, metrics ≤ 10/s`, async () => {
+    await typeDocument(page, 'Once upon a time, there was a little boy named Tom.');
+    await page.getByLabel('Max tokens').fill(String(PERF_TOKENS));
+    // Count rendered metrics updates: each one rewrites the Tokens figure.
+    await page.evaluate(() => {
+      const w = window as unknown as { __statUpdates: number[]; __statObserver?: MutationObserver };
+      w.__statUpdates = [];
+      w.__statObserver?.disconnect();
+      w.__statObserver = new MutationObserver(() => {
+        const tokens = document.querySelector('[aria-label="Generation stats"] [data-stat="tokens"]')?.textContent ?? null;
+        const last = (w as unknown as { __lastTokens?: string | null }).__lastTokens;
+        if (tokens !== null && tokens !== last) {
+          w.__statUpdates.push(performance.now());
+          (w as unknown as { __lastTokens?: string | null }).__lastTokens = tokens;
+        }
+      });
+      w.__statObserver.observe(document.getElementById('root')!, { subtree: true, childList: true, characterData: true });
+    });
+    // Baseline: long tasks of the idle page over 2 s, to tell machine load from renderer work.
+    const idle0 = await page.evaluate(() => performance.now());
+    await page.waitForTimeout(2000);
+    const t0 = await page.evaluate(() => performance.now());
+    const frameStart = Date.now();
+    await page.getByRole('button', { name: 'Continue writing' }).click();
+    const stop = await waitForStop(page);
+    const t1 = await page.evaluate(() => performance.now());
+    const frameEnd = Date.now();
+    const tokens = Number(await stat(page, 'tokens').textContent());
+    const rate = await stat(page, 'rate').textContent();
+
+    const { longTasks, updates } = await page.evaluate(() => {
+      const w = window as unknown as { __longTasks: { start: number; duration: number }[]; __statUpdates: number[]; __statObserver?: MutationObserver };
+      w.__statObserver?.disconnect();
+      return { longTasks: w.__longTasks, updates: w.__statUpdates };
+    });
+    const during = longTasks.filter((task) => task.start + task.duration >= t0 && task.start <= t1);
+    const idle = longTasks.filter((task) => task.start >= idle0 && task.start < t0);
+    const maxLongTask = Math.max(0, ...during.map((task) => task.duration));
+    const maxPerSecond = (times: number[]) => Math.max(0, ...times.map((start) => times.filter((t) => t >= start && t < start + 1000).length));
+    // The last update is the final figure at `done`, sent whatever the throttle says.
+    const live = updates.slice(0, -1);
+    const renderRate = maxPerSecond(live);
+    const meanRate = (times: number[]) => (times.length < 2 ? 0 : ((times.length - 1) * 1000) / (times[times.length - 1]! - times[0]!));
+    const metricsFrames = frames.filter((f) => f.kind === 'metrics' && f.t >= frameStart && f.t <= frameEnd + 100).map((f) => f.t);
+    const wsLive = metricsFrames.slice(0, -1);
+    const wsRate = maxPerSecond(wsLive);
+    console.log(
+      `e2e perf: ${tokens} tokens (${stop}) in ${(t1 - t0).toFixed(0)} ms at ${rate} tokens/s; long tasks during the run: ${during.length}, max ${maxLongTask.toFixed(0)} ms` +
+        ` (limit ${LONG_TASK_LIMIT_MS} ms; idle page before it: ${idle.length}, max ${Math.max(0, ...idle.map((task) => task.duration)).toFixed(0)} ms);` +
+        ` rendered metrics updates: ${updates.length}, mean ${meanRate(live).toFixed(1)}/s, max ${renderRate} in any 1 s window;` +
+        ` engine metrics frames over /ws: ${metricsFrames.length}, mean ${meanRate(wsLive).toFixed(1)}/s, max ${wsRate} in any 1 s window`,
+    );
+    await screenshot(page, 'writer-streamed');
+
+    expect(tokens).toBeGreaterThan(0);
+    expect(maxLongTask).toBeLessThanOrEqual(LONG_TASK_LIMIT_MS);
+    expect(updates.length).toBeGreaterThan(0);
+    // ≤ 10 a second: the mean over the run, and any 1 s window allowing one update of timer jitter.
+    expect(meanRate(live)).toBeLessThanOrEqual(10.5);
+    expect(renderRate).toBeLessThanOrEqual(11);
+    expect(meanRate(wsLive)).toBeLessThanOrEqual(10.5);
+    expect(wsRate).toBeLessThanOrEqual(11);
+    await page.getByRole('button', { name: 'Reject' }).click();
+  });
+
+  it('hostile text in the editor and the title stays text (real CSP)', async () => {
+    await typeDocument(page, HOSTILE);
+    await page.getByLabel('Title').fill('<img src=x onerror="window.__pwned=7">');
+    await page.getByLabel('Max tokens').fill('20');
+    await page.getByRole('button', { name: 'Continue writing' }).click();
+    await waitForStop(page);
+    // Give any handler a chance to run.
+    await page.waitForTimeout(300);
+    expect(await page.evaluate(() => (window as unknown as { __pwned?: unknown }).__pwned)).toBeUndefined();
+    expect(await injectedElements(page)).toEqual([]);
+    expect(await editor(page).inputValue()).toBe(HOSTILE);
+    await page.getByRole('button', { name: 'Reject' }).click();
+    // A clean document for the screenshots that follow.
+    await typeDocument(page, 'Once upon a time, there was a little girl named Lily.');
+    await page.getByLabel('Title').fill('Lily');
+  });
+
+  it('hostile model output renders as text even without CSP (routed WebSocket, bypassCSP)', async () => {
+    const hostileContext = await browser.newContext({ viewport: VIEWPORT, bypassCSP: true });
+    try {
+      const hostilePage = await hostileContext.newPage();
+      hostilePage.setDefaultTimeout(30_000);
+      let injected = false;
+      // Pass the engine protocol through, but make the first token of each generation hostile.
+      await hostilePage.routeWebSocket(/\/ws$/, (ws) => {
+        const upstream = ws.connectToServer();
+        upstream.onMessage((message) => {
+          if (typeof message === 'string') {
+            const event = JSON.parse(message) as { kind: string; index?: number; text?: string };
+            if (event.kind === 'token' && event.index === 0) {
+              injected = true;
+              return ws.send(JSON.stringify({ ...event, text: HOSTILE }));
+            }
+          }
+          ws.send(message);
+        });
+      });
+      // A new context has no cookie yet: open the URL with the token, as a user would.
+      await hostilePage.goto(url);
+      await loadModel(hostilePage);
+      // The harness can see script running: with CSP bypassed, markup parsed as HTML does execute.
+      await hostilePage.evaluate(() => {
+        document.createElement('div').innerHTML = '<img src=x onerror="window.__control=1">';
+      });
+      await expect.poll(() => hostilePage.evaluate(() => (window as unknown as { __control?: number }).__control)).toBe(1);
+
+      await nav(hostilePage, 'Writer').click();
+      await hostilePage.getByRole('button', { name: 'New document' }).click();
+      await typeDocument(hostilePage, 'Once upon a time');
+      await hostilePage.getByLabel('Max tokens').fill('20');
+      await hostilePage.getByRole('button', { name: 'Continue writing' }).click();
+      await waitForStop(hostilePage);
+      expect(injected).toBe(true);
+      const suggestion = hostilePage.getByRole('region', { name: 'Suggested text' });
+      const shown = (await suggestion.textContent()) ?? '';
+      expect(shown.startsWith(HOSTILE)).toBe(true);
+      await hostilePage.waitForTimeout(300);
+      expect(await hostilePage.evaluate(() => (window as unknown as { __pwned?: unknown }).__pwned)).toBeUndefined();
+      expect(await injectedElements(hostilePage)).toEqual([]);
+      await hostilePage.screenshot({ path: join(RESULTS, 'hostile-suggestion.png') });
+
+      await hostilePage.getByRole('button', { name: 'Accept' }).click();
+      expect((await editor(hostilePage).inputValue()).startsWith(`Once upon a time${HOSTILE}`)).toBe(true);
+      expect(await hostilePage.evaluate(() => (window as unknown as { __pwned?: unknown }).__pwned)).toBeUndefined();
+      expect(await injectedElements(hostilePage)).toEqual([]);
+    } finally {
+      await hostileContext.close();
+    }
+  });
+
+  it('screenshots of the Inspector and Settings views', async () => {
+    for (const [label, file] of [
+      ['Inspector', 'inspector'],
+      ['Settings', 'settings'],
+    ] as const) {
+      await nav(page, label).click();
+      await expect.poll(() => page.getByRole('region', { name: label, exact: true }).isVisible()).toBe(true);
+      await screenshot(page, file);
+    }
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('Summarise a fixture document with each overflow policy (stop / cut the middle / split)', async () => {
+    // A short context makes the fixture (≈1,000 tokens) overflow while each run stays quick.
+    await loadModel(page, SUMMARISE_CONTEXT);
+    await nav(page, 'Summarise').click();
+    const view = page.getByRole('region', { name: 'Summarise', exact: true });
+    await view.getByLabel('Open a file').setInputFiles(FIXTURE);
+    await expect.poll(() => view.getByLabel('Text to summarise').inputValue()).toBe(readFileSync(FIXTURE, 'utf8'));
+    await view.getByLabel('Summary length (max tokens)').fill(String(SUMMARY_TOKENS));
+    await expect.poll(() => view.getByLabel('Token count').textContent(), { timeout: 30_000 }).toMatch(new RegExp(`tokens · model context ${SUMMARISE_CONTEXT}`));
+    await expect.poll(() => view.getByLabel('Overflow').textContent()).toMatch(/^Over by [\d,]+ tokens/);
+    const summariseButton = view.getByRole('button', { name: 'Summarise', exact: true });
+    const finished = async () => {
+      await expect.poll(() => summariseButton.isEnabled(), { timeout: 60_000 }).toBe(true);
+      await expect.poll(() => view.getByLabel('Progress').count(), { timeout: 60_000 }).toBe(0);
+    };
+
+    // stop: refused, nothing sent.
+    await view.getByRole('radio', { name: /^Stop/ }).check();
+    await summariseButton.click();
+    await finished();
+    await expect.poll(() => view.getByRole('alert').filter({ hasText: 'Nothing was sent' }).count()).toBe(1);
+    expect(await view.getByRole('region', { name: 'Summary text' }).count()).toBe(0);
+
+    // truncate-middle: one run over the head and tail, and the cut is shown.
+    await view.getByRole('radio', { name: /^Cut the middle/ }).check();
+    await summariseButton.click();
+    await finished();
+    expect(await view.getByLabel('Note').textContent()).toMatch(/tokens were cut from the middle/);
+    expect(((await view.getByRole('region', { name: 'Summary text' }).textContent()) ?? '').length).toBeGreaterThan(0);
+    await screenshot(page, 'summarise-cut');
+
+    // split: each part, then the combination.
+    await view.getByRole('radio', { name: /^Split into parts/ }).check();
+    await summariseButton.click();
+    await finished();
+    const note = (await view.getByLabel('Note').textContent()) ?? '';
+    const parts = Number(/summarised in (\d+) parts/.exec(note)?.[1]);
+    expect(parts).toBeGreaterThanOrEqual(2);
+    // The part summaries fold away when the run ends; open them.
+    await view.getByText(`Part summaries (${parts})`).click();
+    for (let i = 1; i <= parts; i++) await expect.poll(() => view.getByRole('region', { name: `Summary of part ${i}` }).isVisible()).toBe(true);
+    expect(((await view.getByRole('region', { name: 'Summary text' }).textContent()) ?? '').length).toBeGreaterThan(0);
+    await screenshot(page, 'summarise');
+    expect(await view.getByRole('alert').count()).toBe(0);
+  });
+
+  it('hostile text in a summarised document stays text', async () => {
+    await nav(page, 'Summarise').click();
+    const view = page.getByRole('region', { name: 'Summarise', exact: true });
+    await view.getByLabel('Text to summarise').fill(HOSTILE);
+    await view.getByRole('radio', { name: /^Split into parts/ }).check();
+    const summariseButton = view.getByRole('button', { name: 'Summarise', exact: true });
+    await expect.poll(() => summariseButton.isEnabled()).toBe(true);
+    await summariseButton.click();
+    await expect.poll(() => view.getByRole('region', { name: 'Summary text' }).count(), { timeout: 60_000 }).toBe(1);
+    await expect.poll(() => summariseButton.isEnabled(), { timeout: 60_000 }).toBe(true);
+    await page.waitForTimeout(300);
+    expect(await page.evaluate(() => (window as unknown as { __pwned?: unknown }).__pwned)).toBeUndefined();
+    expect(await injectedElements(page)).toEqual([]);
+    expect(await view.getByLabel('Text to summarise').inputValue()).toBe(HOSTILE);
+  });
+  it.todo('Inspector shows non-zero live tokens/s and fetch ratio during a generation: the Inspector view is still a placeholder at this commit');
+  it('reload the page and find the draft (autosaved through POST /api/app)', async () => {
+    await nav(page, 'Writer').click();
+    const draft = DRAFT;
+    await typeDocument(page, draft);
+    await page.getByLabel('Title').fill('Lily and the blue fish');
+    await expect.poll(() => page.getByRole('status', { name: 'Save state' }).textContent(), { timeout: 30_000 }).toBe('Saved');
+    await page.reload();
+    await nav(page, 'Writer').click();
+    await expect.poll(() => editor(page).inputValue(), { timeout: 30_000 }).toBe(draft);
+    expect(await page.getByLabel('Title').inputValue()).toBe('Lily and the blue fish');
+    expect(await page.getByRole('complementary', { name: 'Documents' }).getByRole('button', { name: /^Lily and the blue fish/ }).count()).toBe(1);
+    await screenshot(page, 'writer-reloaded');
+    expect(pageErrors).toEqual([]);
+  });
+
+  afterAll(() => {
+    if (serverLog && process.env.LONGHAND_E2E_VERBOSE) console.log(serverLog);
+  });
+});
