@@ -1,11 +1,106 @@
-// The cache inspector arrives in the next step: it will subscribe to every generation through
-// services().engine.onGenerationEvent() and onMetrics() (throttled to 10/s) and, once the
-// protocol carries them, to the per-layer KV metrics of ARCHITECTURE.md §7.
+// The cache inspector: live figures of every generation in this window (whichever view started
+// it), from the engine's step metrics — sparklines, a heatmap of the fetched positions, where
+// the memory goes, a per-layer table — plus a comparison of two policies and an export.
+import { useCallback, useState } from 'react';
+import { formatBytes, formatRate } from '../../ui/format.ts';
+import { downloadText } from '../summarise/download.ts';
+import { Compare } from './Compare.tsx';
+import { toCsv, toJsonl, type HeatMode } from './data.ts';
+import { Heatmap } from './Heatmap.tsx';
+import { LayerTable } from './LayerTable.tsx';
+import { MemoryStack } from './MemoryStack.tsx';
+import { Sparkline } from './Sparkline.tsx';
+import { snapshots, SNAPSHOT_CAPACITY, useInspectorStore } from './store.ts';
+import './inspector.css';
+
+/** Samples the sparklines show. */
+export const SPARK_SAMPLES = 240;
+
+const pct = (v: number): string => `${(v * 100).toFixed(1)}%`;
+
+function exportName(ext: string): string {
+  return `longhand-metrics-${new Date().toISOString().replace(/[:.]/g, '-')}.${ext}`;
+}
+
 export function InspectorView() {
+  const version = useInspectorStore((s) => s.version);
+  const latest = useInspectorStore((s) => s.latest);
+  const running = useInspectorStore((s) => s.running);
+  const clear = useInspectorStore((s) => s.clear);
+  const [layerChoice, setLayerChoice] = useState<'all' | number>('all');
+  const samples = useCallback(() => snapshots(), []);
+
+  const recent = snapshots(SPARK_SAMPLES);
+  const count = snapshots().length;
+  const m = latest?.metrics;
+  const layerCount = m?.layers.length ?? 0;
+  const layer = layerChoice !== 'all' && layerChoice < layerCount ? layerChoice : 'all';
+  const mode: HeatMode = layer === 'all' || !m ? { kind: 'layers', layers: Math.max(1, layerCount) } : { kind: 'positions', layer, contextLength: m.contextLength };
+  const hasPositions = m?.layers.some((l) => l.positions !== undefined) ?? false;
+
   return (
-    <section className="view" aria-label="Inspector">
+    <section className="view inspector" aria-label="Inspector">
       <h1>Cache inspector</h1>
-      <p className="placeholder">The live view of the KV cache (fetched tokens, hit rate, memory per layer) arrives in the next step.</p>
+      <div className="row">
+        <span role="status" aria-label="Inspector state" className={running.length > 0 ? undefined : 'muted'}>
+          {running.length > 0 ? `Live: ${running.length} generation${running.length > 1 ? 's' : ''} running` : count > 0 ? 'Idle: showing the last samples' : 'No metrics yet'}
+          {count > 0 && ` · ${count} of the last ${SNAPSHOT_CAPACITY} samples kept`}
+        </span>
+        <span className="grow" />
+        <button type="button" onClick={() => downloadText(exportName('csv'), toCsv(snapshots()), 'text/csv;charset=utf-8')} disabled={count === 0}>Export CSV</button>
+        <button type="button" onClick={() => downloadText(exportName('jsonl'), toJsonl(snapshots()), 'application/x-ndjson')} disabled={count === 0}>Export JSON lines</button>
+        <button type="button" onClick={clear} disabled={count === 0}>Clear</button>
+      </div>
+
+      {!m ? (
+        <p className="placeholder">Start a generation (Writer, Summarise, or Compare below) and the engine's per-step cache figures appear here, up to 10 times a second.</p>
+      ) : (
+        <>
+          <div className="panel">
+            <p className="muted">
+              Policy <strong>{m.policy}</strong> · step {m.step.toLocaleString('en-US')} · context {m.contextTokens.toLocaleString('en-US')} of {m.contextLength.toLocaleString('en-US')} · {m.evictions.toLocaleString('en-US')} evictions ·
+              time per step: dense {m.timing.denseMs.toFixed(1)} ms, attention {m.timing.attentionMs.toFixed(1)}, speculation {m.timing.speculationMs.toFixed(1)}, gather {m.timing.gatherMs.toFixed(1)}, other {m.timing.otherMs.toFixed(1)}
+            </p>
+            <div className="sparks">
+              <Sparkline label="Tokens/s" values={recent.map((s) => s.metrics.tokensPerS)} format={formatRate} />
+              <Sparkline label="Fetch ratio" values={recent.map((s) => s.metrics.fetchRatio)} format={pct} max={1} />
+              <Sparkline label="Attention recall" values={recent.map((s) => s.metrics.recall)} format={pct} max={1} />
+              <Sparkline label="Reuse hit rate" values={recent.map((s) => s.metrics.reuseHitRate)} format={pct} max={1} />
+              <Sparkline label="Bytes moved per token" values={recent.map((s) => s.metrics.bytesMovedPerToken)} format={formatBytes} />
+            </div>
+          </div>
+
+          <div className="panel">
+            <div className="row">
+              <h2 className="grow">Fetched positions</h2>
+              <label>
+                <span className="field-label">Show</span>
+                <select aria-label="Heatmap layer" value={String(layer)} onChange={(e) => setLayerChoice(e.target.value === 'all' ? 'all' : Number(e.target.value))}>
+                  <option value="all">All layers (fetch ratio)</option>
+                  {m.layers.map((l) => <option key={l.layer} value={l.layer}>Layer {l.layer}</option>)}
+                </select>
+              </label>
+            </div>
+            <Heatmap mode={mode} samples={samples} version={version} />
+            <div className="heat-axis muted">
+              <span>{mode.kind === 'layers' ? 'rows: layer 0 (top) to last; brightness: selected ÷ candidates' : `rows: positions 0 (top) to ${m.contextLength.toLocaleString('en-US')} in ${Math.min(512, m.contextLength)} buckets; brightness: share selected${hasPositions ? '' : ' (no positions sent: selected ÷ candidates)'}`}</span>
+              <span>newest sample →</span>
+            </div>
+          </div>
+
+          <div className="panel">
+            <h2>Memory</h2>
+            <MemoryStack memory={m.memory} />
+          </div>
+
+          <div className="panel">
+            <h2>Layers (latest sample)</h2>
+            <LayerTable metrics={m} />
+          </div>
+        </>
+      )}
+
+      <Compare />
     </section>
   );
 }

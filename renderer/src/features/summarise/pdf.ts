@@ -13,7 +13,7 @@ interface TextLike {
 export async function pdfToText(data: ArrayBuffer, onPage?: (page: number, pages: number) => void): Promise<string> {
   const pdfjs = await import('pdfjs-dist');
   if (!pdfjs.GlobalWorkerOptions.workerSrc) pdfjs.GlobalWorkerOptions.workerSrc = workerUrl;
-  const task = pdfjs.getDocument({ data: new Uint8Array(data), isEvalSupported: false, useSystemFonts: false, stopAtErrors: false });
+  const task = pdfjs.getDocument({ data: new Uint8Array(data), isEvalSupported: false, useSystemFonts: false, stopAtErrors: false, verbosity: pdfjs.VerbosityLevel.ERRORS });
   const doc = await task.promise;
   try {
     const pages: string[] = [];

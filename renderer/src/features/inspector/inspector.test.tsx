@@ -1,0 +1,132 @@
+import { act, fireEvent, render, screen, waitFor, within } from '@testing-library/react';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { resetEngineStore, useEngineStore } from '../../engine/store.ts';
+import { installServices, services, uninstallServices } from '../../services.ts';
+import { FakeApi, stepMetrics, TIMINGS, timeoutFrames } from '../../test/fake-api.ts';
+import { resetSettingsStore } from '../settings/store.ts';
+import { CSV_COLUMNS, toCsv } from './data.ts';
+import { InspectorView } from './InspectorView.tsx';
+import { resetInspectorStore, snapshots, useInspectorStore } from './store.ts';
+
+let api: FakeApi;
+
+function setup() {
+  api = new FakeApi();
+  installServices(api, { schedule: timeoutFrames });
+  return render(<InspectorView />);
+}
+
+beforeEach(() => {
+  resetEngineStore();
+  resetSettingsStore();
+  resetInspectorStore();
+});
+afterEach(() => uninstallServices());
+
+describe('cache inspector', () => {
+  it('fills the store from every generation`s metrics and shows a layer`s numbers', async () => {
+    setup();
+    expect(screen.getByLabelText('Inspector state').textContent).toContain('No metrics yet');
+    // A generation started elsewhere (e.g. the writer) is observed without taking part.
+    const generation = services().engine.generate({ text: 'x' });
+    act(() => {
+      api.stream(generation.requestId, ['a']);
+      api.metrics(generation.requestId, stepMetrics({ step: 1, tokensPerS: 12.5 }, [{}, { selected: 37, candidates: 200, bytesMoved: 4096, reuseHits: 9, reuseMisses: 3, recall: 0.875, speculationMs: 0.25, gatherMs: 0.5, attentionMs: 1.25 }]));
+    });
+    await waitFor(() => expect(useInspectorStore.getState().latest?.metrics.step).toBe(1));
+    expect(snapshots()).toHaveLength(1);
+    expect(screen.getByLabelText('Inspector state').textContent).toContain('Live: 1 generation running');
+
+    const row = screen.getByRole('row', { name: 'Layer 1' });
+    const cells = within(row).getAllByRole('cell').map((c) => c.textContent);
+    expect(cells).toEqual(['1', '37', '200', '18.5%', '4.00 KiB', '9', '3', '75.0%', '87.5%', '0.25 / 0.50 / 1.25']);
+    expect(screen.getByTestId('spark-Tokens/s').textContent).toBe('12.5');
+    expect(screen.getByLabelText('Memory now')).toBeTruthy();
+    expect(screen.getByRole('img', { name: 'Fetch ratio per layer over recent samples' })).toBeTruthy();
+
+    // The final sample arrives with the end of the generation; then the view is idle.
+    act(() => {
+      api.metrics(generation.requestId, stepMetrics({ step: 2 }));
+      api.done(generation.requestId, { completionTokens: 2 });
+    });
+    await generation.result;
+    await waitFor(() => expect(useInspectorStore.getState().latest?.metrics.step).toBe(2));
+    expect(screen.getByLabelText('Inspector state').textContent).toContain('Idle');
+
+    // A layer chosen for the heatmap draws its positions (no canvas here: the view still renders).
+    fireEvent.change(screen.getByLabelText('Heatmap layer'), { target: { value: '1' } });
+    expect(screen.getByRole('img', { name: 'Selected positions of layer 1 over recent samples' })).toBeTruthy();
+  });
+
+  it('export CSV has a header and one row per snapshot', async () => {
+    setup();
+    const generation = services().engine.generate({ text: 'x' });
+    for (let step = 1; step <= 3; step++) {
+      act(() => api.metrics(generation.requestId, stepMetrics({ step })));
+      // wait past the 10/s cap so every sample is kept
+      await new Promise((r) => setTimeout(r, 110));
+    }
+    act(() => api.done(generation.requestId));
+    await generation.result;
+    expect(snapshots().map((s) => s.metrics.step)).toEqual([1, 2, 3]);
+    const lines = toCsv(snapshots()).trimEnd().split('\n');
+    expect(lines[0]).toBe(CSV_COLUMNS.join(','));
+    expect(lines).toHaveLength(4);
+    expect(screen.getByRole('button', { name: 'Export CSV' })).toHaveProperty('disabled', false);
+  });
+
+  it('compare runs one prompt under two policies and restores the user`s load', async () => {
+    setup();
+    const model = await services().engine.load({ modelPath: '/m.gguf', policy: 'full', contextLength: 1024 });
+    act(() => useEngineStore.getState().setModel(model));
+    fireEvent.change(screen.getByLabelText('Compare tokens'), { target: { value: '4' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Compare' }));
+
+    const sideRun = async (index: number, ids: number[], tokensPerS: number) => {
+      await waitFor(() => expect(api.generations()).toHaveLength(index + 1));
+      const g = api.lastGeneration();
+      expect(g.params).toMatchObject({ maxTokens: 4, sampling: { temperature: 0 } });
+      act(() => {
+        api.emit({ kind: 'prompt', requestId: g.requestId, ids: [1, 2], contextLength: 1024 });
+        ids.forEach((id, i) => api.emit({ kind: 'token', requestId: g.requestId, index: i, id, text: `t${id}` }));
+        api.done(g.requestId, { completionTokens: ids.length, timings: { ...TIMINGS, decodeTokensPerS: tokensPerS } });
+      });
+    };
+    await sideRun(0, [10, 11, 12, 13], 20);
+    await sideRun(1, [10, 11, 99, 13], 35);
+
+    const result = await screen.findByLabelText('Compare result');
+    expect(within(result).getByText('75.0% (3 of 4)')).toBeTruthy();
+    expect(within(result).getByText('token 2')).toBeTruthy();
+    expect(result.querySelector('[data-stat="rate-a"]')?.textContent).toBe('20.0');
+    expect(result.querySelector('[data-stat="rate-b"]')?.textContent).toBe('35.0');
+    expect(within(result).getByRole('region', { name: 'Text under infinigen (B)' }).textContent).toBe('t10t11t99t13');
+
+    await waitFor(() => expect(useInspectorStore.getState().compare.running).toBe(false));
+    const loads = api.sent.filter((r) => r.kind === 'load').map((r) => (r.kind === 'load' ? r.options : null));
+    expect(loads.map((o) => o?.policy)).toEqual(['full', 'full', 'infinigen', 'full']);
+    // The last load is the user's own options, unchanged.
+    expect(loads.at(-1)).toEqual({ modelPath: '/m.gguf', policy: 'full', contextLength: 1024 });
+    expect(loads[2]).toMatchObject({ modelPath: '/m.gguf', policy: 'infinigen', contextLength: 1024 });
+    expect(useEngineStore.getState().model?.policy).toBe('full');
+  });
+
+  it('compare reports a refused policy and still restores the model', async () => {
+    setup();
+    const model = await services().engine.load({ modelPath: '/m.gguf' });
+    act(() => useEngineStore.getState().setModel(model));
+    api.autoLoad = false;
+    act(() => useInspectorStore.getState().editCompare({ policyA: 'h2o' }));
+    fireEvent.click(screen.getByRole('button', { name: 'Compare' }));
+    await waitFor(() => expect(api.sent.filter((r) => r.kind === 'load')).toHaveLength(2));
+    const refused = api.sent.at(-1)!;
+    act(() => api.emit({ kind: 'error', requestId: refused.requestId, error: { code: 'BAD_ARGUMENT', message: 'policy h2o is not implemented yet', details: {} } }));
+    await waitFor(() => expect(api.sent.filter((r) => r.kind === 'load')).toHaveLength(3));
+    const restore = api.sent.at(-1)!;
+    expect(restore).toMatchObject({ kind: 'load', options: { modelPath: '/m.gguf' } });
+    act(() => api.emit({ kind: 'loaded', requestId: restore.requestId, model }));
+    expect((await screen.findByRole('alert')).textContent).toContain('policy h2o is not implemented yet');
+    await waitFor(() => expect(useInspectorStore.getState().compare.running).toBe(false));
+    expect(api.generations()).toHaveLength(0);
+  });
+});
