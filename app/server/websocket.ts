@@ -194,6 +194,9 @@ function payloadOf(error: unknown): ErrorPayload {
   return { code: 'INTERNAL', message: error instanceof Error ? error.message : String(error), details: {} };
 }
 
+/** The request id of the 'loaded' event a new connection receives when a model is already loaded. */
+export const CURRENT_MODEL_REQUEST = 'server:current-model';
+
 export class EngineRelay {
   /** Generations this connection started and that have not ended: requestId → their abort. */
   private readonly active = new Map<string, AbortController>();
@@ -206,6 +209,10 @@ export class EngineRelay {
     ws.onClose(() => {
       for (const abort of this.active.values()) abort.abort();
     });
+    // A page that connects (or reloads) learns which model is already loaded (--model, or an
+    // earlier page's load) without asking: an unsolicited 'loaded' under CURRENT_MODEL_REQUEST.
+    const model = session.model;
+    if (model) this.send({ kind: 'loaded', requestId: CURRENT_MODEL_REQUEST, model });
   }
 
   close(): void {

@@ -1,13 +1,13 @@
 import { act, fireEvent, render, screen, waitFor } from '@testing-library/react';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { App } from './App.tsx';
-import { resetEngineStore } from './engine/store.ts';
+import { resetEngineStore, useEngineStore } from './engine/store.ts';
 import { resetModelsStore } from './features/models/store.ts';
 import { resetSettingsStore } from './features/settings/store.ts';
 import { resetWriterStore } from './features/writer/store.ts';
 import { installServices, uninstallServices } from './services.ts';
 import { resetShellStore } from './shell/store.ts';
-import { defaultSettings, FakeApi, timeoutFrames } from './test/fake-api.ts';
+import { defaultSettings, FakeApi, MODEL, timeoutFrames } from './test/fake-api.ts';
 
 let api: FakeApi;
 
@@ -26,15 +26,15 @@ beforeEach(() => {
 afterEach(() => uninstallServices());
 
 describe('app shell', () => {
-  it('navigates between the five sections; Summarise and Inspector say they come next', async () => {
+  it('navigates between the five sections', async () => {
     render(<App />);
     const nav = screen.getByRole('navigation', { name: 'Sections' });
     expect([...nav.querySelectorAll('button')].map((b) => b.textContent)).toEqual(['Writer', 'Summarise', 'Models', 'Inspector', 'Settings']);
     await screen.findByLabelText('Document text');
     fireEvent.click(screen.getByRole('button', { name: 'Summarise' }));
-    expect(screen.getByText(/arrives in the next step/)).toBeTruthy();
+    expect(screen.getByLabelText('Text to summarise')).toBeTruthy();
     fireEvent.click(screen.getByRole('button', { name: 'Inspector' }));
-    expect(screen.getByText(/arrives in the next step/)).toBeTruthy();
+    expect(screen.getByRole('heading', { name: 'Cache inspector' })).toBeTruthy();
     fireEvent.click(screen.getByRole('button', { name: 'Models' }));
     expect(screen.getByRole('heading', { name: 'Models' })).toBeTruthy();
     fireEvent.click(screen.getByRole('button', { name: 'Settings' }));
@@ -62,5 +62,14 @@ describe('app shell', () => {
     await waitFor(() => expect(api.restartEngine).toHaveBeenCalledTimes(1));
     await waitFor(() => expect(screen.queryByRole('alert')).toBeNull());
     expect((screen.getByLabelText('Document text') as HTMLTextAreaElement).value).toBe('My draft, edited');
+  });
+});
+
+describe('a model the server already has', () => {
+  it('shows as loaded without pressing Load (browser mode announces it on connect)', () => {
+    const api = new FakeApi();
+    installServices(api);
+    api.emit({ kind: 'loaded', requestId: 'server:current-model', model: { ...MODEL, path: '/models/already.gguf' } });
+    expect(useEngineStore.getState().model?.path).toBe('/models/already.gguf');
   });
 });

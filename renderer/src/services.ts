@@ -15,11 +15,13 @@ export function installServices(api: LonghandWindowApi, options: EngineClientOpt
   current?.dispose();
   const engine = new EngineClient(api, options);
   const offStatus = api.onEngineStatus((status) => useEngineStore.getState().setStatus(status));
+  const offModel = engine.onModelAnnounced((model) => useEngineStore.getState().setModel(model));
   current = {
     api,
     engine,
     dispose: () => {
       offStatus();
+      offModel();
       engine.dispose();
     },
   };

@@ -327,6 +327,8 @@ describe.runIf(haveSharedModel())('longhand serve on stories260K', () => {
     expect((await wsConnect(port, { ...auth(), Origin: 'http://evil.example' })).status).toBe(403);
     const ws = await wsConnect(port, auth());
     expect(ws.status).toBe(101);
+    // a new connection is told which model the server already has loaded
+    expect(JSON.parse(await ws.next())).toMatchObject({ kind: 'loaded', requestId: 'server:current-model', model: { vocabSize: 512, layers: 5 } });
     ws.send({ kind: 'nonsense', requestId: 'x' });
     expect(JSON.parse(await ws.next())).toMatchObject({ kind: 'error', requestId: 'x', error: { code: 'PROTOCOL_BAD_MESSAGE' } });
     ws.send({ kind: 'generate', requestId: 'g1', prompt: { text: 'Once upon a time' }, params: { maxTokens: 12, sampling: { temperature: 0 } } });

@@ -115,6 +115,7 @@ export class EngineClient {
   private readonly stepMetricsListeners = new Set<(event: StepMetricsEvent) => void>();
   private lastLoad: LoadOptionsInput | null = null;
   private readonly eventListeners = new Set<(event: GenerationEvent) => void>();
+  private readonly modelListeners = new Set<(model: ModelInfo) => void>();
   private readonly metricsListeners = new Set<(metrics: GenerationMetrics) => void>();
   private readonly unsubscribe: (() => void)[] = [];
   private readonly schedule: FrameScheduler;
@@ -167,6 +168,12 @@ export class EngineClient {
    * The engine's step metrics of every generation (per request at most 10 a second, the final
    * one always delivered).
    */
+  /** Models loaded by someone else than this client (the server's --model, another page). */
+  onModelAnnounced(listener: (model: ModelInfo) => void): () => void {
+    this.modelListeners.add(listener);
+    return () => this.modelListeners.delete(listener);
+  }
+
   onStepMetrics(listener: (event: StepMetricsEvent) => void): () => void {
     this.stepMetricsListeners.add(listener);
     return () => this.stepMetricsListeners.delete(listener);
@@ -326,6 +333,8 @@ export class EngineClient {
     if (pending) pending.event(event);
     // Metrics of a generation that already ended (a late final sample): observers still get them.
     else if (event.kind === 'metrics') this.emitStepMetrics({ requestId: event.requestId, metrics: event.metrics }, {});
+    // A model someone else loaded (browser mode tells a new page what the server already has).
+    else if (event.kind === 'loaded') for (const listener of this.modelListeners) listener(event.model);
   }
 
   private failAll(error: EngineError): void {
