@@ -47,7 +47,7 @@ const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
 const VIEWPORT = { width: 1280, height: 800 };
 /** The screenshots the README shows (LONGHAND_UPDATE_SCREENSHOTS=1 refreshes assets/screenshots/). */
-const README_SET = ['models', 'writer', 'summarise', 'settings'];
+const README_SET = ['models', 'writer', 'summarise', 'inspector', 'settings'];
 const CONTEXT_TOKENS = 4096;
 /** Tokens of the measured generation (the brief: a 300-token run). */
 const PERF_TOKENS = 300;
@@ -450,15 +450,81 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
     }
   });
 
-  it('screenshots of the Inspector and Settings views', async () => {
-    for (const [label, file] of [
-      ['Inspector', 'inspector'],
-      ['Settings', 'settings'],
-    ] as const) {
-      await nav(page, label).click();
-      await expect.poll(() => page.getByRole('region', { name: label, exact: true }).isVisible()).toBe(true);
-      await screenshot(page, file);
-    }
+  it('Inspector: live tokens/s and fetch ratio of a Writer generation, 5 layer rows, Compare full vs infinigen (fetch ratio < 1), CSV export', async () => {
+    const inspector = page.getByRole('region', { name: 'Inspector', exact: true });
+    const spark = (label: string) => inspector.getByTestId(`spark-${label}`);
+    const percent = async (label: string) => Number(/^([\d.]+)%$/.exec((await spark(label).textContent()) ?? '')?.[1] ?? NaN);
+    const layerRows = inspector.getByRole('table', { name: 'Layers' }).locator('tbody tr');
+
+    // A long Writer generation (full policy, as loaded), watched live from the Inspector.
+    await typeDocument(page, 'Once upon a time, there was a little girl named Lily. She loved to play outside.');
+    await page.getByLabel('Max tokens').fill('3000');
+    await page.getByRole('button', { name: 'Continue writing' }).click();
+    await expect.poll(async () => Number(await stat(page, 'tokens').textContent()), { timeout: 30_000 }).toBeGreaterThan(0);
+    await nav(page, 'Inspector').click();
+    await expect.poll(() => inspector.getByRole('status', { name: 'Inspector state' }).textContent()).toMatch(/^Live: 1 generation running/);
+    await expect.poll(async () => Number.parseFloat((await spark('Tokens/s').textContent()) ?? '')).toBeGreaterThan(0);
+    await expect.poll(() => percent('Fetch ratio')).toBeGreaterThan(0);
+    const liveFull = await percent('Fetch ratio');
+    expect(liveFull).toBeLessThanOrEqual(100);
+    expect(await inspector.textContent()).toContain('Policy full');
+    // stories260K has 5 layers: one row each.
+    await expect.poll(() => layerRows.count()).toBe(5);
+    // Let a second of samples gather for the sparklines, then picture it live.
+    await page.waitForTimeout(1000);
+    await screenshot(page, 'inspector-live');
+    const liveState = (await inspector.getByRole('status', { name: 'Inspector state' }).textContent()) ?? '';
+    const liveRate = (await spark('Tokens/s').textContent()) ?? '';
+    await nav(page, 'Writer').click();
+    if (await page.getByRole('button', { name: 'Stop' }).isEnabled()) await page.getByRole('button', { name: 'Stop' }).click();
+    await waitForStop(page);
+    await page.getByRole('button', { name: 'Reject' }).click();
+
+    // Compare full (A) with infinigen (B): the model is reloaded under each, then as it was.
+    await nav(page, 'Inspector').click();
+    const compare = inspector.getByRole('region', { name: 'Compare policies' });
+    await compare.getByLabel('Compare tokens').fill('256');
+    await compare.getByLabel('Policy A').selectOption('full');
+    await compare.getByLabel('Policy B').selectOption('infinigen');
+    await compare.getByRole('button', { name: 'Compare', exact: true }).click();
+    await expect.poll(() => compare.getByLabel('Compare result').count(), { timeout: 120_000 }).toBe(1);
+    await expect.poll(() => compare.getByRole('button', { name: 'Compare', exact: true }).isEnabled(), { timeout: 60_000 }).toBe(true);
+    expect(await compare.getByRole('alert').count()).toBe(0);
+    expect(await compare.locator('[data-stat="agreement"]').textContent()).toMatch(/^\d+(\.\d)?% \(\d+ of \d+\)$/);
+    expect(Number.parseFloat((await compare.locator('[data-stat="rate-b"]').textContent()) ?? '')).toBeGreaterThan(0);
+    // The newest sample is infinigen's: fewer positions fetched than there are candidates.
+    expect(await inspector.textContent()).toContain('Policy infinigen');
+    const infinigen = await percent('Fetch ratio');
+    console.log(`e2e inspector: live full-policy fetch ratio ${liveFull}%, ${liveRate} tokens/s, state "${liveState}"; infinigen fetch ratio ${infinigen}%, tokens/s ${await spark('Tokens/s').textContent()}, agreement ${await compare.locator('[data-stat="agreement"]').textContent()}`);
+    expect(infinigen).toBeGreaterThan(0);
+    expect(infinigen).toBeLessThan(100);
+    expect(await layerRows.count()).toBe(5);
+    // After the comparison the user's own model (full, 4,096) is back.
+    await nav(page, 'Models').click();
+    await expect.poll(async () => (await page.getByRole('region', { name: 'Loaded model' }).textContent()) ?? '').toContain(`${CONTEXT_TOKENS.toLocaleString('en-US')} of`);
+    await nav(page, 'Inspector').click();
+    await expect.poll(() => inspector.getByRole('status', { name: 'Inspector state' }).textContent()).toMatch(/^Idle: showing the last samples/);
+    await screenshot(page, 'inspector');
+    await inspector.getByRole('table', { name: 'Layers' }).scrollIntoViewIfNeeded();
+    await screenshot(page, 'inspector-layers');
+    await page.getByRole('heading', { name: 'Cache inspector' }).scrollIntoViewIfNeeded();
+
+    // Export CSV: a real download with the header line and one line per kept sample.
+    const [download] = await Promise.all([page.waitForEvent('download'), inspector.getByRole('button', { name: 'Export CSV' }).click()]);
+    expect(download.suggestedFilename()).toMatch(/^longhand-metrics-.+\.csv$/);
+    const csv = readFileSync((await download.path())!, 'utf8');
+    const lines = csv.trim().split('\n');
+    expect(lines[0]).toMatch(/^receivedAt,requestId,step,contextTokens,contextLength,policy,tokensPerS,fetchRatio,/);
+    expect(lines.length).toBeGreaterThan(2);
+    expect(lines.some((line) => line.includes(',infinigen,'))).toBe(true);
+    expect(lines.some((line) => line.includes(',full,'))).toBe(true);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('screenshot of the Settings view', async () => {
+    await nav(page, 'Settings').click();
+    await expect.poll(() => page.getByRole('region', { name: 'Settings', exact: true }).isVisible()).toBe(true);
+    await screenshot(page, 'settings');
     expect(pageErrors).toEqual([]);
   });
 
@@ -500,10 +566,12 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
     const note = (await view.getByLabel('Note').textContent()) ?? '';
     const parts = Number(/summarised in (\d+) parts/.exec(note)?.[1]);
     expect(parts).toBeGreaterThanOrEqual(2);
-    // The part summaries fold away when the run ends; open them.
-    await view.getByText(`Part summaries (${parts})`).click();
+    // The part summaries stay open when the run ends.
+    expect(await view.locator('details', { hasText: `Part summaries (${parts})` }).getAttribute('open')).not.toBeNull();
     for (let i = 1; i <= parts; i++) await expect.poll(() => view.getByRole('region', { name: `Summary of part ${i}` }).isVisible()).toBe(true);
     expect(((await view.getByRole('region', { name: 'Summary text' }).textContent()) ?? '').length).toBeGreaterThan(0);
+    // The picture shows the run's note, the part summaries and the combined summary.
+    await view.getByLabel('Note').evaluate((el: PageElement) => (el as unknown as { scrollIntoView(options: { block: string }): void }).scrollIntoView({ block: 'start' }));
     await screenshot(page, 'summarise');
     expect(await view.getByRole('alert').count()).toBe(0);
   });
@@ -523,7 +591,6 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
     expect(await injectedElements(page)).toEqual([]);
     expect(await view.getByLabel('Text to summarise').inputValue()).toBe(HOSTILE);
   });
-  it.todo('Inspector shows non-zero live tokens/s and fetch ratio during a generation: the Inspector view is still a placeholder at this commit');
   it('reload the page and find the draft (autosaved through POST /api/app)', async () => {
     await nav(page, 'Writer').click();
     const draft = DRAFT;

@@ -30,7 +30,7 @@ export function Downloads() {
           if (url.trim()) void startDownload(url.trim()).then(() => setUrl(''));
         }}
       >
-        <input type="url" aria-label="Download URL" placeholder="https://huggingface.co/…/model.gguf" value={url} onChange={(e) => setUrl(e.target.value)} />
+        <input type="url" className="grow" aria-label="Download URL" placeholder="https://huggingface.co/…/model.gguf" value={url} onChange={(e) => setUrl(e.target.value)} />
         <button type="submit" disabled={!url.trim()}>Download</button>
       </form>
       {downloadError && <p className="error" role="alert">{downloadError}</p>}

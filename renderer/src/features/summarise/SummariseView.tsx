@@ -1,6 +1,6 @@
 // Summarise: open a .txt/.md/.pdf file or paste text, see its size in tokens against the model's
 // context, choose what happens when it does not fit, and stream the summary (Stop, Copy, Save).
-import { useEffect } from 'react';
+import { useEffect, useState } from 'react';
 import { useEngineStore } from '../../engine/store.ts';
 import { countWords } from '../../ui/format.ts';
 import { SafeText } from '../../ui/SafeText.tsx';
@@ -25,6 +25,12 @@ export function SummariseView() {
   const s = useSummariseStore();
   const model = useEngineStore((e) => e.model);
   const { text, count } = s;
+  // The part summaries stay open after the run (they are the result too); the user may fold them,
+  // and the next run opens them again.
+  const [partsOpen, setPartsOpen] = useState(true);
+  useEffect(() => {
+    if (s.running) setPartsOpen(true);
+  }, [s.running]);
 
   useEffect(() => {
     const timer = setTimeout(() => void count(), COUNT_DEBOUNCE_MS);
@@ -115,7 +121,7 @@ export function SummariseView() {
       {s.error && <p className="error" role="alert">{s.error}</p>}
 
       {s.partSummaries.length > 0 && (
-        <details className="panel" open={s.running}>
+        <details className="panel" open={partsOpen} onToggle={(e) => setPartsOpen(e.currentTarget.open)}>
           <summary>Part summaries ({s.partSummaries.length})</summary>
           {s.partSummaries.map((part, i) => (
             <div key={i}>
