@@ -82,6 +82,26 @@ export const InfinigenKnobsSchema = z.strictObject({
 });
 export type InfinigenKnobs = z.infer<typeof InfinigenKnobsSchema>;
 
+/** Knobs of the comparison policies (streaming, h2o, quest, oracle). */
+export const SparseKnobsSchema = z.strictObject({
+  /** Tokens per KV head besides the current one; default ⌊fetchCap·context⌋ each step. */
+  budget: positiveIntOptional(),
+  fetchCap: z.number().gt(0).max(1).default(0.2),
+  denseLayers: z.int().nonnegative().max(1024).default(2),
+  /** streaming: attention-sink tokens. */
+  sinks: z.int().nonnegative().max(1 << 20).default(4),
+  /** streaming: recent window; h2o: recent tokens. */
+  window: positiveIntOptional(),
+  /** quest: pages kept, and tokens per page. */
+  topPages: positiveIntOptional(),
+  pageSize: z.int().positive().max(4096).default(16),
+});
+export type SparseKnobs = z.infer<typeof SparseKnobsSchema>;
+
+function positiveIntOptional() {
+  return z.int().positive().max(2 ** 31 - 1).optional();
+}
+
 export const LoadOptionsSchema = z.strictObject({
   modelPath: z.string().min(1),
   device: DeviceSchema.default('cpu'),
@@ -95,6 +115,7 @@ export const LoadOptionsSchema = z.strictObject({
   /** How decode steps choose the past tokens they attend to. */
   policy: KvPolicySchema.default('full'),
   infinigen: InfinigenKnobsSchema.prefault({}),
+  sparse: SparseKnobsSchema.prefault({}),
   /** Compute attention recall against the full softmax (slower; for the inspector). */
   inspect: z.boolean().default(false),
 });

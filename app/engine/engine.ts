@@ -96,8 +96,8 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         const chat = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
         const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
         const threads = options.threads ?? availableParallelism();
-        if (options.policy !== 'full' && options.policy !== 'infinigen') {
-          throw new UsageError(`policy ${options.policy} is not available in this version; use full or infinigen`, { policy: options.policy });
+        if (options.policy === 'snapkv') {
+          throw new UsageError('policy snapkv (prompt compression at prefill) is not available in this version; use full, infinigen, streaming, h2o, quest or oracle', { policy: options.policy });
         }
         const runner = await createModelRunner(model, {
           threads,
@@ -108,6 +108,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           eosIds: tokenizer.eosIds,
           policy: options.policy,
           infinigen: { ...options.infinigen, inspect: options.inspect, cacheDir: cacheDir() },
+          sparse: options.sparse,
         });
         const { hyper } = model;
         const info: ModelInfo = {

@@ -1,5 +1,7 @@
 // `longhand generate` end to end: the real bin, host process, engine and reference model.
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { haveSharedModel, loadReferenceRuns, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
@@ -45,6 +47,21 @@ describe.runIf(haveSharedModel())('longhand generate on stories260K', () => {
     const gpu = longhand('generate', '--model', STORIES_260K, '--prompt', 'x', '--device', 'cuda');
     expect(gpu.status).toBe(1);
     expect(gpu.stderr).toMatch(/DEVICE_UNAVAILABLE/);
+  });
+
+  it('runs a sparse policy and writes sampled metrics as JSON lines', () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'longhand-metrics-')), 'metrics.jsonl');
+    const result = longhand('generate', '--model', STORIES_260K, '--prompt', 'Once upon a time', '--max-tokens', '60', '--temperature', '0', '--policy', 'streaming', '--fetch-cap', '0.25', '--metrics', file, '--json');
+    expect(result.status, result.stderr).toBe(0);
+    const lines = readFileSync(file, 'utf8').trim().split('\n').map((line) => JSON.parse(line));
+    expect(lines.length).toBeGreaterThanOrEqual(1);
+    const last = lines.at(-1);
+    expect(last).toMatchObject({ step: 60, policy: 'streaming' });
+    expect(last.fetchRatio).toBeLessThan(1);
+    expect(last.layers).toHaveLength(5);
+    const bad = longhand('generate', '--model', STORIES_260K, '--prompt', 'x', '--policy', 'magic');
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/--policy must be one of/);
   });
 
   it('refuses a prompt longer than the context instead of truncating it', () => {

@@ -58,7 +58,20 @@ describe.runIf(haveSharedModel())('engine metrics on stories260K', () => {
     expect(last.recall).toBeGreaterThan(0);
   });
 
+  it.each(['streaming', 'h2o', 'quest', 'oracle'] as const)('%s: sparse layers keep a fixed share of the context', async (policy) => {
+    const info = await engine.load({ modelPath: STORIES_260K, contextLength: 512, threads: 1, policy, sparse: { fetchCap: 0.25 } });
+    expect(info.policy).toBe(policy);
+    const last = (await collect(80)).at(-1)!;
+    expect(last.policy).toBe(policy);
+    for (const layer of last.layers.slice(2)) {
+      expect(layer.selected).toBeGreaterThan(0);
+      // quest keeps whole 16-token pages, so it may exceed the share by less than a page
+      expect(layer.selected).toBeLessThanOrEqual(Math.floor(0.25 * layer.candidates) + (policy === 'quest' ? 16 : 0));
+    }
+    expect(last.fetchRatio).toBeLessThan(1);
+  });
+
   it('refuses a policy that is not built yet with a typed error', async () => {
-    await expect(engine.load({ modelPath: STORIES_260K, policy: 'quest' })).rejects.toMatchObject({ code: 'BAD_ARGUMENT' });
+    await expect(engine.load({ modelPath: STORIES_260K, policy: 'snapkv' })).rejects.toMatchObject({ code: 'BAD_ARGUMENT' });
   });
 });

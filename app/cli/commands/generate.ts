@@ -1,9 +1,9 @@
 // longhand generate --model PATH --prompt TEXT … : one generation through the engine host.
 // Without --json the text streams to stdout as it is made; with --json one object is printed
 // at the end. Ctrl-C cancels the generation (the engine stops between tokens) and still prints.
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { UsageError } from '../../common/errors.ts';
-import { DEVICES, KV_TYPES, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
+import { DEVICES, KV_POLICIES, KV_TYPES, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
 import { EngineClient } from '../../engine/client.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
@@ -26,6 +26,11 @@ const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-fi
   --kv-type fp16|fp32   KV-cache precision (default fp16)
   --threads N           threads for the dense work
   --device D            ${DEVICES.join('|')} (default cpu)
+  --policy P            KV policy: full (default), infinigen, streaming, h2o, quest, oracle
+  --alpha A --partial-ratio R --fetch-cap C --dense-layers D   InfiniGen knobs (5, 0.3, 0.2, 2)
+  --budget N --window W --sinks S --top-pages P                comparison-policy knobs
+  --inspect             measure attention recall (slower)
+  --metrics FILE        write the sampled per-step metrics as JSON lines
   --json                print one JSON object (promptIds, tokenIds, text, stopReason, timings)`;
 
 function number(value: string | undefined, name: string): number | undefined {
@@ -53,6 +58,17 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
     'kv-type': { type: 'string' },
     threads: { type: 'string' },
     device: { type: 'string' },
+    policy: { type: 'string' },
+    alpha: { type: 'string' },
+    'partial-ratio': { type: 'string' },
+    'fetch-cap': { type: 'string' },
+    'dense-layers': { type: 'string' },
+    budget: { type: 'string' },
+    window: { type: 'string' },
+    sinks: { type: 'string' },
+    'top-pages': { type: 'string' },
+    inspect: { type: 'boolean' },
+    metrics: { type: 'string' },
     json: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   });
@@ -92,13 +108,37 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const kvType = oneOf(values['kv-type'], KV_TYPES, '--kv-type') ?? 'fp16';
   const threads = positiveInteger(values.threads, '--threads');
   const contextLength = positiveInteger(values.context, '--context');
+  const policy = oneOf(values.policy, KV_POLICIES, '--policy') ?? 'full';
+  const fetchCap = number(values['fetch-cap'], '--fetch-cap');
+  const denseLayers = number(values['dense-layers'], '--dense-layers');
+  const defined = <T extends object>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+  const infinigen = defined({ alpha: number(values.alpha, '--alpha'), partialRatio: number(values['partial-ratio'], '--partial-ratio'), fetchCap, denseLayers });
+  const sparse = defined({
+    fetchCap,
+    denseLayers,
+    budget: positiveInteger(values.budget, '--budget'),
+    window: positiveInteger(values.window, '--window'),
+    sinks: number(values.sinks, '--sinks'),
+    topPages: positiveInteger(values['top-pages'], '--top-pages'),
+  });
+  const metricsLines: string[] = [];
 
   const engine = await EngineClient.start();
   const abort = new AbortController();
   const onSigint = () => abort.abort();
   process.on('SIGINT', onSigint);
   try {
-    const model = await engine.load({ modelPath: values.model, device, kvType, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
+    const model = await engine.load({
+      modelPath: values.model,
+      device,
+      kvType,
+      policy,
+      infinigen,
+      sparse,
+      inspect: values.inspect ?? false,
+      ...(threads ? { threads } : {}),
+      ...(contextLength ? { contextLength } : {}),
+    });
     let promptIds: number[] = [];
     const tokenIds: number[] = [];
     let generated = '';
@@ -111,6 +151,8 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
         tokenIds.push(event.id);
         generated += event.text;
         if (!values.json) io.out(event.text);
+      } else if (event.kind === 'metrics') {
+        if (values.metrics !== undefined) metricsLines.push(JSON.stringify(event.metrics));
       } else if (event.kind === 'done') {
         // the tail the stop matcher or the UTF-8 decoder held back until the end
         generated += event.text;
@@ -120,6 +162,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
         error = event.error;
       }
     }
+    if (values.metrics !== undefined) writeFileSync(values.metrics, metricsLines.length > 0 ? `${metricsLines.join('\n')}\n` : '');
     if (values.json) {
       const result = { promptIds, tokenIds, text: generated, stopReason, timings: { loadMs: model.loadMs, ...timings }, ...(error ? { error } : {}) };
       io.out(`${JSON.stringify(result)}\n`);
