@@ -41,6 +41,7 @@ export const ERROR_CODES = [
   'ENGINE_BUSY', // a second generation while one runs (one at a time per engine)
   'ENGINE_CRASHED', // the engine process or worker died; in-flight requests end with this
   'CONTEXT_OVERFLOW', // a prompt that does not fit the context window
+  'MEMORY_INSUFFICIENT', // a model (weights + KV cache at the chosen context) that will not fit in free memory
   'ABORTED', // work stopped by its AbortSignal (a cancelled generation, between layers or tokens)
   'DEVICE_UNAVAILABLE', // an execution provider that this machine or build cannot use
   'GENERATION_INVALID_LOGITS', // logits of the wrong length, or none finite: a bug or a broken model

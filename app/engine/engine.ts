@@ -2,7 +2,7 @@
 // template, forward pass with its KV pool), one generation at a time. Everything a request
 // needs is checked here before any work starts; a generation always ends with one `done`.
 import { availableParallelism, homedir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { LonghandError, UsageError } from '../common/errors.ts';
 import type { Device, GenerateParams, LoadOptions, ModelInfo, Prompt } from '../common/protocol.ts';
 import { createModelRunner, type ModelRunner } from './forward/model-runner.ts';
@@ -11,6 +11,8 @@ import { generate } from './generate/loop.ts';
 import type { EngineCore, GenerationEvent } from './host/engine-core.ts';
 import { ChatTemplate } from './model/chat-template.ts';
 import { StepMetricsSampler } from './metrics/step-metrics.ts';
+import { summariseWeights } from './model/inspect.ts';
+import { assertFits, estimateMemory } from './model/memory-estimate.ts';
 import { loadModel } from './model/load-model.ts';
 import { createTokenizer, type Tokenizer } from './model/tokenizer/tokenizer.ts';
 import type { LoadedModel } from './model/types.ts';
@@ -95,6 +97,8 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         const tokenizer = await createTokenizer(model.tokenizer);
         const chat = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
         const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
+        // Refuse before building anything when weights + KV at this context cannot fit.
+        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType }), basename(model.path));
         const threads = options.threads ?? availableParallelism();
         if (options.policy === 'snapkv') {
           throw new UsageError('policy snapkv (prompt compression at prefill) is not available in this version; use full, infinigen, streaming, h2o, quest or oracle', { policy: options.policy });

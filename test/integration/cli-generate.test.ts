@@ -64,6 +64,13 @@ describe.runIf(haveSharedModel())('longhand generate on stories260K', () => {
     expect(bad.stderr).toMatch(/--policy must be one of/);
   });
 
+  it('refuses a context whose KV cache cannot fit in free memory, before building anything', () => {
+    // 640 bytes of fp16 K/V per token: 100 M tokens need ~64 GB, more than any CI machine has
+    const result = longhand('generate', '--model', STORIES_260K, '--prompt', 'x', '--context', '100000000');
+    expect(result.status).toBe(1);
+    expect(result.stderr).toMatch(/MEMORY_INSUFFICIENT: stories260K\.gguf needs [\d.]+ GiB .* is free; a context of \d+ tokens would fit/);
+  });
+
   it('refuses a prompt longer than the context instead of truncating it', () => {
     const result = longhand('generate', '--model', STORIES_260K, '--prompt', 'Once upon a time '.repeat(40), '--context', '32');
     expect(result.status).toBe(1);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { estimateMemory, kvBytesPerToken, partialKeyBytesPerToken } from './memory-estimate.ts';
+import { assertFits, estimateMemory, kvBytesPerToken, partialKeyBytesPerToken } from './memory-estimate.ts';
 import type { ModelHyperparameters } from './types.ts';
 
 // A Llama-2-7B-shaped model: 32 layers, 32 KV heads of 128 dims. Its fp16 KV cache is the
@@ -42,5 +42,27 @@ describe('memory estimate', () => {
     const roomy = estimateMemory(llama7b, weights, 2048, { freeBytes: 6_000_000_000, totalBytes: 8e9 });
     expect(roomy.fitsFull).toBe(true);
     expect(roomy.fitsInfinigen).toBe(true);
+  });
+});
+
+describe('refusing a load that cannot fit', () => {
+  const weights = { bytesByType: { Q4_0: 4_000_000_000 }, storedBytes: 4_000_000_000 };
+
+  it('names what is needed, what is free and the context that would fit', () => {
+    const estimate = estimateMemory(llama7b, weights, 8192, { freeBytes: 6_000_000_000, totalBytes: 8e9 });
+    let error: unknown;
+    try {
+      assertFits(estimate, 'llama-7b.gguf');
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toMatchObject({ code: 'MEMORY_INSUFFICIENT' });
+    // (6e9 − 4e9) / 524288 bytes per token
+    expect((error as { details: Record<string, number> }).details).toMatchObject({ neededBytes: 4e9 + 8192 * 524_288, availableBytes: 6e9, suggestedContext: 3814 });
+    expect((error as Error).message).toMatch(/llama-7b\.gguf needs 7\.73 GiB .* 5\.59 GiB is free; a context of 3814 tokens would fit/);
+  });
+
+  it('lets a load that fits through', () => {
+    expect(() => assertFits(estimateMemory(llama7b, weights, 2048, { freeBytes: 6_000_000_000, totalBytes: 8e9 }), 'm')).not.toThrow();
   });
 });

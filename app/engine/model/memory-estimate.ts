@@ -2,6 +2,7 @@
 // them, the KV cache at a given context for the full cache and for InfiniGen's defaults, and
 // whether that fits in the memory this machine has free right now.
 import { freemem, totalmem } from 'node:os';
+import { LonghandError } from '../../common/errors.ts';
 import type { ModelHyperparameters, TensorDType } from './types.ts';
 
 /** InfiniGen's defaults (ARCHITECTURE.md §4): partial-key ratio r and the fetch cap per step. */
@@ -104,4 +105,21 @@ export function estimateMemory(
     fitsInfinigen: totalInfinigenBytes <= freeBytes,
     maxContextThatFits,
   };
+}
+
+/**
+ * Refuses a load that cannot fit before any work starts: weights as held plus the full KV cache
+ * at the chosen context against free memory, with the numbers and the largest context that fits.
+ */
+export function assertFits(estimate: MemoryEstimate, modelName: string): void {
+  if (estimate.totalFullBytes <= estimate.freeBytes) return;
+  const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
+  const perToken = estimate.contextTokens > 0 ? estimate.kvFullBytes / estimate.contextTokens : 0;
+  const suggested = perToken > 0 ? Math.max(0, Math.floor((estimate.freeBytes - estimate.weightsBytes) / perToken)) : 0;
+  const advice = suggested >= 256 ? `a context of ${suggested} tokens would fit` : 'even a short context will not fit: choose a smaller or more quantised model';
+  throw new LonghandError(
+    'MEMORY_INSUFFICIENT',
+    `${modelName} needs ${gib(estimate.totalFullBytes)} (weights ${gib(estimate.weightsBytes)} + KV cache ${gib(estimate.kvFullBytes)} at ${estimate.contextTokens} tokens) but ${gib(estimate.freeBytes)} is free; ${advice}`,
+    { neededBytes: estimate.totalFullBytes, availableBytes: estimate.freeBytes, contextTokens: estimate.contextTokens, suggestedContext: suggested },
+  );
 }
