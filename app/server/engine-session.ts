@@ -5,6 +5,7 @@ import type { EngineClient } from '../engine/client.ts';
 import type { EngineEvent, GenerateParams, LoadOptions, ModelInfo, Prompt } from '../common/protocol.ts';
 import { ServerMetrics } from './metrics.ts';
 import { EngineQueue } from './queue.ts';
+import { RemoteEngine, type RemoteConfig } from './remote-engine.ts';
 
 export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>;
 
@@ -12,6 +13,12 @@ export class EngineSession {
   readonly queue = new EngineQueue();
   readonly metrics: ServerMetrics;
   private info: ModelInfo | undefined;
+  /**
+   * The remote endpoint the window's generations go to instead of the engine, or undefined for
+   * the local engine; asked before each such generation (serve.ts reads the app's settings).
+   */
+  remoteConfig: (() => Promise<RemoteConfig | undefined>) | undefined;
+  private remote: { key: string; engine: RemoteEngine } | undefined;
 
   constructor(readonly engine: EngineClient) {
     this.metrics = new ServerMetrics(() => ({ model: this.info, queueWaiting: this.queue.waiting, generating: this.queue.running }));
@@ -46,11 +53,15 @@ export class EngineSession {
   /**
    * Runs one generation when its turn comes, handing each event to `onEvent`. Rejects with
    * QueueAbortedError if `signal` fired while it waited, or with the engine's typed error if
-   * the engine refused the request.
+   * the engine refused the request. With `allowRemote` (the window's WebSocket relay; never the
+   * HTTP API, so a server pointed at itself cannot loop) and a remote endpoint in the settings,
+   * the generation goes to that endpoint (remote-engine.ts) instead; load and tokenize stay local.
    */
-  generate(prompt: Prompt, params: Partial<GenerateParams>, signal: AbortSignal, onEvent: (event: GenerationEvent) => void): Promise<void> {
+  generate(prompt: Prompt, params: Partial<GenerateParams>, signal: AbortSignal, onEvent: (event: GenerationEvent) => void, options: { allowRemote?: boolean } = {}): Promise<void> {
     return this.queue.run(async () => {
-      for await (const event of this.engine.generate(prompt, params, signal)) {
+      const remote = options.allowRemote ? await this.remoteEngine() : undefined;
+      const events = remote ? remote.generate(prompt, params, signal) : this.engine.generate(prompt, params, signal);
+      for await (const event of events) {
         if (event.kind === 'metrics') this.metrics.observeStep(event.metrics);
         if (event.kind === 'done') {
           this.metrics.countGeneration({
@@ -65,5 +76,14 @@ export class EngineSession {
         onEvent(event);
       }
     }, signal);
+  }
+
+  /** The RemoteEngine for the settings in force (kept while they stay the same), or undefined. */
+  private async remoteEngine(): Promise<RemoteEngine | undefined> {
+    const config = await this.remoteConfig?.();
+    if (!config) return undefined;
+    const key = JSON.stringify(config);
+    if (this.remote?.key !== key) this.remote = { key, engine: new RemoteEngine(config) };
+    return this.remote.engine;
   }
 }

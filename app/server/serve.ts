@@ -17,6 +17,7 @@ import { handleCompletion } from './completions.ts';
 import type { EngineSession } from './engine-session.ts';
 import { errorBody, HttpError, httpErrorFromEngine, sendError, sendJson } from './http.ts';
 import { PAGE_HEADERS, RENDERER_DIST, sendPage, staticFile } from './page.ts';
+import { readRemoteSettings } from './remote-engine.ts';
 import { Gate, newToken, sessionCookie } from './security.ts';
 import { createAppServices } from './services/app-services.ts';
 import { defaultDataDir } from './services/data-dir.ts';
@@ -68,6 +69,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const sockets = new Set<Socket>();
   const relays = new Set<EngineRelay>();
   const appServices = createAppServices({ dataDir: options.dataDir ?? defaultDataDir(), inspect: inspectModelFile });
+  // Settings → Remote endpoint: the window's generations go there while it is enabled.
+  session.remoteConfig = () => readRemoteSettings(appServices.settings.path);
 
   async function route(req: IncomingMessage, res: ServerResponse, url: URL, via: string): Promise<void> {
     const { pathname } = url;

@@ -275,7 +275,7 @@ export class EngineRelay {
     const abort = new AbortController();
     this.active.set(requestId, abort);
     this.session
-      .generate(request.prompt, request.params, abort.signal, (event) => this.send({ ...event, requestId }))
+      .generate(request.prompt, request.params, abort.signal, (event) => this.send({ ...event, requestId }), { allowRemote: true })
       .catch((error: unknown) => {
         if (error instanceof QueueAbortedError) {
           // Cancelled before its turn: still exactly one `done`, as the protocol promises.
