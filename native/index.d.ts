@@ -59,6 +59,14 @@ export interface KvPoolOptions {
   kvType?: KvType;
   /** p of InfiniGen's partial key rows (0..headDim, default 0 = none). Adds 2·p bytes per token and KV head. */
   partialDim?: number;
+  /**
+   * Evict instead of failing when a layer is full (ARCHITECTURE.md §5): the victim is the slot with
+   * the smallest prefetch counter (ties: oldest) outside the first `sinks` positions and the `recent`
+   * newest tokens; the new token takes its slot. Counters: +1 per KV head whose speculation selects
+   * the slot, halved every `ageEvery` speculated steps of the layer. Adds 5 bytes per token and layer.
+   * The budget must hold more than sinks + recent tokens. truncate(n) then forgets positions >= n.
+   */
+  eviction?: { sinks: number; recent: number; ageEvery: number };
 }
 
 export type KvType = 'fp16' | 'fp32';
@@ -109,6 +117,18 @@ export interface KvPool {
   position(layer: number, slot: number): number;
   /** Forgets every token of every layer; keeps the memory. */
   reset(): void;
+  /** Created with `eviction`. */
+  readonly evicting: boolean;
+  /** Tokens evicted from `layer` since creation/reset (evicting pools). */
+  evictions(layer: number): number;
+  /** Sum of evictions over layers (0 for a pool without eviction). */
+  evictionsTotal(): number;
+  /** Slot of the latest appended token of `layer` (-1: none). */
+  lastSlot(layer: number): number;
+  /** The position the layer's latest append evicted, or -1 (evicting pools). */
+  lastEvicted(layer: number): number;
+  /** Prefetch counter of a slot (evicting pools). */
+  counter(layer: number, slot: number): number;
   /** Unmaps now. Idempotent. */
   free(): void;
   /** Same as free(). */

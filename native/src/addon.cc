@@ -30,7 +30,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 5;
+constexpr int kAbiVersion = 6;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -170,6 +170,12 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                            InstanceMethod<&KvPool::ReadV>("readV"),
                            InstanceMethod<&KvPool::Position>("position"),
                            InstanceMethod<&KvPool::Reset>("reset"),
+                           InstanceAccessor<&KvPool::Evicting>("evicting"),
+                           InstanceMethod<&KvPool::Evictions>("evictions"),
+                           InstanceMethod<&KvPool::EvictionsTotal>("evictionsTotal"),
+                           InstanceMethod<&KvPool::LastSlot>("lastSlot"),
+                           InstanceMethod<&KvPool::LastEvicted>("lastEvicted"),
+                           InstanceMethod<&KvPool::Counter>("counter"),
                            InstanceMethod<&KvPool::Free>("free"),
                            InstanceMethod<&KvPool::Free>("dispose"),
                        });
@@ -196,7 +202,20 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       cfg.partial_dim = 0;
       const Napi::Value pd = o.Get("partialDim");
       if (!pd.IsUndefined()) cfg.partial_dim = u32_arg(env_, pd, "partialDim", 0, cfg.head_dim);
+      cfg.evict = 0;
+      cfg.sinks = cfg.recent = cfg.age_every = 0;
+      const Napi::Value ev = o.Get("eviction");
+      if (!ev.IsUndefined()) {
+        const Napi::Object e = object_arg(env_, ev, "eviction");
+        cfg.evict = 1;
+        cfg.sinks = u32_arg(env_, e.Get("sinks"), "eviction.sinks", 0, 0x7fffffffu);
+        cfg.recent = u32_arg(env_, e.Get("recent"), "eviction.recent", 0, 0x7fffffffu);
+        cfg.age_every = u32_arg(env_, e.Get("ageEvery"), "eviction.ageEvery", 1, 0x7fffffffu);
+      }
       const lh_status st = lh_kv_pool_init(&pool_, &cfg);
+      if (st == LH_BAD_ARGUMENT && cfg.evict != 0)
+        fail(env_, st, "budgetBytes " + std::to_string(cfg.budget_bytes) + " holds no more than sinks + recent = " +
+                           std::to_string(static_cast<uint64_t>(cfg.sinks) + cfg.recent) + " tokens of this shape: nothing could be evicted");
       if (st == LH_BAD_ARGUMENT)
         fail(env_, st, "budgetBytes " + std::to_string(cfg.budget_bytes) +
                            " holds no token of this shape, or more than 2^31-1 tokens");
@@ -357,6 +376,48 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
   }
   Napi::Value ReadK(const Napi::CallbackInfo& info) { return Read(info, LH_KV_KEY); }
   Napi::Value ReadV(const Napi::CallbackInfo& info) { return Read(info, LH_KV_VALUE); }
+
+  Napi::Value Evicting(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, pool_.evict != 0); }
+
+  const lh_kv_evict_layer* EvictState(const Napi::CallbackInfo& info, lh_kv_pool* p) {
+    if (p->evict == 0) fail(env_, LH_BAD_ARGUMENT, "this KV pool was created without eviction");
+    const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+    return lh_kv_pool_evict_state(p, layer);
+  }
+  // evictions(layer) -> tokens evicted from the layer since creation/reset
+  Napi::Value Evictions(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value { return Napi::Number::New(env_, static_cast<double>(EvictState(info, Live())->evictions)); });
+  }
+  Napi::Value EvictionsTotal(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      uint64_t n = 0;
+      for (uint32_t l = 0; l < p->layers && p->evict != 0; ++l) n += lh_kv_pool_evict_state(p, l)->evictions;
+      return Napi::Number::New(env_, static_cast<double>(n));
+    });
+  }
+  // lastEvicted(layer) -> the position evicted by the layer's latest append, or -1
+  Napi::Value LastEvicted(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value { return Napi::Number::New(env_, EvictState(info, Live())->last_evicted); });
+  }
+  // lastSlot(layer) -> slot of the latest appended token, or -1
+  Napi::Value LastSlot(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      return Napi::Number::New(env_, lh_kv_pool_last_slot(p, layer));
+    });
+  }
+  // counter(layer, slot) -> the slot's prefetch counter
+  Napi::Value Counter(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      EvictState(info, p);
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const uint32_t slot = u32_arg(env_, info[1], "slot", 0, p->capacity - 1);
+      return Napi::Number::New(env_, p->counter[static_cast<size_t>(layer) * p->capacity + slot]);
+    });
+  }
 
   // position(layer, slot) -> the token position stored in that slot
   Napi::Value Position(const Napi::CallbackInfo& info) {

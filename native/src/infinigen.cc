@@ -139,10 +139,14 @@ struct lh_speculator {
   char* stage_k;
   char* stage_v;
   int32_t* staged;        // (sparse layer, buffer 2, kv_head, rows) slots held, ascending
+  int32_t* staged_pos;    // (sparse layer, buffer 2, kv_head, rows) token position of each staged row
+                          // (an evicted slot reused by a new token is a miss, not a stale hit)
   uint32_t* staged_n;     // (sparse layer, buffer 2) rows held per KV head
   uint8_t* active;        // (sparse layer) which buffer is current
   float* qspec;           // (layer, heads, head_dim) copied at begin()
   uint32_t* job_len;      // (layer) N at begin()
+  uint64_t* job_appends;  // (layer) pool appends at begin() (evicting pools)
+  uint8_t* job_cand;      // (layer, capacity) candidate flags copied at begin() (evicting pools)
   uint8_t* state;         // (layer) 0 idle, 1 queued or running, 2 done
   lh_layer_stats* stats;  // (layer)
   // worker scratch
@@ -172,6 +176,16 @@ inline char* stage_row(const lh_speculator* sp, char* base, uint32_t layer, uint
 inline int32_t* staged_slots(const lh_speculator* sp, uint32_t layer, uint32_t buf, uint32_t g) {
   return sp->staged + (sidx(sp, layer, buf) * sp->kvh + g) * sp->rows;
 }
+inline int32_t* staged_positions(const lh_speculator* sp, uint32_t layer, uint32_t buf, uint32_t g) {
+  return sp->staged_pos + (sidx(sp, layer, buf) * sp->kvh + g) * sp->rows;
+}
+inline int32_t pool_pos(const lh_speculator* sp, uint32_t layer, uint32_t g, uint32_t slot) {
+  return sp->pool->pos[(static_cast<size_t>(layer) * sp->kvh + g) * sp->pool->capacity + slot];
+}
+// The slot of the current token (appended after begin()).
+inline uint32_t current_slot(const lh_speculator* sp, uint32_t layer) {
+  return sp->pool->evict != 0 ? static_cast<uint32_t>(lh_kv_pool_last_slot(sp->pool, layer)) : sp->job_len[layer];
+}
 inline const char* pool_row(const lh_speculator* sp, const void* rows, uint32_t g, uint32_t slot) {
   return static_cast<const char*>(rows) + (static_cast<size_t>(g) * sp->pool->capacity + slot) * sp->row_bytes;
 }
@@ -193,15 +207,26 @@ void run_job(lh_speculator* sp, uint32_t layer) {
       for (size_t i = 0; i < p; ++i) qt[i] += x * proj[j * p + i];
     }
   }
+  const uint8_t* cand = pool->evict != 0 ? sp->job_cand + static_cast<size_t>(layer) * pool->capacity : nullptr;
   lh_select_input in{sp->heads, sp->kvh, sp->p, N, sp->qtilde, lh_kv_pool_partial_rows(pool, layer),
-                     static_cast<size_t>(pool->capacity) * p, LH_KV_F16, nullptr, sp->cfg.scale};
+                     static_cast<size_t>(pool->capacity) * p, LH_KV_F16, cand, sp->cfg.scale};
   lh_select_scratch scr{sp->scores, sp->combined, sp->order};
   uint32_t n = 0, cands = 0;
   if (lh_infinigen_select(layer, &in, &sp->cfg.knobs, &scr, sp->sel, pool->capacity, &n, &cands, nullptr) != LH_OK) {
     // a non-finite score: fall back to every candidate (dense) rather than fail the step
-    n = std::min<uint32_t>(N, sp->rows - 1);
-    for (uint32_t g = 0; g < sp->kvh; ++g)
-      for (uint32_t j = 0; j < n; ++j) sp->sel[static_cast<size_t>(g) * pool->capacity + j] = static_cast<int32_t>(N - n + j);
+    // (the newest candidates, ascending; a reserved victim is never among them)
+    n = 0;
+    for (uint32_t j = N; j-- > 0 && n < sp->rows - 1;)
+      if (cand == nullptr || cand[j] != 0) ++n;
+    for (uint32_t g = 0; g < sp->kvh; ++g) {
+      uint32_t r = n;
+      for (uint32_t j = N; j-- > 0 && r > 0;)
+        if (cand == nullptr || cand[j] != 0) sp->sel[static_cast<size_t>(g) * pool->capacity + --r] = static_cast<int32_t>(j);
+    }
+  }
+  if (pool->evict != 0) {  // prefetch counters (§5): +1 per KV head that selects a slot, then aging
+    for (uint32_t g = 0; g < sp->kvh; ++g) lh_kv_pool_note_selected(sp->pool, layer, sp->sel + static_cast<size_t>(g) * pool->capacity, n);
+    lh_kv_pool_age(sp->pool, layer);
   }
   const uint64_t t1 = lh_now_ns();
   // gather with reuse: merge the previous staged list with the new selection (both ascending)
@@ -214,14 +239,17 @@ void run_job(lh_speculator* sp, uint32_t layer) {
     const int32_t* sel = sp->sel + static_cast<size_t>(g) * pool->capacity;
     const int32_t* old = staged_slots(sp, layer, prev, g);
     int32_t* now = staged_slots(sp, layer, cur, g);
+    const int32_t* old_pos = staged_positions(sp, layer, prev, g);
+    int32_t* now_pos = staged_positions(sp, layer, cur, g);
     int32_t* keep = sp->sel_keep + (static_cast<size_t>(layer - sp->dense) * sp->kvh + g) * sp->rows;
     uint32_t i = 0;
     for (uint32_t r = 0; r < n; ++r) {
       const int32_t slot = sel[r];
       keep[r] = slot;
       now[r] = slot;
+      now_pos[r] = pool_pos(sp, layer, g, static_cast<uint32_t>(slot));
       while (i < np && old[i] < slot) ++i;
-      if (i < np && old[i] == slot) {
+      if (i < np && old[i] == slot && old_pos[i] == now_pos[r]) {
         ++hits;
         std::memcpy(stage_row(sp, sp->stage_k, layer, cur, g, r), stage_row(sp, sp->stage_k, layer, prev, g, i), sp->row_bytes);
         std::memcpy(stage_row(sp, sp->stage_v, layer, cur, g, r), stage_row(sp, sp->stage_v, layer, prev, g, i), sp->row_bytes);
@@ -298,6 +326,9 @@ void lh_speculator_destroy(lh_speculator* sp) {
   }
   if (sp->stage_base != nullptr) munmap(sp->stage_base, sp->stage_bytes);
   std::free(sp->staged);
+  std::free(sp->staged_pos);
+  std::free(sp->job_appends);
+  std::free(sp->job_cand);
   std::free(sp->staged_n);
   std::free(sp->active);
   std::free(sp->qspec);
@@ -349,6 +380,9 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
     sp->stage_v = static_cast<char*>(base) + per_part;
   }
   sp->staged = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * 2 * sp->kvh * sp->rows);
+  sp->staged_pos = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * 2 * sp->kvh * sp->rows);
+  sp->job_appends = zalloc<uint64_t>(sp->layers);
+  sp->job_cand = zalloc<uint8_t>(pool->evict != 0 ? static_cast<size_t>(sp->layers) * cap : 1);
   sp->staged_n = zalloc<uint32_t>(static_cast<size_t>(sp->sparse) * 2);
   sp->active = zalloc<uint8_t>(sp->sparse);
   sp->qspec = zalloc<float>(static_cast<size_t>(sp->layers) * sp->heads * sp->d);
@@ -363,7 +397,7 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->sel_n = zalloc<uint32_t>(sp->layers);
   sp->sel_keep = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * sp->kvh * sp->rows);
   sp->queue = zalloc<uint32_t>(sp->layers);
-  if (sp->staged == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
+  if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
       sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->scores == nullptr || sp->combined == nullptr ||
       sp->order == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->sel_keep == nullptr || sp->queue == nullptr) {
     lh_speculator_destroy(sp);
@@ -394,6 +428,14 @@ lh_status lh_speculator_begin(lh_speculator* sp, uint32_t layer, const float* q_
   if (busy) return LH_BAD_ARGUMENT;  // one job per layer at a time
   const size_t w = static_cast<size_t>(sp->heads) * sp->d;
   std::memcpy(sp->qspec + layer * w, q_spec, w * sizeof(float));
+  if (sp->pool->evict != 0) {
+    // a full layer: the victim of the coming append leaves the candidate set before selection runs
+    const lh_status st = lh_kv_pool_reserve_victim(sp->pool, layer);
+    if (st != LH_OK) return st;
+    const size_t cap = sp->pool->capacity;
+    std::memcpy(sp->job_cand + layer * cap, lh_kv_pool_candidates(sp->pool, layer), lh_kv_pool_length(sp->pool, layer));
+    sp->job_appends[layer] = lh_kv_pool_evict_state(sp->pool, layer)->appends;
+  }
   sp->job_len[layer] = lh_kv_pool_length(sp->pool, layer);
   sp->stats[layer] = lh_layer_stats{};
   sp->stats[layer].begin_ns = lh_now_ns();
@@ -430,7 +472,11 @@ lh_status ready_for_attention(lh_speculator* sp, uint32_t layer, const float* q,
   if (sp == nullptr || q == nullptr || out == nullptr || !lh_kv_pool_live(sp->pool) || layer >= sp->layers || layer < sp->dense)
     return LH_BAD_ARGUMENT;
   if (!wait_layer(sp, layer)) return LH_BAD_ARGUMENT;
-  if (lh_kv_pool_length(sp->pool, layer) != sp->job_len[layer] + 1) return LH_BAD_ARGUMENT;
+  if (sp->pool->evict != 0) {
+    if (lh_kv_pool_evict_state(sp->pool, layer)->appends != sp->job_appends[layer] + 1) return LH_BAD_ARGUMENT;
+  } else if (lh_kv_pool_length(sp->pool, layer) != sp->job_len[layer] + 1) {
+    return LH_BAD_ARGUMENT;
+  }
   return LH_OK;
 }
 }  // namespace
@@ -441,13 +487,14 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
   const uint64_t t0 = lh_now_ns();
   const uint32_t buf = sp->active[layer - sp->dense];
   const uint32_t n = sp->sel_n[layer];
-  const uint32_t cur_slot = sp->job_len[layer];
+  const uint32_t cur_slot = current_slot(sp, layer);
   const void* K = lh_kv_pool_k_rows(sp->pool, layer);
   const void* V = lh_kv_pool_v_rows(sp->pool, layer);
   for (uint32_t g = 0; g < sp->kvh; ++g) {  // the current token after the staged rows; it stays staged
     std::memcpy(stage_row(sp, sp->stage_k, layer, buf, g, n), pool_row(sp, K, g, cur_slot), sp->row_bytes);
     std::memcpy(stage_row(sp, sp->stage_v, layer, buf, g, n), pool_row(sp, V, g, cur_slot), sp->row_bytes);
     staged_slots(sp, layer, buf, g)[n] = static_cast<int32_t>(cur_slot);
+    staged_positions(sp, layer, buf, g)[n] = pool_pos(sp, layer, g, cur_slot);
   }
   sp->staged_n[sidx(sp, layer, buf)] = n + 1;
   lh_attention_args a{};
@@ -472,7 +519,7 @@ lh_status lh_speculator_attend_ref(lh_speculator* sp, uint32_t layer, const floa
   if (st != LH_OK) return st;
   const int32_t* lists[LH_MAX_KV_HEADS];
   for (uint32_t g = 0; g < sp->kvh; ++g) lists[g] = sp->sel_keep + (static_cast<size_t>(layer - sp->dense) * sp->kvh + g) * sp->rows;
-  return lh_attention_gathered_ref(sp->pool, layer, lists, sp->sel_n[layer], sp->job_len[layer], q, sp->heads, out);
+  return lh_attention_gathered_ref(sp->pool, layer, lists, sp->sel_n[layer], current_slot(sp, layer), q, sp->heads, out);
 }
 
 lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q, double* recall) {
@@ -480,7 +527,7 @@ lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q
     return LH_BAD_ARGUMENT;
   const uint32_t len = lh_kv_pool_length(sp->pool, layer);
   const uint32_t n = sp->sel_n[layer];
-  const uint32_t cur = sp->job_len[layer];
+  const uint32_t cur = current_slot(sp, layer);
   const float scale = 1.0f / std::sqrt(static_cast<float>(sp->d));
   double total = 0;
   float row[LH_MAX_HEAD_DIM];

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "fp16.h"
@@ -17,13 +18,13 @@ uint64_t align_line(uint64_t n) { return (n + kLine - 1) & ~(kLine - 1); }
 bool config_ok(const lh_kv_pool_config* cfg) {
   return cfg != nullptr && lh_kv_type_bytes(cfg->kv_type) != 0 && cfg->layers >= 1 && cfg->layers <= LH_MAX_LAYERS && cfg->kv_heads >= 1 &&
          cfg->kv_heads <= LH_MAX_KV_HEADS && cfg->head_dim >= 1 && cfg->head_dim <= LH_MAX_HEAD_DIM &&
-         cfg->partial_dim <= cfg->head_dim;
+         cfg->partial_dim <= cfg->head_dim && cfg->evict <= 1 && (cfg->evict == 0 || cfg->age_every >= 1);
 }
 
 // Byte offsets of the regions for a given capacity. With the limits above every product fits
 // in 64 bits: layers*kv_heads*head_dim <= 2^30, times capacity < 2^31, times 4 bytes < 2^63.
 struct Layout {
-  uint64_t length_off, k_off, v_off, pos_off, kp_off, proj_off, proj_set_off, total;
+  uint64_t length_off, k_off, v_off, pos_off, kp_off, proj_off, proj_set_off, counter_off, cand_off, ev_off, total;
 };
 
 Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
@@ -38,7 +39,11 @@ Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
   const uint64_t p = cfg->partial_dim;
   l.proj_off = l.kp_off + align_line(lh * capacity * p * sizeof(uint16_t));
   l.proj_set_off = l.proj_off + align_line(lh * cfg->head_dim * p * sizeof(float));
-  l.total = l.proj_set_off + (p > 0 ? align_line(cfg->layers * sizeof(uint32_t)) : 0);
+  l.counter_off = l.proj_set_off + (p > 0 ? align_line(cfg->layers * sizeof(uint32_t)) : 0);
+  const uint64_t e = cfg->evict != 0 ? 1 : 0;
+  l.cand_off = l.counter_off + e * align_line(cfg->layers * capacity * sizeof(uint32_t));
+  l.ev_off = l.cand_off + e * align_line(cfg->layers * capacity);
+  l.total = l.ev_off + e * align_line(cfg->layers * sizeof(lh_kv_evict_layer));
   return l;
 }
 
@@ -55,12 +60,14 @@ lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint
   if (!config_ok(cfg) || capacity == nullptr || byte_length == nullptr) return LH_BAD_ARGUMENT;
   const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
   const uint64_t per_token = lh * (2ull * cfg->head_dim * lh_kv_type_bytes(cfg->kv_type) + sizeof(int32_t) +
-                                   2ull * cfg->partial_dim);
+                                   2ull * cfg->partial_dim) +
+                             (cfg->evict != 0 ? cfg->layers * (sizeof(uint32_t) + 1ull) : 0);
   uint64_t cap = cfg->budget_bytes / per_token;
   if (cap > LH_MAX_TOKENS) return LH_BAD_ARGUMENT;  // an absurd budget, not a real pool
   // Alignment padding costs at most a few lines: step down until the layout fits the budget.
   while (cap > 0 && layout_for(cfg, cap).total > cfg->budget_bytes) cap -= 1;
   if (cap == 0) return LH_BAD_ARGUMENT;  // the budget does not hold a single token
+  if (cfg->evict != 0 && cap <= static_cast<uint64_t>(cfg->sinks) + cfg->recent) return LH_BAD_ARGUMENT;  // nothing evictable
   const uint64_t total = layout_for(cfg, cap).total;
   if (total > physical_memory_bytes()) return LH_OUT_OF_MEMORY;
   *capacity = static_cast<uint32_t>(cap);
@@ -87,7 +94,8 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
   pool->kv_type = cfg->kv_type;
   pool->elem_bytes = lh_kv_type_bytes(cfg->kv_type);
   pool->bytes_per_token = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads *
-                          (2ull * cfg->head_dim * pool->elem_bytes + sizeof(int32_t) + 2ull * cfg->partial_dim);
+                          (2ull * cfg->head_dim * pool->elem_bytes + sizeof(int32_t) + 2ull * cfg->partial_dim) +
+                          (cfg->evict != 0 ? cfg->layers * (sizeof(uint32_t) + 1ull) : 0);
   pool->byte_length = total;
   pool->base = base;
   pool->length = reinterpret_cast<uint32_t*>(b + l.length_off);  // anonymous pages are zero
@@ -99,6 +107,16 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
     pool->kp = reinterpret_cast<uint16_t*>(b + l.kp_off);
     pool->proj = reinterpret_cast<float*>(b + l.proj_off);
     pool->proj_set = reinterpret_cast<uint32_t*>(b + l.proj_set_off);
+  }
+  if (cfg->evict != 0) {
+    pool->evict = 1;
+    pool->sinks = cfg->sinks;
+    pool->recent = cfg->recent;
+    pool->age_every = cfg->age_every;
+    pool->counter = reinterpret_cast<uint32_t*>(b + l.counter_off);
+    pool->cand = reinterpret_cast<uint8_t*>(b + l.cand_off);
+    pool->ev = reinterpret_cast<lh_kv_evict_layer*>(b + l.ev_off);
+    lh_kv_pool_reset(pool);
   }
   return LH_OK;
 }
@@ -112,6 +130,9 @@ void lh_kv_pool_free(lh_kv_pool* pool) {
 lh_status lh_kv_pool_reset(lh_kv_pool* pool) {
   if (!lh_kv_pool_live(pool)) return LH_BAD_ARGUMENT;
   std::memset(pool->length, 0, pool->layers * sizeof(uint32_t));
+  if (pool->evict != 0) {
+    for (uint32_t l = 0; l < pool->layers; ++l) pool->ev[l] = lh_kv_evict_layer{0, 0, -1, -1, -1, 0, 0, 0};
+  }
   return LH_OK;
 }
 
@@ -162,14 +183,76 @@ void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, c
 
 }  // namespace
 
+namespace {
+
+inline int32_t slot_pos(const lh_kv_pool* pool, uint32_t layer, uint32_t s) {
+  return pool->pos[static_cast<size_t>(layer) * pool->kv_heads * pool->capacity + s];  // KV head 0
+}
+
+// The victim of a full layer by the rule of kv_pool.h, or -1 if every slot is protected. O(capacity).
+int64_t choose_victim(const lh_kv_pool* pool, uint32_t layer) {
+  const int64_t newest = pool->ev[layer].newest;
+  const int64_t recent_from = newest - static_cast<int64_t>(pool->recent) + 1;  // positions >= this are recent
+  const uint32_t* c = pool->counter + static_cast<size_t>(layer) * pool->capacity;
+  int64_t best = -1;
+  uint32_t best_c = 0;
+  int32_t best_p = 0;
+  for (uint32_t s = 0; s < pool->length[layer]; ++s) {
+    const int32_t p = slot_pos(pool, layer, s);
+    if (p < static_cast<int64_t>(pool->sinks) || p >= recent_from) continue;
+    if (best < 0 || c[s] < best_c || (c[s] == best_c && p < best_p)) {
+      best = s;
+      best_c = c[s];
+      best_p = p;
+    }
+  }
+  return best;
+}
+
+// Bookkeeping after a token went into slot s (evicted: the position it replaced, or -1).
+void note_append(lh_kv_pool* pool, uint32_t layer, uint32_t s, int32_t position, int32_t evicted) {
+  lh_kv_evict_layer& e = pool->ev[layer];
+  pool->counter[static_cast<size_t>(layer) * pool->capacity + s] = 0;
+  pool->cand[static_cast<size_t>(layer) * pool->capacity + s] = 1;
+  e.appends += 1;
+  e.last_slot = static_cast<int32_t>(s);
+  e.last_evicted = evicted;
+  if (evicted >= 0) e.evictions += 1;
+  if (position > e.newest) e.newest = position;
+}
+
+}  // namespace
+
+lh_status lh_kv_pool_reserve_victim(lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers) return LH_BAD_ARGUMENT;
+  lh_kv_evict_layer& e = pool->ev[layer];
+  if (pool->length[layer] < pool->capacity || e.pending != 0) return LH_OK;
+  const int64_t victim = choose_victim(pool, layer);
+  if (victim < 0) return LH_POOL_FULL;
+  e.pending = static_cast<uint32_t>(victim) + 1;
+  pool->counter[static_cast<size_t>(layer) * pool->capacity + victim] = 0;
+  pool->cand[static_cast<size_t>(layer) * pool->capacity + victim] = 0;
+  return LH_OK;
+}
+
 lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
                             int32_t position, uint32_t* slot) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers || k == nullptr || v == nullptr || position < 0)
     return LH_BAD_ARGUMENT;
-  const uint32_t s = pool->length[layer];
-  if (s >= pool->capacity) return LH_POOL_FULL;
+  uint32_t s = pool->length[layer];
+  int32_t evicted = -1;
+  if (s >= pool->capacity) {
+    if (pool->evict == 0) return LH_POOL_FULL;
+    const lh_status st = lh_kv_pool_reserve_victim(pool, layer);
+    if (st != LH_OK) return st;
+    s = pool->ev[layer].pending - 1;
+    pool->ev[layer].pending = 0;
+    evicted = slot_pos(pool, layer, s);
+  } else {
+    pool->length[layer] = s + 1;
+  }
   store_token(pool, layer, s, k, v, position);
-  pool->length[layer] = s + 1;
+  if (pool->evict != 0) note_append(pool, layer, s, position, evicted);
   if (slot != nullptr) *slot = s;
   return LH_OK;
 }
@@ -180,17 +263,62 @@ lh_status lh_kv_pool_append_batch(lh_kv_pool* pool, uint32_t layer, const float*
       first_position < 0 || static_cast<uint64_t>(first_position) + tokens - 1 > 0x7fffffffull)
     return LH_BAD_ARGUMENT;
   const uint32_t s0 = pool->length[layer];
+  if (pool->evict != 0 && tokens == 1 && s0 >= pool->capacity) return lh_kv_pool_append(pool, layer, k, v, first_position, first_slot);
   if (tokens > pool->capacity - s0) return LH_POOL_FULL;
   const size_t width = static_cast<size_t>(pool->kv_heads) * pool->head_dim;  // floats per token
   for (uint32_t t = 0; t < tokens; ++t)
     store_token(pool, layer, s0 + t, k + t * width, v + t * width, first_position + static_cast<int32_t>(t));
   pool->length[layer] = s0 + tokens;
+  if (pool->evict != 0)
+    for (uint32_t t = 0; t < tokens; ++t) note_append(pool, layer, s0 + t, first_position + static_cast<int32_t>(t), -1);
   if (first_slot != nullptr) *first_slot = s0;
   return LH_OK;
 }
 
+namespace {
+
+// Moves slot `from` of `layer` (all KV heads: rows, partial row, position, counter, flag) to `to`.
+void move_slot(lh_kv_pool* pool, uint32_t layer, uint32_t from, uint32_t to) {
+  const size_t d = pool->head_dim, eb = pool->elem_bytes, cap = pool->capacity, p = pool->partial_dim;
+  for (uint32_t g = 0; g < pool->kv_heads; ++g) {
+    const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
+    char* k = static_cast<char*>(pool->k) + head * cap * d * eb;
+    char* v = static_cast<char*>(pool->v) + head * cap * d * eb;
+    std::memcpy(k + to * d * eb, k + from * d * eb, d * eb);
+    std::memcpy(v + to * d * eb, v + from * d * eb, d * eb);
+    pool->pos[head * cap + to] = pool->pos[head * cap + from];
+    if (p > 0) std::memcpy(pool->kp + (head * cap + to) * p, pool->kp + (head * cap + from) * p, p * sizeof(uint16_t));
+  }
+  pool->counter[layer * cap + to] = pool->counter[layer * cap + from];
+  pool->cand[layer * cap + to] = pool->cand[layer * cap + from];
+}
+
+}  // namespace
+
 lh_status lh_kv_pool_truncate(lh_kv_pool* pool, uint32_t tokens) {
   if (!lh_kv_pool_live(pool)) return LH_BAD_ARGUMENT;
+  if (pool->evict != 0) {
+    for (uint32_t l = 0; l < pool->layers; ++l) {
+      uint32_t& len = pool->length[l];
+      const size_t cap = pool->capacity;
+      if (pool->ev[l].pending != 0) pool->cand[l * cap + pool->ev[l].pending - 1] = 1;
+      pool->ev[l].pending = 0;
+      auto gone = [&](uint32_t s) { return slot_pos(pool, l, s) >= static_cast<int64_t>(tokens); };
+      while (len > 0 && gone(len - 1)) --len;
+      for (uint32_t s = 0; s < len; ++s) {
+        if (!gone(s)) continue;
+        move_slot(pool, l, len - 1, s);
+        --len;
+        while (len > 0 && gone(len - 1)) --len;
+      }
+      int32_t newest = -1;
+      for (uint32_t s = 0; s < len; ++s) newest = std::max(newest, slot_pos(pool, l, s));
+      pool->ev[l].newest = newest;
+      pool->ev[l].last_slot = -1;
+      pool->ev[l].last_evicted = -1;
+    }
+    return LH_OK;
+  }
   for (uint32_t l = 0; l < pool->layers; ++l)
     if (pool->length[l] > tokens) pool->length[l] = tokens;
   return LH_OK;
@@ -255,4 +383,39 @@ lh_status lh_kv_pool_read_partial(const lh_kv_pool* pool, uint32_t layer, uint32
   const uint16_t* row = pool->kp + ((static_cast<size_t>(layer) * pool->kv_heads + kv_head) * pool->capacity + slot) * pool->partial_dim;
   for (uint32_t i = 0; i < pool->partial_dim; ++i) out[i] = lh_fp16_to_fp32(row[i]);
   return LH_OK;
+}
+
+lh_status lh_kv_pool_note_selected(lh_kv_pool* pool, uint32_t layer, const int32_t* slots, uint32_t n) {
+  if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers || (n > 0 && slots == nullptr)) return LH_BAD_ARGUMENT;
+  uint32_t* c = pool->counter + static_cast<size_t>(layer) * pool->capacity;
+  const uint32_t len = pool->length[layer];
+  for (uint32_t i = 0; i < n; ++i)
+    if (slots[i] >= 0 && static_cast<uint32_t>(slots[i]) < len && c[slots[i]] < UINT32_MAX) c[slots[i]] += 1;
+  return LH_OK;
+}
+
+lh_status lh_kv_pool_age(lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers) return LH_BAD_ARGUMENT;
+  lh_kv_evict_layer& e = pool->ev[layer];
+  if (++e.age_tick < pool->age_every) return LH_OK;
+  e.age_tick = 0;
+  uint32_t* c = pool->counter + static_cast<size_t>(layer) * pool->capacity;
+  for (uint32_t s = 0; s < pool->length[layer]; ++s) c[s] >>= 1;
+  return LH_OK;
+}
+
+const uint8_t* lh_kv_pool_candidates(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers) return nullptr;
+  return pool->cand + static_cast<size_t>(layer) * pool->capacity;
+}
+
+const lh_kv_evict_layer* lh_kv_pool_evict_state(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers) return nullptr;
+  return &pool->ev[layer];
+}
+
+int32_t lh_kv_pool_last_slot(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers) return -1;
+  if (pool->evict != 0) return pool->ev[layer].last_slot;
+  return static_cast<int32_t>(pool->length[layer]) - 1;
 }

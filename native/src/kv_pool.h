@@ -4,7 +4,9 @@
 // allocates. Rows are fp16 (default) or fp32 (kv_type LH_KV_F32: exact comparisons with a
 // reference that keeps an F32 cache). With partial_dim p > 0 the pool also holds InfiniGen's partial
 // key rows (RoPE(k)·A)[C] (fp16, same slot as the full row) and, per layer and KV head, the
-// projection A[:, C] that produces them. Prefetch counters and int8 rows come later as further regions.
+// projection A[:, C] that produces them. With evict = 1 (ARCHITECTURE.md §5) the pool also holds, per
+// layer and slot, a prefetch counter and a candidate flag, and a full layer makes room for a new
+// token by evicting one slot (see "Eviction" below). int8 rows come later as a further region.
 //
 // Memory layout of the one allocation (regions in this order, each starting on a 64-byte line):
 //   length : (layer)                                   uint32  slots in use per layer
@@ -14,6 +16,22 @@
 //   kp     : (layer, kv_head, capacity, partial_dim)   fp16    partial key rows (partial_dim > 0)
 //   proj   : (layer, kv_head, head_dim, partial_dim)   fp32    A[:, C] per layer and KV head
 //   proj_set : (layer)                                 uint32  1 once proj of the layer is set
+//   counter: (layer, capacity)                         uint32  prefetch counter of each slot (evict)
+//   cand   : (layer, capacity)                         uint8   1 = slot is a selection candidate (evict)
+//   ev     : (layer)                                   lh_kv_evict_layer bookkeeping (evict)
+// The budget covers the whole allocation: rows, positions, partial rows, counters, flags, headers.
+//
+// Eviction (evict = 1). A token is PROTECTED while it is a sink (position < sinks) or in the recent
+// window (one of the `recent` newest positions stored in the layer). When a layer holds `capacity`
+// tokens and one more is appended, the victim is the unprotected slot with the smallest counter (ties:
+// the oldest position); its rows, partial row and position are overwritten by the new token in place
+// (so the victim and its partial key leave the candidate set), the layer's eviction count goes up by
+// one, and the new token starts with counter 0. Counters: +1 per KV head that selects the slot
+// (lh_kv_pool_note_selected, called by the speculator's job), and every `age_every` noted steps of a
+// layer all its counters are halved (lh_kv_pool_age). Layers that nobody selects from (dense layers,
+// policy 'full') keep counters at 0, so their victims go oldest-first outside the sinks (StreamingLLM).
+// A speculator reserves the victim at begin() (lh_kv_pool_reserve_victim), before selection, so the
+// selection never sees the slot that the append will overwrite.
 // A partial row is computed from the STORED key row (after fp16 rounding) when the token is
 // appended to a layer whose projection is set, and for every stored slot when it is set.
 // A layer's slots fill from 0 upwards; slot s of every KV head of a layer holds the same token.
@@ -46,6 +64,22 @@ struct lh_kv_pool_config {
   uint32_t head_dim;      // 1..LH_MAX_HEAD_DIM
   uint32_t kv_type;       // lh_kv_type; 0 (fp16) when left out of an aggregate initializer
   uint32_t partial_dim;   // p of the partial key rows, 0..head_dim; 0 (none) when left out
+  uint32_t evict;         // 1: evict when a layer is full (needs capacity > sinks + recent); 0: LH_POOL_FULL
+  uint32_t sinks;         // protected first positions (evict; the runner's default 4)
+  uint32_t recent;        // protected newest tokens per layer (evict; the runner's default 64)
+  uint32_t age_every;     // counters halve every age_every noted steps (evict; >= 1, the runner's default 32)
+};
+
+// Per-layer eviction bookkeeping (in the pool's allocation).
+struct lh_kv_evict_layer {
+  uint64_t evictions;      // tokens evicted from the layer since init/reset
+  uint64_t appends;        // tokens appended since init/reset (the speculator checks "one since begin")
+  int32_t newest;          // largest position stored (-1: empty)
+  int32_t last_slot;       // slot of the latest appended token (-1: none)
+  int32_t last_evicted;    // position evicted by the latest append (-1: that append evicted nothing)
+  uint32_t pending;        // 0, or 1 + the victim reserved for the next append
+  uint32_t age_tick;       // noted steps since the last halving
+  uint32_t pad;
 };
 
 struct lh_kv_pool {
@@ -69,11 +103,16 @@ struct lh_kv_pool {
   uint16_t* kp;           // (layer, kv_head, capacity, partial_dim) fp16, or null
   float* proj;            // (layer, kv_head, head_dim, partial_dim), or null
   uint32_t* proj_set;     // (layer), or null
+  uint32_t evict, sinks, recent, age_every;  // as configured (evict 0: the three are 0)
+  uint32_t* counter;          // (layer, capacity), or null without evict
+  uint8_t* cand;              // (layer, capacity), or null without evict
+  lh_kv_evict_layer* ev;      // (layer), or null without evict
 };
 
 // Computes the capacity (slots per layer) and allocation size a config yields, allocating
 // nothing. LH_BAD_ARGUMENT: a dimension out of range, a budget too small for one token, or a
-// budget that would hold more than LH_MAX_TOKENS slots. LH_OUT_OF_MEMORY: larger than the
+// budget that would hold more than LH_MAX_TOKENS slots, evict with age_every 0 or a capacity that
+// is not larger than sinks + recent. LH_OUT_OF_MEMORY: larger than the
 // machine's physical memory.
 lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length);
 
@@ -93,12 +132,15 @@ lh_status lh_kv_pool_reset(lh_kv_pool* pool);
 // Appends one token to `layer`: k and v are fp32 (kv_head, head_dim), stored as the pool's type
 // (fp16: round to nearest even). `position` >= 0 is the token's position in the text. *slot (if not null)
 // receives the slot used. LH_POOL_FULL when the layer has `capacity` tokens: nothing changes.
+// With evict: a full layer evicts (the reserved victim if any, else the rule above) and the token takes
+// the victim's slot; LH_POOL_FULL only if every slot is protected (cannot happen: init checks capacity).
 lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
                             int32_t position, uint32_t* slot);
 
 // Appends `tokens` consecutive tokens to `layer` in one call: k and v are fp32
 // (tokens, kv_head, head_dim); token i gets position first_position + i. All or nothing:
-// LH_POOL_FULL (nothing changes) when fewer than `tokens` slots are free. *first_slot (if not
+// LH_POOL_FULL (nothing changes) when fewer than `tokens` slots are free (with evict, tokens == 1
+// on a full layer evicts like lh_kv_pool_append; a batch of more never evicts). *first_slot (if not
 // null) receives the slot of token 0. LH_BAD_ARGUMENT: tokens == 0, a null pointer, a layer out of
 // range, a negative position or first_position + tokens - 1 past INT32_MAX.
 lh_status lh_kv_pool_append_batch(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
@@ -106,6 +148,9 @@ lh_status lh_kv_pool_append_batch(lh_kv_pool* pool, uint32_t layer, const float*
 
 // Keeps the first `tokens` slots of every layer and forgets the rest (layers holding fewer keep
 // theirs). The memory stays mapped. LH_BAD_ARGUMENT if freed.
+// With evict: forgets every slot holding a position >= tokens instead (the last slot moves into each
+// hole, so slot order is no longer position order; tokens evicted earlier stay gone); a reserved
+// victim is released. Not on the token path (rollback, edits).
 lh_status lh_kv_pool_truncate(lh_kv_pool* pool, uint32_t tokens);
 
 // Tokens stored in `layer` (0 for a freed pool or a layer out of range).
@@ -138,3 +183,25 @@ const uint16_t* lh_kv_pool_partial_rows(const lh_kv_pool* pool, uint32_t layer);
 
 // Reads one partial key row back as fp32: out is (partial_dim).
 lh_status lh_kv_pool_read_partial(const lh_kv_pool* pool, uint32_t layer, uint32_t kv_head, uint32_t slot, float* out);
+
+// ---- eviction (pools created with evict = 1; LH_BAD_ARGUMENT otherwise) ----
+
+// If `layer` is full and has no reserved victim, chooses one now (the rule above), sets its counter to
+// 0 and its candidate flag to 0, and keeps it for the next append. No-op if the layer has room or a
+// victim is reserved. LH_POOL_FULL if every slot is protected.
+lh_status lh_kv_pool_reserve_victim(lh_kv_pool* pool, uint32_t layer);
+
+// Counter += 1 for each of the n slots (< length(layer); others are ignored).
+lh_status lh_kv_pool_note_selected(lh_kv_pool* pool, uint32_t layer, const int32_t* slots, uint32_t n);
+
+// One step of `layer`: every age_every-th call halves all of the layer's counters.
+lh_status lh_kv_pool_age(lh_kv_pool* pool, uint32_t layer);
+
+// Candidate flags of a layer: (capacity) uint8, 1 = candidate. Null without evict.
+const uint8_t* lh_kv_pool_candidates(const lh_kv_pool* pool, uint32_t layer);
+
+// Bookkeeping of a layer; null without evict or out of range.
+const lh_kv_evict_layer* lh_kv_pool_evict_state(const lh_kv_pool* pool, uint32_t layer);
+
+// Slot of the latest appended token of `layer` (without evict: length - 1); -1 if empty.
+int32_t lh_kv_pool_last_slot(const lh_kv_pool* pool, uint32_t layer);

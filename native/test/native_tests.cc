@@ -1127,6 +1127,105 @@ void test_attention_slots() {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Eviction under a byte budget (ARCHITECTURE.md §5): 5,000 tokens through a pool that holds ~300
+// ---------------------------------------------------------------------------------------------
+void test_kv_eviction() {
+  const uint32_t L = 2, H = 2, D = 8, P = 4, ratio = 2, heads = H * ratio, sinks = 4, recent = 64, steps = 5000;
+  lh_kv_pool_config cfg{0, L, H, D, LH_KV_F16, P, 1, sinks, recent, 32};
+  const uint64_t per_token = static_cast<uint64_t>(L) * H * (2 * D * 2 + 4 + 2 * P) + L * 5;
+  cfg.budget_bytes = 300 * per_token + 1024;  // 300 tokens + room for the headers
+  lh_kv_pool pool;
+  const lh_status is = lh_kv_pool_init(&pool, &cfg);
+  check(is == LH_OK && pool.byte_length <= cfg.budget_bytes && pool.capacity >= 290 && pool.capacity <= 300 &&
+            pool.bytes_per_token == per_token,
+        "eviction: the budget sizes the pool (rows + partial rows + positions + counters + flags + headers <= budget)",
+        "status %d bytes %llu budget %llu capacity %u", is, (unsigned long long)pool.byte_length,
+        (unsigned long long)cfg.budget_bytes, pool.capacity);
+  if (is != LH_OK) return;
+  lh_kv_pool_config tiny = cfg;
+  tiny.budget_bytes = 60 * per_token + 1024;
+  lh_kv_pool t2;
+  check(lh_kv_pool_init(&t2, &tiny) == LH_BAD_ARGUMENT, "eviction: a budget holding no more than sinks + recent is refused");
+  Rng rng(4242);
+  std::vector<float> proj(H * D * P);
+  for (auto& x : proj) x = rng.normal();
+  lh_kv_pool_set_projection(&pool, 1, proj.data());
+  lh_speculator_config sc{heads, {3.0, 0.3, 1}, 1.0 / std::sqrt(8.0)};
+  lh_speculator* sp = nullptr;
+  const lh_status cs = lh_speculator_create(&sp, &pool, &sc);
+  std::vector<float> k(H * D), v(H * D), q(heads * D), qs(heads * D), o1(heads * D), o3(heads * D);
+  std::vector<uint8_t> evicted(L * steps, 0);  // (layer, position)
+  uint64_t ev_count[2] = {0, 0};
+  int over_budget = 0, protected_evicted = 0, evicted_selected = 0, bad_status = 0, ref_off = 0, sel_steps = 0, hits = 0;
+  for (uint32_t t = 0; t < steps; ++t) {
+    for (auto& x : qs) x = rng.normal();
+    const bool speculate = t >= 8;
+    if (speculate && lh_speculator_begin(sp, 1, qs.data()) != LH_OK) ++bad_status;
+    for (uint32_t l = 0; l < L; ++l) {
+      for (auto& x : k) x = rng.normal();
+      for (auto& x : v) x = rng.normal();
+      uint32_t slot = 0;
+      if (lh_kv_pool_append(&pool, l, k.data(), v.data(), static_cast<int32_t>(t), &slot) != LH_OK) ++bad_status;
+      const lh_kv_evict_layer* e = lh_kv_pool_evict_state(&pool, l);
+      if (e->last_evicted >= 0) {
+        const int32_t p = e->last_evicted;
+        ev_count[l] += 1;
+        evicted[l * steps + p] = 1;
+        if (p < static_cast<int32_t>(sinks) || p >= static_cast<int32_t>(t) - static_cast<int32_t>(recent)) ++protected_evicted;
+      }
+      if (lh_kv_pool_length(&pool, l) > pool.capacity || pool.byte_length > cfg.budget_bytes) ++over_budget;
+    }
+    if (!speculate) continue;
+    for (auto& x : q) x = rng.normal();
+    if (lh_speculator_attend(sp, 1, q.data(), o1.data()) != LH_OK) ++bad_status;
+    lh_speculator_attend_ref(sp, 1, q.data(), o3.data());
+    for (uint32_t i = 0; i < heads * D; ++i) ref_off += std::fabs(o1[i] - o3[i]) <= 1e-5f + 1e-4f * std::fabs(o3[i]) ? 0 : 1;
+    const int32_t cur = lh_kv_pool_last_slot(&pool, 1);
+    for (uint32_t g = 0; g < H; ++g) {
+      uint32_t n = 0;
+      const int32_t* sel = lh_speculator_selected(sp, 1, g, &n);
+      for (uint32_t r = 0; sel != nullptr && r < n; ++r) {
+        // the slot now holds the token it held at selection unless it was this step's victim
+        const int32_t p = pool.pos[(static_cast<size_t>(1) * H + g) * pool.capacity + sel[r]];
+        if (sel[r] == cur || evicted[1 * steps + p]) ++evicted_selected;
+      }
+    }
+    hits += static_cast<int>(lh_speculator_stats(sp, 1)->hits);
+    ++sel_steps;
+  }
+  const uint64_t expect = steps - pool.capacity;
+  uint32_t counted = 0;
+  for (uint32_t s2 = 0; s2 < pool.capacity; ++s2) counted += pool.counter[pool.capacity + s2] > 0 ? 1 : 0;
+  check(cs == LH_OK && bad_status == 0 && over_budget == 0, "eviction: 5,000 appends on a 300-token budget, never past the budget",
+        "status errors %d, over budget %d", bad_status, over_budget);
+  check(ev_count[0] == expect && ev_count[1] == expect && lh_kv_pool_evict_state(&pool, 0)->evictions == expect &&
+            lh_kv_pool_evict_state(&pool, 1)->evictions == expect,
+        "eviction: each layer evicts exactly one token per append once full, and counts it",
+        "layer0 %llu layer1 %llu expected %llu", (unsigned long long)ev_count[0], (unsigned long long)ev_count[1], (unsigned long long)expect);
+  check(protected_evicted == 0, "eviction: sinks and the recent window are never evicted", "%d protected evictions", protected_evicted);
+  check(evicted_selected == 0 && sel_steps > 0, "eviction: no evicted token (nor this step's victim) is ever selected afterwards",
+        "%d selected evicted", evicted_selected);
+  check(ref_off == 0 && hits > 0, "eviction: staged attention over reused slots == scalar reference (reuse cache checks positions)",
+        "%d off, %d hits", ref_off, hits);
+  check(counted > 0, "eviction: the speculated layer's slots carry prefetch counters", "%u counted", counted);
+  bool sinks_kept = true;
+  for (uint32_t l = 0; l < L; ++l)
+    for (uint32_t p = 0; p < sinks; ++p) sinks_kept = sinks_kept && !evicted[l * steps + p];
+  check(sinks_kept, "eviction: the sink tokens are still in the pool");
+  lh_speculator_drain(sp);
+  lh_kv_pool_truncate(&pool, 4990);
+  bool trunc_ok = true;
+  for (uint32_t l = 0; l < L; ++l) {
+    const uint32_t len = lh_kv_pool_length(&pool, l);
+    trunc_ok = trunc_ok && len == pool.capacity - 10;
+    for (uint32_t s2 = 0; s2 < len; ++s2) trunc_ok = trunc_ok && pool.pos[static_cast<size_t>(l) * H * pool.capacity + s2] < 4990;
+  }
+  check(trunc_ok, "eviction: truncate(n) forgets exactly the slots holding positions >= n");
+  lh_speculator_destroy(sp);
+  lh_kv_pool_free(&pool);
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   test_fp16();
@@ -1149,6 +1248,7 @@ int main(int argc, char** argv) {
   test_speculator();
   test_speculator_reuse();
   test_attention_slots();
+  test_kv_eviction();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
