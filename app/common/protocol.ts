@@ -226,6 +226,8 @@ export const StepMetricsSchema = z.strictObject({
     rssBytes: z.number().nonnegative(),
   }),
   layers: z.array(LayerMetricsSchema),
+  /** What a remote OpenAI-compatible server reports about its own cache (vLLM, llama.cpp server). */
+  remote: z.strictObject({ kvCacheUsage: z.number().min(0).max(1).nullable(), prefixCacheHitRate: z.number().min(0).max(1).nullable() }).optional(),
 });
 export type StepMetrics = z.infer<typeof StepMetricsSchema>;
 

@@ -18,13 +18,12 @@
 //   timings        measured here: TTFT from the request to the first text, decode rate after it.
 //   metrics        policy 'remote', fetchRatio 1, layers []; tokensPerS measured here; the
 //                  remote's own /metrics (polled at most once per second during a generation)
-//                  gives reuseHitRate = the prefix-cache hit rate. The KV-cache usage fraction
-//                  goes out as `remote.kvCacheUsage` when the protocol's StepMetricsSchema has a
-//                  `remote` field (see REMOTE_METRICS_FIELD); it does not yet.
+//                  gives reuseHitRate = the prefix-cache hit rate, and `remote` carries the
+//                  KV-cache usage fraction and the prefix-cache hit rate as the server reports them.
 import { readFile } from 'node:fs/promises';
 import { SettingsSchema } from '../common/app-api.ts';
 import { LonghandError } from '../common/errors.ts';
-import { GenerateParamsSchema, StepMetricsSchema, type ErrorPayload, type GenerateParams, type Prompt, type StepMetrics, type StopReason, type Timings } from '../common/protocol.ts';
+import { GenerateParamsSchema, type ErrorPayload, type GenerateParams, type Prompt, type StepMetrics, type StopReason, type Timings } from '../common/protocol.ts';
 import type { GenerationEvent } from './engine-session.ts';
 import { parsePrometheus, remoteFigures, type RemoteFigures } from './remote-metrics.ts';
 
@@ -34,9 +33,6 @@ export const REMOTE_FALLBACK_CONTEXT = 4096;
 export const METRICS_POLL_MS = 1000;
 /** metrics events go out at most this often (the protocol's ~10 per second). */
 const METRICS_EVENT_MS = 100;
-/** Whether the protocol's StepMetricsSchema can carry the remote's own figures yet. */
-export const REMOTE_METRICS_FIELD = 'remote' in StepMetricsSchema.shape;
-
 export interface RemoteConfig {
   /** http(s) origin, optionally ending in /v1. */
   baseUrl: string;
@@ -368,7 +364,7 @@ export class RemoteEngine {
       memory: { weightsBytes: 0, poolBytes: 0, poolBudgetBytes: 0, kvUsedBytes: 0, partialKeyBytes: 0, stagedBytes: 0, rssBytes: 0 },
       layers: [],
     };
-    if (REMOTE_METRICS_FIELD) Object.assign(metrics, { remote: { kvCacheUsage: figures?.kvCacheUsage ?? null, prefixCacheHitRate: figures?.prefixCacheHitRate ?? null } });
+    metrics.remote = { kvCacheUsage: figures?.kvCacheUsage ?? null, prefixCacheHitRate: figures?.prefixCacheHitRate ?? null };
     return metrics;
   }
 }

@@ -233,7 +233,7 @@ describe.runIf(haveSharedModel())('a remote endpoint: Longhand A generating thro
     expect(last.timings.decodeTokensPerS).toBeGreaterThan(0);
     const metrics = events.filter((e) => e.kind === 'metrics');
     expect(metrics.length).toBeGreaterThan(0);
-    expect(metrics.at(-1)!.metrics).toMatchObject({ policy: 'remote', fetchRatio: 1, layers: [], step: 20, contextTokens: 25, contextLength: bContext, reuseHitRate: null });
+    expect(metrics.at(-1)!.metrics).toMatchObject({ policy: 'remote', fetchRatio: 1, layers: [], step: 20, contextTokens: 25, contextLength: bContext, reuseHitRate: null, remote: { kvCacheUsage: null, prefixCacheHitRate: null } });
     expect(metrics.at(-1)!.metrics.tokensPerS).toBeGreaterThan(0);
     // B really did the work: its completions counter went up
     const count = (body: string) => Number(/longhand_generations_total\{[^}]*stop_reason="maxTokens"[^}]*\} (\d+)/.exec(body)?.[1] ?? 0);
