@@ -140,6 +140,8 @@ export interface InfinigenStepStats {
   misses: number;
   /** hits / (hits + misses) over the sparse layers (0 when nothing was gathered) */
   hitRate: number;
+  /** Under a pool byte budget: tokens evicted since the cache was reset (total, per layer) and in this step. */
+  evictions?: { total: number; step: number; perLayer: number[] };
 }
 
 export function layerStatsFrom(layer: number, s: SpeculatorLayerStats, bytesNote: { recall?: number; stageStartNs?: number; stageEndNs?: number }): InfinigenLayerStats {

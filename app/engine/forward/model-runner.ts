@@ -13,6 +13,18 @@
 // decode step, layer ℓ (>= denseLayers) selects per KV head with the real query right before its
 // attention, and attends to [selected rows, current token] (native attendSlots).
 //
+// Byte budget (ARCHITECTURE.md §5; policies 'full' and 'infinigen'): with `poolBudgetBytes` the pool's
+// whole allocation (K/V rows, partial keys, positions, counters, flags, headers) is at most that many
+// bytes, its capacity in tokens follows, and a full layer evicts one token per appended token: the
+// slot with the smallest prefetch counter outside the first `sinks` (4) positions and the `recent` (64)
+// newest tokens (native/src/kv_pool.h). Counters: +1 per KV head whose speculation selects the slot,
+// halved every `ageEvery` (K = 32) decode steps of the layer; layers nobody speculates for (dense
+// layers, policy 'full') evict oldest-first. Positions still run to `contextLength`.
+// A prompt longer than the free slots: the chunks shrink to the free slots, then the rest of the
+// prompt runs one token at a time and evicts by the same rule (counters 0 -> oldest first outside
+// the sinks and window); every eviction is counted, nothing is dropped silently. truncate()/an abort
+// forget the positions >= n; tokens evicted before stay gone.
+//
 // Prompts run in chunks of `prefillChunk` tokens; the AbortSignal is checked between layers and
 // an abort rolls the pool back to where the call started. Nothing in a step allocates in native
 // code; JS allocates only the small per-step arrays onnxruntime hands back.
@@ -50,7 +62,25 @@ export interface ModelRunnerOptions {
   infinigen?: InfinigenOptions;
   /** Knobs of the comparison policies 'streaming' | 'h2o' | 'quest' | 'oracle'. */
   sparse?: SparsePolicyOptions;
+  /**
+   * Upper bound in bytes of the KV pool's whole allocation; the pool evicts when full (policies 'full'
+   * and 'infinigen'). Must hold more than sinks + recent tokens. Default: no budget, room for contextLength.
+   */
+  poolBudgetBytes?: number;
+  /** Eviction knobs under poolBudgetBytes. */
+  eviction?: EvictionOptions;
 }
+
+export interface EvictionOptions {
+  /** first positions never evicted (default 4) */
+  sinks?: number;
+  /** newest tokens never evicted (default 64) */
+  recent?: number;
+  /** counters halve every this many decode steps of a layer (default 32) */
+  ageEvery?: number;
+}
+
+export const EVICTION_DEFAULTS: Required<EvictionOptions> = { sinks: 4, recent: 64, ageEvery: 32 };
 
 /** The policies the forward pass runs (ARCHITECTURE.md §6; snapkv is not in the decode path yet). */
 export type RunnerPolicy = 'full' | 'infinigen' | SparsePolicyName;
@@ -90,6 +120,10 @@ export interface ModelRunner extends TokenRunner {
   /** Bytes of weights in the onnxruntime graphs, and of the KV pool. */
   readonly graphWeightBytes: number;
   readonly poolBytes: number;
+  /** Tokens per layer the pool holds (contextLength without a budget, or what the budget allows). */
+  readonly poolCapacityTokens: number;
+  /** Tokens evicted since the cache was last reset, per layer (all 0 without a budget). */
+  evictions(): number[];
   prefill(ids: readonly number[], signal?: AbortSignal, opts?: PrefillOptions): Promise<Float32Array>;
   decode(id: number, signal?: AbortSignal): Promise<Float32Array>;
   /** Forgets every token. */
@@ -132,6 +166,14 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   if (policy !== 'full' && hyper.architecture === 'opt') {
     throw new UsageError(`policy '${policy}' supports the llama family only (OPT runs with 'full')`, { field: 'policy', architecture: hyper.architecture });
   }
+  const budget = options.poolBudgetBytes;
+  if (budget !== undefined) {
+    if (!Number.isSafeInteger(budget) || budget < 1) throw new UsageError(`poolBudgetBytes must be a positive integer, got ${String(budget)}`, { field: 'poolBudgetBytes' });
+    if (policy !== 'full' && policy !== 'infinigen') {
+      throw new UsageError(`poolBudgetBytes (eviction) supports policies 'full' and 'infinigen' only, got '${policy}'`, { field: 'poolBudgetBytes', policy });
+    }
+  }
+  const eviction = { ...EVICTION_DEFAULTS, ...(options.eviction ?? {}) };
   const ig = policy === 'infinigen' ? infinigenSettings(options.infinigen ?? {}, hyper.headDim, hyper.layers) : undefined;
   const sparseName = (SPARSE_POLICIES as readonly string[]).includes(policy) ? (policy as SparsePolicyName) : undefined;
   const weights = new ModelWeights(model, options.accuracyLevel ?? 4);
@@ -156,7 +198,8 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * hyper.headDim * elem + 4 + 2 * p);
   const projBytes = p > 0 ? hyper.layers * hyper.kvHeads * hyper.headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
   const pool = createKvPool({
-    budgetBytes: contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes,
+    budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes,
+    ...(budget !== undefined ? { eviction } : {}),
     layers: hyper.layers,
     kvHeads: hyper.kvHeads,
     headDim: hyper.headDim,
@@ -211,6 +254,8 @@ class Runner implements ModelRunner {
   private readonly ig: InfinigenState | undefined;
   private readonly spec: Speculator | undefined;
   private lastStep: InfinigenStepStats | undefined;
+  /** [layer] evictions seen at the end of the previous step (for the per-step figure) */
+  private evictedBefore: number[];
   /** [stage] start/end ns of the latest run of each stage (for the overlap figures) */
   private readonly stageNs: [number, number][];
 
@@ -243,6 +288,16 @@ class Runner implements ModelRunner {
     this.positionOffset = h.positionOffset ?? 2;
     this.scratch = new Float32Array(this.d);
     this.attnOne = new Float32Array(this.qw);
+    this.evictedBefore = new Array<number>(h.layers).fill(0);
+  }
+
+  get poolCapacityTokens(): number {
+    return this.pool.capacityTokens;
+  }
+
+  evictions(): number[] {
+    if (!this.pool.evicting) return new Array<number>(this.layers).fill(0);
+    return Array.from({ length: this.layers }, (_, l) => this.pool.evictions(l));
   }
 
   get position(): number {
@@ -274,9 +329,12 @@ class Runner implements ModelRunner {
       const all = opts.allLogits === true;
       const parts: Float32Array[] = [];
       let last: Float32Array | undefined;
-      for (let at = 0; at < ids.length; at += this.prefillChunk) {
-        const chunk = ids.slice(at, at + this.prefillChunk);
-        const isLast = at + this.prefillChunk >= ids.length;
+      for (let at = 0; at < ids.length; ) {
+        // under a budget a chunk never exceeds the free slots; a full pool takes one token (evicting) at a time
+        const size = this.pool.evicting ? Math.max(1, Math.min(this.prefillChunk, this.pool.capacityTokens - this.pool.length(0))) : this.prefillChunk;
+        const chunk = ids.slice(at, at + size);
+        at += chunk.length;
+        const isLast = at >= ids.length;
         const logits = await this.runChunk(chunk, all ? 'all' : isLast ? 'last' : 'none', signal);
         if (all) parts.push(logits!);
         else if (isLast) last = logits;
@@ -317,6 +375,7 @@ class Runner implements ModelRunner {
     this.live();
     this.spec?.drain();
     this.pool.reset();
+    this.evictedBefore.fill(0);
     this.spec?.clearStaging();
     this.sparse?.truncate(0);
     if (this.ig) this.ig.ready = false;
@@ -404,6 +463,7 @@ class Runner implements ModelRunner {
         }
         this.spec!.drain();
         this.pool.reset();
+        this.evictedBefore.fill(0);
         this.pos = 0;
         await ig.finishCalibration('self-generated');
       }
@@ -509,7 +569,16 @@ class Runner implements ModelRunner {
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
     this.pos = p0 + T;
-    if (sparse || spStep) this.lastStep = summarizeStep(p0, stepLayers);
+    if (sparse || spStep) {
+      this.lastStep = summarizeStep(p0, stepLayers);
+      if (this.pool.evicting) {
+        const perLayer = this.evictions();
+        let step = 0;
+        for (let l = 0; l < this.layers; l++) step += perLayer[l]! - this.evictedBefore[l]!;
+        this.lastStep.evictions = { total: perLayer.reduce((a, b) => a + b, 0), step, perLayer };
+      }
+    }
+    if (this.pool.evicting) this.evictedBefore = this.evictions();
     const total = performance.now() - t0;
     this.t.total += total;
     this.t.tokens += T;
