@@ -116,6 +116,9 @@ export const LoadOptionsSchema = z.strictObject({
   policy: KvPolicySchema.default('full'),
   infinigen: InfinigenKnobsSchema.prefault({}),
   sparse: SparseKnobsSchema.prefault({}),
+  /** Byte budget of the whole KV pool; 0 = the full cache at the context length. When it is
+   *  smaller, the least-prefetched tokens are evicted (sinks and the recent window protected). */
+  poolBudgetBytes: z.int().nonnegative().default(0),
   /** Compute attention recall against the full softmax (slower; for the inspector). */
   inspect: z.boolean().default(false),
 });

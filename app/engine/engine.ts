@@ -113,6 +113,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           policy: options.policy,
           infinigen: { ...options.infinigen, inspect: options.inspect, cacheDir: cacheDir() },
           sparse: options.sparse,
+          ...(options.poolBudgetBytes > 0 ? { poolBudgetBytes: options.poolBudgetBytes } : {}),
         });
         const { hyper } = model;
         const info: ModelInfo = {

@@ -75,3 +75,27 @@ describe.runIf(haveSharedModel())('engine metrics on stories260K', () => {
     await expect(engine.load({ modelPath: STORIES_260K, policy: 'snapkv' })).rejects.toMatchObject({ code: 'BAD_ARGUMENT' });
   });
 });
+
+describe.runIf(haveSharedModel())('a pool budget smaller than the full cache', () => {
+  it('still generates, evicts, stays within budget and says so in the metrics', async () => {
+    const cache = mkdtempSync(join(tmpdir(), 'longhand-cache-'));
+    const engine = await EngineClient.start({ env: { ...process.env, XDG_CACHE_HOME: cache } });
+    try {
+      // full cache at 1,100 tokens: 640 bytes of fp16 K/V per token (+ bookkeeping); a quarter of it
+      const budget = 220_352;
+      await engine.load({ modelPath: STORIES_260K, contextLength: 1100, threads: 1, policy: 'infinigen', poolBudgetBytes: budget });
+      let last: StepMetrics | undefined;
+      let tokens = 0;
+      for await (const event of engine.generate({ text: 'Once upon a time' }, { maxTokens: 600, stopOnEos: false, sampling: { temperature: 0 } })) {
+        if (event.kind === 'metrics') last = event.metrics;
+        if (event.kind === 'token') tokens++;
+      }
+      expect(tokens).toBe(600);
+      expect(last!.memory.poolBytes).toBeLessThanOrEqual(budget);
+      expect(last!.evictions).toBeGreaterThan(0);
+    } finally {
+      await engine.close();
+      rmSync(cache, { recursive: true, force: true });
+    }
+  });
+});

@@ -15,6 +15,8 @@ export interface MetricsSource {
   timings(): ForwardTimings;
   /** The last decode step's per-layer selection figures (policies other than full). */
   lastStepStats?(): InfinigenStepStats | undefined;
+  /** Evictions per layer since the cache was last reset (a pool with a byte budget). */
+  evictions?(): number[];
 }
 
 const ZERO_TIMINGS: ForwardTimings = { embedding: 0, layerGraphs: 0, headGraph: 0, append: 0, attention: 0, other: 0, total: 0, tokens: 0, calls: 0 };
@@ -99,7 +101,7 @@ export class StepMetricsSampler {
       bytesMovedPerToken: sum((l) => l.bytesMoved),
       reuseHitRate: sparse && lookups > 0 ? hits / lookups : null,
       recall: recalls.length > 0 ? recalls.reduce((a, r) => a + r, 0) / recalls.length : null,
-      evictions: 0,
+      evictions: (source.evictions?.() ?? []).reduce((a, n) => a + n, 0),
       timing: {
         denseMs: perCall(delta.layerGraphs + delta.headGraph + delta.embedding),
         attentionMs: perCall(delta.attention),

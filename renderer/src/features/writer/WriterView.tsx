@@ -3,6 +3,7 @@
 // the user accepts or rejects it; the editor is read-only while one is pending.
 import { useEffect, useLayoutEffect, useRef } from 'react';
 import { useEngineStore } from '../../engine/store.ts';
+import { useSettingsStore } from '../settings/store.ts';
 import { countWords } from '../../ui/format.ts';
 import { SafeText } from '../../ui/SafeText.tsx';
 import { GenerationStats } from './GenerationStats.tsx';
@@ -14,6 +15,8 @@ export function WriterView() {
   const w = useWriterStore();
   // The engine slice forgets the model when the engine crashes or restarts.
   const modelLoaded = useEngineStore((s) => s.model !== null);
+  // With a remote endpoint on (Settings), generations go there and no local model is needed.
+  const remote = useSettingsStore((s) => s.saved?.remote.enabled === true && s.saved.remote.baseUrl !== '');
   const editor = useRef<HTMLTextAreaElement>(null);
   const { init, doc, caretRequest, clearCaretRequest } = w;
 
@@ -44,7 +47,7 @@ export function WriterView() {
   const pending = w.suggestion !== null;
   const hasSelection = w.selection.end > w.selection.start;
   const hasTextBefore = doc.text.slice(0, w.selection.end).trim().length > 0;
-  const canGenerate = modelLoaded && !pending;
+  const canGenerate = (modelLoaded || remote) && !pending;
   const syncSelection = (): void => {
     const el = editor.current;
     if (el) w.setSelection(el.selectionStart, el.selectionEnd);
@@ -118,7 +121,8 @@ export function WriterView() {
           <button type="button" onClick={w.longForm} disabled={!canGenerate || !hasTextBefore}>Long-form</button>
           <button type="button" className="danger" onClick={w.stop} disabled={!streaming}>Stop</button>
         </div>
-        {!modelLoaded && <p className="muted">Load a model on the Models page to generate.</p>}
+        {!modelLoaded && !remote && <p className="muted">Load a model on the Models page to generate, or turn on a remote endpoint in Settings.</p>}
+        {remote && <p className="muted">Generating with the remote endpoint from Settings.</p>}
 
         {w.suggestion && (
           <section className="suggestion" aria-label="Suggestion">

@@ -2,8 +2,8 @@ import { act, fireEvent, render, screen, waitFor, within } from '@testing-librar
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { resetEngineStore, useEngineStore } from '../../engine/store.ts';
 import { installServices, uninstallServices } from '../../services.ts';
-import { FakeApi, MODEL, TIMINGS, timeoutFrames } from '../../test/fake-api.ts';
-import { resetSettingsStore } from '../settings/store.ts';
+import { defaultSettings, FakeApi, MODEL, TIMINGS, timeoutFrames } from '../../test/fake-api.ts';
+import { resetSettingsStore, useSettingsStore } from '../settings/store.ts';
 import { AUTOSAVE_MS, AUTOSAVE_RETRY_MS, resetWriterStore, useWriterStore } from './store.ts';
 import { WriterView } from './WriterView.tsx';
 
@@ -188,7 +188,15 @@ describe('writer', () => {
     setup({ model: false });
     await waitFor(() => expect(editor().value).toBe(DOC.text));
     expect(screen.getByRole('button', { name: 'Continue writing' })).toHaveProperty('disabled', true);
-    expect(screen.getByText('Load a model on the Models page to generate.')).toBeTruthy();
+    expect(screen.getByText('Load a model on the Models page to generate, or turn on a remote endpoint in Settings.')).toBeTruthy();
+  });
+
+  it('generates without a local model when a remote endpoint is on in Settings', async () => {
+    setup({ model: false });
+    await waitFor(() => expect(editor().value).toBe(DOC.text));
+    act(() => useSettingsStore.setState({ saved: { ...defaultSettings(), remote: { enabled: true, baseUrl: 'http://127.0.0.1:9000', apiKey: '', model: '' } } }));
+    expect(screen.getByRole('button', { name: 'Continue writing' })).toHaveProperty('disabled', false);
+    expect(screen.getByText('Generating with the remote endpoint from Settings.')).toBeTruthy();
   });
 
   it('autosaves the draft with a debounced documents.save', async () => {
