@@ -14,7 +14,7 @@ describe('engine protocol', () => {
       },
     });
     const load = parseEngineRequest({ kind: 'load', requestId: 'l', options: { modelPath: '/m.gguf' } });
-    expect(load).toMatchObject({ options: { device: 'cpu', kvType: 'fp16', prefillChunk: 256 } });
+    expect(load).toMatchObject({ options: { device: 'cpu', kvType: 'fp16', prefillChunk: 64 } });
   });
 
   it.each([

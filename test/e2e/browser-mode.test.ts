@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
+import { firstLine } from '../support/serve-client.ts';
 
 // The callbacks passed to page.evaluate/addInitScript run in Chromium. The root tsconfig has no
 // DOM lib, so the few browser globals they touch are declared here, module-scoped: they do not
@@ -121,26 +122,6 @@ async function ensureRendererBuilt(): Promise<void> {
   if (!existsSync(index)) throw new Error('npm run build:renderer did not produce renderer/dist/index.html');
 }
 
-function firstLine(child: ChildProcessWithoutNullStreams, timeoutMs = 90_000): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => reject(new Error(`no URL line after ${timeoutMs} ms; stderr: ${err}`)), timeoutMs);
-    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const newline = out.indexOf('\n');
-      if (newline >= 0) {
-        clearTimeout(timer);
-        resolve(out.slice(0, newline).trim());
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`serve exited with ${code} before printing a URL; stderr: ${err}`));
-    });
-  });
-}
 
 const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });
 const stat = (page: Page, name: string) => page.locator(`[aria-label="Generation stats"] [data-stat="${name}"]`);
