@@ -11,6 +11,7 @@
 // engine restarts.
 import { app, BrowserWindow, dialog, ipcMain, Menu, MessageChannelMain, protocol, screen, session, shell, utilityProcess } from 'electron';
 import type { AppRequest } from '../common/app-api.ts';
+import { readRemoteSettings } from '../server/remote-engine.ts';
 import { createAppServices, type AppServices } from '../server/services/app-services.ts';
 import { APP_SCHEME_PRIVILEGES, createAppProtocolHandler } from './app-protocol.ts';
 import { chooseModel, exportDocument } from './dialogs.ts';
@@ -18,6 +19,7 @@ import { EngineSupervisor, type HostProcess, type PortLike } from './engine-supe
 import { APP_ENTRY_URL, APP_SCHEME, IPC, type MenuCommand } from './ipc-channels.ts';
 import { IpcManager } from './ipc-manager.ts';
 import { buildMenuTemplate } from './menu.ts';
+import { RemoteRelay } from './remote-relay.ts';
 import { appLayout, currentMainDir, ENGINE_SERVICE_NAME } from './paths.ts';
 import { denyAllPermissions, hardenWebContents, SECURE_WEB_PREFERENCES } from './security.ts';
 import { captureWindowState, loadWindowState, MIN_WINDOW_SIZE, saveWindowState } from './window-state.ts';
@@ -37,8 +39,12 @@ let appServices: AppServices | undefined;
  * it needs app/engine, which main never imports, so it answers BAD_ARGUMENT (INSPECT_UNAVAILABLE).
  */
 async function answerAppRequest(request: AppRequest): Promise<unknown> {
+  return services().answer(request);
+}
+
+function services(): AppServices {
   appServices ??= createAppServices({ dataDir: app.getPath('userData') });
-  return appServices.answer(request);
+  return appServices;
 }
 
 // Before 'ready': the scheme must be privileged (standard + secure) to be a real origin.
@@ -83,6 +89,8 @@ function onReady(): void {
       exportDocument: (contents, request) => exportDocument(dialog, BrowserWindow.fromWebContents(contents) ?? undefined, request, app.getPath('documents')),
     },
     createChannel: () => new MessageChannelMain() as unknown as { port1: PortLike; port2: unknown },
+    // Settings → remote: the window's generations go to that endpoint (read before each one).
+    remote: new RemoteRelay({ config: () => readRemoteSettings(services().settings.path), log }),
     log,
   });
 

@@ -14,6 +14,7 @@ import { LonghandError, type ErrorCode } from '../common/errors.ts';
 import { parseEngineRequest, type EngineEvent, type EngineRequest } from '../common/protocol.ts';
 import type { EngineStatus } from '../common/window-api.ts';
 import type { PortLike } from './engine-supervisor.ts';
+import type { RemoteRoute } from './remote-relay.ts';
 import { IPC, type ExportRequest, type ExportResult, type IpcResult } from './ipc-channels.ts';
 import { isAppUrl } from './security.ts';
 
@@ -39,6 +40,11 @@ export interface IpcManagerOptions {
   appRequests: (request: AppRequest) => Promise<unknown>;
   dialogs: DialogBackend;
   createChannel: () => { port1: PortLike; port2: unknown };
+  /**
+   * Generations through a remote endpoint when the settings say so (remote-relay.ts): each
+   * connection gets a router that answers remote generates itself and forwards the rest.
+   */
+  remote?: { open(deliver: (event: EngineEvent) => void, forward: (request: EngineRequest) => void): RemoteRoute };
   log?: (message: string) => void;
 }
 
@@ -167,6 +173,10 @@ export class IpcManager {
     this.connections.set(contents, id);
     const { port1, port2 } = this.options.createChannel();
     engine.addClient(id, (event) => port1.postMessage(event));
+    const remote = this.options.remote?.open(
+      (event) => port1.postMessage(event),
+      (request) => engine.send(id, request),
+    );
     port1.on('message', ({ data }) => {
       let request: EngineRequest;
       try {
@@ -178,9 +188,11 @@ export class IpcManager {
         port1.postMessage({ kind: 'error', requestId, error: { code: 'PROTOCOL_BAD_MESSAGE', message, details: {} } } satisfies EngineEvent);
         return;
       }
-      engine.send(id, request);
+      if (remote) remote.handle(request);
+      else engine.send(id, request);
     });
     port1.on('close', () => {
+      remote?.close();
       if (this.connections.get(contents) === id) this.connections.delete(contents);
       engine.removeClient(id);
     });
