@@ -1,7 +1,11 @@
 // The cache inspector: live figures of every generation in this window (whichever view started
 // it), from the engine's step metrics — sparklines, a heatmap of the fetched positions, where
-// the memory goes, a per-layer table — plus a comparison of two policies and an export.
+// the memory goes, a per-layer table — plus a comparison of two policies and an export. For a
+// remote endpoint (policy 'remote') there is no local cache to look into: the view shows what
+// the server reports instead (prefix-cache hit rate, KV-cache usage) and hides the heatmap,
+// memory stack and layer table, which would be empty.
 import { useCallback, useState } from 'react';
+import type { StepMetrics } from '../../../../app/common/protocol.ts';
 import { formatBytes, formatRate } from '../../ui/format.ts';
 import { downloadText } from '../summarise/download.ts';
 import { Compare } from './Compare.tsx';
@@ -17,6 +21,9 @@ import './inspector.css';
 export const SPARK_SAMPLES = 240;
 
 const pct = (v: number): string => `${(v * 100).toFixed(1)}%`;
+
+/** A remote's prefix-cache hit rate: what it reported, else the reuse hit rate it was sent as. */
+const prefixHitRate = (m: StepMetrics): number | null => m.remote?.prefixCacheHitRate ?? m.reuseHitRate;
 
 function exportName(ext: string): string {
   return `longhand-metrics-${new Date().toISOString().replace(/[:.]/g, '-')}.${ext}`;
@@ -52,7 +59,19 @@ export function InspectorView() {
         <button type="button" onClick={clear} disabled={count === 0}>Clear</button>
       </div>
 
-      {!m ? (
+      {m?.policy === 'remote' ? (
+        <div className="panel">
+          <p className="muted">
+            Policy <strong>remote</strong> (the remote endpoint in Settings; no local cache to inspect) · step {m.step.toLocaleString('en-US')} · context {m.contextTokens.toLocaleString('en-US')} of {m.contextLength.toLocaleString('en-US')}
+          </p>
+          <div className="sparks">
+            <Sparkline label="Tokens/s" values={recent.map((s) => s.metrics.tokensPerS)} format={formatRate} />
+            <Sparkline label="Prefix-cache hit rate" values={recent.map((s) => prefixHitRate(s.metrics))} format={pct} max={1} />
+            <Sparkline label="KV-cache usage" values={recent.map((s) => s.metrics.remote?.kvCacheUsage ?? null)} format={pct} max={1} />
+          </div>
+          {prefixHitRate(m) === null && (m.remote?.kvCacheUsage ?? null) === null && <p className="muted">The remote server reports no cache figures (vLLM and llama.cpp with --metrics do, on /metrics).</p>}
+        </div>
+      ) : !m ? (
         <p className="placeholder">Start a generation (Writer, Summarise, or Compare below) and the engine's per-step cache figures appear here, up to 10 times a second.</p>
       ) : (
         <>

@@ -58,6 +58,39 @@ describe('cache inspector', () => {
     expect(screen.getByRole('img', { name: 'Selected positions of layer 1 over recent samples' })).toBeTruthy();
   });
 
+  it('a remote generation shows the server`s prefix-cache hit rate and KV-cache usage, not the local cache panels', async () => {
+    setup();
+    const generation = services().engine.generate({ text: 'x' });
+    const remote = stepMetrics(
+      {
+        step: 3, policy: 'remote', fetchRatio: 1, bytesMovedPerToken: 0, reuseHitRate: 0.4, recall: null, tokensPerS: 30,
+        timing: { denseMs: 0, attentionMs: 0, speculationMs: 0, gatherMs: 0, otherMs: 0 },
+        memory: { weightsBytes: 0, poolBytes: 0, poolBudgetBytes: 0, kvUsedBytes: 0, partialKeyBytes: 0, stagedBytes: 0, rssBytes: 0 },
+        remote: { kvCacheUsage: 0.125, prefixCacheHitRate: 0.75 },
+      },
+      [],
+    );
+    act(() => api.metrics(generation.requestId, remote));
+    await waitFor(() => expect(useInspectorStore.getState().latest?.metrics.policy).toBe('remote'));
+    expect(screen.getByTestId('spark-Prefix-cache hit rate').textContent).toBe('75.0%');
+    expect(screen.getByTestId('spark-KV-cache usage').textContent).toBe('12.5%');
+    expect(screen.getByTestId('spark-Tokens/s').textContent).toBe('30.0');
+    expect(screen.queryByTestId('spark-Fetch ratio')).toBeNull();
+    expect(screen.queryByTestId('spark-Reuse hit rate')).toBeNull();
+    expect(screen.queryByLabelText('Memory now')).toBeNull();
+    expect(screen.queryByLabelText('Heatmap layer')).toBeNull();
+    expect(screen.queryByRole('heading', { name: /Layers/ })).toBeNull();
+
+    // Without the remote's own figures, the hit rate falls back to reuseHitRate; usage is unknown.
+    await new Promise((r) => setTimeout(r, 110)); // past the 10/s cap
+    act(() => api.metrics(generation.requestId, { ...remote, step: 4, remote: undefined }));
+    await waitFor(() => expect(useInspectorStore.getState().latest?.metrics.step).toBe(4));
+    expect(screen.getByTestId('spark-Prefix-cache hit rate').textContent).toBe('40.0%');
+    expect(screen.getByTestId('spark-KV-cache usage').textContent).toBe('12.5%'); // the last value reported
+    act(() => api.done(generation.requestId));
+    await generation.result;
+  });
+
   it('export CSV has a header and one row per snapshot', async () => {
     setup();
     const generation = services().engine.generate({ text: 'x' });
