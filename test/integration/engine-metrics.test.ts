@@ -52,7 +52,13 @@ describe.runIf(haveSharedModel())('engine metrics on stories260K', () => {
     for (const layer of sparse) {
       expect(layer.selected).toBeLessThanOrEqual(Math.floor(0.2 * layer.candidates));
       expect(layer.recall).not.toBeNull();
+      // the heatmap's positions: the selected tokens of the step, ascending, inside the context
+      expect(layer.positions!.length).toBeGreaterThan(0);
+      expect(layer.positions!.length).toBeLessThanOrEqual(4 * layer.selected);
+      expect([...layer.positions!].sort((a, b) => a - b)).toEqual(layer.positions);
+      expect(layer.positions!.at(-1)!).toBeLessThan(last.contextTokens);
     }
+    expect(l0!.positions).toBeUndefined();
     expect(last.fetchRatio).toBeLessThan(1);
     expect(last.reuseHitRate).not.toBeNull();
     expect(last.recall).toBeGreaterThan(0);

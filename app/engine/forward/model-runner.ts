@@ -135,6 +135,8 @@ export interface ModelRunner extends TokenRunner {
   readonly policy: RunnerPolicy;
   /** Figures of the latest decode step under a sparse policy (undefined before one, or under 'full'). */
   lastStepStats(): InfinigenStepStats | undefined;
+  /** InfiniGen's latest selection for a sparse layer as token positions (undefined otherwise). */
+  selectedPositions(layer: number): number[] | undefined;
   /** Where the skew matrices came from under 'infinigen' (undefined until the first prefill). */
   readonly skewSource: 'cache' | 'prompt' | 'self-generated' | undefined;
   dispose(): Promise<void>;
@@ -318,6 +320,15 @@ class Runner implements ModelRunner {
 
   lastStepStats(): InfinigenStepStats | undefined {
     return this.lastStep;
+  }
+
+  selectedPositions(layer: number): number[] | undefined {
+    // InfiniGen's latest selection of a sparse layer, as token positions (union over KV heads)
+    if (!this.spec || !this.lastStep || layer < 0 || layer >= this.layers) return undefined;
+    if (this.lastStep.layers[layer]?.dense !== false) return undefined;
+    const positions = new Set<number>();
+    for (let h = 0; h < this.pool.kvHeads; h++) for (const slot of this.spec.selected(layer, h)) positions.add(this.pool.position(layer, slot));
+    return [...positions].sort((a, b) => a - b);
   }
 
   async prefill(ids: readonly number[], signal?: AbortSignal, opts: PrefillOptions = {}): Promise<Float32Array> {

@@ -17,7 +17,12 @@ export interface MetricsSource {
   lastStepStats?(): InfinigenStepStats | undefined;
   /** Evictions per layer since the cache was last reset (a pool with a byte budget). */
   evictions?(): number[];
+  /** The latest selection of a sparse layer as token positions (for the inspector's heatmap). */
+  selectedPositions?(layer: number): number[] | undefined;
 }
+
+/** At most this many positions per layer go out in one snapshot (the heatmap buckets them). */
+const MAX_POSITIONS = 4096;
 
 const ZERO_TIMINGS: ForwardTimings = { embedding: 0, layerGraphs: 0, headGraph: 0, append: 0, attention: 0, other: 0, total: 0, tokens: 0, calls: 0 };
 
@@ -85,6 +90,8 @@ export class StepMetricsSampler {
           gatherMs: stats.gatherMs,
           attentionMs: stats.attentionMs,
         });
+        const positions = source.selectedPositions?.(stats.layer);
+        if (positions && positions.length <= MAX_POSITIONS) layer.positions = positions;
       }
     }
     const sum = (pick: (l: LayerMetrics) => number) => layers.reduce((a, l) => a + pick(l), 0);
