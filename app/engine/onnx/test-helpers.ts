@@ -1,16 +1,8 @@
 // Shared by this folder's tests: a seeded generator and comparisons that say where they fail.
+import { mulberry32 } from '../../../test/fixtures/rng.ts';
 
-/** mulberry32: small, fast, seeded; uniform in [0, 1). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The fixtures' mulberry32: small, fast, seeded; uniform in [0, 1). */
+export const rng = mulberry32;
 
 /** n values uniform in [−scale, scale). */
 export function randomArray(n: number, seed: number, scale = 1): Float32Array {

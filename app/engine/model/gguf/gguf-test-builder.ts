@@ -3,6 +3,7 @@
 import { ggmlTypeById, ggmlTypeOfDtype } from './ggml-types.ts';
 import { GGUF_VALUE_TYPES, type GgufValueType } from './reader.ts';
 import type { TensorDType } from '../types.ts';
+import { mulberry32 } from '../../../../test/fixtures/rng.ts';
 
 export type BValue =
   | { type: 'uint8' | 'int8' | 'uint16' | 'int16' | 'uint32' | 'int32' | 'float32' | 'float64'; value: number }
@@ -208,17 +209,8 @@ export function buildGguf(kvs: readonly [string | Uint8Array, BValue][], tensors
 
 // ---------------------------------------------------------------- a tiny llama
 
-/** A small deterministic PRNG (mulberry32) for test data and mutations. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A small deterministic PRNG for test data and mutations (the fixtures' mulberry32). */
+export const rng = mulberry32;
 
 export interface TinyLlamaOptions {
   family?: string;
