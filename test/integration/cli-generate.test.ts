@@ -59,6 +59,12 @@ describe.runIf(haveSharedModel())('longhand generate on stories260K', () => {
     expect(last).toMatchObject({ step: 60, policy: 'streaming' });
     expect(last.fetchRatio).toBeLessThan(1);
     expect(last.layers).toHaveLength(5);
+    // a pool budget below the full cache: generation goes on, evicting, within the budget
+    const budgeted = longhand('generate', '--model', STORIES_260K, '--prompt', 'Once upon a time', '--max-tokens', '300', '--temperature', '0', '--policy', 'infinigen', '--context', '1024', '--pool-budget', '120000', '--metrics', file, '--json');
+    expect(budgeted.status, budgeted.stderr).toBe(0);
+    const final = JSON.parse(readFileSync(file, 'utf8').trim().split('\n').at(-1)!);
+    expect(final.evictions).toBeGreaterThan(0);
+    expect(final.memory.poolBytes).toBeLessThanOrEqual(120_000);
     const bad = longhand('generate', '--model', STORIES_260K, '--prompt', 'x', '--policy', 'magic');
     expect(bad.status).toBe(2);
     expect(bad.stderr).toMatch(/--policy must be one of/);

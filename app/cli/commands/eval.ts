@@ -7,6 +7,7 @@ import { loadModel } from '../../engine/model/load-model.ts';
 import { createTokenizer } from '../../engine/model/tokenizer/tokenizer.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
+import { parsePolicyKnobs, POLICY_HELP, POLICY_OPTIONS } from '../policy-options.ts';
 
 const HELP = `usage: longhand eval --model PATH --text-file F --policy ${EVAL_POLICIES.join('|')} [options]
 
@@ -16,46 +17,18 @@ const HELP = `usage: longhand eval --model PATH --text-file F --policy ${EVAL_PO
   --model PATH          a .gguf file or a Hugging Face folder
   --text-file F         the text (tokenised with the model's tokenizer, BOS first)
   --policy P            ${EVAL_POLICIES.join(', ')}
-  --alpha A             infinigen: score margin (default 5)
-  --partial-ratio R     infinigen: partial columns r (default 0.3)
-  --fetch-cap C         infinigen's cap; the other policies keep ⌊C·context⌋ tokens (default 0.2)
-  --dense-layers D      layers below D attend to everything (default 2)
-  --budget N            streaming/h2o/quest/oracle: fixed tokens per KV head instead of the cap
-  --window W            streaming: recent window; h2o: recent tokens
-  --sinks S             streaming: sink tokens (default 4)
-  --top-pages P         quest: pages of 16 tokens kept
+${POLICY_HELP}
   --prefill N           tokens prefilled before the decode steps (default 8)
   --context N           tokens the caches hold (default: the text's length; longer text is cut)
   --threads N           threads for the dense work
   --generate N          also free-run N greedy tokens from the text's start under both policies
   --json                print one JSON object`;
 
-function number(value: string | undefined, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  const parsed = Number(value);
-  if (value.trim() === '' || !Number.isFinite(parsed)) throw new UsageError(`${name} must be a number, got '${value}'`);
-  return parsed;
-}
-
-function nonNegativeInteger(value: string | undefined, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (!/^\d+$/.test(value)) throw new UsageError(`${name} must be a non-negative integer, got '${value}'`);
-  return Number(value);
-}
-
 export async function runEvalCommand(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
     model: { type: 'string' },
     'text-file': { type: 'string' },
-    policy: { type: 'string' },
-    alpha: { type: 'string' },
-    'partial-ratio': { type: 'string' },
-    'fetch-cap': { type: 'string' },
-    'dense-layers': { type: 'string' },
-    budget: { type: 'string' },
-    window: { type: 'string' },
-    sinks: { type: 'string' },
-    'top-pages': { type: 'string' },
+    ...POLICY_OPTIONS,
     prefill: { type: 'string' },
     context: { type: 'string' },
     threads: { type: 'string' },
@@ -72,21 +45,7 @@ export async function runEvalCommand(args: string[], io: CliIO): Promise<number>
   if (!values['text-file']) throw new UsageError('--text-file is required');
   const policy = oneOf(values.policy, EVAL_POLICIES, '--policy');
   if (policy === undefined) throw new UsageError('--policy is required');
-  const knobs: PolicyKnobs = {};
-  const set = <K extends keyof PolicyKnobs>(key: K, v: PolicyKnobs[K] | undefined) => {
-    if (v !== undefined) knobs[key] = v;
-  };
-  set('alpha', number(values.alpha, '--alpha'));
-  set('partialRatio', number(values['partial-ratio'], '--partial-ratio'));
-  set('fetchCap', number(values['fetch-cap'], '--fetch-cap'));
-  set('denseLayers', nonNegativeInteger(values['dense-layers'], '--dense-layers'));
-  set('budget', positiveInteger(values.budget, '--budget'));
-  set('window', nonNegativeInteger(values.window, '--window'));
-  set('sinks', nonNegativeInteger(values.sinks, '--sinks'));
-  set('topPages', positiveInteger(values['top-pages'], '--top-pages'));
-  if (knobs.alpha !== undefined && !(knobs.alpha > 0)) throw new UsageError('--alpha must be positive');
-  if (knobs.partialRatio !== undefined && !(knobs.partialRatio > 0 && knobs.partialRatio <= 1)) throw new UsageError('--partial-ratio must be in (0, 1]');
-  if (knobs.fetchCap !== undefined && !(knobs.fetchCap > 0 && knobs.fetchCap <= 1)) throw new UsageError('--fetch-cap must be in (0, 1]');
+  const knobs: PolicyKnobs = parsePolicyKnobs(values);
   const prefillTokens = positiveInteger(values.prefill, '--prefill');
   const contextLength = positiveInteger(values.context, '--context');
   const threads = positiveInteger(values.threads, '--threads');

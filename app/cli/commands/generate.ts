@@ -7,6 +7,7 @@ import { DEVICES, KV_POLICIES, KV_TYPES, type GenerateParams, type Prompt, type 
 import { EngineClient } from '../../engine/client.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
+import { number, parsePolicyKnobs, POLICY_HELP, POLICY_OPTIONS } from '../policy-options.ts';
 
 const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-file F) [options]
 
@@ -27,18 +28,11 @@ const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-fi
   --threads N           threads for the dense work
   --device D            ${DEVICES.join('|')} (default cpu)
   --policy P            KV policy: full (default), infinigen, streaming, h2o, quest, oracle
-  --alpha A --partial-ratio R --fetch-cap C --dense-layers D   InfiniGen knobs (5, 0.3, 0.2, 2)
-  --budget N --window W --sinks S --top-pages P                comparison-policy knobs
+${POLICY_HELP}
+  --pool-budget BYTES   byte budget of the KV pool; smaller than the full cache evicts (full, infinigen)
   --inspect             measure attention recall (slower)
   --metrics FILE        write the sampled per-step metrics as JSON lines
   --json                print one JSON object (promptIds, tokenIds, text, stopReason, timings)`;
-
-function number(value: string | undefined, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  const parsed = Number(value);
-  if (value.trim() === '' || !Number.isFinite(parsed)) throw new UsageError(`${name} must be a number, got '${value}'`);
-  return parsed;
-}
 
 export async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
@@ -58,15 +52,8 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
     'kv-type': { type: 'string' },
     threads: { type: 'string' },
     device: { type: 'string' },
-    policy: { type: 'string' },
-    alpha: { type: 'string' },
-    'partial-ratio': { type: 'string' },
-    'fetch-cap': { type: 'string' },
-    'dense-layers': { type: 'string' },
-    budget: { type: 'string' },
-    window: { type: 'string' },
-    sinks: { type: 'string' },
-    'top-pages': { type: 'string' },
+    ...POLICY_OPTIONS,
+    'pool-budget': { type: 'string' },
     inspect: { type: 'boolean' },
     metrics: { type: 'string' },
     json: { type: 'boolean' },
@@ -109,18 +96,10 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const threads = positiveInteger(values.threads, '--threads');
   const contextLength = positiveInteger(values.context, '--context');
   const policy = oneOf(values.policy, KV_POLICIES, '--policy') ?? 'full';
-  const fetchCap = number(values['fetch-cap'], '--fetch-cap');
-  const denseLayers = number(values['dense-layers'], '--dense-layers');
+  const { alpha, partialRatio, fetchCap, denseLayers, budget, window, sinks, topPages } = parsePolicyKnobs(values);
   const defined = <T extends object>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
-  const infinigen = defined({ alpha: number(values.alpha, '--alpha'), partialRatio: number(values['partial-ratio'], '--partial-ratio'), fetchCap, denseLayers });
-  const sparse = defined({
-    fetchCap,
-    denseLayers,
-    budget: positiveInteger(values.budget, '--budget'),
-    window: positiveInteger(values.window, '--window'),
-    sinks: number(values.sinks, '--sinks'),
-    topPages: positiveInteger(values['top-pages'], '--top-pages'),
-  });
+  const infinigen = defined({ alpha, partialRatio, fetchCap, denseLayers });
+  const sparse = defined({ fetchCap, denseLayers, budget, window, sinks, topPages });
   const metricsLines: string[] = [];
 
   const engine = await EngineClient.start();
@@ -136,6 +115,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
       infinigen,
       sparse,
       inspect: values.inspect ?? false,
+      poolBudgetBytes: positiveInteger(values['pool-budget'], '--pool-budget') ?? 0,
       ...(threads ? { threads } : {}),
       ...(contextLength ? { contextLength } : {}),
     });
