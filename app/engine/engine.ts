@@ -98,7 +98,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         const chat = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
         const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
         // Refuse before building anything when weights + KV at this context cannot fit.
-        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType }), basename(model.path));
+        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType }), basename(model.path), options.poolBudgetBytes);
         const threads = options.threads ?? availableParallelism();
         if (options.policy === 'snapkv') {
           throw new UsageError('policy snapkv (prompt compression at prefill) is not available in this version; use full, infinigen, streaming, h2o, quest or oracle', { policy: options.policy });

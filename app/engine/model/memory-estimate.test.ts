@@ -62,6 +62,12 @@ describe('refusing a load that cannot fit', () => {
     expect((error as Error).message).toMatch(/llama-7b\.gguf needs 7\.73 GiB .* 5\.59 GiB is free; a context of 3814 tokens would fit/);
   });
 
+  it('counts a pool budget instead of the full cache when it is smaller', () => {
+    const estimate = estimateMemory(llama7b, weights, 8192, { freeBytes: 6_000_000_000, totalBytes: 8e9 });
+    expect(() => assertFits(estimate, 'm', 1_500_000_000)).not.toThrow();
+    expect(() => assertFits(estimate, 'm', 2_500_000_000)).toThrow(/needs/);
+  });
+
   it('lets a load that fits through', () => {
     expect(() => assertFits(estimateMemory(llama7b, weights, 2048, { freeBytes: 6_000_000_000, totalBytes: 8e9 }), 'm')).not.toThrow();
   });

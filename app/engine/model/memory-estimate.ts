@@ -111,15 +111,18 @@ export function estimateMemory(
  * Refuses a load that cannot fit before any work starts: weights as held plus the full KV cache
  * at the chosen context against free memory, with the numbers and the largest context that fits.
  */
-export function assertFits(estimate: MemoryEstimate, modelName: string): void {
-  if (estimate.totalFullBytes <= estimate.freeBytes) return;
+export function assertFits(estimate: MemoryEstimate, modelName: string, poolBudgetBytes = 0): void {
+  // a pool budget smaller than the full cache is all the KV memory the engine will take
+  const kvBytes = poolBudgetBytes > 0 ? Math.min(poolBudgetBytes, estimate.kvFullBytes) : estimate.kvFullBytes;
+  const neededBytes = estimate.weightsBytes + kvBytes;
+  if (neededBytes <= estimate.freeBytes) return;
   const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
   const perToken = estimate.contextTokens > 0 ? estimate.kvFullBytes / estimate.contextTokens : 0;
   const suggested = perToken > 0 ? Math.max(0, Math.floor((estimate.freeBytes - estimate.weightsBytes) / perToken)) : 0;
   const advice = suggested >= 256 ? `a context of ${suggested} tokens would fit` : 'even a short context will not fit: choose a smaller or more quantised model';
   throw new LonghandError(
     'MEMORY_INSUFFICIENT',
-    `${modelName} needs ${gib(estimate.totalFullBytes)} (weights ${gib(estimate.weightsBytes)} + KV cache ${gib(estimate.kvFullBytes)} at ${estimate.contextTokens} tokens) but ${gib(estimate.freeBytes)} is free; ${advice}`,
-    { neededBytes: estimate.totalFullBytes, availableBytes: estimate.freeBytes, contextTokens: estimate.contextTokens, suggestedContext: suggested },
+    `${modelName} needs ${gib(neededBytes)} (weights ${gib(estimate.weightsBytes)} + KV cache ${gib(kvBytes)} at ${estimate.contextTokens} tokens) but ${gib(estimate.freeBytes)} is free; ${advice}`,
+    { neededBytes, availableBytes: estimate.freeBytes, contextTokens: estimate.contextTokens, suggestedContext: suggested },
   );
 }
