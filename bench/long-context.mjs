@@ -1,0 +1,367 @@
+// Long-context decode benchmark: every KV policy (and llama.cpp via node-llama-cpp, --llama) on the
+// same realistic GGUF fixture, with the context already holding N tokens. Not part of `npm test`.
+//
+//   node --import tsx bench/long-context.mjs [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1]
+//        [--policies full,infinigen,streaming,h2o,quest] [--cap 0.1] [--llama] [--steps 16]
+//        [--type Q8_0] [--dir DIR] [--keep] [--json FILE] [--bandwidth-mib 512]
+//
+// Fixture: dim 2048, 16 layers, 32 heads (--kv-heads 32 = MHA, 4 = tinyllama's GQA), ffn 5632,
+// vocab 32000, Q8_0, written by test/fixtures/cli.ts into os.tmpdir() (deleted unless --keep/--dir).
+// One fresh child per (engine/policy, threads): fill the cache by prefill with seeded random ids up
+// to the first N, time `steps` greedy decode steps, prefill on up to the next N, decode again, ...
+// (so the cache holds N tokens, plus the previous steps' tokens, at most `steps` more).
+// Bytes read per decode token = weights (every tensor but the embedding; one row per token) + the
+// KV rows the policy fetched (full: all N rows of K and V in every layer; sparse policies: the sum of
+// the per-layer bytes from runner.lastStepStats(), averaged over the steps) + InfiniGen's partial
+// keys (N · kvHeads · ⌊r·headDim⌋ · 2 bytes per sparse layer). The bound is the measured read
+// bandwidth (native measureReadBandwidth) divided by that.
+//
+// Children: `--child inspect|ours|llama`; each prints one line `RESULT {json}` on stdout.
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const SELF = fileURLToPath(import.meta.url);
+const SEED = 20240611;
+const CHILD_TIMEOUT_MS = 60 * 60 * 1000;
+
+const { values: opts } = parseArgs({
+  options: {
+    'kv-heads': { type: 'string', default: '32' },
+    contexts: { type: 'string', default: '2048,8192' },
+    threads: { type: 'string', default: '1' },
+    policies: { type: 'string', default: 'full,infinigen,streaming,h2o,quest' },
+    cap: { type: 'string', default: '0.1' },
+    llama: { type: 'boolean', default: false },
+    steps: { type: 'string', default: '16' },
+    type: { type: 'string', default: 'Q8_0' },
+    dir: { type: 'string' },
+    keep: { type: 'boolean', default: false },
+    json: { type: 'string' },
+    'bandwidth-mib': { type: 'string', default: '512' },
+    child: { type: 'string' },
+    model: { type: 'string' },
+    policy: { type: 'string' },
+    vocab: { type: 'string' },
+    bos: { type: 'string' },
+    'cache-dir': { type: 'string' },
+    help: { type: 'boolean', default: false },
+  },
+});
+
+function promptIds(n, vocab, bos) {
+  const ids = [bos];
+  let s = SEED >>> 0;
+  while (ids.length < n) {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
+    ids.push(s % vocab);
+  }
+  return ids;
+}
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+function argmax(logits) {
+  let best = 0;
+  for (let j = 1; j < logits.length; j++) if (logits[j] > logits[best]) best = j;
+  return best;
+}
+function positiveInt(text, name) {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${text}`);
+  return n;
+}
+const result = (obj) => process.stdout.write(`RESULT ${JSON.stringify(obj)}\n`);
+const peakRss = () => process.resourceUsage().maxRSS * 1024;
+
+// ─── children ────────────────────────────────────────────────────────────────────────────────
+
+async function childInspect(path) {
+  const { loadModel } = await import('../app/engine/model/load-model.ts');
+  const model = await loadModel(path);
+  try {
+    let weightBytes = 0;
+    let embedBytes = 0;
+    for (const [name, t] of model.tensors) {
+      const n = t.bytes().byteLength;
+      if (name === 'token_embd.weight') embedBytes = n;
+      else weightBytes += n;
+    }
+    const tied = !model.tensors.has('output.weight');
+    const h = model.hyper;
+    const bosMeta = model.tokenizer.kind === 'gguf' ? model.tokenizer.metadata.get('tokenizer.ggml.bos_token_id') : undefined;
+    result({
+      hyper: { dim: h.hiddenSize, layers: h.layers, heads: h.heads, kvHeads: h.kvHeads, headDim: h.headDim, ffn: h.ffnSize, vocab: h.vocabSize },
+      weightBytesPerToken: weightBytes + (tied ? embedBytes : 0),
+      bos: bosMeta === undefined ? 1 : Number(bosMeta),
+    });
+  } finally {
+    model.close();
+  }
+}
+
+async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, vocab, bos) {
+  const { loadModel } = await import('../app/engine/model/load-model.ts');
+  const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
+  const maxN = contexts[contexts.length - 1];
+  const ids = promptIds(maxN, vocab, bos);
+  const model = await loadModel(path);
+  const h = model.hyper;
+  const runner = await createModelRunner(model, {
+    threads,
+    contextLength: maxN + steps + 8,
+    kvType: 'fp16',
+    prefillChunk: 128,
+    policy,
+    infinigen: { fetchCap: cap, cacheDir },
+    sparse: { fetchCap: cap },
+  });
+  const out = { engine: 'longhand', policy, threads, rows: [] };
+  let logits;
+  for (const N of contexts) {
+    const from = runner.position;
+    const f0 = performance.now();
+    if (N > from) logits = await runner.prefill(ids.slice(from, N));
+    const fillMs = performance.now() - f0;
+    const N0 = runner.position;
+    runner.resetTimings();
+    const stepMs = [];
+    let fetched = 0;
+    let stepsWithStats = 0;
+    const a = performance.now();
+    for (let i = 0; i < steps; i++) {
+      const s = performance.now();
+      logits = await runner.decode(argmax(logits));
+      stepMs.push(performance.now() - s);
+      const st = runner.lastStepStats();
+      if (st) {
+        fetched += st.layers.reduce((acc, l) => acc + l.bytes, 0);
+        stepsWithStats++;
+      }
+    }
+    const ms = performance.now() - a;
+    const last = runner.lastStepStats();
+    const rowBytesKV = h.kvHeads * h.headDim * 2 * 2; // K and V, fp16
+    const ctx = N0 + steps / 2;
+    const fetchedPerToken = stepsWithStats > 0 ? fetched / stepsWithStats : ctx * rowBytesKV * h.layers;
+    let partialPerToken = 0;
+    if (policy === 'infinigen') {
+      const p = Math.floor(0.3 * h.headDim); // default partialRatio
+      const sparseLayers = last ? last.layers.filter((l) => !l.dense).length : 0;
+      partialPerToken = sparseLayers * ctx * h.kvHeads * p * 2;
+    }
+    const t = runner.timings();
+    out.rows.push({
+      N,
+      startPosition: N0,
+      fillTokens: N0 - from,
+      fillTps: ((N0 - from) * 1000) / Math.max(1e-9, fillMs),
+      tps: (steps * 1000) / ms,
+      medianTps: 1000 / median(stepMs),
+      stepMs,
+      fetchRatio: last?.fetchRatio ?? 1,
+      fetchedBytesPerToken: fetchedPerToken,
+      partialBytesPerToken: partialPerToken,
+      perStep: { layerGraphs: t.layerGraphs / t.calls, headGraph: t.headGraph / t.calls, append: t.append / t.calls, attention: t.attention / t.calls, other: t.other / t.calls, total: t.total / t.calls },
+      skewSource: runner.skewSource,
+    });
+  }
+  await runner.dispose();
+  model.close();
+  out.peakRssBytes = peakRss();
+  result(out);
+}
+
+async function childLlama(path, threads, contexts, steps, vocab, bos) {
+  const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
+  const maxN = contexts[contexts.length - 1];
+  const ids = promptIds(maxN, vocab, bos);
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
+  const context = await model.createContext({ contextSize: maxN + steps + 64, threads, batchSize: 512, flashAttention: false });
+  if (context.contextSize <= maxN + steps + 1) throw new Error(`llama.cpp made a context of ${context.contextSize}`);
+  const sequence = context.getSequence();
+  const contextShift = { strategy: () => { throw new Error('llama.cpp: context shift requested'); } };
+  const greedy = { generateNext: { token: true, options: { temperature: 0 } } };
+  const evaluate = async (tokens) => {
+    const items = tokens.map((t, i) => (i === tokens.length - 1 ? [t, greedy] : t));
+    const res = await sequence.controlledEvaluate(items, { contextShift });
+    const next = res[tokens.length - 1]?.next.token;
+    if (next === undefined || next === null) throw new Error('llama.cpp returned no next token');
+    return next;
+  };
+  const out = { engine: 'llama.cpp', policy: 'llama.cpp (full)', threads, rows: [] };
+  let tok;
+  for (const N of contexts) {
+    const from = sequence.nextTokenIndex;
+    const f0 = performance.now();
+    if (N > from) tok = await evaluate(ids.slice(from, N));
+    const fillMs = performance.now() - f0;
+    const N0 = sequence.nextTokenIndex;
+    const stepMs = [];
+    const a = performance.now();
+    for (let i = 0; i < steps; i++) {
+      const s = performance.now();
+      tok = await evaluate([tok]);
+      stepMs.push(performance.now() - s);
+    }
+    const ms = performance.now() - a;
+    out.rows.push({ N, startPosition: N0, fillTokens: N0 - from, fillTps: ((N0 - from) * 1000) / fillMs, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), stepMs, fetchRatio: 1 });
+  }
+  await context.dispose();
+  await model.dispose();
+  await llama.dispose();
+  out.peakRssBytes = peakRss();
+  result(out);
+}
+
+// ─── parent ──────────────────────────────────────────────────────────────────────────────────
+
+function runChild(args, { tsx = true } = {}) {
+  const nodeArgs = [...(tsx ? ['--import', 'tsx'] : []), SELF, '--child', ...args];
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, nodeArgs, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), CHILD_TIMEOUT_MS);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      const line = stdout.split('\n').find((l) => l.startsWith('RESULT '));
+      if (code === 0 && line) resolve(JSON.parse(line.slice(7)));
+      else resolve({ error: `exit ${code ?? signal}: ${(stderr.trim().split('\n').slice(-6).join(' | ') || stdout.trim().slice(-400)).slice(0, 1200)}` });
+    });
+  });
+}
+
+const fmt = (x, d = 1) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(d));
+const mib = (b) => (Number.isFinite(b) ? `${(b / 2 ** 20).toFixed(0)}` : '—');
+
+async function parent() {
+  if (opts.help) {
+    console.log('usage: node --import tsx bench/long-context.mjs [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1] [--policies full,infinigen,streaming,h2o,quest] [--cap 0.1] [--llama] [--steps 16] [--type Q8_0] [--dir DIR] [--keep] [--json FILE]');
+    return;
+  }
+  const kvHeads = positiveInt(opts['kv-heads'], '--kv-heads');
+  const contexts = opts.contexts.split(',').map((s) => positiveInt(s, '--contexts')).sort((a, b) => a - b);
+  const threadList = opts.threads.split(',').map((s) => positiveInt(s, '--threads'));
+  const policies = opts.policies.split(',').map((s) => s.trim()).filter(Boolean);
+  const cap = Number(opts.cap);
+  if (!(cap > 0 && cap <= 1)) throw new Error(`--cap must be in (0, 1], got ${opts.cap}`);
+  const steps = positiveInt(opts.steps, '--steps');
+  const bwMib = positiveInt(opts['bandwidth-mib'], '--bandwidth-mib');
+  const sizes = { dim: 2048, layers: 16, heads: 32, kvHeads, ffn: 5632, vocab: 32000 };
+  if (sizes.heads % kvHeads !== 0) throw new Error(`--kv-heads ${kvHeads} must divide 32`);
+  const maxN = contexts[contexts.length - 1];
+
+  const native = await import('../native/index.js');
+  const started = new Date();
+  const loadBefore = loadavg();
+  console.log(`long-context bench ${started.toISOString()}: ${opts.type}, shape ${JSON.stringify(sizes)}, contexts ${contexts.join(',')}, threads ${threadList.join(',')}, policies ${policies.join(',')}${opts.llama ? ' + llama.cpp' : ''}, cap ${cap}, ${steps} steps; load average ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
+  const bwThreads = [...new Set([1, ...threadList])].sort((a, b) => a - b);
+  const bw = {};
+  for (const t of bwThreads) bw[t] = native.measureReadBandwidth(bwMib * 2 ** 20, 5, t);
+  console.log(`read bandwidth (GB/s): ${bwThreads.map((t) => `${t}t ${fmt(bw[t], 2)}`).join(', ')}`);
+
+  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'longhand-long-'));
+  const cacheDir = mkdtempSync(join(tmpdir(), 'longhand-long-skew-'));
+  const report = { started: started.toISOString(), sizes, contexts, cap, steps, bandwidth: bw, runs: [] };
+  try {
+    const path = join(dir, `long-${opts.type}-kv${kvHeads}-ctx${maxN + steps + 64}.gguf`);
+    const w0 = performance.now();
+    const write = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/cli.ts'), 'gguf', path, '--type', opts.type, '--dim', `${sizes.dim}`, '--layers', `${sizes.layers}`, '--heads', `${sizes.heads}`, '--kv-heads', `${kvHeads}`, '--ffn', `${sizes.ffn}`, '--vocab', `${sizes.vocab}`, '--context', `${Math.max(4096, maxN + steps + 64)}`], { cwd: ROOT, encoding: 'utf8', maxBuffer: 1 << 24 });
+    if (write.status !== 0) throw new Error(`writing the fixture failed: ${write.stderr}`);
+    console.log(`wrote ${path} in ${((performance.now() - w0) / 1000).toFixed(0)} s`);
+    const info = await runChild(['inspect', '--model', path]);
+    if (info.error) throw new Error(`inspect: ${info.error}`);
+    report.info = info;
+    for (const threads of threadList) {
+      const common = ['--model', path, '--threads', `${threads}`, '--contexts', contexts.join(','), '--steps', `${steps}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`];
+      for (const policy of policies) {
+        const r = await runChild(['ours', ...common, '--policy', policy, '--cap', `${cap}`, '--cache-dir', cacheDir]);
+        if (r.error) r.policy = policy;
+        r.threads = threads;
+        console.log(`${policy} ${threads}t: ${r.error ?? r.rows.map((x) => `N=${x.N} ${fmt(x.tps, 2)} tok/s`).join(', ')}`);
+        report.runs.push(r);
+      }
+      if (opts.llama) {
+        const r = await runChild(['llama', ...common], { tsx: false });
+        if (r.error) r.policy = 'llama.cpp (full)';
+        r.threads = threads;
+        console.log(`llama.cpp ${threads}t: ${r.error ?? r.rows.map((x) => `N=${x.N} ${fmt(x.tps, 2)} tok/s`).join(', ')}`);
+        report.runs.push(r);
+      }
+    }
+  } finally {
+    rmSync(cacheDir, { recursive: true, force: true });
+    if (!opts.keep && opts.dir === undefined) rmSync(dir, { recursive: true, force: true });
+    else console.log(`kept the fixture in ${dir}`);
+  }
+
+  const h = report.info.hyper;
+  const rowKV = h.kvHeads * h.headDim * 2 * 2;
+  const lines = [];
+  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | fetch ratio | weights MiB | KV fetched MiB | partial keys MiB | total MiB/token | bound tok/s | % of bound |`);
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
+  for (const r of report.runs) {
+    if (r.error) {
+      lines.push(`| ${r.policy} | ${r.threads} | — | **failed**: ${r.error.replaceAll('|', '/')} | | | | | | | | |`);
+      continue;
+    }
+    for (const x of r.rows) {
+      const ctx = x.startPosition + steps / 2;
+      const kv = x.fetchedBytesPerToken ?? ctx * rowKV * h.layers; // llama.cpp: full attention
+      const partial = x.partialBytesPerToken ?? 0;
+      const total = report.info.weightBytesPerToken + kv + partial;
+      const bound = (bw[Math.max(...bwThreads.filter((t) => t <= r.threads))] * 1e9) / total;
+      x.bytesPerToken = total;
+      x.bound = bound;
+      lines.push(`| ${r.policy} | ${r.threads} | ${x.N} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${fmt(x.fetchRatio, 3)} | ${mib(report.info.weightBytesPerToken)} | ${mib(kv)} | ${mib(partial)} | ${mib(total)} | ${fmt(bound, 2)} | ${fmt((100 * x.tps) / bound, 0)}% |`);
+    }
+  }
+  const loadAfter = loadavg();
+  console.log('');
+  console.log(`### long context — ${opts.type}, dim ${h.dim}, ${h.layers} layers, ${h.heads} heads / ${h.kvHeads} KV heads; fetch cap ${cap}; ${steps} decode steps per N`);
+  console.log('');
+  console.log(lines.join('\n'));
+  console.log('');
+  console.log(`Note: the fixture's weights are random, so attention is diffuse and no policy finds a few dominant tokens: the fetch cap (${cap}) decides how many rows the sparse policies fetch, not the scores. Numbers on a real model differ.`);
+  console.log(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}; ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s in all`);
+  if (opts.json) {
+    writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
+    console.log(`wrote ${opts.json}`);
+  }
+}
+
+async function child() {
+  const path = opts.model;
+  if (!path) throw new Error('--model is required in child mode');
+  if (opts.child === 'inspect') return childInspect(path);
+  const threads = positiveInt(opts.threads, '--threads');
+  const contexts = opts.contexts.split(',').map((s) => positiveInt(s, '--contexts')).sort((a, b) => a - b);
+  const steps = positiveInt(opts.steps, '--steps');
+  const vocab = positiveInt(opts.vocab, '--vocab');
+  const bos = Number(opts.bos);
+  if (opts.child === 'ours') return childOurs(path, opts.policy, threads, contexts, steps, Number(opts.cap), opts['cache-dir'], vocab, bos);
+  if (opts.child === 'llama') return childLlama(path, threads, contexts, steps, vocab, bos);
+  throw new Error(`unknown child ${opts.child}`);
+}
+
+try {
+  await (opts.child ? child() : parent());
+} catch (error) {
+  console.error(`long-context: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+  process.exitCode = 1;
+}
