@@ -99,6 +99,9 @@ describe.runIf(haveSharedModel())('a pool budget smaller than the full cache', (
       expect(tokens).toBe(600);
       expect(last!.memory.poolBytes).toBeLessThanOrEqual(budget);
       expect(last!.evictions).toBeGreaterThan(0);
+      // the KV in RAM is what the pool holds, not the whole context
+      expect(last!.memory.kvUsedBytes).toBeLessThanOrEqual(budget);
+      expect(last!.contextTokens).toBe(4 + 600);
     } finally {
       await engine.close();
       rmSync(cache, { recursive: true, force: true });

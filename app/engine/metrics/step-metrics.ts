@@ -17,6 +17,8 @@ export interface MetricsSource {
   lastStepStats?(): InfinigenStepStats | undefined;
   /** Evictions per layer since the cache was last reset (a pool with a byte budget). */
   evictions?(): number[];
+  /** Tokens the pool holds at most (less than the context when a byte budget evicts). */
+  readonly poolCapacityTokens?: number;
   /** The latest selection of a sparse layer as token positions (for the inspector's heatmap). */
   selectedPositions?(layer: number): number[] | undefined;
 }
@@ -56,14 +58,16 @@ export class StepMetricsSampler {
     this.last = { ...current };
     const { hyper, source } = this;
     const contextTokens = source.position;
+    // tokens actually in the pool: an evicting pool holds at most its capacity
+    const pooledTokens = Math.min(contextTokens, source.poolCapacityTokens ?? Infinity);
     const elem = source.kvType === 'fp32' ? 4 : 2;
     // full attention: every layer reads every stored row of K and V
     const rowBytes = hyper.kvHeads * hyper.headDim * 2 * elem;
     const layers: LayerMetrics[] = Array.from({ length: hyper.layers }, (_, layer) => ({
       layer,
-      selected: contextTokens,
-      candidates: contextTokens,
-      bytesMoved: contextTokens * rowBytes,
+      selected: pooledTokens,
+      candidates: pooledTokens,
+      bytesMoved: pooledTokens * rowBytes,
       reuseHits: 0,
       reuseMisses: 0,
       recall: null,
@@ -72,7 +76,7 @@ export class StepMetricsSampler {
       attentionMs: delta.calls > 0 ? delta.attention / delta.calls / hyper.layers : 0,
     }));
     const perCall = (ms: number) => (delta.calls > 0 ? ms / delta.calls : 0);
-    const kvUsedBytes = contextTokens * rowBytes * hyper.layers;
+    const kvUsedBytes = pooledTokens * rowBytes * hyper.layers;
     const sparse = source.lastStepStats?.();
     if (sparse) {
       // the last decode step's selection, per layer (InfiniGen and the other sparse policies)
