@@ -313,11 +313,11 @@ async function parent() {
   const h = report.info.hyper;
   const rowKV = h.kvHeads * h.headDim * 2 * 2;
   const lines = [];
-  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | fetch ratio | weights MiB | KV fetched MiB | partial keys MiB | total MiB/token | bound tok/s | % of bound |`);
-  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
+  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | fetch ratio | weights MiB | KV fetched MiB | partial keys MiB | total MiB/token | bound tok/s | % of bound | graphs ms/step | attention ms/step |`);
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of report.runs) {
     if (r.error) {
-      lines.push(`| ${r.policy} | ${r.threads} | — | **failed**: ${r.error.replaceAll('|', '/')} | | | | | | | | |`);
+      lines.push(`| ${r.policy} | ${r.threads} | — | **failed**: ${r.error.replaceAll('|', '/')} | | | | | | | | | | |`);
       continue;
     }
     for (const x of r.rows) {
@@ -328,7 +328,7 @@ async function parent() {
       const bound = (bw[Math.max(...bwThreads.filter((t) => t <= r.threads))] * 1e9) / total;
       x.bytesPerToken = total;
       x.bound = bound;
-      lines.push(`| ${r.policy} | ${r.threads} | ${x.N} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${fmt(x.fetchRatio, 3)} | ${mib(report.info.weightBytesPerToken)} | ${mib(kv)} | ${mib(partial)} | ${mib(total)} | ${fmt(bound, 2)} | ${fmt((100 * x.tps) / bound, 0)}% |`);
+      lines.push(`| ${r.policy} | ${r.threads} | ${x.N} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${fmt(x.fetchRatio, 3)} | ${mib(report.info.weightBytesPerToken)} | ${mib(kv)} | ${mib(partial)} | ${mib(total)} | ${fmt(bound, 2)} | ${fmt((100 * x.tps) / bound, 0)}% | ${fmt(x.perStep && x.perStep.layerGraphs + x.perStep.headGraph)} | ${fmt(x.perStep?.attention)} |`);
     }
   }
   const loadAfter = loadavg();
