@@ -37,9 +37,13 @@ function childrenOf(pid) {
     for (const task of readdirSync(`/proc/${pid}/task`)) {
       try {
         out.push(...readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number));
-      } catch {}
+      } catch {
+        // the task ended between the listing and the read
+      }
     }
-  } catch {}
+  } catch {
+    // the process is gone: no children
+  }
   return out;
 }
 function rssOf(pid) {
