@@ -1,6 +1,7 @@
 // The KV-policy options every engine command takes (generate, eval): one definition of the flags,
 // their help lines and their checks, so the commands cannot drift apart.
 import { UsageError } from '../common/errors.ts';
+import type { PolicyKnobs } from '../engine/eval/run-eval.ts';
 import { positiveInteger } from './parse-args.ts';
 
 export const POLICY_OPTIONS = {
@@ -25,16 +26,7 @@ export const POLICY_HELP = `  --alpha A             infinigen: score margin belo
   --top-pages P         quest: pages of 16 tokens kept`;
 
 /** The knobs as given on the command line (absent ones stay undefined: the engine's defaults apply). */
-export interface PolicyKnobValues {
-  alpha?: number;
-  partialRatio?: number;
-  fetchCap?: number;
-  denseLayers?: number;
-  budget?: number;
-  window?: number;
-  sinks?: number;
-  topPages?: number;
-}
+export type PolicyKnobValues = Omit<PolicyKnobs, 'cacheDir'>;
 
 export function number(value: string | undefined, name: string): number | undefined {
   if (value === undefined) return undefined;
