@@ -256,3 +256,18 @@ export declare function selectInfinigenNative(
   input: NativeSelectInput,
   knobs: InfinigenNativeKnobs,
 ): { selected: Int32Array[]; n: number; candidateCount: number; counts: Int32Array };
+
+/** The environment variable that, set to 1 before the addon loads, exports the fault hook. */
+export declare const TEST_FAULTS_ENV: 'LONGHAND_TEST_FAULTS';
+
+export type TestFaultKind = 'segv' | 'abort';
+
+/** True when the addon was loaded with LONGHAND_TEST_FAULTS=1 and so has testFault(). */
+export declare function testFaultsEnabled(): boolean;
+
+/**
+ * Test only: kills the calling process with a real native fault, 'segv' (a write through a null
+ * pointer: SIGSEGV) or 'abort' (SIGABRT). Without LONGHAND_TEST_FAULTS=1 at load, and for any
+ * other kind, throws NativeError NATIVE_BAD_ARGUMENT instead. Never returns normally.
+ */
+export declare function testFault(kind: TestFaultKind): never;

@@ -161,3 +161,33 @@ export function createSpeculator(pool, options) {
 export function selectInfinigenNative(layer, input, knobs) {
   return loadAddon().selectInfinigen(layer, input, knobs);
 }
+
+/** The environment variable that, set to 1 before the addon loads, exports testFault(). */
+export const TEST_FAULTS_ENV = 'LONGHAND_TEST_FAULTS';
+
+/** True when this process's addon has the test-only fault hook (LONGHAND_TEST_FAULTS=1 at load). */
+export function testFaultsEnabled() {
+  return typeof loadAddon().testFault === 'function';
+}
+
+/**
+ * Test only: kills this process with a real native fault ('segv': a write through a null pointer;
+ * 'abort': abort()). Throws NATIVE_BAD_ARGUMENT when the addon was loaded without
+ * LONGHAND_TEST_FAULTS=1 (the hook is then not compiled into its exports) or for another kind.
+ */
+export function testFault(kind) {
+  const binding = loadAddon();
+  if (typeof binding.testFault !== 'function') {
+    // The hook is test-only surface, so it does not bump ABI_VERSION; a binary built before it
+    // existed lacks it even with the variable set, and the message says to rebuild.
+    const set = process.env[TEST_FAULTS_ENV] === '1';
+    throw new NativeErrorClass(
+      'NATIVE_BAD_ARGUMENT',
+      set
+        ? `testFault is missing from the native addon although ${TEST_FAULTS_ENV}=1: the binary predates the hook. ${REBUILD_HINT}`
+        : `testFault is a test-only hook: set ${TEST_FAULTS_ENV}=1 in the environment before the native addon loads`,
+      { env: TEST_FAULTS_ENV, enabled: set },
+    );
+  }
+  binding.testFault(kind);
+}

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -962,6 +963,35 @@ Napi::Value SetErrorFactory(const Napi::CallbackInfo& info) {
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// Test-only fault hook
+// ---------------------------------------------------------------------------------------------
+// testFault('segv' | 'abort') kills the process the way a bug in native code would: a write
+// through a null pointer (a real SIGSEGV from the MMU, not raise()) or abort() (SIGABRT). It
+// exists so the crash-isolation tests (engine process dies mid-generation, the window survives)
+// can exercise a genuine native fault. Init exports it only when LONGHAND_TEST_FAULTS=1 is in the
+// environment at load time, so a user's engine never has it.
+Napi::Value TestFault(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const std::string kind = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : std::string();
+    if (kind == "segv") {
+      // The pointer is read through a volatile so the compiler cannot prove it null and replace
+      // the store by a trap instruction (SIGILL); the store itself must fault.
+      int* volatile target = nullptr;
+      *target = 0x4c48;
+    } else if (kind == "abort") {
+      std::abort();
+    }
+    fail(env, LH_BAD_ARGUMENT, "testFault kind must be 'segv' or 'abort', got " + (info[0].IsString() ? "'" + kind + "'" : describe(info[0])));
+  });
+}
+
+bool test_faults_enabled() {
+  const char* flag = std::getenv("LONGHAND_TEST_FAULTS");
+  return flag != nullptr && std::strcmp(flag, "1") == 0;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<AddonData>(new AddonData());
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));
@@ -978,6 +1008,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attentionScores", Napi::Function::New(env, AttentionScores, "attentionScores"));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
+  if (test_faults_enabled()) exports.Set("testFault", Napi::Function::New(env, TestFault, "testFault"));
   return exports;
 }
 
