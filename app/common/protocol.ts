@@ -285,3 +285,51 @@ function protocolError(what: string, error: z.ZodError): Error & { code: 'PROTOC
   const message = `bad ${what}: ${where}: ${issue?.message ?? 'does not match the protocol'}`;
   return Object.assign(new Error(message), { code: 'PROTOCOL_BAD_MESSAGE' as const });
 }
+
+// ── engine process status (Electron's supervisor and the browser-mode relay report the same) ──
+
+/** The engine process's state, as the window shows it (window-api.ts's EngineStatus). */
+export const EngineStatusSchema = z.discriminatedUnion('state', [
+  z.strictObject({ state: z.literal('starting') }),
+  z.strictObject({ state: z.literal('ready'), pid: z.int() }),
+  z.strictObject({
+    state: z.literal('crashed'),
+    reason: z.enum(['crashed', 'oom', 'killed', 'launch-failed']),
+    message: z.string(),
+    willRestart: z.boolean(),
+  }),
+  z.strictObject({ state: z.literal('restarting'), attempt: z.int().positive() }),
+]);
+
+// ── browser-mode relay (/ws) messages besides the engine protocol ───────────────────────────
+// The server owns the engine process there, so the window learns its state and asks for a
+// restart over the same socket. These never reach the engine host.
+
+/** Server → window: the engine process's state changed (and once when the socket opens). */
+export const RelayStatusEventSchema = z.strictObject({ kind: z.literal('engineStatus'), status: EngineStatusSchema });
+export type RelayStatusEvent = z.infer<typeof RelayStatusEventSchema>;
+
+/** Window → server: start a fresh engine process and reload the model it had (the user asked). */
+export const RestartEngineRequestSchema = z.strictObject({ kind: z.literal('restartEngine'), requestId });
+export type RestartEngineRequest = z.infer<typeof RestartEngineRequestSchema>;
+
+// ── test-only fault hook ────────────────────────────────────────────────────────────────────
+
+/** The environment variable that enables the fault hook (native addon, engine host, relay). */
+export const TEST_FAULTS_ENV = 'LONGHAND_TEST_FAULTS';
+export const TEST_FAULT_KINDS = ['segv', 'abort'] as const;
+
+/**
+ * Kills the engine process with a real native fault (native/index.js testFault). Not part of
+ * EngineRequestSchema: a host or relay started without LONGHAND_TEST_FAULTS=1 never parses it, so
+ * it is refused there as any unknown request is (PROTOCOL_BAD_MESSAGE).
+ */
+export const TestFaultRequestSchema = z.strictObject({ kind: z.literal('testFault'), requestId, fault: z.enum(TEST_FAULT_KINDS) });
+export type TestFaultRequest = z.infer<typeof TestFaultRequestSchema>;
+
+/** Parses a test-fault request (only called where the hook is enabled). */
+export function parseTestFaultRequest(message: unknown): TestFaultRequest {
+  const parsed = TestFaultRequestSchema.safeParse(message);
+  if (parsed.success) return parsed.data;
+  throw protocolError('test fault request', parsed.error);
+}

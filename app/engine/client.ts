@@ -15,11 +15,32 @@ import {
   type LoadOptionsInput,
   type ModelInfo,
   type Prompt,
+  type TestFaultRequest,
 } from '../common/protocol.ts';
 
 const HOST_ENTRY = join(dirname(fileURLToPath(import.meta.url)), 'host', 'main.ts');
 
 type Listener = (event: EngineEvent) => void;
+
+/** How the host process ended, and the ENGINE_CRASHED error its in-flight requests got. */
+export interface EngineExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  error: LonghandError;
+}
+
+/** Signals that mean the process itself faulted (Chromium counts the same ones as a crash). */
+const FAULT_SIGNALS = new Set(['SIGSEGV', 'SIGBUS', 'SIGILL', 'SIGFPE', 'SIGABRT', 'SIGTRAP', 'SIGSYS']);
+
+/** ENGINE_CRASHED naming the signal or exit code; details: code, signal. */
+export function engineExitError(code: number | null, signal: NodeJS.Signals | null): LonghandError {
+  const why = signal
+    ? FAULT_SIGNALS.has(signal)
+      ? `crashed with ${signal} (a fault in native code)`
+      : `was killed by ${signal}`
+    : `exited with code ${code}`;
+  return new LonghandError('ENGINE_CRASHED', `the engine process ${why}`, { code, signal });
+}
 
 export function errorFromPayload(payload: ErrorPayload): LonghandError {
   return new LonghandError(payload.code, payload.message, payload.details);
@@ -28,6 +49,8 @@ export function errorFromPayload(payload: ErrorPayload): LonghandError {
 export class EngineClient {
   private readonly listeners = new Map<string, Listener>();
   private exitError: LonghandError | undefined;
+  private exit: EngineExit | undefined;
+  private readonly exitListeners: ((exit: EngineExit) => void)[] = [];
 
   private constructor(
     private readonly child: ChildProcess,
@@ -43,13 +66,35 @@ export class EngineClient {
       if ('requestId' in event) this.listeners.get(event.requestId)?.(event);
     });
     child.on('exit', (code, signal) => {
-      const why = signal ? `was killed by ${signal}` : `exited with code ${code}`;
-      this.exitError = new LonghandError('ENGINE_CRASHED', `the engine process ${why}`, { code, signal });
+      this.exitError = engineExitError(code, signal);
       for (const listener of [...this.listeners.values()]) {
         listener({ kind: 'error', requestId: '', error: this.exitError.toJSON() as ErrorPayload });
       }
       this.listeners.clear();
+      this.exit = { code, signal, error: this.exitError };
+      for (const listener of this.exitListeners.splice(0)) listener(this.exit);
     });
+  }
+
+  /** Set once the host process has ended. */
+  get exited(): EngineExit | undefined {
+    return this.exit;
+  }
+
+  /**
+   * Calls `listener` once when the host process ends (at once if it already has), after every
+   * in-flight request got its ENGINE_CRASHED error. Returns an unsubscribe function.
+   */
+  onExit(listener: (exit: EngineExit) => void): () => void {
+    if (this.exit) {
+      listener(this.exit);
+      return () => undefined;
+    }
+    this.exitListeners.push(listener);
+    return () => {
+      const index = this.exitListeners.indexOf(listener);
+      if (index >= 0) this.exitListeners.splice(index, 1);
+    };
   }
 
   /** Starts an engine host process and waits until it says it is ready. */
@@ -155,6 +200,30 @@ export class EngineClient {
     const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
     await exited;
     clearTimeout(timer);
+  }
+
+  /**
+   * Test only: asks the host to kill itself with a real native fault. Resolves with the exit when
+   * the process dies; rejects with the host's typed error when it refuses (a host started
+   * without LONGHAND_TEST_FAULTS=1 answers PROTOCOL_BAD_MESSAGE and lives on).
+   */
+  testFault(fault: TestFaultRequest['fault']): Promise<EngineExit> {
+    const requestId = randomUUID();
+    return new Promise((resolve, reject) => {
+      const off = this.onExit((exit) => {
+        this.listeners.delete(requestId);
+        resolve(exit);
+      });
+      this.listeners.set(requestId, (event) => {
+        this.listeners.delete(requestId);
+        if (event.kind === 'error' && event.requestId === requestId) {
+          off();
+          reject(errorFromPayload(event.error));
+        }
+      });
+      if (this.exitError) return; // onExit has already resolved
+      this.child.send({ kind: 'testFault', requestId, fault } satisfies TestFaultRequest);
+    });
   }
 
   /** For tests of crash handling. */

@@ -3,23 +3,28 @@
 //   - under Electron, a utilityProcess: main sends one MessagePort per connection (its own
 //     readiness check, then one per window) through process.parentPort;
 //   - everywhere else (CLI, tests, browser-mode server), a child_process.fork with an IPC channel.
+import { TEST_FAULTS_ENV } from '../../common/protocol.ts';
+import { testFault } from '../../../native/index.js';
 import { createEngineCore } from '../engine.ts';
-import { serveEngine, type EngineChannel } from './serve.ts';
+import { serveEngine, type EngineChannel, type ServeOptions } from './serve.ts';
 import { acceptUtilityConnections, type ParentPortLike } from './utility-channel.ts';
 
 const parentPort = (process as NodeJS.Process & { parentPort?: ParentPortLike }).parentPort;
 const core = createEngineCore();
+// Test-only: with LONGHAND_TEST_FAULTS=1 (which also makes the addon export the hook), a
+// `testFault` message kills this process with a real native fault. Users never set it.
+const serveOptions: ServeOptions = process.env[TEST_FAULTS_ENV] === '1' ? { testFault } : {};
 
 if (parentPort) {
   // Every window's connection shares the one loaded model; each has its own generation slot.
-  acceptUtilityConnections<Parameters<EngineChannel['send']>[0]>(parentPort, (channel) => serveEngine(channel, core, process.pid));
+  acceptUtilityConnections<Parameters<EngineChannel['send']>[0]>(parentPort, (channel) => serveEngine(channel, core, process.pid, serveOptions));
 } else {
   if (!process.send) throw new Error('the engine host must be started with an IPC channel (child_process.fork) or as an Electron utility process');
   const channel: EngineChannel = {
     send: (event) => void process.send!(event),
     onMessage: (handler) => void process.on('message', handler),
   };
-  serveEngine(channel, core, process.pid);
+  serveEngine(channel, core, process.pid, serveOptions);
   // The parent going away (or closing the channel) ends the host.
   process.on('disconnect', () => process.exit(0));
 }

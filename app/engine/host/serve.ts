@@ -3,7 +3,7 @@
 // Generations run one at a time; a cancel aborts the named generation between tokens (and
 // between layers during prefill).
 import { isLonghandError, LonghandError } from '../../common/errors.ts';
-import { parseEngineRequest, PROTOCOL_VERSION, type EngineEvent, type EngineRequest, type ErrorPayload } from '../../common/protocol.ts';
+import { parseEngineRequest, parseTestFaultRequest, PROTOCOL_VERSION, type EngineEvent, type EngineRequest, type ErrorPayload, type TestFaultRequest } from '../../common/protocol.ts';
 import type { EngineCore } from './engine-core.ts';
 
 /** A bidirectional message pipe: a child-process IPC channel, a MessagePort, a WebSocket, or a direct call. */
@@ -20,7 +20,15 @@ export function errorPayload(error: unknown): ErrorPayload {
   return { code: 'NATIVE_INTERNAL', message: `internal error: ${message}`, details: {} };
 }
 
-export function serveEngine(channel: EngineChannel, core: EngineCore, pid: number): void {
+export interface ServeOptions {
+  /**
+   * The test-only fault hook (main.ts passes native/index.js testFault when LONGHAND_TEST_FAULTS=1
+   * is in this process's environment). Without it a `testFault` message is an unknown request.
+   */
+  testFault?: (kind: TestFaultRequest['fault']) => never;
+}
+
+export function serveEngine(channel: EngineChannel, core: EngineCore, pid: number, options: ServeOptions = {}): void {
   /** The running generation, if any: its request id and how to stop it. */
   let active: { requestId: string; abort: AbortController } | undefined;
   /** Requests run in arrival order, except cancels, which act at once. */
@@ -59,6 +67,17 @@ export function serveEngine(channel: EngineChannel, core: EngineCore, pid: numbe
   }
 
   channel.onMessage((message) => {
+    // Acted on at arrival, like a cancel, so a test can fault the process mid-generation.
+    if (options.testFault && (message as { kind?: unknown } | null)?.kind === 'testFault') {
+      try {
+        options.testFault(parseTestFaultRequest(message).fault);
+      } catch (error) {
+        // A malformed request, or an addon built before the hook existed: the process lives on.
+        const requestId = (message as { requestId?: unknown }).requestId;
+        fail(typeof requestId === 'string' ? requestId : '', error);
+      }
+      return;
+    }
     let request: EngineRequest;
     try {
       request = parseEngineRequest(message);
