@@ -38,6 +38,7 @@ export function statusForEngineError(code: ErrorCode | string): number {
     case 'PROTOCOL_BAD_MESSAGE':
       return 400;
     case 'ENGINE_NOT_LOADED':
+    case 'ENGINE_CRASHED': // the engine process died; it comes back when the window restarts it
       return 503;
     default:
       return 500;

@@ -5,13 +5,14 @@
 //   POST /v1/completions       OpenAI text completion (stream: SSE)
 //   POST /v1/chat/completions  OpenAI chat completion (stream: SSE)
 //   GET  /metrics              Prometheus text exposition
-//   GET  /health               {status, model_loaded, queue_depth}
+//   GET  /health               {status, model_loaded, queue_depth, generating, engine} (503 while the engine is down)
 //   GET  /ws                   WebSocket relay of the engine protocol (see websocket.ts)
 //   POST /api/app              the window's app requests: documents, settings, models, downloads (app-route.ts)
 // Every request passes the Gate (security.ts) first: Host, Origin, then the token.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { isLonghandError } from '../common/errors.ts';
+import { TEST_FAULTS_ENV } from '../common/protocol.ts';
 import { APP_ROUTE, handleAppRoute } from './app-route.ts';
 import { handleCompletion } from './completions.ts';
 import type { EngineSession } from './engine-session.ts';
@@ -38,6 +39,8 @@ export interface ServerOptions {
   dataDir?: string;
   /** Internal errors that are not the client's fault. */
   log?: (line: string) => void;
+  /** Relay test-only `testFault` requests to the engine (default: LONGHAND_TEST_FAULTS=1 in this process's env). */
+  testFaults?: boolean;
 }
 
 export interface RunningServer {
@@ -64,6 +67,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const token = options.token ?? newToken();
   const dist = options.rendererDist ?? RENDERER_DIST;
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const testFaults = options.testFaults ?? process.env[TEST_FAULTS_ENV] === '1';
   /** Set once the port is known (right after listen, before any request can arrive). */
   const ref: { gate?: Gate } = {};
   const sockets = new Set<Socket>();
@@ -112,9 +116,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         res.end(body);
         return;
       }
-      case '/health':
-        sendJson(res, 200, { status: 'ok', model_loaded: session.model !== undefined, queue_depth: session.queue.waiting, generating: session.queue.running });
+      case '/health': {
+        // 503 while the engine process is down or restarting, with its state for monitors.
+        const engine = session.status;
+        const up = engine.state === 'ready';
+        sendJson(res, up ? 200 : 503, { status: up ? 'ok' : `engine_${engine.state}`, model_loaded: session.model !== undefined, queue_depth: session.queue.waiting, generating: session.queue.running, engine });
         return;
+      }
     }
     if (method === 'GET') {
       const file = staticFile(pathname, dist);
@@ -165,7 +173,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const ws = acceptWebSocket(req, socket, head);
     if (typeof ws === 'string') return reject(400, ws);
     session.metrics.countRequest('/ws', 101);
-    const relay = new EngineRelay(ws, session);
+    const relay = new EngineRelay(ws, session, { testFaults });
     relays.add(relay);
     ws.onClose(() => relays.delete(relay));
   });

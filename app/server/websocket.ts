@@ -7,11 +7,26 @@
 // server answers with engine events stamped with the client's requestId. Generations go
 // through the server's FIFO queue like HTTP requests; `cancel` works on queued and running
 // ones; closing the socket cancels everything it started.
+//
+// Besides the engine protocol, the relay tells the window the engine process's state
+// (`{kind:'engineStatus', status}`: on every change, and on connect unless it is 'ready') and takes
+// `{kind:'restartEngine', requestId}` (restart the crashed engine and reload its model). With the
+// test-only fault hook enabled (startServer's testFaults), `{kind:'testFault', requestId, fault}`
+// is passed to the engine host, which then dies of a real native fault.
 import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { isLonghandError } from '../common/errors.ts';
-import { parseEngineRequest, type EngineEvent, type EngineRequest, type ErrorPayload } from '../common/protocol.ts';
+import {
+  parseEngineRequest,
+  parseTestFaultRequest,
+  RestartEngineRequestSchema,
+  type EngineEvent,
+  type EngineRequest,
+  type ErrorPayload,
+  type RelayStatusEvent,
+  type TestFaultRequest,
+} from '../common/protocol.ts';
 import type { EngineSession } from './engine-session.ts';
 import { MAX_BODY_BYTES } from './http.ts';
 import { QueueAbortedError } from './queue.ts';
@@ -197,6 +212,11 @@ function payloadOf(error: unknown): ErrorPayload {
 /** The request id of the 'loaded' event a new connection receives when a model is already loaded. */
 export const CURRENT_MODEL_REQUEST = 'server:current-model';
 
+export interface RelayOptions {
+  /** Pass `testFault` requests to the engine host (test-only; LONGHAND_TEST_FAULTS=1). */
+  testFaults?: boolean;
+}
+
 export class EngineRelay {
   /** Generations this connection started and that have not ended: requestId → their abort. */
   private readonly active = new Map<string, AbortController>();
@@ -204,22 +224,39 @@ export class EngineRelay {
   constructor(
     private readonly ws: WebSocketConnection,
     private readonly session: EngineSession,
+    private readonly options: RelayOptions = {},
   ) {
     ws.onMessage((text) => this.receive(text));
+    const offStatus = session.onStatus((status) => {
+      // The reloaded model first, so the window knows it before it sees 'ready'.
+      if (status.state === 'ready') this.announceModel();
+      this.send({ kind: 'engineStatus', status });
+    });
     ws.onClose(() => {
+      offStatus();
       for (const abort of this.active.values()) abort.abort();
     });
-    // A page that connects (or reloads) learns which model is already loaded (--model, or an
-    // earlier page's load) without asking: an unsolicited 'loaded' under CURRENT_MODEL_REQUEST.
-    const model = session.model;
-    if (model) this.send({ kind: 'loaded', requestId: CURRENT_MODEL_REQUEST, model });
+    // An open socket means a ready engine (the bridge assumes so on open); a page that connects
+    // while it is down or restarting is told at once.
+    if (session.status.state !== 'ready') this.send({ kind: 'engineStatus', status: session.status });
+    this.announceModel();
   }
 
   close(): void {
     this.ws.close(1001, 'server closing');
   }
 
-  private send(event: EngineEvent): void {
+  /**
+   * A page that connects (or reloads), or whose engine restarted, learns which model is loaded
+   * (--model, an earlier page's load, the reload after a restart) without asking: an unsolicited
+   * 'loaded' under CURRENT_MODEL_REQUEST.
+   */
+  private announceModel(): void {
+    const model = this.session.model;
+    if (model) this.send({ kind: 'loaded', requestId: CURRENT_MODEL_REQUEST, model });
+  }
+
+  private send(event: EngineEvent | RelayStatusEvent): void {
     this.ws.send(JSON.stringify(event));
   }
 
@@ -234,6 +271,9 @@ export class EngineRelay {
     } catch (error) {
       return this.fail('', Object.assign(new Error(`bad request: not JSON: ${(error as Error).message}`), { code: 'PROTOCOL_BAD_MESSAGE' }));
     }
+    const kind = (message as { kind?: unknown } | null)?.kind;
+    if (kind === 'restartEngine') return this.restart(message);
+    if (kind === 'testFault' && this.options.testFaults) return this.testFault(message);
     let request: EngineRequest;
     try {
       request = parseEngineRequest(message);
@@ -249,7 +289,7 @@ export class EngineRelay {
         this.active.get(request.target)?.abort();
         return;
       case 'tokenize':
-        this.session.engine.tokenize(request.text, request.addSpecial).then(
+        this.session.tokenize(request.text, request.addSpecial).then(
           (ids) => this.send({ kind: 'tokenized', requestId, ids }),
           (error: unknown) => this.fail(requestId, error),
         );
@@ -267,6 +307,28 @@ export class EngineRelay {
         );
         return;
     }
+  }
+
+  /** The window's Restart button; the outcome reaches every window as engineStatus events. */
+  private restart(message: unknown): void {
+    const parsed = RestartEngineRequestSchema.safeParse(message);
+    if (!parsed.success) {
+      const id = (message as { requestId?: unknown }).requestId;
+      return this.fail(typeof id === 'string' ? id : '', Object.assign(new Error(`bad request: restartEngine: ${parsed.error.issues[0]?.message ?? 'does not match'}`), { code: 'PROTOCOL_BAD_MESSAGE' }));
+    }
+    void this.session.restart();
+  }
+
+  private testFault(message: unknown): void {
+    let fault: TestFaultRequest;
+    try {
+      fault = parseTestFaultRequest(message);
+    } catch (error) {
+      const id = (message as { requestId?: unknown }).requestId;
+      return this.fail(typeof id === 'string' ? id : '', error);
+    }
+    // Resolves when the process dies (the session reports it); rejects when the host refuses.
+    this.session.engine.testFault(fault.fault).catch((error: unknown) => this.fail(fault.requestId, error));
   }
 
   private generate(request: Extract<EngineRequest, { kind: 'generate' }>): void {

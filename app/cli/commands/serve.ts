@@ -72,8 +72,9 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
   const device = oneOf(values.device, DEVICES, '--device') ?? 'cpu';
 
   const engine = await EngineClient.start();
+  // The session may replace the engine process (a restart after a crash): close whichever runs.
+  const session = new EngineSession(engine, { log: (line) => io.err(`${line}\n`) });
   try {
-    const session = new EngineSession(engine);
     if (values.model) {
       io.err(`loading ${values.model}…\n`);
       const model = await session.load({ modelPath: values.model, device, kvType, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
@@ -92,6 +93,6 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
     await server.close();
     return 0;
   } finally {
-    await engine.close();
+    await session.close();
   }
 }
