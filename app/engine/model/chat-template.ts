@@ -4,6 +4,7 @@
 // documents as none. A model without a template gets PLAIN_CHAT_TEMPLATE (see there).
 import { Template } from '@huggingface/jinja';
 import { LonghandError } from '../../common/errors.ts';
+import { defaultRenderLimits, renderWithLimits, type RenderLimits } from './chat-template-guard.ts';
 import type { EncodeOptions, Tokenizer } from './tokenizer/tokenizer.ts';
 
 export type ChatRole = 'system' | 'user' | 'assistant';
@@ -26,7 +27,12 @@ export interface RenderOptions {
   addGenerationPrompt?: boolean;
   /** More variables for templates that read them (e.g. date_string, enable_thinking). */
   variables?: Record<string, unknown>;
+  /** Override the render's limits (see chat-template-guard.ts; defaults scale with the input). */
+  limits?: Partial<RenderLimits>;
 }
+
+/** Longer templates than any model ships (the largest known are tens of KiB). */
+export const MAX_TEMPLATE_CHARS = 1 << 20;
 
 /**
  * The template for models that carry none (base models such as stories260K): the messages'
@@ -53,6 +59,9 @@ export class ChatTemplate {
     this.isFallback = text === undefined || text.trim() === '';
     this.source = this.isFallback ? PLAIN_CHAT_TEMPLATE : (text as string);
     this.tokens = { ...tokens };
+    if (this.source.length > MAX_TEMPLATE_CHARS) {
+      throw new LonghandError('CHAT_TEMPLATE_INVALID', `chat template is ${this.source.length} characters long, more than the ${MAX_TEMPLATE_CHARS} Longhand accepts`, { stage: 'parse', length: this.source.length, max: MAX_TEMPLATE_CHARS });
+    }
     try {
       this.template = new Template(this.source);
     } catch (error) {
@@ -68,7 +77,8 @@ export class ChatTemplate {
 
   /**
    * The prompt text for these messages. A template that fails while rendering (an unknown filter,
-   * raise_exception such as "roles must alternate") throws CHAT_TEMPLATE_INVALID with its message.
+   * raise_exception such as "roles must alternate") throws CHAT_TEMPLATE_INVALID with its message;
+   * so does one that crosses a render limit (runaway loops, recursion, output: chat-template-guard.ts).
    */
   render(messages: readonly ChatMessage[], options: RenderOptions = {}): string {
     const variables: Record<string, unknown> = {
@@ -82,10 +92,13 @@ export class ChatTemplate {
       unk_token: this.tokens.unk ?? '',
       pad_token: this.tokens.pad ?? '',
     };
+    const inputChars = messages.reduce((sum, message) => sum + message.content.length, 0);
+    const limits = { ...defaultRenderLimits(inputChars, messages.length), ...options.limits };
     try {
-      return this.template.render(variables);
+      return renderWithLimits(this.template.parsed, variables, limits);
     } catch (error) {
-      throw new LonghandError('CHAT_TEMPLATE_INVALID', `chat template failed to render: ${(error as Error).message}`, { stage: 'render' }, { cause: error });
+      if (error instanceof LonghandError) throw error;
+      throw new LonghandError('CHAT_TEMPLATE_INVALID', `chat template failed to render: ${error instanceof Error ? error.message : String(error)}`, { stage: 'render' }, { cause: error });
     }
   }
 

@@ -1,7 +1,16 @@
 // A Hugging Face tokenizer.json (+ tokenizer_config.json) through @huggingface/tokenizers, behind
 // our Tokenizer interface. Any file that does not parse or names a component the library does not
 // know becomes LonghandError TOKENIZER_INVALID naming the file and the problem.
-import { readFileSync } from 'node:fs';
+//
+// The file is untrusted input parsed in the engine process. Seeded mutation fuzzing
+// (hf-tokenizer-json.fuzz.test.ts, bench/fuzz-readers.mjs) found no hang in the library on
+// malformed files; what is guarded here: a size limit checked before the file is read (parsing
+// is linear, but a multi-GB file would take the process's memory), and every library call made
+// while loading sits inside the typed error, since the library may throw anything (TypeError on
+// a wrong-typed field, RangeError on deep nesting). Not guarded: a pre_tokenizer/normalizer
+// regex that backtracks catastrophically on some input text would stall encode(); it runs in
+// the engine process, which the app can restart.
+import { readFileSync, statSync } from 'node:fs';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { LonghandError } from '../../../common/errors.ts';
 import type { DecodeOptions, EncodeOptions, Tokenizer } from './tokenizer.ts';
@@ -9,6 +18,11 @@ import type { DecodeOptions, EncodeOptions, Tokenizer } from './tokenizer.ts';
 const EOG_TEXTS = ['<|eot_id|>', '<|eom_id|>', '<|im_end|>', '<|end|>', '<end_of_turn>', '<|endoftext|>', '<|end_of_text|>', '<EOT>'];
 
 const SUPPORTED_MODELS = ['BPE', 'WordPiece', 'Unigram'];
+
+/** Larger than any real tokenizer.json (Gemma 3's is ~33 MB, the largest known to us). */
+export const MAX_TOKENIZER_JSON_BYTES = 256 * 1024 * 1024;
+/** Token ids at or above this are refused: the logits are vocabSize wide (real vocabularies ≤ 262,144). */
+export const MAX_VOCAB_SIZE = 1 << 22;
 
 type Json = Record<string, unknown>;
 
@@ -19,10 +33,17 @@ function invalid(file: string, problem: string, cause?: unknown): LonghandError 
 function readJson(path: string): Json {
   let text: string;
   try {
+    const size = statSync(path).size;
+    if (size > MAX_TOKENIZER_JSON_BYTES) throw invalid(path, `is ${size} bytes, more than the ${MAX_TOKENIZER_JSON_BYTES} a tokenizer file can reasonably be`);
     text = readFileSync(path, 'utf8');
   } catch (error) {
+    if (error instanceof LonghandError) throw error;
     throw new LonghandError('MODEL_NOT_FOUND', `${path}: cannot read (${(error as Error).message})`, { file: path }, { cause: error });
   }
+  return parseJson(text, path);
+}
+
+function parseJson(text: string, path: string): Json {
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -45,6 +66,14 @@ export function loadHfTokenizer(path: string, configPath?: string): HfJsonTokeni
   const json = readJson(path);
   const config = configPath === undefined ? {} : readJson(configPath);
   return new HfJsonTokenizer(json, config, path);
+}
+
+/** The same from the files' texts (tests, fuzzing); `file` names the tokenizer.json in errors. */
+export function parseHfTokenizer(text: string, configText?: string, file = 'tokenizer.json'): HfJsonTokenizer {
+  if (text.length > MAX_TOKENIZER_JSON_BYTES) throw invalid(file, `is ${text.length} characters, more than the ${MAX_TOKENIZER_JSON_BYTES} a tokenizer file can reasonably be`);
+  const json = parseJson(text, file);
+  const config = configText === undefined ? {} : parseJson(configText, 'tokenizer_config.json');
+  return new HfJsonTokenizer(json, config, file);
 }
 
 interface AddedTokenJson {
@@ -71,57 +100,67 @@ export class HfJsonTokenizer implements Tokenizer {
 
   /** `file` names the tokenizer.json in error messages. */
   constructor(json: Json, config: Json, file = 'tokenizer.json') {
-    const model = json.model as Json | undefined;
-    if (typeof model !== 'object' || model === null) throw invalid(file, 'has no "model" object');
-    // the library would guess a "legacy" model for a type it does not know; refuse instead
-    if (model.type !== undefined && !SUPPORTED_MODELS.includes(model.type as string)) {
-      throw invalid(file, `model type ${JSON.stringify(model.type)} is not supported (${SUPPORTED_MODELS.join(', ')})`);
-    }
-    if (!Array.isArray(json.added_tokens)) json = { ...json, added_tokens: [] };
-    for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) {
-      if (!(key in json)) json = { ...json, [key]: null };
-    }
+    // Everything here touches the untrusted file through the library: whatever it throws becomes
+    // TOKENIZER_INVALID naming the file.
     try {
-      this.hf = new HfTokenizer(json, config);
-    } catch (error) {
-      throw invalid(file, `unsupported or malformed tokenizer (model type ${JSON.stringify(model.type)}): ${(error as Error).message}`, error);
-    }
-    const added = json.added_tokens as AddedTokenJson[];
-    for (const token of added) {
-      if (typeof token?.id !== 'number' || typeof token.content !== 'string') throw invalid(file, `added_tokens entry ${JSON.stringify(token)} has no id/content`);
-      if (token.special) this.specialIds.add(token.id);
-      else this.plainAdded.push({ id: token.id, content: token.content });
-    }
-    this.plainAdded.sort((a, b) => b.content.length - a.content.length);
-    let size = 0;
-    for (const id of this.hf.get_vocab(true).values()) size = Math.max(size, id + 1);
-    if (size === 0) throw invalid(file, 'the vocabulary is empty');
-    this.vocabSize = size;
+      const model = json.model as Json | undefined;
+      if (typeof model !== 'object' || model === null) throw invalid(file, 'has no "model" object');
+      // the library would guess a "legacy" model for a type it does not know; refuse instead
+      if (model.type !== undefined && !SUPPORTED_MODELS.includes(model.type as string)) {
+        throw invalid(file, `model type ${JSON.stringify(model.type)} is not supported (${SUPPORTED_MODELS.join(', ')})`);
+      }
+      if (!Array.isArray(json.added_tokens)) json = { ...json, added_tokens: [] };
+      for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) {
+        if (!(key in json)) json = { ...json, [key]: null };
+      }
+      try {
+        this.hf = new HfTokenizer(json, config);
+      } catch (error) {
+        throw invalid(file, `unsupported or malformed tokenizer (model type ${JSON.stringify(model.type)}): ${(error as Error).message}`, error);
+      }
+      const added = json.added_tokens as AddedTokenJson[];
+      for (const token of added) {
+        if (typeof token?.id !== 'number' || typeof token.content !== 'string') throw invalid(file, `added_tokens entry ${JSON.stringify(token)} has no id/content`);
+        if (token.special) this.specialIds.add(token.id);
+        else this.plainAdded.push({ id: token.id, content: token.content });
+      }
+      this.plainAdded.sort((a, b) => b.content.length - a.content.length);
+      let size = 0;
+      for (const [piece, id] of this.hf.get_vocab(true)) {
+        if (!Number.isInteger(id) || id < 0 || id >= MAX_VOCAB_SIZE) throw invalid(file, `token ${JSON.stringify(piece).slice(0, 40)} has id ${String(id).slice(0, 40)}, not an integer in [0, ${MAX_VOCAB_SIZE})`);
+        size = Math.max(size, id + 1);
+      }
+      if (size === 0) throw invalid(file, 'the vocabulary is empty');
+      this.vocabSize = size;
 
-    const idOf = (value: unknown): number | undefined => {
-      const text = tokenText(value);
-      return text === undefined ? undefined : this.hf.token_to_id(text);
-    };
-    this.specialTexts = {
-      bos: tokenText(config.bos_token),
-      eos: tokenText(config.eos_token),
-      unk: tokenText(config.unk_token),
-      pad: tokenText(config.pad_token),
-    };
-    this.bos = idOf(config.bos_token);
-    this.eos = idOf(config.eos_token);
-    // what the post-processor really does decides addBos/addEos
-    const plain = this.hf.encode('a', { add_special_tokens: false }).ids;
-    const special = this.hf.encode('a', { add_special_tokens: true }).ids;
-    this.addBos = this.bos !== undefined && special[0] === this.bos && plain[0] !== this.bos;
-    this.addEos = this.eos !== undefined && special[special.length - 1] === this.eos && plain[plain.length - 1] !== this.eos;
-    const eog: number[] = this.eos === undefined ? [] : [this.eos];
-    for (const text of EOG_TEXTS) {
-      const id = this.hf.token_to_id(text);
-      if (id !== undefined && this.specialIds.has(id) && !eog.includes(id)) eog.push(id);
+      const idOf = (value: unknown): number | undefined => {
+        const text = tokenText(value);
+        return text === undefined ? undefined : this.hf.token_to_id(text);
+      };
+      this.specialTexts = {
+        bos: tokenText(config.bos_token),
+        eos: tokenText(config.eos_token),
+        unk: tokenText(config.unk_token),
+        pad: tokenText(config.pad_token),
+      };
+      this.bos = idOf(config.bos_token);
+      this.eos = idOf(config.eos_token);
+      // what the post-processor really does decides addBos/addEos
+      const plain = this.hf.encode('a', { add_special_tokens: false }).ids;
+      const special = this.hf.encode('a', { add_special_tokens: true }).ids;
+      this.addBos = this.bos !== undefined && special[0] === this.bos && plain[0] !== this.bos;
+      this.addEos = this.eos !== undefined && special[special.length - 1] === this.eos && plain[plain.length - 1] !== this.eos;
+      const eog: number[] = this.eos === undefined ? [] : [this.eos];
+      for (const text of EOG_TEXTS) {
+        const id = this.hf.token_to_id(text);
+        if (id !== undefined && this.specialIds.has(id) && !eog.includes(id)) eog.push(id);
+      }
+      this.eosIds = eog;
+      this.eogSet = new Set(eog);
+    } catch (error) {
+      if (error instanceof LonghandError) throw error;
+      throw invalid(file, `malformed tokenizer: ${error instanceof Error ? error.message : String(error)}`, error);
     }
-    this.eosIds = eog;
-    this.eogSet = new Set(eog);
   }
 
   encode(text: string, options: EncodeOptions = {}): number[] {
