@@ -33,6 +33,9 @@ export async function handleCompletion(endpoint: Endpoint, session: EngineSessio
     stream = body.stream === true;
     includeUsage = body.stream_options?.include_usage === true;
   }
+  // The engine process is down or coming back: 503 with the crash named, not "no model".
+  const down = session.unavailable();
+  if (down) throw httpErrorFromEngine(down.code, down.message);
   const modelId = session.modelId;
   if (modelId === undefined) throw new HttpError(503, 'no model is loaded: start the server with --model PATH', 'engine_not_loaded');
 

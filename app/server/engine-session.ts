@@ -79,6 +79,13 @@ export class EngineSession {
     return () => this.statusListeners.delete(listener);
   }
 
+  /** ENGINE_CRASHED while the engine process is down or restarting (what the API answers 503 with), else undefined. */
+  unavailable(): LonghandError | undefined {
+    if (this.state.state === 'crashed') return this.crashError ?? new LonghandError('ENGINE_CRASHED', this.state.message, { reason: this.state.reason });
+    if (this.state.state === 'restarting') return new LonghandError('ENGINE_CRASHED', 'The engine is restarting; try again in a moment.', { reason: 'restarting' });
+    return undefined;
+  }
+
   get model(): ModelInfo | undefined {
     return this.info;
   }
