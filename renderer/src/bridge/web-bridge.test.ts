@@ -86,4 +86,35 @@ describe('web bridge (browser mode)', () => {
     socket().open();
     expect(statuses.at(-1)).toEqual({ state: 'ready', pid: 0 });
   });
+
+  it('shows the server\'s engine status frames and asks the server to restart its engine', async () => {
+    const { api, socket } = bridge();
+    const statuses: EngineStatus[] = [];
+    const events: unknown[] = [];
+    api.onEngineStatus((s) => statuses.push(s));
+    api.onEngineEvent((e) => events.push(e));
+    socket().open();
+    const crashed = { state: 'crashed', reason: 'killed', message: 'The engine process was killed by SIGKILL while generating.', willRestart: false };
+    socket().onmessage?.({ data: JSON.stringify({ kind: 'engineStatus', status: crashed }) });
+    // a malformed status is dropped, never shown
+    socket().onmessage?.({ data: JSON.stringify({ kind: 'engineStatus', status: { state: 'crashed', reason: 'gremlins' } }) });
+    expect(statuses.at(-1)).toEqual(crashed);
+    expect(events).toEqual([]);
+    // the socket stays open: requests still go to the server, which answers them with the crash
+    api.engineSend({ kind: 'unload', requestId: 'u1' });
+    expect(socket().sent.at(-1)).toBe('{"kind":"unload","requestId":"u1"}');
+
+    let settled = false;
+    const restart = api.restartEngine().then(() => (settled = true));
+    expect(JSON.parse(socket().sent.at(-1)!)).toMatchObject({ kind: 'restartEngine', requestId: expect.any(String) });
+    expect(FakeSocket.instances).toHaveLength(1); // no reconnect: the server restarts its engine
+    socket().onmessage?.({ data: JSON.stringify({ kind: 'engineStatus', status: { state: 'restarting', attempt: 1 } }) });
+    await Promise.resolve();
+    expect(settled).toBe(false);
+    socket().onmessage?.({ data: JSON.stringify({ kind: 'loaded', requestId: 'server:current-model', model: { path: 'm.gguf' } }) });
+    socket().onmessage?.({ data: JSON.stringify({ kind: 'engineStatus', status: { state: 'ready', pid: 4321 } }) });
+    await restart;
+    expect(statuses.slice(-2)).toEqual([{ state: 'restarting', attempt: 1 }, { state: 'ready', pid: 4321 }]);
+    expect(events).toEqual([{ kind: 'loaded', requestId: 'server:current-model', model: { path: 'm.gguf' } }]);
+  });
 });

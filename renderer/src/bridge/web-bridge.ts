@@ -4,10 +4,15 @@
 //   POST /api/app   body: AppRequest JSON → 200 with the AppResponses[kind] JSON, or an error
 //                   status with `{ error: { code, message } }`
 //   GET  /ws        WebSocket; text frames: EngineRequestInput JSON out, EngineEvent JSON in
-// There is no separate engine-status channel over HTTP: the socket's state is the status
-// (open → ready, closed → crashed with willRestart false); restartEngine() reconnects it.
+// The engine process belongs to the server. Its state comes over the same socket as
+// `{kind:'engineStatus', status}` frames (crashed with the signal named, restarting, ready with
+// the new pid), which the window shows exactly as it shows the Electron supervisor's; an open
+// socket with no such frame means a ready engine. restartEngine() asks the server
+// (`{kind:'restartEngine'}`: fresh process, same model) and settles when the engine is ready or
+// crashed again. A closed socket (the server itself is gone) is reported as crashed too, and
+// restartEngine() then reconnects.
 import type { AppRequestInput, AppResponses } from '../../../app/common/app-api.ts';
-import type { EngineEvent, EngineRequestInput } from '../../../app/common/protocol.ts';
+import type { EngineEvent, EngineRequestInput, RelayStatusEvent, RestartEngineRequest } from '../../../app/common/protocol.ts';
 import type { EngineStatus, LonghandWindowApi } from '../../../app/common/window-api.ts';
 
 export const APP_ENDPOINT = '/api/app';
@@ -42,6 +47,7 @@ export function webBridge(options: WebBridgeOptions = {}): LonghandWindowApi {
   let socket: WebSocket | undefined;
   let outbox: string[] = [];
   let status: EngineStatus = { state: 'starting' };
+  let restarts = 0;
 
   const setStatus = (next: EngineStatus): void => {
     status = next;
@@ -60,11 +66,15 @@ export function webBridge(options: WebBridgeOptions = {}): LonghandWindowApi {
     };
     ws.onmessage = (message: MessageEvent) => {
       if (socket !== ws || typeof message.data !== 'string') return;
-      let event: EngineEvent;
+      let event: EngineEvent | RelayStatusEvent;
       try {
-        event = JSON.parse(message.data) as EngineEvent;
+        event = JSON.parse(message.data) as EngineEvent | RelayStatusEvent;
       } catch {
         return; // the server only sends JSON; a broken frame is dropped, not rendered
+      }
+      if (event.kind === 'engineStatus') {
+        if (isStatus(event.status)) setStatus(event.status);
+        return;
       }
       for (const listener of eventListeners) listener(event);
     };
@@ -97,6 +107,21 @@ export function webBridge(options: WebBridgeOptions = {}): LonghandWindowApi {
       return () => statusListeners.delete(listener);
     },
     async restartEngine(): Promise<void> {
+      if (socket && socket.readyState === Socket.OPEN) {
+        // The server restarts its engine and reloads the model; its status frames tell the outcome.
+        const settled = new Promise<void>((resolve) => {
+          const listener = (next: EngineStatus): void => {
+            if (next.state !== 'ready' && next.state !== 'crashed') return;
+            statusListeners.delete(listener);
+            resolve();
+          };
+          statusListeners.add(listener);
+        });
+        restarts += 1;
+        socket.send(JSON.stringify({ kind: 'restartEngine', requestId: `restart-${restarts}` } satisfies RestartEngineRequest));
+        return settled;
+      }
+      // No connection to the server: connect again (its engine state comes with the socket).
       const old = socket;
       socket = undefined;
       old?.close(1000, 'restart');
@@ -130,4 +155,15 @@ export function webBridge(options: WebBridgeOptions = {}): LonghandWindowApi {
       return body as AppResponses[K];
     },
   };
+}
+
+/** A status frame the window can show (the server's own frames always are; anything else is dropped). */
+function isStatus(value: unknown): value is EngineStatus {
+  const state = (value as { state?: unknown } | null)?.state;
+  if (state === 'starting') return true;
+  if (state === 'ready') return typeof (value as { pid?: unknown }).pid === 'number';
+  if (state === 'restarting') return typeof (value as { attempt?: unknown }).attempt === 'number';
+  if (state !== 'crashed') return false;
+  const crashed = value as { reason?: unknown; message?: unknown; willRestart?: unknown };
+  return ['crashed', 'oom', 'killed', 'launch-failed'].includes(crashed.reason as string) && typeof crashed.message === 'string' && typeof crashed.willRestart === 'boolean';
 }
