@@ -139,6 +139,44 @@ describe.skipIf(!have)('partial key rows and the speculator', () => {
     });
   }
 
+  it('the speculator picks exactly the slots selectInfinigen picks (tile scoring, histogram top-n; GQA 1/2/4; a partial last tile; quantised ties)', () => {
+    for (const ratio of [1, 2, 4]) {
+      const g = new Gaussian(40 + ratio);
+      const [L, H, d, p] = [3, 2, 16, 5];
+      const heads = H * ratio;
+      for (const [tokens, ties] of [[203, false], [517, true]] as const) {
+        const pool = makePool(g, L, H, d, p, tokens);
+        // rounded projection + rounded keys give many exactly equal partial scores (ties -> lower slot)
+        const proj = Float32Array.from(g.fill(H * d * p, 0.3), (x) => (ties ? Math.round(4 * x) / 4 : x));
+        pool.setPartialProjection(2, proj);
+        for (const [alpha, cap] of [[2, 0.2], [6, 0.1], [0.5, 1]] as const) {
+          const sp = createSpeculator(pool, { heads, alpha, cap, denseLayers: 2 });
+          const N = pool.length(2);
+          const qSpec = Float32Array.from(g.fill(heads * d), (x) => (ties ? Math.round(2 * x) : x));
+          sp.begin(2, qSpec);
+          pool.append(2, Float32Array.from(g.fill(H * d)), Float32Array.from(g.fill(H * d)), N);
+          sp.attend(2, Float32Array.from(g.fill(heads * d)), new Float32Array(heads * d));
+          // q̃ the way the worker computes it: fp32, q̃[i] += x[j]·proj[j, i] in j order
+          const qPartial = new Float32Array(heads * p);
+          for (let h = 0; h < heads; h++) {
+            const kv = Math.floor(h / ratio);
+            for (let j = 0; j < d; j++) {
+              const x = qSpec[h * d + j]!;
+              for (let i = 0; i < p; i++) qPartial[h * p + i] = Math.fround(qPartial[h * p + i]! + Math.fround(x * proj[(kv * d + j) * p + i]!));
+            }
+          }
+          const kPartial = new Float32Array(H * N * p);
+          for (let kv = 0; kv < H; kv++) for (let t = 0; t < N; t++) kPartial.set(pool.readPartialK(2, kv, t), (kv * N + t) * p);
+          const ref = selectInfinigen(2, { heads, kvHeads: H, p, slots: N, qPartial, kPartial, candidates: new Uint8Array(N).fill(1), scale: 1 / Math.sqrt(d) }, { alpha, cap, denseLayers: 2 });
+          expect(sp.stats(2).n).toBe(ref.n);
+          for (let kv = 0; kv < H; kv++) expect(Array.from(sp.selected(2, kv))).toEqual(Array.from(ref.selected[kv]!));
+          sp.free();
+        }
+        pool.free();
+      }
+    }
+  });
+
   it('reuse cache on a hand-made sequence: hits = selected ∩ previously staged (the current token stays staged)', () => {
     const pool = createKvPool({ budgetBytes: 1 << 16, layers: 1, kvHeads: 1, headDim: 4, kvType: 'fp32', partialDim: 4 });
     const eye = new Float32Array(16);

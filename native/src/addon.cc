@@ -629,7 +629,7 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
     }
     const Napi::Float32Array q = f32_arg(env, info[2], "q", n);
     Napi::Float32Array out = f32_arg(env, info[4], "out", n);
-    lh_attention_args a;
+    lh_attention_args a{};
     a.q = q.Data();
     a.k = lh_kv_pool_k_rows(p, layer);
     a.v = lh_kv_pool_v_rows(p, layer);
@@ -755,10 +755,11 @@ Napi::Value SelectInfinigen(const Napi::CallbackInfo& info) {
     if (!sv.IsNumber()) fail(env, LH_BAD_ARGUMENT, "scale must be a number");
     const lh_infinigen_knobs knobs = knobs_arg(env, info[2]);
     std::vector<double> scores(static_cast<size_t>(heads) * slots + 1), comb(slots + 1);
-    std::vector<int32_t> order(slots + 1), sel(static_cast<size_t>(kvh) * slots + 1), counts(heads);
+    std::vector<double> values(slots + 1);
+    std::vector<int32_t> sel(static_cast<size_t>(kvh) * slots + 1), counts(heads);
     lh_select_input in{heads, kvh, p, slots, q.Data(), k.Data(), static_cast<size_t>(slots) * p, LH_KV_F32, cand.Data(),
                        sv.As<Napi::Number>().DoubleValue()};
-    lh_select_scratch scr{scores.data(), comb.data(), order.data()};
+    lh_select_scratch scr{scores.data(), comb.data(), values.data()};
     uint32_t n = 0, N = 0;
     bool dense = layer < knobs.dense_layers;
     const lh_status st = lh_infinigen_select(layer, &in, &knobs, &scr, sel.data(), slots, &n, &N, counts.data());

@@ -110,11 +110,21 @@ inline float max_nan(float a, float b) {
   return a > b ? a : b;
 }
 
+// Asks for rows rows[from..to) of a head block (each d elements of T) to be brought into cache.
+template <class T>
+inline void prefetch_rows(const T* base, const int32_t* rows, uint32_t from, uint32_t to, size_t d) {
+  const size_t bytes = d * sizeof(T);
+  for (uint32_t t = from; t < to; ++t) {
+    const char* r = reinterpret_cast<const char*>(base + static_cast<size_t>(rows[t]) * d);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(r + off, 0, 3);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The driver: online softmax over tiles, per KV head, for each query head of its group.
 // Per query head h: running max m[h], running sum l[h], unnormalised accumulator out[h].
 // ---------------------------------------------------------------------------------------------
-template <class Ops, class T>
+template <class Ops, class T, bool kIndexed>
 inline __attribute__((always_inline)) void decode_online(const lh_attention_args* a) {
   const uint32_t group = a->heads / a->kv_heads;
   const size_t d = a->head_dim;
@@ -124,21 +134,31 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
   for (uint32_t g = 0; g < a->kv_heads; ++g) {
     const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;  // (tokens, head_dim)
     const T* vg = static_cast<const T*>(a->v) + g * a->head_stride;  // (tokens, head_dim)
+    const int32_t* rows = kIndexed ? a->rows + g * a->rows_stride : nullptr;  // (tokens) rows of this head
     for (uint32_t j = 0; j < group; ++j) {
       m[j] = -INFINITY;
       l[j] = 0.0f;
       float* out = a->out + (static_cast<size_t>(g) * group + j) * d;
       for (size_t i = 0; i < d; ++i) out[i] = 0.0f;
     }
+    if (kIndexed) prefetch_rows(kg, rows, 0, a->tokens < kTile ? a->tokens : kTile, d);
     for (uint32_t t0 = 0; t0 < a->tokens; t0 += kTile) {
       const uint32_t n = a->tokens - t0 < kTile ? a->tokens - t0 : kTile;
+      if (kIndexed) {
+        // Listed rows are scattered: the hardware prefetcher cannot guess them, so ask for this
+        // tile's values and the next tile's keys now; the dot products hide their latency.
+        prefetch_rows(vg, rows, t0, t0 + n, d);
+        const uint32_t next_end = t0 + n + kTile < a->tokens ? t0 + n + kTile : a->tokens;
+        prefetch_rows(kg, rows, t0 + n, next_end, d);
+      }
       for (uint32_t j = 0; j < group; ++j) {
         const size_t h = static_cast<size_t>(g) * group + j;
         const float* q = a->q + h * d;  // (head_dim)
         float* out = a->out + h * d;    // (head_dim)
         float tile_max = -INFINITY;
         for (uint32_t t = 0; t < n; ++t) {
-          s[t] = Ops::dot(q, kg + (t0 + t) * d, d) * a->scale;
+          const size_t r = kIndexed ? static_cast<size_t>(rows[t0 + t]) : t0 + t;
+          s[t] = Ops::dot(q, kg + r * d, d) * a->scale;
           tile_max = max_nan(tile_max, s[t]);
         }
         const float m_new = max_nan(m[j], tile_max);
@@ -153,7 +173,8 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
         for (uint32_t t = 0; t < n; ++t) {
           const float p = none ? 0.0f : std::exp(s[t] - m_new);
           l[j] += p;
-          Ops::axpy(out, p, vg + (t0 + t) * d, d);
+          const size_t r = kIndexed ? static_cast<size_t>(rows[t0 + t]) : t0 + t;
+          Ops::axpy(out, p, vg + r * d, d);
         }
         m[j] = m_new;
       }
@@ -167,14 +188,26 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
 }
 
 void run_portable(const lh_attention_args* a) {
-  if (a->kv_type == LH_KV_F32) decode_online<PortableOps, float>(a);
-  else decode_online<PortableOps, uint16_t>(a);
+  if (a->rows != nullptr) {
+    if (a->kv_type == LH_KV_F32) decode_online<PortableOps, float, true>(a);
+    else decode_online<PortableOps, uint16_t, true>(a);
+  } else if (a->kv_type == LH_KV_F32) {
+    decode_online<PortableOps, float, false>(a);
+  } else {
+    decode_online<PortableOps, uint16_t, false>(a);
+  }
 }
 
 #ifdef LH_X86
 __attribute__((target("avx2,fma,f16c"))) void run_avx2(const lh_attention_args* a) {
-  if (a->kv_type == LH_KV_F32) decode_online<Avx2Ops, float>(a);
-  else decode_online<Avx2Ops, uint16_t>(a);
+  if (a->rows != nullptr) {
+    if (a->kv_type == LH_KV_F32) decode_online<Avx2Ops, float, true>(a);
+    else decode_online<Avx2Ops, uint16_t, true>(a);
+  } else if (a->kv_type == LH_KV_F32) {
+    decode_online<Avx2Ops, float, false>(a);
+  } else {
+    decode_online<Avx2Ops, uint16_t, false>(a);
+  }
 }
 
 bool cpu_has_avx2() {
@@ -199,10 +232,22 @@ static lh_status check_queries(const lh_attention_args* a, uint32_t queries) {
   if (a->tokens == 0 || a->kv_heads == 0 || a->heads == 0 || a->heads > LH_MAX_HEADS ||
       a->heads % a->kv_heads != 0 || a->head_dim == 0 || a->head_dim > LH_MAX_HEAD_DIM)
     return LH_BAD_ARGUMENT;
-  if (a->head_stride < static_cast<size_t>(a->tokens) * a->head_dim) return LH_BAD_ARGUMENT;
+  size_t kv_elems = static_cast<size_t>(a->kv_heads - 1) * a->head_stride + static_cast<size_t>(a->tokens) * a->head_dim;
+  if (a->rows == nullptr) {
+    if (a->head_stride < static_cast<size_t>(a->tokens) * a->head_dim) return LH_BAD_ARGUMENT;
+  } else {
+    // listed rows: decode only, each row inside its head's stride
+    if (queries != 1 || a->rows_stride < a->tokens || a->head_stride < a->head_dim) return LH_BAD_ARGUMENT;
+    const size_t row_limit = a->head_stride / a->head_dim;
+    for (uint32_t g = 0; g < a->kv_heads; ++g)
+      for (uint32_t t = 0; t < a->tokens; ++t) {
+        const int32_t r = a->rows[g * a->rows_stride + t];
+        if (r < 0 || static_cast<size_t>(r) >= row_limit) return LH_BAD_ARGUMENT;
+      }
+    kv_elems = static_cast<size_t>(a->kv_heads) * a->head_stride;
+  }
   const size_t qo_bytes = static_cast<size_t>(queries) * a->heads * a->head_dim * sizeof(float);
-  const size_t kv_bytes = (static_cast<size_t>(a->kv_heads - 1) * a->head_stride +
-                           static_cast<size_t>(a->tokens) * a->head_dim) * lh_kv_type_bytes(a->kv_type);
+  const size_t kv_bytes = kv_elems * lh_kv_type_bytes(a->kv_type);
   if (overlaps(a->out, qo_bytes, a->q, qo_bytes) || overlaps(a->out, qo_bytes, a->k, kv_bytes) ||
       overlaps(a->out, qo_bytes, a->v, kv_bytes))
     return LH_BAD_ARGUMENT;

@@ -15,6 +15,10 @@
 //         k + g * head_stride + t * head_dim. The pool's layer rows have head_stride =
 //         capacity * head_dim; a gathered, packed block has head_stride = tokens * head_dim.
 //   v   : same layout as k
+//   rows: optional (kv_heads, rows_stride) int32: with it, token t of head g is the row
+//         rows[g * rows_stride + t] of that head (k + g * head_stride + rows[..] * head_dim), so
+//         attention reads a selected subset of the pool's rows in place, in the listed order
+//         (decode only; every index must lie inside head_stride)
 //   out : (heads, head_dim)                         fp32; must not overlap q, k or v
 // The kernel allocates nothing and writes nothing outside out.
 #pragma once
@@ -39,6 +43,8 @@ struct lh_attention_args {
   uint32_t head_dim;     // 1 .. LH_MAX_HEAD_DIM
   float scale;           // usually 1 / sqrt(head_dim)
   uint32_t kv_type;      // lh_kv_type of k and v; 0 (fp16) when left out of an initializer
+  const int32_t* rows;   // (kv_heads, rows_stride) row of each token, or null: token t is row t
+  size_t rows_stride;    // >= tokens when rows is set
 };
 
 enum lh_attention_impl {

@@ -3,7 +3,6 @@
 #include "infinigen.h"
 
 #include <pthread.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include <algorithm>
@@ -13,6 +12,10 @@
 
 #include "attention.h"
 #include "fp16.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 uint64_t lh_now_ns() {
   timespec ts;
@@ -25,10 +28,8 @@ uint64_t lh_now_ns() {
 // ---------------------------------------------------------------------------------------------
 namespace {
 
-inline double key_elem(const void* rows, uint32_t type, size_t i) {
-  return type == LH_KV_F32 ? static_cast<double>(static_cast<const float*>(rows)[i])
-                           : static_cast<double>(lh_fp16_to_fp32(static_cast<const uint16_t*>(rows)[i]));
-}
+inline float widen_key(float f) { return f; }
+inline float widen_key(uint16_t h) { return lh_fp16_to_fp32(h); }
 
 bool knobs_ok(const lh_infinigen_knobs* k) {
   return k != nullptr && k->alpha > 0 && std::isfinite(k->alpha) && k->cap > 0 && k->cap <= 1;
@@ -36,6 +37,137 @@ bool knobs_ok(const lh_infinigen_knobs* k) {
 
 // ⌊fraction·N⌋ with the reference's 1e-9 slack.
 inline uint32_t fraction_of(double fraction, uint32_t N) { return static_cast<uint32_t>(std::floor(fraction * N + 1e-9)); }
+
+}  // namespace
+
+namespace {
+
+// The n-th largest of vals[0..c) (1 <= n < c; finite values; vals is reordered) and, in *above, how
+// many values are strictly larger. A histogram of 1024 linear buckets over [min, max] finds the
+// bucket holding the n-th value in two passes; only that bucket is partially sorted. Bucketing is
+// monotone in the value, so every value in a higher bucket is >= every value in a lower one.
+double nth_largest(double* vals, uint32_t c, uint32_t n, uint32_t* above) {
+  constexpr uint32_t kBuckets = 1024;
+  double lo = vals[0], hi = vals[0];
+  for (uint32_t i = 1; i < c; ++i) {
+    lo = vals[i] < lo ? vals[i] : lo;
+    hi = vals[i] > hi ? vals[i] : hi;
+  }
+  uint32_t hist[kBuckets] = {};
+  const double inv = hi > lo ? kBuckets / (hi - lo) : 0.0;  // inf spread: inv 0, one bucket
+  auto bucket = [lo, inv](double v) -> uint32_t {
+    const double b = (v - lo) * inv;
+    return b >= kBuckets - 1 ? kBuckets - 1 : static_cast<uint32_t>(b);
+  };
+  for (uint32_t i = 0; i < c; ++i) ++hist[bucket(vals[i])];
+  uint32_t b = kBuckets - 1, higher = 0;  // values in buckets above b
+  while (higher + hist[b] < n) higher += hist[b--];
+  uint32_t m = 0;  // the bucket's values, compacted to the front
+  for (uint32_t i = 0; i < c; ++i)
+    if (bucket(vals[i]) == b) vals[m++] = vals[i];
+  const uint32_t need = n - higher;  // 1..m
+  std::nth_element(vals, vals + (need - 1), vals + m, [](double x, double y) { return x > y; });
+  const double tau = vals[need - 1];
+  uint32_t larger = higher;
+  for (uint32_t i = 0; i < need - 1; ++i) larger += vals[i] > tau ? 1 : 0;
+  *above = larger;
+  return tau;
+}
+
+// The rule after scoring (steps 5 of §4.5), shared by lh_infinigen_select and the speculator.
+// s (heads, slots): scores, -inf for non-candidates; N > 0 candidates; a sparse layer.
+// comb (slots) and vals (slots) are scratch. Writes each KV head's top-n slots ascending.
+lh_status select_from_scores(const double* s, uint32_t heads, uint32_t kvh, uint32_t slots, const uint8_t* cand, uint32_t N,
+                             const lh_infinigen_knobs* knobs, double* comb, double* vals, int32_t* selected,
+                             size_t selected_stride, uint32_t* n_out, int32_t* counts) {
+  const uint32_t group = heads / kvh;
+  double max_of[LH_MAX_HEADS];  // (heads) m_h
+  double total = 0;
+  for (uint32_t h = 0; h < heads; ++h) {
+    const double* sh = s + static_cast<size_t>(h) * slots;
+    double m = -INFINITY;
+    bool finite = true;
+    for (uint32_t j = 0; j < slots; ++j) {
+      const bool is_cand = cand == nullptr || cand[j] != 0;
+      finite = finite && (!is_cand || std::isfinite(sh[j]));
+      m = std::max(m, sh[j]);
+    }
+    if (!finite) return LH_BAD_ARGUMENT;
+    max_of[h] = m;
+    const double threshold = m - knobs->alpha;
+    int32_t c = 0;
+    for (uint32_t j = 0; j < slots; ++j) c += sh[j] > threshold ? 1 : 0;
+    if (counts != nullptr) counts[h] = c;
+    total += c;
+  }
+  const double mean = total / heads;
+  const uint32_t n = std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(std::floor(mean)), fraction_of(knobs->cap, N)));
+  *n_out = n;
+  for (uint32_t g = 0; g < kvh; ++g) {
+    int32_t* row = selected + g * selected_stride;
+    // combined score per candidate: the best of the group's heads, each relative to its own max
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < slots; ++j) {
+      if (cand != nullptr && cand[j] == 0) continue;
+      double best = -INFINITY;
+      for (uint32_t h = g * group; h < (g + 1) * group; ++h) best = std::max(best, s[static_cast<size_t>(h) * slots + j] - max_of[h]);
+      comb[j] = best;
+      vals[c++] = best;
+    }
+    if (n >= c) {  // every candidate
+      uint32_t r = 0;
+      for (uint32_t j = 0; j < slots; ++j)
+        if (cand == nullptr || cand[j] != 0) row[r++] = static_cast<int32_t>(j);
+      continue;
+    }
+    // top n by (larger score first, ties -> lower slot): tau = the n-th largest value; every slot
+    // above tau is in, and the lowest slots holding exactly tau fill the rest. One ascending pass
+    // then yields the set already sorted, which is what the reuse cache and the attention want.
+    uint32_t above = 0;
+    const double tau = nth_largest(vals, c, n, &above);
+    uint32_t ties_left = n - above, r = 0;
+    for (uint32_t j = 0; j < slots && r < n; ++j) {
+      if (cand != nullptr && cand[j] == 0) continue;
+      if (comb[j] > tau || (comb[j] == tau && ties_left > 0)) {
+        if (comb[j] == tau) --ties_left;
+        row[r++] = static_cast<int32_t>(j);
+      }
+    }
+  }
+  return LH_OK;
+}
+
+// Every candidate, ascending, for each KV head (dense layers, N = 0, fallbacks).
+void select_all(uint32_t kvh, uint32_t slots, const uint8_t* cand, int32_t* selected, size_t selected_stride) {
+  for (uint32_t g = 0; g < kvh; ++g) {
+    int32_t* row = selected + g * selected_stride;
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < slots; ++j)
+      if (cand == nullptr || cand[j] != 0) row[c++] = static_cast<int32_t>(j);
+  }
+}
+
+// Scores of row-major partial keys (the generic input): per slot, acc += q[i]·k[i] in float64 for
+// i = 0..p−1 in order, then · scale. Non-candidates get -inf.
+template <class T>
+void score_rows(const lh_select_input* in, const T* k, double* s) {
+  const uint32_t group = in->heads / in->kv_heads, p = in->p;
+  for (uint32_t h = 0; h < in->heads; ++h) {
+    const size_t g = h / group;
+    const float* q = in->q_partial + static_cast<size_t>(h) * p;
+    for (uint32_t j = 0; j < in->slots; ++j) {
+      double& out = s[static_cast<size_t>(h) * in->slots + j];
+      if (in->candidates != nullptr && in->candidates[j] == 0) {
+        out = -INFINITY;
+        continue;
+      }
+      const T* kj = k + g * in->head_stride + static_cast<size_t>(j) * p;
+      double acc = 0;
+      for (uint32_t i = 0; i < p; ++i) acc += static_cast<double>(q[i]) * static_cast<double>(widen_key(kj[i]));
+      out = acc * in->scale;
+    }
+  }
+}
 
 }  // namespace
 
@@ -51,77 +183,21 @@ lh_status lh_infinigen_select(uint32_t layer, const lh_select_input* in, const l
       !std::isfinite(in->scale))
     return LH_BAD_ARGUMENT;
   if (slots > 0 && (in->q_partial == nullptr || in->k_partial == nullptr || scratch->scores == nullptr ||
-                    scratch->combined == nullptr || scratch->order == nullptr))
+                    scratch->combined == nullptr || scratch->values == nullptr))
     return LH_BAD_ARGUMENT;
   const uint8_t* cand = in->candidates;
   uint32_t N = 0;
   for (uint32_t j = 0; j < slots; ++j) N += (cand == nullptr || cand[j] != 0) ? 1 : 0;
   *candidates_out = N;
   if (N == 0 || layer < knobs->dense_layers) {
-    for (uint32_t g = 0; g < kvh; ++g) {
-      int32_t* row = selected + g * selected_stride;
-      uint32_t c = 0;
-      for (uint32_t j = 0; j < slots; ++j)
-        if (cand == nullptr || cand[j] != 0) row[c++] = static_cast<int32_t>(j);
-    }
+    select_all(kvh, slots, cand, selected, selected_stride);
     *n_out = N;
     return LH_OK;
   }
-  const uint32_t group = heads / kvh;
-  double* s = scratch->scores;  // (heads, slots)
-  for (uint32_t h = 0; h < heads; ++h) {
-    const uint32_t g = h / group;
-    const float* q = in->q_partial + static_cast<size_t>(h) * p;
-    for (uint32_t j = 0; j < slots; ++j) {
-      double& out = s[static_cast<size_t>(h) * slots + j];
-      if (cand != nullptr && cand[j] == 0) {
-        out = -INFINITY;
-        continue;
-      }
-      const size_t k0 = g * in->head_stride + static_cast<size_t>(j) * p;
-      double acc = 0;
-      for (uint32_t i = 0; i < p; ++i) acc += static_cast<double>(q[i]) * key_elem(in->k_partial, in->k_type, k0 + i);
-      acc *= in->scale;
-      if (!std::isfinite(acc)) return LH_BAD_ARGUMENT;
-      out = acc;
-    }
-  }
-  double max_of[LH_MAX_HEADS];  // (heads) m_h
-  double total = 0;
-  for (uint32_t h = 0; h < heads; ++h) {
-    const double* sh = s + static_cast<size_t>(h) * slots;
-    double m = -INFINITY;
-    for (uint32_t j = 0; j < slots; ++j) m = std::max(m, sh[j]);
-    max_of[h] = m;
-    int32_t c = 0;
-    for (uint32_t j = 0; j < slots; ++j) c += sh[j] > m - knobs->alpha ? 1 : 0;
-    if (counts != nullptr) counts[h] = c;
-    total += c;
-  }
-  const double mean = total / heads;
-  const uint32_t n = std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(std::floor(mean)), fraction_of(knobs->cap, N)));
-  *n_out = n;
-  double* comb = scratch->combined;
-  int32_t* order = scratch->order;
-  for (uint32_t g = 0; g < kvh; ++g) {
-    uint32_t c = 0;
-    for (uint32_t j = 0; j < slots; ++j) {
-      if (cand != nullptr && cand[j] == 0) continue;
-      double best = -INFINITY;
-      for (uint32_t h = g * group; h < (g + 1) * group; ++h) best = std::max(best, s[static_cast<size_t>(h) * slots + j] - max_of[h]);
-      comb[j] = best;
-      order[c++] = static_cast<int32_t>(j);
-    }
-    int32_t* row = selected + g * selected_stride;
-    if (n < c) {
-      // larger score first, ties -> lower slot (a strict total order, so the set is unique)
-      auto before = [comb](int32_t a, int32_t b) { return comb[a] > comb[b] || (comb[a] == comb[b] && a < b); };
-      std::nth_element(order, order + n, order + c, before);
-      std::sort(order, order + n);
-    }
-    std::memcpy(row, order, std::min(n, c) * sizeof(int32_t));
-  }
-  return LH_OK;
+  if (in->k_type == LH_KV_F32) score_rows(in, static_cast<const float*>(in->k_partial), scratch->scores);
+  else score_rows(in, static_cast<const uint16_t*>(in->k_partial), scratch->scores);
+  return select_from_scores(scratch->scores, heads, kvh, slots, cand, N, knobs, scratch->combined, scratch->values, selected,
+                            selected_stride, n_out, counts);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -131,13 +207,11 @@ struct lh_speculator {
   lh_kv_pool* pool;
   lh_speculator_config cfg;
   uint32_t layers, kvh, d, p, heads, group, dense, sparse;
-  uint32_t rows;          // staged rows per KV head and buffer: the largest n + the current token
+  uint32_t rows;          // listed rows per KV head: the largest n + the current token
   size_t row_bytes;       // bytes of one K (or V) row
-  // staging, one mmap: K then V, each (sparse layer, buffer 2, kv_head, rows, head_dim) of kv_type
-  void* stage_base;
-  size_t stage_bytes;
-  char* stage_k;
-  char* stage_v;
+  // The device-side reuse cache, as bookkeeping: on the CPU provider attention reads the selected
+  // rows in place (ARCHITECTURE.md §3), so nothing is copied; which rows a device would already
+  // hold is tracked to count hits, misses and the bytes that would have crossed.
   int32_t* staged;        // (sparse layer, buffer 2, kv_head, rows) slots held, ascending
   int32_t* staged_pos;    // (sparse layer, buffer 2, kv_head, rows) token position of each staged row
                           // (an evicted slot reused by a new token is a miss, not a stale hit)
@@ -153,10 +227,11 @@ struct lh_speculator {
   float* qtilde;          // (heads, p)
   double* scores;         // (heads, capacity)
   double* combined;       // (capacity)
-  int32_t* order;         // (capacity)
+  double* values;         // (capacity)
   int32_t* sel;           // (kv_head, capacity)
   uint32_t* sel_n;        // (layer) latest n
-  int32_t* sel_keep;      // (sparse layer, kv_head, rows) latest selection (for selected(), recall)
+  int32_t* sel_keep;      // (sparse layer, kv_head, rows) latest selection + the current token: the
+                          // row list attention reads (selected(), recall)
   // queue
   uint32_t* queue;        // (layers) ring
   uint32_t q_head, q_count;
@@ -170,14 +245,14 @@ struct lh_speculator {
 namespace {
 
 inline size_t sidx(const lh_speculator* sp, uint32_t layer, uint32_t buf) { return static_cast<size_t>(layer - sp->dense) * 2 + buf; }
-inline char* stage_row(const lh_speculator* sp, char* base, uint32_t layer, uint32_t buf, uint32_t g, uint32_t r) {
-  return base + ((sidx(sp, layer, buf) * sp->kvh + g) * sp->rows + r) * sp->row_bytes;
-}
 inline int32_t* staged_slots(const lh_speculator* sp, uint32_t layer, uint32_t buf, uint32_t g) {
   return sp->staged + (sidx(sp, layer, buf) * sp->kvh + g) * sp->rows;
 }
 inline int32_t* staged_positions(const lh_speculator* sp, uint32_t layer, uint32_t buf, uint32_t g) {
   return sp->staged_pos + (sidx(sp, layer, buf) * sp->kvh + g) * sp->rows;
+}
+inline int32_t* keep_list(const lh_speculator* sp, uint32_t layer, uint32_t g) {
+  return sp->sel_keep + (static_cast<size_t>(layer - sp->dense) * sp->kvh + g) * sp->rows;
 }
 inline int32_t pool_pos(const lh_speculator* sp, uint32_t layer, uint32_t g, uint32_t slot) {
   return sp->pool->pos[(static_cast<size_t>(layer) * sp->kvh + g) * sp->pool->capacity + slot];
@@ -186,8 +261,71 @@ inline int32_t pool_pos(const lh_speculator* sp, uint32_t layer, uint32_t g, uin
 inline uint32_t current_slot(const lh_speculator* sp, uint32_t layer) {
   return sp->pool->evict != 0 ? static_cast<uint32_t>(lh_kv_pool_last_slot(sp->pool, layer)) : sp->job_len[layer];
 }
-inline const char* pool_row(const lh_speculator* sp, const void* rows, uint32_t g, uint32_t slot) {
-  return static_cast<const char*>(rows) + (static_cast<size_t>(g) * sp->pool->capacity + slot) * sp->row_bytes;
+
+// Scores of q̃ against the pool's partial key tiles (kv_head, capacity8/8, p, 8), the same float64
+// arithmetic as score_rows (per slot: acc += q[i]·k[i], i in order; then · scale) so the speculator
+// picks exactly the slots lh_infinigen_select would. s (heads, slots).
+void score_tiles_portable(const lh_speculator* sp, const uint16_t* kp, uint32_t slots, double* s) {
+  const size_t p = sp->p, tile = p * 8, tiles_per_head = lh_kv_pool_partial_slots(sp->pool) / 8;
+  const double scale = sp->cfg.scale;
+  for (uint32_t h = 0; h < sp->heads; ++h) {
+    const float* q = sp->qtilde + h * p;
+    const uint16_t* kh = kp + (h / sp->group) * tiles_per_head * tile;
+    for (uint32_t j = 0; j < slots; ++j) {
+      const uint16_t* kt = kh + (j >> 3) * tile + (j & 7);
+      double acc = 0;
+      for (size_t i = 0; i < p; ++i) acc += static_cast<double>(q[i]) * static_cast<double>(lh_fp16_to_fp32(kt[i * 8]));
+      s[static_cast<size_t>(h) * slots + j] = acc * scale;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// 8 slots per step: one F16C load per element, two 4-lane float64 accumulators (mul then add, the
+// same roundings as the scalar loop: a float·float product is exact in float64).
+__attribute__((target("avx2,fma,f16c"))) void score_tiles_avx2(const lh_speculator* sp, const uint16_t* kp, uint32_t slots, double* s) {
+  const size_t p = sp->p, tile = p * 8, tiles_per_head = lh_kv_pool_partial_slots(sp->pool) / 8;
+  const __m256d scale = _mm256_set1_pd(sp->cfg.scale);
+  double qd[LH_MAX_HEAD_DIM];
+  for (uint32_t h = 0; h < sp->heads; ++h) {
+    for (size_t i = 0; i < p; ++i) qd[i] = sp->qtilde[h * p + i];
+    const uint16_t* kh = kp + (h / sp->group) * tiles_per_head * tile;
+    double* sh = s + static_cast<size_t>(h) * slots;
+    for (uint32_t j0 = 0; j0 < slots; j0 += 8) {
+      const uint16_t* kt = kh + (j0 >> 3) * tile;
+      __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+      for (size_t i = 0; i < p; ++i) {
+        const __m256 k8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kt + i * 8)));
+        const __m256d qi = _mm256_set1_pd(qd[i]);
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(qi, _mm256_cvtps_pd(_mm256_castps256_ps128(k8))));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(qi, _mm256_cvtps_pd(_mm256_extractf128_ps(k8, 1))));
+      }
+      lo = _mm256_mul_pd(lo, scale);
+      hi = _mm256_mul_pd(hi, scale);
+      if (j0 + 8 <= slots) {
+        _mm256_storeu_pd(sh + j0, lo);
+        _mm256_storeu_pd(sh + j0 + 4, hi);
+      } else {  // the last, partial tile
+        double tmp[8];
+        _mm256_storeu_pd(tmp, lo);
+        _mm256_storeu_pd(tmp + 4, hi);
+        for (uint32_t j = j0; j < slots; ++j) sh[j] = tmp[j - j0];
+      }
+    }
+  }
+}
+
+bool speculator_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+void score_tiles(const lh_speculator* sp, const uint16_t* kp, uint32_t slots, double* s) {
+#if defined(__x86_64__)
+  if (speculator_has_avx2()) return score_tiles_avx2(sp, kp, slots, s);
+#endif
+  score_tiles_portable(sp, kp, slots, s);
 }
 
 void run_job(lh_speculator* sp, uint32_t layer) {
@@ -208,13 +346,24 @@ void run_job(lh_speculator* sp, uint32_t layer) {
     }
   }
   const uint8_t* cand = pool->evict != 0 ? sp->job_cand + static_cast<size_t>(layer) * pool->capacity : nullptr;
-  lh_select_input in{sp->heads, sp->kvh, sp->p, N, sp->qtilde, lh_kv_pool_partial_rows(pool, layer),
-                     static_cast<size_t>(pool->capacity) * p, LH_KV_F16, cand, sp->cfg.scale};
-  lh_select_scratch scr{sp->scores, sp->combined, sp->order};
-  uint32_t n = 0, cands = 0;
-  if (lh_infinigen_select(layer, &in, &sp->cfg.knobs, &scr, sp->sel, pool->capacity, &n, &cands, nullptr) != LH_OK) {
-    // a non-finite score: fall back to every candidate (dense) rather than fail the step
-    // (the newest candidates, ascending; a reserved victim is never among them)
+  uint32_t cands = 0;
+  for (uint32_t j = 0; j < N; ++j) cands += (cand == nullptr || cand[j] != 0) ? 1 : 0;
+  uint32_t n = 0;
+  lh_status sel_st = LH_OK;
+  if (cands == 0) {
+    select_all(sp->kvh, N, cand, sp->sel, pool->capacity);
+  } else {
+    score_tiles(sp, lh_kv_pool_partial_rows(pool, layer), N, sp->scores);
+    if (cand != nullptr)
+      for (uint32_t h = 0; h < sp->heads; ++h)
+        for (uint32_t j = 0; j < N; ++j)
+          if (cand[j] == 0) sp->scores[static_cast<size_t>(h) * N + j] = -INFINITY;
+    sel_st = select_from_scores(sp->scores, sp->heads, sp->kvh, N, cand, cands, &sp->cfg.knobs, sp->combined, sp->values, sp->sel,
+                                pool->capacity, &n, nullptr);
+  }
+  if (sel_st != LH_OK) {
+    // a non-finite score: fall back to the newest candidates rather than fail the step
+    // (ascending; a reserved victim is never among them)
     n = 0;
     for (uint32_t j = N; j-- > 0 && n < sp->rows - 1;)
       if (cand == nullptr || cand[j] != 0) ++n;
@@ -229,11 +378,10 @@ void run_job(lh_speculator* sp, uint32_t layer) {
     lh_kv_pool_age(sp->pool, layer);
   }
   const uint64_t t1 = lh_now_ns();
-  // gather with reuse: merge the previous staged list with the new selection (both ascending)
+  // the reuse cache: merge the previous staged list with the new selection (both ascending); a row
+  // staged before with the same token is a hit, anything else a miss that would cross to the device
   const uint32_t prev = sp->active[layer - sp->dense], cur = 1 - prev;
   const uint32_t np = sp->staged_n[sidx(sp, layer, prev)];
-  const void* K = lh_kv_pool_k_rows(pool, layer);
-  const void* V = lh_kv_pool_v_rows(pool, layer);
   uint32_t hits = 0, misses = 0;
   for (uint32_t g = 0; g < sp->kvh; ++g) {
     const int32_t* sel = sp->sel + static_cast<size_t>(g) * pool->capacity;
@@ -241,7 +389,7 @@ void run_job(lh_speculator* sp, uint32_t layer) {
     int32_t* now = staged_slots(sp, layer, cur, g);
     const int32_t* old_pos = staged_positions(sp, layer, prev, g);
     int32_t* now_pos = staged_positions(sp, layer, cur, g);
-    int32_t* keep = sp->sel_keep + (static_cast<size_t>(layer - sp->dense) * sp->kvh + g) * sp->rows;
+    int32_t* keep = keep_list(sp, layer, g);
     uint32_t i = 0;
     for (uint32_t r = 0; r < n; ++r) {
       const int32_t slot = sel[r];
@@ -249,15 +397,8 @@ void run_job(lh_speculator* sp, uint32_t layer) {
       now[r] = slot;
       now_pos[r] = pool_pos(sp, layer, g, static_cast<uint32_t>(slot));
       while (i < np && old[i] < slot) ++i;
-      if (i < np && old[i] == slot && old_pos[i] == now_pos[r]) {
-        ++hits;
-        std::memcpy(stage_row(sp, sp->stage_k, layer, cur, g, r), stage_row(sp, sp->stage_k, layer, prev, g, i), sp->row_bytes);
-        std::memcpy(stage_row(sp, sp->stage_v, layer, cur, g, r), stage_row(sp, sp->stage_v, layer, prev, g, i), sp->row_bytes);
-      } else {
-        ++misses;
-        std::memcpy(stage_row(sp, sp->stage_k, layer, cur, g, r), pool_row(sp, K, g, static_cast<uint32_t>(slot)), sp->row_bytes);
-        std::memcpy(stage_row(sp, sp->stage_v, layer, cur, g, r), pool_row(sp, V, g, static_cast<uint32_t>(slot)), sp->row_bytes);
-      }
+      if (i < np && old[i] == slot && old_pos[i] == now_pos[r]) ++hits;
+      else ++misses;
     }
   }
   sp->staged_n[sidx(sp, layer, cur)] = n;
@@ -324,7 +465,6 @@ void lh_speculator_destroy(lh_speculator* sp) {
     pthread_cond_destroy(&sp->cv_job);
     pthread_cond_destroy(&sp->cv_done);
   }
-  if (sp->stage_base != nullptr) munmap(sp->stage_base, sp->stage_bytes);
   std::free(sp->staged);
   std::free(sp->staged_pos);
   std::free(sp->job_appends);
@@ -338,7 +478,7 @@ void lh_speculator_destroy(lh_speculator* sp) {
   std::free(sp->qtilde);
   std::free(sp->scores);
   std::free(sp->combined);
-  std::free(sp->order);
+  std::free(sp->values);
   std::free(sp->sel);
   std::free(sp->sel_n);
   std::free(sp->sel_keep);
@@ -367,18 +507,6 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->rows = std::max<uint32_t>(1, fraction_of(cfg->knobs.cap, pool->capacity)) + 1;
   sp->row_bytes = static_cast<size_t>(sp->d) * pool->elem_bytes;
   const size_t cap = pool->capacity;
-  const size_t per_part = static_cast<size_t>(sp->sparse) * 2 * sp->kvh * sp->rows * sp->row_bytes;
-  if (per_part > 0) {
-    sp->stage_bytes = 2 * per_part;
-    void* base = mmap(nullptr, sp->stage_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) {
-      lh_speculator_destroy(sp);
-      return LH_OUT_OF_MEMORY;
-    }
-    sp->stage_base = base;
-    sp->stage_k = static_cast<char*>(base);
-    sp->stage_v = static_cast<char*>(base) + per_part;
-  }
   sp->staged = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * 2 * sp->kvh * sp->rows);
   sp->staged_pos = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * 2 * sp->kvh * sp->rows);
   sp->job_appends = zalloc<uint64_t>(sp->layers);
@@ -392,14 +520,14 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->qtilde = zalloc<float>(static_cast<size_t>(sp->heads) * sp->p);
   sp->scores = zalloc<double>(sp->heads * cap);
   sp->combined = zalloc<double>(cap);
-  sp->order = zalloc<int32_t>(cap);
+  sp->values = zalloc<double>(cap);
   sp->sel = zalloc<int32_t>(sp->kvh * cap);
   sp->sel_n = zalloc<uint32_t>(sp->layers);
   sp->sel_keep = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * sp->kvh * sp->rows);
   sp->queue = zalloc<uint32_t>(sp->layers);
   if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
       sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->scores == nullptr || sp->combined == nullptr ||
-      sp->order == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->sel_keep == nullptr || sp->queue == nullptr) {
+      sp->values == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->sel_keep == nullptr || sp->queue == nullptr) {
     lh_speculator_destroy(sp);
     return LH_OUT_OF_MEMORY;
   }
@@ -488,27 +616,27 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
   const uint32_t buf = sp->active[layer - sp->dense];
   const uint32_t n = sp->sel_n[layer];
   const uint32_t cur_slot = current_slot(sp, layer);
-  const void* K = lh_kv_pool_k_rows(sp->pool, layer);
-  const void* V = lh_kv_pool_v_rows(sp->pool, layer);
-  for (uint32_t g = 0; g < sp->kvh; ++g) {  // the current token after the staged rows; it stays staged
-    std::memcpy(stage_row(sp, sp->stage_k, layer, buf, g, n), pool_row(sp, K, g, cur_slot), sp->row_bytes);
-    std::memcpy(stage_row(sp, sp->stage_v, layer, buf, g, n), pool_row(sp, V, g, cur_slot), sp->row_bytes);
+  for (uint32_t g = 0; g < sp->kvh; ++g) {  // the current token after the selected rows; it stays staged
+    keep_list(sp, layer, g)[n] = static_cast<int32_t>(cur_slot);
     staged_slots(sp, layer, buf, g)[n] = static_cast<int32_t>(cur_slot);
     staged_positions(sp, layer, buf, g)[n] = pool_pos(sp, layer, g, cur_slot);
   }
   sp->staged_n[sidx(sp, layer, buf)] = n + 1;
+  // attention reads the listed pool rows in place: [selected slots ascending, current slot]
   lh_attention_args a{};
   a.q = q;
-  a.k = stage_row(sp, sp->stage_k, layer, buf, 0, 0);
-  a.v = stage_row(sp, sp->stage_v, layer, buf, 0, 0);
+  a.k = lh_kv_pool_k_rows(sp->pool, layer);
+  a.v = lh_kv_pool_v_rows(sp->pool, layer);
   a.out = out;
-  a.head_stride = static_cast<size_t>(sp->rows) * sp->d;
+  a.head_stride = lh_kv_pool_head_stride(sp->pool);
   a.tokens = n + 1;
   a.heads = sp->heads;
   a.kv_heads = sp->kvh;
   a.head_dim = sp->d;
   a.scale = 1.0f / std::sqrt(static_cast<float>(sp->d));
   a.kv_type = sp->pool->kv_type;
+  a.rows = keep_list(sp, layer, 0);
+  a.rows_stride = sp->rows;
   const lh_status done = lh_attention_decode(&a);
   sp->stats[layer].attn_ns = lh_now_ns() - t0;
   return done;

@@ -3,16 +3,16 @@
 // Per decode step and sparse layer ℓ (ℓ >= dense_layers), while layer ℓ−1 still runs in onnxruntime:
 //   begin(ℓ, q_spec)   q_spec (heads, head_dim) = RoPE_t(x_{ℓ−1}·W_q^{(ℓ)}), from stage ℓ−1's graph.
 //                      On the worker thread: q̃_h = q_spec_h · A_{ℓ,g}[:, C]  (pool's projection),
-//                      scores against the layer's partial key rows, the §4.5 rule
-//                      (lh_infinigen_select, the port of app/engine/kv/select-reference.ts), then the
-//                      gather of the selected K/V rows into the layer's staging buffer. Rows staged at
-//                      the previous step that are selected again are reused (hits; copied from the
-//                      previous staging, not from the pool); only misses are read from the pool and
-//                      counted as bytes that would cross to a device.
+//                      scores against the layer's partial key tiles (float64, 8 slots per vector
+//                      step), the §4.5 rule (the same code as lh_infinigen_select, the port of
+//                      app/engine/kv/select-reference.ts), then the reuse-cache bookkeeping: rows
+//                      selected at the previous step (same slot, same token) are hits, the rest are
+//                      misses, counted as the bytes that would cross to a device.
 //   attend(ℓ, q)       after the current token's K/V were appended to the pool (its last slot):
-//                      waits for the job, copies the current token's rows after the staged ones and
-//                      runs the decode attention kernel over [staged rows, current token].
-// When every candidate is selected, the staged rows are the pool rows in slot order and attend()
+//                      waits for the job and runs the decode attention kernel over the listed pool
+//                      rows in place, [selected slots ascending, current token] (ARCHITECTURE.md §3:
+//                      on the CPU provider attention reads the pool rows in place; nothing is copied).
+// When every candidate is selected, the listed rows are the pool rows in slot order and attend()
 // is bit-identical to lh_attention_decode over the whole layer (same kernel, same rows, same order).
 //
 // Threading: one persistent worker thread per speculator (pthread + condition variable), jobs in
@@ -47,7 +47,7 @@ struct lh_select_input {
 struct lh_select_scratch {
   double* scores;    // (heads, slots)
   double* combined;  // (slots)
-  int32_t* order;    // (slots)
+  double* values;    // (slots) the candidates' combined scores, reordered by the top-n search
 };
 
 // The selection rule of select-reference.ts, exactly (float64 scores, ties -> lower slot):

@@ -37,7 +37,8 @@ Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
   l.pos_off = l.v_off + align_line(rows);
   l.kp_off = l.pos_off + align_line(lh * capacity * sizeof(int32_t));
   const uint64_t p = cfg->partial_dim;
-  l.proj_off = l.kp_off + align_line(lh * capacity * p * sizeof(uint16_t));
+  const uint64_t capacity8 = (capacity + 7) & ~7ull;  // partial rows come in tiles of 8 slots
+  l.proj_off = l.kp_off + align_line(lh * capacity8 * p * sizeof(uint16_t));
   l.proj_set_off = l.proj_off + align_line(lh * cfg->head_dim * p * sizeof(float));
   l.counter_off = l.proj_set_off + (p > 0 ? align_line(cfg->layers * sizeof(uint32_t)) : 0);
   const uint64_t e = cfg->evict != 0 ? 1 : 0;
@@ -152,8 +153,7 @@ void store_partial(lh_kv_pool* pool, size_t head, uint32_t s) {
     const float* pr = proj + j * p;
     for (size_t i = 0; i < p; ++i) acc[i] += kj * pr[i];
   }
-  uint16_t* out = pool->kp + (head * pool->capacity + s) * p;
-  for (size_t i = 0; i < p; ++i) out[i] = lh_fp32_to_fp16(acc[i]);
+  for (size_t i = 0; i < p; ++i) pool->kp[lh_kv_pool_partial_at(pool, head, s, i)] = lh_fp32_to_fp16(acc[i]);
 }
 
 // Writes one token's rows (all KV heads) of `layer` into slot s. No checks: callers validate.
@@ -287,7 +287,7 @@ void move_slot(lh_kv_pool* pool, uint32_t layer, uint32_t from, uint32_t to) {
     std::memcpy(k + to * d * eb, k + from * d * eb, d * eb);
     std::memcpy(v + to * d * eb, v + from * d * eb, d * eb);
     pool->pos[head * cap + to] = pool->pos[head * cap + from];
-    if (p > 0) std::memcpy(pool->kp + (head * cap + to) * p, pool->kp + (head * cap + from) * p, p * sizeof(uint16_t));
+    for (size_t i = 0; i < p; ++i) pool->kp[lh_kv_pool_partial_at(pool, head, to, i)] = pool->kp[lh_kv_pool_partial_at(pool, head, from, i)];
   }
   pool->counter[layer * cap + to] = pool->counter[layer * cap + from];
   pool->cand[layer * cap + to] = pool->cand[layer * cap + from];
@@ -373,15 +373,15 @@ lh_status lh_kv_pool_set_projection(lh_kv_pool* pool, uint32_t layer, const floa
 
 const uint16_t* lh_kv_pool_partial_rows(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || layer >= pool->layers) return nullptr;
-  return pool->kp + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity * pool->partial_dim;
+  return pool->kp + static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_partial_slots(pool) * pool->partial_dim;
 }
 
 lh_status lh_kv_pool_read_partial(const lh_kv_pool* pool, uint32_t layer, uint32_t kv_head, uint32_t slot, float* out) {
   if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || layer >= pool->layers || kv_head >= pool->kv_heads ||
       out == nullptr || slot >= pool->length[layer])
     return LH_BAD_ARGUMENT;
-  const uint16_t* row = pool->kp + ((static_cast<size_t>(layer) * pool->kv_heads + kv_head) * pool->capacity + slot) * pool->partial_dim;
-  for (uint32_t i = 0; i < pool->partial_dim; ++i) out[i] = lh_fp16_to_fp32(row[i]);
+  const size_t head = static_cast<size_t>(layer) * pool->kv_heads + kv_head;
+  for (uint32_t i = 0; i < pool->partial_dim; ++i) out[i] = lh_fp16_to_fp32(pool->kp[lh_kv_pool_partial_at(pool, head, slot, i)]);
   return LH_OK;
 }
 

@@ -13,7 +13,10 @@
 //   k      : (layer, kv_head, capacity, head_dim)      fp16|fp32  key rows
 //   v      : (layer, kv_head, capacity, head_dim)      fp16|fp32  value rows
 //   pos    : (layer, kv_head, capacity)                int32   token position held by each slot
-//   kp     : (layer, kv_head, capacity, partial_dim)   fp16    partial key rows (partial_dim > 0)
+//   kp     : (layer, kv_head, capacity8 / 8, partial_dim, 8)  fp16  partial key rows (partial_dim > 0),
+//            in tiles of 8 slots: element i of slot s is at tile s/8, row i, lane s%8, so the
+//            speculator scores 8 slots with one vector load per element (capacity8 = capacity
+//            rounded up to a multiple of 8; lh_kv_pool_partial_at gives the index)
 //   proj   : (layer, kv_head, head_dim, partial_dim)   fp32    A[:, C] per layer and KV head
 //   proj_set : (layer)                                 uint32  1 once proj of the layer is set
 //   counter: (layer, capacity)                         uint32  prefetch counter of each slot (evict)
@@ -100,7 +103,7 @@ struct lh_kv_pool {
   void* v;           // (layer, kv_head, capacity, head_dim) fp16 or fp32 (kv_type)
   int32_t* pos;      // (layer, kv_head, capacity)
   uint32_t partial_dim;   // 0: no partial rows
-  uint16_t* kp;           // (layer, kv_head, capacity, partial_dim) fp16, or null
+  uint16_t* kp;           // (layer, kv_head, capacity8 / 8, partial_dim, 8) fp16 tiles, or null
   float* proj;            // (layer, kv_head, head_dim, partial_dim), or null
   uint32_t* proj_set;     // (layer), or null
   uint32_t evict, sinks, recent, age_every;  // as configured (evict 0: the three are 0)
@@ -178,7 +181,15 @@ lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t laye
 // pool has no partial rows, the layer is out of range, or proj is null.
 lh_status lh_kv_pool_set_projection(lh_kv_pool* pool, uint32_t layer, const float* proj);
 
-// Start of a layer's partial key rows: (kv_head, capacity, partial_dim) fp16. Null if none.
+// Slots per KV head in the partial-row region: capacity rounded up to whole tiles of 8.
+inline size_t lh_kv_pool_partial_slots(const lh_kv_pool* pool) { return (static_cast<size_t>(pool->capacity) + 7) & ~static_cast<size_t>(7); }
+
+// Index in kp of element i of the partial row of (head = layer * kv_heads + kv_head, slot s).
+inline size_t lh_kv_pool_partial_at(const lh_kv_pool* pool, size_t head, size_t s, size_t i) {
+  return ((head * (lh_kv_pool_partial_slots(pool) >> 3) + (s >> 3)) * pool->partial_dim + i) * 8 + (s & 7);
+}
+
+// Start of a layer's partial key rows: (kv_head, capacity8 / 8, partial_dim, 8) fp16 tiles. Null if none.
 const uint16_t* lh_kv_pool_partial_rows(const lh_kv_pool* pool, uint32_t layer);
 
 // Reads one partial key row back as fp32: out is (partial_dim).

@@ -309,7 +309,7 @@ struct Case {
     out_ref.assign(static_cast<size_t>(h) * d + 2 * kGuard, kCanary);
   }
   lh_attention_args args(std::vector<float>& out) {
-    lh_attention_args a;
+    lh_attention_args a{};
     a.q = q.data();
     a.k = k.data();
     a.v = v.data();
@@ -388,6 +388,73 @@ void test_attention_sweep(lh_attention_impl impl) {
   std::printf("      worst NMSE %.3e, worst |error| %.3e\n", worst_nmse, worst_abs);
   std::snprintf(name, sizeof name, "attention %s: guard bytes around every output untouched", lh_attention_impl_name(impl));
   check(bad_guard == 0, name, "%d cases wrote outside their output", bad_guard);
+}
+
+// Listed rows (args.rows): a random subset of each head's rows in a random order, attended in
+// place, against (a) the reference over the same list and (b) the same kernel over a packed copy
+// of those rows in that order, which must be bit-identical (same arithmetic, same row order).
+void test_attention_rows(lh_attention_impl impl) {
+  Rng rng(4321);
+  int cases = 0, bad_ref = 0, bad_packed = 0, bad_guard = 0;
+  for (const uint32_t t : {1u, 5u, 33u, 70u, 300u})
+    for (const uint32_t r : {1u, 2u, 4u})
+      for (const uint32_t d : {8u, 64u, 13u}) {
+        const uint32_t kvh = 2, stored = t + 40;
+        Case c(stored, kvh * r, kvh, d, rng);
+        std::vector<int32_t> rows(static_cast<size_t>(kvh) * (t + 2), -1);  // (kv_heads, t + 2): stride > t
+        for (uint32_t g = 0; g < kvh; ++g)
+          for (uint32_t i = 0; i < t; ++i) rows[g * (t + 2) + i] = static_cast<int32_t>(rng.next() % stored);
+        lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+        ao.tokens = ar.tokens = t;
+        ao.rows = ar.rows = rows.data();
+        ao.rows_stride = ar.rows_stride = t + 2;
+        const lh_status so = lh_attention_decode(&ao, impl), sr = lh_attention_decode_ref(&ar);
+        const Diff df = compare(c.out_opt.data() + kGuard, c.out_ref.data() + kGuard, c.n(), kAtol, kRtol);
+        if (so != LH_OK || sr != LH_OK || df.nmse > kNmseTol || !df.within) ++bad_ref;
+        if (!Case::guards_ok(c.out_opt) || !Case::guards_ok(c.out_ref)) ++bad_guard;
+        // packed copy of the listed rows, attended without a list
+        std::vector<uint16_t> pk(static_cast<size_t>(kvh) * t * d), pv(pk.size());
+        for (uint32_t g = 0; g < kvh; ++g)
+          for (uint32_t i = 0; i < t; ++i)
+            for (uint32_t e = 0; e < d; ++e) {
+              pk[(g * t + i) * d + e] = c.k[g * c.stride + static_cast<size_t>(rows[g * (t + 2) + i]) * d + e];
+              pv[(g * t + i) * d + e] = c.v[g * c.stride + static_cast<size_t>(rows[g * (t + 2) + i]) * d + e];
+            }
+        std::vector<float> packed_out(c.n());
+        lh_attention_args ap = c.args(c.out_ref);
+        ap.k = pk.data();
+        ap.v = pv.data();
+        ap.head_stride = static_cast<size_t>(t) * d;
+        ap.tokens = t;
+        ap.out = packed_out.data();
+        const lh_status sp = lh_attention_decode(&ap, impl);
+        if (sp != LH_OK || std::memcmp(packed_out.data(), c.out_opt.data() + kGuard, c.n() * sizeof(float)) != 0) ++bad_packed;
+        ++cases;
+      }
+  char name[200];
+  std::snprintf(name, sizeof name, "attention %s over listed rows: %d cases vs reference over the same list", lh_attention_impl_name(impl), cases);
+  check(bad_ref == 0 && bad_guard == 0, name, "%d bad, %d guard", bad_ref, bad_guard);
+  std::snprintf(name, sizeof name, "attention %s over listed rows == the same kernel over a packed copy, bit for bit", lh_attention_impl_name(impl));
+  check(bad_packed == 0, name, "%d of %d differ", bad_packed, cases);
+  // a row outside the head's stride, a negative row, a list shorter than tokens: LH_BAD_ARGUMENT
+  Case c(10, 2, 1, 8, rng);
+  std::vector<int32_t> rows = {0, 1, 2, 3};
+  lh_attention_args a = c.args(c.out_opt);
+  a.tokens = 4;
+  a.rows = rows.data();
+  a.rows_stride = 4;
+  const lh_status ok = lh_attention_decode(&a, impl);
+  rows[2] = static_cast<int32_t>(c.stride / 8);  // first row past the stride
+  const lh_status past = lh_attention_decode(&a, impl);
+  rows[2] = -1;
+  const lh_status negative = lh_attention_decode(&a, impl);
+  rows[2] = 2;
+  a.rows_stride = 3;
+  const lh_status short_list = lh_attention_decode(&a, impl);
+  a.rows_stride = 4;
+  const lh_status prefill = lh_attention_prefill(&a, 2, impl);
+  check(ok == LH_OK && past == LH_BAD_ARGUMENT && negative == LH_BAD_ARGUMENT && short_list == LH_BAD_ARGUMENT && prefill == LH_BAD_ARGUMENT,
+        "attention over listed rows: out-of-stride, negative rows, a short list, prefill with a list are LH_BAD_ARGUMENT");
 }
 
 // Inject a non-finite value and require both kernels to be non-finite at the same outputs.
@@ -838,10 +905,10 @@ void test_infinigen_select() {
     for (auto& c : cand) c = (rng.next() % 5) != 0;
     const lh_infinigen_knobs kn{0.5 + (trial % 9), trial % 4 == 0 ? 1.0 : 0.2, trial % 5 == 0 ? 3u : 0u};
     const uint32_t layer = trial % 6;
-    std::vector<double> scores(heads * slots + 1), comb(slots + 1);
-    std::vector<int32_t> order(slots + 1), sel(kvh * slots + 1);
+    std::vector<double> scores(heads * slots + 1), comb(slots + 1), values(slots + 1);
+    std::vector<int32_t> sel(kvh * slots + 1);
     lh_select_input in{heads, kvh, p, slots, q.data(), k.data(), static_cast<size_t>(slots) * p, LH_KV_F32, cand.data(), 0.35};
-    lh_select_scratch scr{scores.data(), comb.data(), order.data()};
+    lh_select_scratch scr{scores.data(), comb.data(), values.data()};
     uint32_t n = 0, N = 0, n_ref = 0;
     const lh_status st = lh_infinigen_select(layer, &in, &kn, &scr, sel.data(), slots, &n, &N, nullptr);
     const auto ref = plain_select(layer, heads, kvh, p, slots, q, k, cand, 0.35, kn, &n_ref);
@@ -859,10 +926,10 @@ void test_infinigen_select() {
     std::vector<float> k(2 * slots, 0.0f), q = {1, 1, 1, 1};
     k[3] = 10;
     k[7] = 9;
-    std::vector<double> scores(4 * slots), comb(slots);
-    std::vector<int32_t> order(slots), sel(2 * slots);
+    std::vector<double> scores(4 * slots), comb(slots), values(slots);
+    std::vector<int32_t> sel(2 * slots);
     lh_select_input in{4, 2, 1, slots, q.data(), k.data(), slots, LH_KV_F32, nullptr, 1.0};
-    lh_select_scratch scr{scores.data(), comb.data(), order.data()};
+    lh_select_scratch scr{scores.data(), comb.data(), values.data()};
     lh_infinigen_knobs kn{2.0, 1.0, 0};
     uint32_t n = 0, N = 0;
     int32_t counts[4];
@@ -875,8 +942,8 @@ void test_infinigen_select() {
   // bad knobs
   {
     float q = 1, k = 1;
-    double sc[1], cb[1];
-    int32_t od[1], sel[1];
+    double sc[1], cb[1], od[1];
+    int32_t sel[1];
     lh_select_input in{1, 1, 1, 1, &q, &k, 1, LH_KV_F32, nullptr, 1.0};
     lh_select_scratch scr{sc, cb, od};
     lh_infinigen_knobs a0{0, 0.2, 0}, c0{5, 0, 0}, c2{5, 1.5, 0};
@@ -1235,6 +1302,8 @@ int main(int argc, char** argv) {
   if (lh_attention_available(LH_ATTN_AVX2)) test_attention_sweep(LH_ATTN_AVX2);
   test_attention_nonfinite(LH_ATTN_PORTABLE);
   if (lh_attention_available(LH_ATTN_AVX2)) test_attention_nonfinite(LH_ATTN_AVX2);
+  test_attention_rows(LH_ATTN_PORTABLE);
+  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_rows(LH_ATTN_AVX2);
   test_attention_bad_args();
   test_attention_over_pool();
   test_kv_fp32();

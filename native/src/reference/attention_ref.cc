@@ -21,12 +21,14 @@ void decode_one(const lh_attention_args* a) {
     const float* q = a->q + h * d;                       // (head_dim)
     const size_t kv0 = g * a->head_stride;                // first element of (tokens, head_dim)
     float* out = a->out + h * d;                         // (head_dim)
+    // row of token t: listed rows when given, else t
+    auto row = [a, g](uint32_t t) -> size_t { return a->rows != nullptr ? static_cast<size_t>(a->rows[g * a->rows_stride + t]) : t; };
 
     // pass 1: the maximum score
     float m = -INFINITY;
     for (uint32_t t = 0; t < a->tokens; ++t) {
       float s = 0.0f;
-      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->kv_type, kv0 + t * d + i);
+      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->kv_type, kv0 + row(t) * d + i);
       s *= a->scale;
       if (s > m) m = s;
     }
@@ -35,11 +37,11 @@ void decode_one(const lh_attention_args* a) {
     float sum = 0.0f;
     for (uint32_t t = 0; t < a->tokens; ++t) {
       float s = 0.0f;
-      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->kv_type, kv0 + t * d + i);
+      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->kv_type, kv0 + row(t) * d + i);
       s *= a->scale;
       const float p = std::exp(s - m);
       sum += p;
-      for (size_t i = 0; i < d; ++i) out[i] += p * elem(a->v, a->kv_type, kv0 + t * d + i);
+      for (size_t i = 0; i < d; ++i) out[i] += p * elem(a->v, a->kv_type, kv0 + row(t) * d + i);
     }
     const float inv = 1.0f / sum;
     for (size_t i = 0; i < d; ++i) out[i] *= inv;
