@@ -14,7 +14,9 @@ lh_status lh_mapped_file_open(lh_mapped_file* file, const char* path) {
   if (file == nullptr) return LH_BAD_ARGUMENT;
   std::memset(file, 0, sizeof *file);
   if (path == nullptr || path[0] == '\0') return LH_BAD_ARGUMENT;
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) for reading would otherwise wait for a writer,
+  // forever; the S_ISREG check below then refuses it. No effect on regular files or on mmap.
+  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     file->error = errno;
     return LH_IO_ERROR;

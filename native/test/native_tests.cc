@@ -5,6 +5,7 @@
 // Prints one line per check and, last, exactly "native: N passed, N failed"; exits 1 on failure.
 // Built without exceptions; every check is a plain function returning normally.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -279,6 +280,27 @@ void test_mapped_file() {
   check(lh_mapped_file_open(&h, empty) == LH_OK && h.size == 0 && h.data == nullptr, "empty file maps to 0 bytes");
   lh_mapped_file_close(&h);
   unlink(empty);
+  // Regression (found by native/fuzz/fuzz_mapped_file): opening a FIFO waited for a writer forever.
+  // An alarm interrupts a regressed open() (EINTR) so this test fails instead of hanging.
+  char fifo_dir[] = "/tmp/longhand-native-fifo-XXXXXX";
+  if (mkdtemp(fifo_dir) != nullptr) {
+    const std::string fifo = std::string(fifo_dir) + "/fifo";
+    struct sigaction quiet {}, before {};
+    quiet.sa_handler = [](int) {};
+    sigaction(SIGALRM, &quiet, &before);  // no SA_RESTART: a blocked open() returns EINTR
+    const bool made = mkfifo(fifo.c_str(), 0600) == 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    alarm(2);
+    const lh_status fs = made ? lh_mapped_file_open(&h, fifo.c_str()) : LH_INTERNAL;
+    alarm(0);
+    sigaction(SIGALRM, &before, nullptr);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    check(made && fs == LH_IO_ERROR && h.error == EINVAL && h.data == nullptr && secs < 1.0,
+          "FIFO: LH_IO_ERROR (EINVAL, not a regular file) at once, no wait for a writer", "status %d errno %d after %.2f s", fs,
+          h.error, secs);
+    unlink(fifo.c_str());
+    rmdir(fifo_dir);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
