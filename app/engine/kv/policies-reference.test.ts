@@ -132,7 +132,7 @@ describe('snapkv', () => {
     const noPool = snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 4, window: 2, kernel: 1 });
     expect(lists(noPool)).toEqual([[1, 4, 6, 7]]);
     // avg pooling with kernel 5 smears slot 1 over 0..3 and slot 4 over 2..5: slot 2 gets both
-    const pooled = snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 3, window: 2 });
+    const pooled = snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 3, window: 2, kernel: 5, pooling: 'avg' });
     expect(lists(pooled)).toEqual([[2, 6, 7]]);
     const maxPooled = snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 5, window: 2, pooling: 'max', kernel: 3 });
     expect(lists(maxPooled)).toEqual([[0, 1, 2, 6, 7]]); // slot 1's vote spreads to 0, 2 (ties → lower)
@@ -147,6 +147,47 @@ describe('snapkv', () => {
     expect(lists(snapkv(obs, { heads: 2, kvHeads: 2, N }, { budget: 2, window: 1, kernel: 1 }))).toEqual([[0, 5], [3, 5]]);
     expect(lists(snapkv(obs, { heads: 2, kvHeads: 1, N }, { budget: 6, window: 1 }))).toEqual([[0, 1, 2, 3, 4, 5]]);
     expect(() => snapkv(obs, { heads: 2, kvHeads: 1, N }, { budget: 3, window: 1, kernel: 4 })).toThrow(/odd/);
+  });
+
+  it('the window is always kept, even when it receives no vote and the prefix all the mass', () => {
+    // N = 10, window 3 (slots 7, 8, 9): every window query puts all its mass on slots 0..6
+    const N = 10;
+    const W = 3;
+    const obs = new Float32Array(W * N).fill(-1e4);
+    for (let i = 0; i < W; i++) for (let j = 0; j < 7; j++) obs[i * N + j] = j; // rising towards 6
+    expect(lists(snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 5, window: W, kernel: 1 }))).toEqual([[5, 6, 7, 8, 9]]);
+    // budget == window: only the window
+    expect(lists(snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 3, window: W, kernel: 1 }))).toEqual([[7, 8, 9]]);
+    expect(() => snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 2, window: W })).toThrow(/budget.*window/);
+  });
+
+  it('default max-pool (kernel 7) spreads a spike to its 3 neighbours on each side, ties → lower slot', () => {
+    // N = 21, window 1 (slot 20); one spike at slot 10, everything else far below
+    const N = 21;
+    const obs = new Float32Array(N).fill(0);
+    obs[10] = 20;
+    // after max-pooling slots 7..13 all carry the spike's vote: budget 5 = the window + the lowest 4 of those 7 ties
+    expect(lists(snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 5, window: 1 }))).toEqual([[7, 8, 9, 10, 20]]);
+    expect(lists(snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 8, window: 1 }))).toEqual([[7, 8, 9, 10, 11, 12, 13, 20]]);
+    // without pooling the spike stands alone and the rest tie at the same tiny mass: lowest slots win
+    expect(lists(snapkv(obs, { heads: 1, kvHeads: 1, N }, { budget: 4, window: 1, kernel: 1 }))).toEqual([[0, 1, 10, 20]]);
+    // a flat pattern: every prefix slot ties → the lowest slots
+    expect(lists(snapkv(new Float32Array(N), { heads: 1, kvHeads: 1, N }, { budget: 4, window: 1 }))).toEqual([[0, 1, 2, 20]]);
+  });
+
+  it('GQA: 4 query heads on 2 KV heads, each KV head chooses from its own group', () => {
+    // heads 0, 1 → KV head 0; heads 2, 3 → KV head 1; window 1, N = 30 (slot 29 is the window)
+    const N = 30;
+    const obs = new Float32Array(4 * N);
+    obs[0 * N + 3] = 10; // head 0: slot 3
+    obs[1 * N + 20] = 10; // head 1: slot 20
+    obs[2 * N + 12] = 10; // head 2: slot 12 (KV head 1 only)
+    obs[3 * N + 12] = 9; // head 3 agrees with head 2
+    const got = lists(snapkv(obs, { heads: 4, kvHeads: 2, N }, { budget: 3, window: 1, kernel: 1 }));
+    expect(got).toEqual([
+      [3, 20, 29],
+      [0, 12, 29], // slot 12 wins by two votes; the second place ties over the rest → lowest slot 0
+    ]);
   });
 });
 

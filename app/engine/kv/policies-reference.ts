@@ -255,9 +255,13 @@ export interface SnapKvKnobs {
   readonly budget: number;
   /** observation window: the last `window` prompt tokens (always kept) */
   readonly window: number;
-  /** pooling size over the votes (odd; 1 = no pooling; default 5) */
+  /** pooling size over the votes (odd; 1 = no pooling; default 7) */
   readonly kernel: number;
-  /** 'avg' (SnapKV's default; zero padding counted, like avg_pool1d) or 'max' (default 'avg') */
+  /**
+   * 'max' (default: a 1-D max-pool, so a token next to a strongly attended one is kept with it and
+   * a spike's neighbours are not diluted) or 'avg' (zero padding counted, like avg_pool1d; the
+   * SnapKV authors' code offers both).
+   */
   readonly pooling: 'avg' | 'max';
 }
 
@@ -267,15 +271,15 @@ export interface SnapKvKnobs {
  * prompt; row i is the query at position N − window + i and sees slots ≤ N − window + i (later
  * columns are ignored: causal). Per head: softmax each row, sum the rows' mass on the prefix
  * [0, N − window), pool along the prefix (kernel, stride 1, padding ⌊kernel/2⌋); per KV head the
- * votes add over the group. Keeps the top (budget − window) prefix tokens + the window.
- * N ≤ budget keeps everything.
+ * votes add over the group. Keeps the top (budget − window) prefix tokens + the window (ties: the
+ * lower slot). N ≤ budget keeps everything. Defaults: max-pooling, kernel 7.
  */
 export function snapkv(obsScores: Float32Array, shape: GroupShape & { readonly N: number }, knobs: Partial<SnapKvKnobs> & Pick<SnapKvKnobs, 'budget' | 'window'>): Int32Array[] {
   const group = checkGroup(shape);
   const { heads, kvHeads, N } = shape;
   const { budget, window } = knobs;
-  const kernel = knobs.kernel ?? 5;
-  const pooling = knobs.pooling ?? 'avg';
+  const kernel = knobs.kernel ?? 7;
+  const pooling = knobs.pooling ?? 'max';
   checkCount('N', N);
   checkCount('budget', budget);
   checkCount('window', window, 1);
