@@ -4,12 +4,19 @@
 //   node --import tsx bench/long-context.mjs [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1]
 //        [--policies full,infinigen,streaming,h2o,quest] [--cap 0.1] [--llama] [--steps 16]
 //        [--type Q8_0] [--dir DIR] [--keep] [--json FILE] [--bandwidth-mib 512]
+//        [--fill random|prefill] [--llama-contexts 2048,8192]
 //
 // Fixture: dim 2048, 16 layers, 32 heads (--kv-heads 32 = MHA, 4 = tinyllama's GQA), ffn 5632,
 // vocab 32000, Q8_0, written by test/fixtures/cli.ts into os.tmpdir() (deleted unless --keep/--dir).
-// One fresh child per (engine/policy, threads): fill the cache by prefill with seeded random ids up
-// to the first N, time `steps` greedy decode steps, prefill on up to the next N, decode again, ...
-// (so the cache holds N tokens, plus the previous steps' tokens, at most `steps` more).
+// One fresh child per (engine/policy, threads): fill the cache up to the first N, time `steps`
+// greedy decode steps, fill on up to the next N, decode again, ... (so the cache holds N tokens,
+// plus the previous steps' tokens, at most `steps` more). Filling: llama.cpp always prefills seeded
+// random ids. Longhand with --fill prefill does the same; with --fill random (the default) it
+// prefills the first 512 ids for real (skew calibration and InfiniGen's column choice use them) and
+// appends seeded N(0,1) K/V rows for the rest (runner.appendRandomContextForBenchmark): decode cost
+// depends on the number of rows, not their values, and on two cores a real 32,768-token prefill
+// takes most of an hour per child. --llama-contexts limits llama.cpp to the lengths its prefill
+// can reach in the time you have.
 // Bytes read per decode token = weights (every tensor but the embedding; one row per token) + the
 // KV rows the policy fetched (full: all N rows of K and V in every layer; sparse policies: the sum of
 // the per-layer bytes from runner.lastStepStats(), averaged over the steps) + InfiniGen's partial
@@ -44,6 +51,8 @@ const { values: opts } = parseArgs({
     keep: { type: 'boolean', default: false },
     json: { type: 'string' },
     'bandwidth-mib': { type: 'string', default: '512' },
+    fill: { type: 'string', default: 'random' },
+    'llama-contexts': { type: 'string' },
     child: { type: 'string' },
     model: { type: 'string' },
     policy: { type: 'string' },
@@ -111,7 +120,9 @@ async function childInspect(path) {
   }
 }
 
-async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, vocab, bos) {
+const REAL_PREFIX = 512; // --fill random: tokens prefilled for real before the random rows
+
+async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, vocab, bos, fill) {
   const { loadModel } = await import('../app/engine/model/load-model.ts');
   const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
   const maxN = contexts[contexts.length - 1];
@@ -132,13 +143,21 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
   for (const N of contexts) {
     const from = runner.position;
     const f0 = performance.now();
-    if (N > from) logits = await runner.prefill(ids.slice(from, N));
+    if (N > from) {
+      const realTo = fill === 'prefill' ? N : Math.min(N, Math.max(from, REAL_PREFIX));
+      if (realTo > from) logits = await runner.prefill(ids.slice(from, realTo));
+      // the next token still comes from the real prefix's logits
+      if (N > runner.position) runner.appendRandomContextForBenchmark(N - runner.position, SEED + N);
+    }
     const fillMs = performance.now() - f0;
     const N0 = runner.position;
     runner.resetTimings();
     const stepMs = [];
     let fetched = 0;
     let stepsWithStats = 0;
+    // InfiniGen per step, summed over the sparse layers: the side thread's speculation (q̃, scores,
+    // selection) and reuse bookkeeping, the main thread's wait for it, and the sparse attention
+    const overlap = { speculationMs: 0, gatherMs: 0, waitMs: 0, sparseAttentionMs: 0 };
     const a = performance.now();
     for (let i = 0; i < steps; i++) {
       const s = performance.now();
@@ -148,6 +167,13 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
       if (st) {
         fetched += st.layers.reduce((acc, l) => acc + l.bytes, 0);
         stepsWithStats++;
+        for (const l of st.layers) {
+          if (l.dense) continue;
+          overlap.speculationMs += l.speculationMs;
+          overlap.gatherMs += l.gatherMs;
+          overlap.waitMs += l.waitMs;
+          overlap.sparseAttentionMs += l.attentionMs;
+        }
       }
     }
     const ms = performance.now() - a;
@@ -173,6 +199,8 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
       fetchRatio: last?.fetchRatio ?? 1,
       fetchedBytesPerToken: fetchedPerToken,
       partialBytesPerToken: partialPerToken,
+      fill: N0 - from > 0 ? (fill === 'prefill' ? 'prefill' : `prefill ${Math.min(N0, REAL_PREFIX) - Math.min(from, REAL_PREFIX)} + random ${Math.max(0, N0 - Math.max(from, REAL_PREFIX))}`) : 'none',
+      overlap: stepsWithStats > 0 ? Object.fromEntries(Object.entries(overlap).map(([k, v]) => [k, v / stepsWithStats])) : undefined,
       perStep: { layerGraphs: t.layerGraphs / t.calls, headGraph: t.headGraph / t.calls, append: t.append / t.calls, attention: t.attention / t.calls, other: t.other / t.calls, total: t.total / t.calls },
       skewSource: runner.skewSource,
     });
@@ -265,6 +293,8 @@ async function parent() {
   const sizes = { dim: 2048, layers: 16, heads: 32, kvHeads, ffn: 5632, vocab: 32000 };
   if (sizes.heads % kvHeads !== 0) throw new Error(`--kv-heads ${kvHeads} must divide 32`);
   const maxN = contexts[contexts.length - 1];
+  if (opts.fill !== 'random' && opts.fill !== 'prefill') throw new Error(`--fill must be random or prefill, got ${opts.fill}`);
+  const llamaContexts = opts['llama-contexts'] ? opts['llama-contexts'].split(',').map((s) => positiveInt(s, '--llama-contexts')).sort((a, b) => a - b) : contexts;
 
   const native = await import('../native/index.js');
   const started = new Date();
@@ -290,14 +320,15 @@ async function parent() {
     for (const threads of threadList) {
       const common = ['--model', path, '--threads', `${threads}`, '--contexts', contexts.join(','), '--steps', `${steps}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`];
       for (const policy of policies) {
-        const r = await runChild(['ours', ...common, '--policy', policy, '--cap', `${cap}`, '--cache-dir', cacheDir]);
+        const r = await runChild(['ours', ...common, '--policy', policy, '--cap', `${cap}`, '--cache-dir', cacheDir, '--fill', opts.fill]);
         if (r.error) r.policy = policy;
         r.threads = threads;
         console.log(`${policy} ${threads}t: ${r.error ?? r.rows.map((x) => `N=${x.N} ${fmt(x.tps, 2)} tok/s`).join(', ')}`);
         report.runs.push(r);
       }
       if (opts.llama) {
-        const r = await runChild(['llama', ...common], { tsx: false });
+        const llamaArgs = common.map((a, i) => (common[i - 1] === '--contexts' ? llamaContexts.join(',') : a));
+        const r = await runChild(['llama', ...llamaArgs], { tsx: false });
         if (r.error) r.policy = 'llama.cpp (full)';
         r.threads = threads;
         console.log(`llama.cpp ${threads}t: ${r.error ?? r.rows.map((x) => `N=${x.N} ${fmt(x.tps, 2)} tok/s`).join(', ')}`);
@@ -313,11 +344,11 @@ async function parent() {
   const h = report.info.hyper;
   const rowKV = h.kvHeads * h.headDim * 2 * 2;
   const lines = [];
-  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | fetch ratio | weights MiB | KV fetched MiB | partial keys MiB | total MiB/token | bound tok/s | % of bound | graphs ms/step | attention ms/step |`);
-  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | fetch ratio | weights MiB | KV fetched MiB | partial keys MiB | total MiB/token | bound tok/s | % of bound | graphs ms/step | attention ms/step | speculation ms/step (side thread) | waited ms/step | peak RSS MiB |`);
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of report.runs) {
     if (r.error) {
-      lines.push(`| ${r.policy} | ${r.threads} | — | **failed**: ${r.error.replaceAll('|', '/')} | | | | | | | | | | |`);
+      lines.push(`| ${r.policy} | ${r.threads} | — | **failed**: ${r.error.replaceAll('|', '/')} | | | | | | | | | | | | | |`);
       continue;
     }
     for (const x of r.rows) {
@@ -328,7 +359,7 @@ async function parent() {
       const bound = (bw[Math.max(...bwThreads.filter((t) => t <= r.threads))] * 1e9) / total;
       x.bytesPerToken = total;
       x.bound = bound;
-      lines.push(`| ${r.policy} | ${r.threads} | ${x.N} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${fmt(x.fetchRatio, 3)} | ${mib(report.info.weightBytesPerToken)} | ${mib(kv)} | ${mib(partial)} | ${mib(total)} | ${fmt(bound, 2)} | ${fmt((100 * x.tps) / bound, 0)}% | ${fmt(x.perStep && x.perStep.layerGraphs + x.perStep.headGraph)} | ${fmt(x.perStep?.attention)} |`);
+      lines.push(`| ${r.policy} | ${r.threads} | ${x.N} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${fmt(x.fetchRatio, 3)} | ${mib(report.info.weightBytesPerToken)} | ${mib(kv)} | ${mib(partial)} | ${mib(total)} | ${fmt(bound, 2)} | ${fmt((100 * x.tps) / bound, 0)}% | ${fmt(x.perStep && x.perStep.layerGraphs + x.perStep.headGraph)} | ${fmt(x.perStep?.attention)} | ${fmt(x.overlap?.speculationMs)} | ${fmt(x.overlap?.waitMs)} | ${mib(r.peakRssBytes)} |`);
     }
   }
   const loadAfter = loadavg();
@@ -337,6 +368,7 @@ async function parent() {
   console.log('');
   console.log(lines.join('\n'));
   console.log('');
+  console.log(`Filling: llama.cpp prefilled every N with seeded random ids${opts.fill === 'random' ? `; Longhand prefilled the first ${REAL_PREFIX} for real and appended seeded random K/V rows for the rest (decode cost depends on the row count, not the values)` : '; so did Longhand'}. Speculation runs on a native side thread while the next layer's graph runs; "waited" is the time the main thread waited for it (the part not hidden).`);
   console.log(`Note: the fixture's weights are random, so attention is diffuse and no policy finds a few dominant tokens: the fetch cap (${cap}) decides how many rows the sparse policies fetch, not the scores. Numbers on a real model differ.`);
   console.log(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}; ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s in all`);
   if (opts.json) {
@@ -354,7 +386,7 @@ async function child() {
   const steps = positiveInt(opts.steps, '--steps');
   const vocab = positiveInt(opts.vocab, '--vocab');
   const bos = Number(opts.bos);
-  if (opts.child === 'ours') return childOurs(path, opts.policy, threads, contexts, steps, Number(opts.cap), opts['cache-dir'], vocab, bos);
+  if (opts.child === 'ours') return childOurs(path, opts.policy, threads, contexts, steps, Number(opts.cap), opts['cache-dir'], vocab, bos, opts.fill);
   if (opts.child === 'llama') return childLlama(path, threads, contexts, steps, vocab, bos);
   throw new Error(`unknown child ${opts.child}`);
 }

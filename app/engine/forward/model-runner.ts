@@ -130,6 +130,13 @@ export interface ModelRunner extends TokenRunner {
   reset(): void;
   /** Keeps the first n tokens of the cache (n <= position). */
   truncate(n: number): void;
+  /**
+   * For long-context benchmarks only: appends `tokens` tokens of seeded N(0, 1) K/V rows to every
+   * layer (with their partial keys under 'infinigen') as if they had been prefilled, without running
+   * the model. Decode cost depends on how many rows there are, not on what they hold, and a
+   * 32,768-token prefill takes most of an hour on two cores; the benchmark says when it used this.
+   */
+  appendRandomContextForBenchmark(tokens: number, seed: number): void;
   timings(): ForwardTimings;
   resetTimings(): void;
   readonly policy: RunnerPolicy;
@@ -402,6 +409,39 @@ class Runner implements ModelRunner {
     this.sparse?.truncate(n);
     if (this.ig && n === 0) this.ig.ready = false;
     this.pos = n;
+  }
+
+  appendRandomContextForBenchmark(tokens: number, seed: number): void {
+    this.live();
+    if (!Number.isInteger(tokens) || tokens < 0 || this.pos + tokens > this.contextLength) {
+      throw new RangeError(`appendRandomContextForBenchmark(${tokens}): the cache holds ${this.pos} of ${this.contextLength} tokens`);
+    }
+    if (this.pool.evicting) throw new RangeError('appendRandomContextForBenchmark: not with a pool budget (eviction)');
+    this.spec?.drain();
+    const width = this.pool.kvHeads * this.pool.headDim;
+    const chunk = 256;
+    const k = new Float32Array(chunk * width); // [chunk, kvHeads·headDim]
+    const v = new Float32Array(chunk * width);
+    let s = seed >>> 0 || 1;
+    const gaussian = (): number => {
+      // xorshift32 → two uniforms → Box–Muller (seeded, so every policy gets the same rows)
+      s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+      const u = (s + 1) / 4294967297;
+      s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+      return Math.sqrt(-2 * Math.log(u)) * Math.cos((2 * Math.PI * s) / 4294967296);
+    };
+    for (let t0 = 0; t0 < tokens; t0 += chunk) {
+      const T = Math.min(chunk, tokens - t0);
+      for (let l = 0; l < this.layers; l++) {
+        for (let i = 0; i < T * width; i++) {
+          k[i] = gaussian();
+          v[i] = gaussian();
+        }
+        this.pool.appendBatch(l, k.subarray(0, T * width), v.subarray(0, T * width), this.pos + t0);
+      }
+    }
+    this.spec?.clearStaging();
+    this.pos += tokens;
   }
 
   timings(): ForwardTimings {
