@@ -13,7 +13,7 @@
 // plus the previous steps' tokens, at most `steps` more). Filling: llama.cpp always prefills seeded
 // random ids. Longhand with --fill prefill does the same; with --fill random (the default) it
 // prefills the first 512 ids for real (skew calibration and InfiniGen's column choice use them) and
-// appends seeded N(0,1) K/V rows for the rest (runner.appendRandomContextForBenchmark): decode cost
+// appends seeded random unit-variance K/V rows for the rest (runner.appendRandomContextForBenchmark): decode cost
 // depends on the number of rows, not their values, and on two cores a real 32,768-token prefill
 // takes most of an hour per child. --llama-contexts limits llama.cpp to the lengths its prefill
 // can reach in the time you have.

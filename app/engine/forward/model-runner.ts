@@ -131,7 +131,7 @@ export interface ModelRunner extends TokenRunner {
   /** Keeps the first n tokens of the cache (n <= position). */
   truncate(n: number): void;
   /**
-   * For long-context benchmarks only: appends `tokens` tokens of seeded N(0, 1) K/V rows to every
+   * For long-context benchmarks only: appends `tokens` tokens of seeded random (unit-variance) K/V rows to every
    * layer (with their partial keys under 'infinigen') as if they had been prefilled, without running
    * the model. Decode cost depends on how many rows there are, not on what they hold, and a
    * 32,768-token prefill takes most of an hour on two cores; the benchmark says when it used this.
@@ -422,20 +422,23 @@ class Runner implements ModelRunner {
     const chunk = 256;
     const k = new Float32Array(chunk * width); // [chunk, kvHeads·headDim]
     const v = new Float32Array(chunk * width);
+    // xorshift32, uniform on [−√3, √3) (unit variance): seeded, so every policy gets the same rows,
+    // and cheap enough for 32,768 tokens × 16 layers × 4,096 values × 2
     let s = seed >>> 0 || 1;
-    const gaussian = (): number => {
-      // xorshift32 → two uniforms → Box–Muller (seeded, so every policy gets the same rows)
-      s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-      const u = (s + 1) / 4294967297;
-      s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-      return Math.sqrt(-2 * Math.log(u)) * Math.cos((2 * Math.PI * s) / 4294967296);
+    const uniform = (): number => {
+      s ^= s << 13;
+      s >>>= 0;
+      s ^= s >>> 17;
+      s ^= s << 5;
+      s >>>= 0;
+      return (s / 2147483648 - 1) * Math.sqrt(3);
     };
     for (let t0 = 0; t0 < tokens; t0 += chunk) {
       const T = Math.min(chunk, tokens - t0);
       for (let l = 0; l < this.layers; l++) {
         for (let i = 0; i < T * width; i++) {
-          k[i] = gaussian();
-          v[i] = gaussian();
+          k[i] = uniform();
+          v[i] = uniform();
         }
         this.pool.appendBatch(l, k.subarray(0, T * width), v.subarray(0, T * width), this.pos + t0);
       }
