@@ -1,7 +1,10 @@
 #!/usr/bin/env node
 // `npm test`: every check a change must pass, in the order that fails fastest.
 //   1. the native addon is built (the install step builds it; rebuild here if it is missing)
-//   2. the native C++ tests (scalar references vs optimised kernels, guard bytes)
+//   2. the native C++ tests (scalar references vs optimised kernels, guard bytes), then the same
+//      tests under ASan + UBSan (scripts/native-sanitize.mjs), then every libFuzzer target of
+//      native/fuzz for LONGHAND_FUZZ_SECONDS (default 20) each (scripts/native-fuzz.mjs; needs
+//      clang: skipped without it, a failure under CI=true)
 //   3. lint (including the layering rule) and the TypeScript type check
 //   4. every TypeScript test through Vitest
 // It ends with one plain line, "N passed, N failed, N skipped", counting native and Vitest tests.
@@ -47,6 +50,30 @@ if (existsSync(nativeTests)) {
     totals.failed += Number(match[2]);
   }
   if (native.status !== 0 && (!match || Number(match[2]) === 0)) totals.failed += 1;
+}
+
+// The same tests under AddressSanitizer + UndefinedBehaviorSanitizer: one check.
+const sanitize = run('native C++ tests under ASan+UBSan', process.execPath, [join(root, 'scripts', 'native-sanitize.mjs')]);
+if (sanitize.status === 0) totals.passed += 1;
+else totals.failed += 1;
+
+// Bounded coverage-guided fuzzing of the native core: one check per target. Exit 2 means no clang
+// with libFuzzer is installed: a skip on a developer machine, a failure in CI (.ci/run installs it).
+const fuzzSeconds = process.env.LONGHAND_FUZZ_SECONDS ?? '20';
+const fuzz = run(`native fuzz (${fuzzSeconds} s per target)`, process.execPath, [join(root, 'scripts', 'native-fuzz.mjs'), '--seconds', fuzzSeconds], { capture: true });
+const fuzzCounts = /native-fuzz: (\d+) passed, (\d+) failed/.exec(fuzz.stdout ?? '');
+if (fuzz.status === 2 && process.env.CI === 'true') {
+  console.log('native fuzz: clang++ with libFuzzer is required under CI=true');
+  totals.failed += 1;
+} else if (fuzz.status === 2) {
+  console.log('native fuzz: skipped (no clang++ with libFuzzer; apt-get install clang)');
+  totals.skipped += 1;
+} else if (fuzzCounts) {
+  totals.passed += Number(fuzzCounts[1]);
+  totals.failed += Number(fuzzCounts[2]);
+  if (fuzz.status !== 0 && Number(fuzzCounts[2]) === 0) totals.failed += 1;
+} else {
+  totals.failed += 1;
 }
 
 const lint = run('lint', process.execPath, [bin('eslint'), '--max-warnings=0', '.']);
