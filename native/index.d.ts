@@ -55,7 +55,11 @@ export interface KvPoolOptions {
   layers: number; // 1..1024
   kvHeads: number; // 1..1024
   headDim: number; // 1..1024
-  /** Element type of the K/V rows (default 'fp16'; 'fp32' doubles the bytes, for exact comparisons). */
+  /**
+   * Element type of the K/V rows (default 'fp16'; 'fp32' doubles the bytes, for exact comparisons;
+   * 'int8' halves them: one fp32 scale max|x|/127 per row, values rounded to nearest even, a row
+   * with a NaN/Inf element stored as a NaN row).
+   */
   kvType?: KvType;
   /** p of InfiniGen's partial key rows (0..headDim, default 0 = none). Adds 2·p bytes per token and KV head. */
   partialDim?: number;
@@ -69,7 +73,7 @@ export interface KvPoolOptions {
   eviction?: { sinks: number; recent: number; ageEvery: number };
 }
 
-export type KvType = 'fp16' | 'fp32';
+export type KvType = 'fp16' | 'fp32' | 'int8';
 
 /**
  * The KV cache in native memory: per layer and KV head, fp16 K and V rows and each slot's token
@@ -109,7 +113,7 @@ export interface KvPool {
   truncate(tokens: number): void;
   /** Tokens stored in `layer`. */
   length(layer: number): number;
-  /** One stored key row as fp32 [headDim] (for tests and inspection). */
+  /** One stored key row as fp32 [headDim] (for tests and inspection; int8 rows dequantised: scale * q). */
   readK(layer: number, kvHead: number, slot: number): Float32Array;
   /** One stored value row as fp32 [headDim]. */
   readV(layer: number, kvHead: number, slot: number): Float32Array;

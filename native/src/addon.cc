@@ -31,7 +31,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 6;
+constexpr int kAbiVersion = 7;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -182,7 +182,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                        });
   }
 
-  // new KvPool({ budgetBytes, layers, kvHeads, headDim, kvType?: 'fp16' | 'fp32' })
+  // new KvPool({ budgetBytes, layers, kvHeads, headDim, kvType?: 'fp16' | 'fp32' | 'int8' })
   explicit KvPool(const Napi::CallbackInfo& info) : Napi::ObjectWrap<KvPool>(info), env_(info.Env()) {
     guarded(env_, [&] {
       info.This().As<Napi::Object>().TypeTag(&kKvPoolTag);
@@ -197,7 +197,8 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       if (!kt.IsUndefined()) {
         const std::string t = kt.IsString() ? kt.As<Napi::String>().Utf8Value() : std::string();
         if (t == "fp32") cfg.kv_type = LH_KV_F32;
-        else if (t != "fp16") fail(env_, LH_BAD_ARGUMENT, "kvType must be 'fp16' or 'fp32', got " + (kt.IsString() ? "'" + t + "'" : describe(kt)));
+        else if (t == "int8") cfg.kv_type = LH_KV_I8;
+        else if (t != "fp16") fail(env_, LH_BAD_ARGUMENT, "kvType must be 'fp16', 'fp32' or 'int8', got " + (kt.IsString() ? "'" + t + "'" : describe(kt)));
       }
       kv_type_ = cfg.kv_type;
       cfg.partial_dim = 0;
@@ -264,7 +265,9 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
   Napi::Value KvHeads(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.kv_heads); }
   Napi::Value HeadDim(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.head_dim); }
   Napi::Value Freed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, !lh_kv_pool_live(&pool_)); }
-  Napi::Value KvType(const Napi::CallbackInfo& info) { return Napi::String::New(env_, kv_type_ == LH_KV_F32 ? "fp32" : "fp16"); }
+  Napi::Value KvType(const Napi::CallbackInfo& info) {
+    return Napi::String::New(env_, kv_type_ == LH_KV_F32 ? "fp32" : kv_type_ == LH_KV_I8 ? "int8" : "fp16");
+  }
   Napi::Value PartialDim(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.partial_dim); }
 
   // setPartialProjection(layer, proj: Float32Array (kvHeads*headDim*partialDim)): sets A[:, C] of
@@ -641,6 +644,8 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
     a.head_dim = p->head_dim;
     a.scale = 1.0f / std::sqrt(static_cast<float>(p->head_dim));
     a.kv_type = p->kv_type;
+    a.k_scale = lh_kv_pool_k_scales(p, layer);  // int8: (kv_head, capacity); null otherwise
+    a.v_scale = lh_kv_pool_v_scales(p, layer);
     const uint32_t queries = static_cast<uint32_t>(n / width);
     lh_status st = LH_INTERNAL;
     switch (kind) {
@@ -688,7 +693,7 @@ Napi::Value AttendSlots(const Napi::CallbackInfo& info) {
     }
     if (off[0] != 0) fail(env, LH_BAD_ARGUMENT, "offsets[0] must be 0");
     static thread_local std::vector<uint8_t> scratch;  // grows to the longest list seen, then stays
-    const size_t need = 2 * static_cast<size_t>(longest) * p->head_dim * p->elem_bytes;
+    const size_t need = 2 * static_cast<size_t>(longest) * lh_kv_pool_row_bytes(p);  // rows (and int8 scales)
     if (scratch.size() < need) scratch.resize(need);
     const lh_status st = lh_attention_slots(p, layer, q.Data(), heads, slots.Data(), off.data(), scratch.data(), scratch.size(),
                                             1.0f / std::sqrt(static_cast<float>(p->head_dim)), out.Data());

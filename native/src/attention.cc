@@ -5,6 +5,7 @@
 #include "attention.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "fp16.h"
 #include "kv_pool.h"
@@ -23,9 +24,10 @@ constexpr uint32_t kTile = 32;  // tokens per tile: 32 scores on the stack
 // ---------------------------------------------------------------------------------------------
 inline float widen(uint16_t h) { return lh_fp16_to_fp32(h); }
 inline float widen(float f) { return f; }
+inline float widen(int8_t i) { return static_cast<float>(i); }  // int8: the row scale is applied outside
 
 struct PortableOps {
-  // dot(q, k): q (n) fp32, k (n) fp16 or fp32
+  // dot(q, k): q (n) fp32, k (n) fp16, fp32 or int8 (unscaled)
   template <class T>
   static inline float dot(const float* q, const T* k, size_t n) {
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;  // four chains: fewer dependent adds
@@ -39,7 +41,7 @@ struct PortableOps {
     for (; i < n; ++i) s0 += q[i] * widen(k[i]);
     return (s0 + s1) + (s2 + s3);
   }
-  // out += p * v: out (n) fp32, v (n) fp16 or fp32
+  // out += p * v: out (n) fp32, v (n) fp16, fp32 or int8 (p carries the int8 row scale)
   template <class T>
   static inline void axpy(float* out, float p, const T* v, size_t n) {
     for (size_t i = 0; i < n; ++i) out[i] += p * widen(v[i]);
@@ -61,8 +63,12 @@ struct Avx2Ops {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static inline __m256 load8(const int8_t* p) {  // 8 bytes -> 8 int32 -> 8 floats (exact)
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
   static inline float one(uint16_t h) { return _cvtsh_ss(h); }
   static inline float one(float f) { return f; }
+  static inline float one(int8_t i) { return static_cast<float>(i); }
   static inline float hsum(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
@@ -120,14 +126,24 @@ inline void prefetch_rows(const T* base, const int32_t* rows, uint32_t from, uin
   }
 }
 
+// Asks for the int8 scales of rows rows[from..to) (one float each, scattered like the rows).
+inline void prefetch_scales(const float* base, const int32_t* rows, uint32_t from, uint32_t to) {
+  for (uint32_t t = from; t < to; ++t) __builtin_prefetch(base + rows[t], 0, 3);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The driver: online softmax over tiles, per KV head, for each query head of its group.
 // Per query head h: running max m[h], running sum l[h], unnormalised accumulator out[h].
+// T = int8_t: row r of head g also has scales ksg[r], vsg[r]; the score is dot * ksg[r] * scale
+// and the value row is added with weight p * vsg[r]. For fp16/fp32 the scales are not read and
+// the arithmetic is exactly that of the unscaled kernel.
 // ---------------------------------------------------------------------------------------------
 template <class Ops, class T, bool kIndexed>
 inline __attribute__((always_inline)) void decode_online(const lh_attention_args* a) {
+  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
   const uint32_t group = a->heads / a->kv_heads;
   const size_t d = a->head_dim;
+  const size_t scale_stride = a->head_stride / d;  // int8: scales per KV head (rows per head stride)
   float m[LH_MAX_HEADS];  // (group) running max of the heads of one group
   float l[LH_MAX_HEADS];  // (group) running softmax denominator
   float s[kTile];         // (tile) scores of one head over one tile
@@ -135,6 +151,8 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
     const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;  // (tokens, head_dim)
     const T* vg = static_cast<const T*>(a->v) + g * a->head_stride;  // (tokens, head_dim)
     const int32_t* rows = kIndexed ? a->rows + g * a->rows_stride : nullptr;  // (tokens) rows of this head
+    const float* ksg = kInt8 ? a->k_scale + g * scale_stride : nullptr;  // (head_stride / head_dim) int8 key scales
+    const float* vsg = kInt8 ? a->v_scale + g * scale_stride : nullptr;  // (head_stride / head_dim) int8 value scales
     for (uint32_t j = 0; j < group; ++j) {
       m[j] = -INFINITY;
       l[j] = 0.0f;
@@ -150,6 +168,10 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
         prefetch_rows(vg, rows, t0, t0 + n, d);
         const uint32_t next_end = t0 + n + kTile < a->tokens ? t0 + n + kTile : a->tokens;
         prefetch_rows(kg, rows, t0 + n, next_end, d);
+        if constexpr (kInt8) {
+          prefetch_scales(vsg, rows, t0, t0 + n);
+          prefetch_scales(ksg, rows, t0 + n, next_end);
+        }
       }
       for (uint32_t j = 0; j < group; ++j) {
         const size_t h = static_cast<size_t>(g) * group + j;
@@ -158,7 +180,8 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
         float tile_max = -INFINITY;
         for (uint32_t t = 0; t < n; ++t) {
           const size_t r = kIndexed ? static_cast<size_t>(rows[t0 + t]) : t0 + t;
-          s[t] = Ops::dot(q, kg + r * d, d) * a->scale;
+          if constexpr (kInt8) s[t] = Ops::dot(q, kg + r * d, d) * ksg[r] * a->scale;
+          else s[t] = Ops::dot(q, kg + r * d, d) * a->scale;
           tile_max = max_nan(tile_max, s[t]);
         }
         const float m_new = max_nan(m[j], tile_max);
@@ -174,7 +197,7 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
           const float p = none ? 0.0f : std::exp(s[t] - m_new);
           l[j] += p;
           const size_t r = kIndexed ? static_cast<size_t>(rows[t0 + t]) : t0 + t;
-          Ops::axpy(out, p, vg + r * d, d);
+          Ops::axpy(out, kInt8 ? p * vsg[r] : p, vg + r * d, d);
         }
         m[j] = m_new;
       }
@@ -187,27 +210,25 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
   }
 }
 
-void run_portable(const lh_attention_args* a) {
-  if (a->rows != nullptr) {
-    if (a->kv_type == LH_KV_F32) decode_online<PortableOps, float, true>(a);
-    else decode_online<PortableOps, uint16_t, true>(a);
-  } else if (a->kv_type == LH_KV_F32) {
-    decode_online<PortableOps, float, false>(a);
-  } else {
-    decode_online<PortableOps, uint16_t, false>(a);
+// One instantiation per (row operations, element type, listed rows or not).
+template <class Ops, bool kIndexed>
+inline __attribute__((always_inline)) void run_typed(const lh_attention_args* a) {
+  switch (a->kv_type) {
+    case LH_KV_F32: decode_online<Ops, float, kIndexed>(a); break;
+    case LH_KV_I8: decode_online<Ops, int8_t, kIndexed>(a); break;
+    default: decode_online<Ops, uint16_t, kIndexed>(a); break;
   }
+}
+
+void run_portable(const lh_attention_args* a) {
+  if (a->rows != nullptr) run_typed<PortableOps, true>(a);
+  else run_typed<PortableOps, false>(a);
 }
 
 #ifdef LH_X86
 __attribute__((target("avx2,fma,f16c"))) void run_avx2(const lh_attention_args* a) {
-  if (a->rows != nullptr) {
-    if (a->kv_type == LH_KV_F32) decode_online<Avx2Ops, float, true>(a);
-    else decode_online<Avx2Ops, uint16_t, true>(a);
-  } else if (a->kv_type == LH_KV_F32) {
-    decode_online<Avx2Ops, float, false>(a);
-  } else {
-    decode_online<Avx2Ops, uint16_t, false>(a);
-  }
+  if (a->rows != nullptr) run_typed<Avx2Ops, true>(a);
+  else run_typed<Avx2Ops, false>(a);
 }
 
 bool cpu_has_avx2() {
@@ -251,6 +272,13 @@ static lh_status check_queries(const lh_attention_args* a, uint32_t queries) {
   if (overlaps(a->out, qo_bytes, a->q, qo_bytes) || overlaps(a->out, qo_bytes, a->k, kv_bytes) ||
       overlaps(a->out, qo_bytes, a->v, kv_bytes))
     return LH_BAD_ARGUMENT;
+  if (a->kv_type == LH_KV_I8) {
+    // scales are indexed like the rows: one per head_dim elements of each head's stride
+    if (a->k_scale == nullptr || a->v_scale == nullptr || a->head_stride % a->head_dim != 0) return LH_BAD_ARGUMENT;
+    const size_t scale_bytes = (kv_elems / a->head_dim) * sizeof(float);
+    if (overlaps(a->out, qo_bytes, a->k_scale, scale_bytes) || overlaps(a->out, qo_bytes, a->v_scale, scale_bytes))
+      return LH_BAD_ARGUMENT;
+  }
   return LH_OK;
 }
 

@@ -1,5 +1,5 @@
-// Decode (one query token) and causal prefill (a chunk of query tokens) attention over fp16 or
-// fp32 K/V rows, GQA aware.
+// Decode (one query token) and causal prefill (a chunk of query tokens) attention over fp16, fp32
+// or int8 K/V rows, GQA aware.
 //
 // For every query head h, with its KV head g = h / (heads / kv_heads):
 //   s_t   = scale * dot(q[h], K[g][t])                      t = 0 .. tokens-1
@@ -15,6 +15,11 @@
 //         k + g * head_stride + t * head_dim. The pool's layer rows have head_stride =
 //         capacity * head_dim; a gathered, packed block has head_stride = tokens * head_dim.
 //   v   : same layout as k
+//   k_scale, v_scale: int8 only, (kv_heads, head_stride / head_dim) fp32: the scale of row r of
+//         head g is k_scale[g * (head_stride / head_dim) + r] (indexed like the rows; head_stride
+//         must be a multiple of head_dim). Row r of K means k_scale[..] * (its int8 values), so
+//         s_t = scale * k_scale[t] * sum_i q_i * k_i and the value row adds p_t * v_scale[t] * v.
+//         A NaN scale (a non-finite row, kv_pool.h) makes every head that reads the row NaN.
 //   rows: optional (kv_heads, rows_stride) int32: with it, token t of head g is the row
 //         rows[g * rows_stride + t] of that head (k + g * head_stride + rows[..] * head_dim), so
 //         attention reads a selected subset of the pool's rows in place, in the listed order
@@ -45,6 +50,8 @@ struct lh_attention_args {
   uint32_t kv_type;      // lh_kv_type of k and v; 0 (fp16) when left out of an initializer
   const int32_t* rows;   // (kv_heads, rows_stride) row of each token, or null: token t is row t
   size_t rows_stride;    // >= tokens when rows is set
+  const float* k_scale;  // int8: (kv_heads, head_stride / head_dim) scale of each key row; else ignored
+  const float* v_scale;  // int8: (kv_heads, head_stride / head_dim) scale of each value row; else ignored
 };
 
 enum lh_attention_impl {
@@ -57,7 +64,8 @@ enum lh_attention_impl {
 // LH_BAD_ARGUMENT also when `impl` is not available on this CPU.
 lh_status lh_attention_decode(const lh_attention_args* args, lh_attention_impl impl = LH_ATTN_AUTO);
 
-// The scalar reference: two passes, plain loops, fp32 math, scalar fp16 conversion.
+// The scalar reference: two passes, plain loops, fp32 math, scalar fp16 conversion, int8 rows
+// dequantised element by element (k_scale * k_i).
 // Lives in reference/attention_ref.cc. Same validation and contract.
 lh_status lh_attention_decode_ref(const lh_attention_args* args);
 

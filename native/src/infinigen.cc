@@ -505,7 +505,7 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->dense = std::min(cfg->knobs.dense_layers, pool->layers);
   sp->sparse = pool->layers - sp->dense;
   sp->rows = std::max<uint32_t>(1, fraction_of(cfg->knobs.cap, pool->capacity)) + 1;
-  sp->row_bytes = static_cast<size_t>(sp->d) * pool->elem_bytes;
+  sp->row_bytes = lh_kv_pool_row_bytes(pool);  // int8: the row's scale moves with it
   const size_t cap = pool->capacity;
   sp->staged = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * 2 * sp->kvh * sp->rows);
   sp->staged_pos = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * 2 * sp->kvh * sp->rows);
@@ -635,6 +635,8 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
   a.head_dim = sp->d;
   a.scale = 1.0f / std::sqrt(static_cast<float>(sp->d));
   a.kv_type = sp->pool->kv_type;
+  a.k_scale = lh_kv_pool_k_scales(sp->pool, layer);  // int8: (kv_head, capacity), indexed like the rows; else null
+  a.v_scale = lh_kv_pool_v_scales(sp->pool, layer);
   a.rows = keep_list(sp, layer, 0);
   a.rows_stride = sp->rows;
   const lh_status done = lh_attention_decode(&a);

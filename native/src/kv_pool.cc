@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "fp16.h"
@@ -24,7 +25,7 @@ bool config_ok(const lh_kv_pool_config* cfg) {
 // Byte offsets of the regions for a given capacity. With the limits above every product fits
 // in 64 bits: layers*kv_heads*head_dim <= 2^30, times capacity < 2^31, times 4 bytes < 2^63.
 struct Layout {
-  uint64_t length_off, k_off, v_off, pos_off, kp_off, proj_off, proj_set_off, counter_off, cand_off, ev_off, total;
+  uint64_t length_off, k_off, v_off, pos_off, ks_off, vs_off, kp_off, proj_off, proj_set_off, counter_off, cand_off, ev_off, total;
 };
 
 Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
@@ -35,7 +36,10 @@ Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
   l.k_off = align_line(cfg->layers * sizeof(uint32_t));
   l.v_off = l.k_off + align_line(rows);
   l.pos_off = l.v_off + align_line(rows);
-  l.kp_off = l.pos_off + align_line(lh * capacity * sizeof(int32_t));
+  l.ks_off = l.pos_off + align_line(lh * capacity * sizeof(int32_t));
+  const uint64_t scales = cfg->kv_type == LH_KV_I8 ? align_line(lh * capacity * sizeof(float)) : 0;  // int8 row scales
+  l.vs_off = l.ks_off + scales;
+  l.kp_off = l.vs_off + scales;
   const uint64_t p = cfg->partial_dim;
   const uint64_t capacity8 = (capacity + 7) & ~7ull;  // partial rows come in tiles of 8 slots
   l.proj_off = l.kp_off + align_line(lh * capacity8 * p * sizeof(uint16_t));
@@ -46,6 +50,14 @@ Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
   l.ev_off = l.cand_off + e * align_line(cfg->layers * capacity);
   l.total = l.ev_off + e * align_line(cfg->layers * sizeof(lh_kv_evict_layer));
   return l;
+}
+
+// Bytes one token costs across all layers and heads: K and V rows (with their int8 scales), its
+// position, partial rows and eviction counter + flag. Alignment padding is not included.
+uint64_t per_token_bytes(const lh_kv_pool_config* cfg) {
+  const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
+  return lh * (2ull * lh_kv_row_bytes(cfg->kv_type, cfg->head_dim) + sizeof(int32_t) + 2ull * cfg->partial_dim) +
+         (cfg->evict != 0 ? cfg->layers * (sizeof(uint32_t) + 1ull) : 0);
 }
 
 uint64_t physical_memory_bytes() {
@@ -59,10 +71,7 @@ uint64_t physical_memory_bytes() {
 
 lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length) {
   if (!config_ok(cfg) || capacity == nullptr || byte_length == nullptr) return LH_BAD_ARGUMENT;
-  const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
-  const uint64_t per_token = lh * (2ull * cfg->head_dim * lh_kv_type_bytes(cfg->kv_type) + sizeof(int32_t) +
-                                   2ull * cfg->partial_dim) +
-                             (cfg->evict != 0 ? cfg->layers * (sizeof(uint32_t) + 1ull) : 0);
+  const uint64_t per_token = per_token_bytes(cfg);
   uint64_t cap = cfg->budget_bytes / per_token;
   if (cap > LH_MAX_TOKENS) return LH_BAD_ARGUMENT;  // an absurd budget, not a real pool
   // Alignment padding costs at most a few lines: step down until the layout fits the budget.
@@ -94,15 +103,17 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
   pool->capacity = capacity;
   pool->kv_type = cfg->kv_type;
   pool->elem_bytes = lh_kv_type_bytes(cfg->kv_type);
-  pool->bytes_per_token = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads *
-                          (2ull * cfg->head_dim * pool->elem_bytes + sizeof(int32_t) + 2ull * cfg->partial_dim) +
-                          (cfg->evict != 0 ? cfg->layers * (sizeof(uint32_t) + 1ull) : 0);
+  pool->bytes_per_token = per_token_bytes(cfg);
   pool->byte_length = total;
   pool->base = base;
   pool->length = reinterpret_cast<uint32_t*>(b + l.length_off);  // anonymous pages are zero
   pool->k = b + l.k_off;
   pool->v = b + l.v_off;
   pool->pos = reinterpret_cast<int32_t*>(b + l.pos_off);
+  if (cfg->kv_type == LH_KV_I8) {
+    pool->ks = reinterpret_cast<float*>(b + l.ks_off);
+    pool->vs = reinterpret_cast<float*>(b + l.vs_off);
+  }
   pool->partial_dim = cfg->partial_dim;
   if (cfg->partial_dim > 0) {
     pool->kp = reinterpret_cast<uint16_t*>(b + l.kp_off);
@@ -137,7 +148,36 @@ lh_status lh_kv_pool_reset(lh_kv_pool* pool) {
   return LH_OK;
 }
 
+float lh_kv_quantize_i8(const float* x, size_t n, int8_t* out) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (size_t i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(x[i]);  // a NaN would be skipped by a plain max
+    amax = std::max(amax, std::fabs(x[i]));
+  }
+  if (!finite || amax < 0x1p-100f) {
+    std::memset(out, 0, n);
+    return finite ? 0.0f : NAN;
+  }
+  const double to_q = 127.0 / amax;  // finite: amax >= 2^-100
+  for (size_t i = 0; i < n; ++i) {
+    // |x_i| <= amax, so the product lies in [-127, 127]; nearbyint rounds ties to even
+    out[i] = static_cast<int8_t>(std::nearbyint(static_cast<double>(x[i]) * to_q));
+  }
+  return amax / 127.0f;
+}
+
 namespace {
+
+// Element j of the stored row starting at element index `row` of a K/V region, as fp32; `scale` is
+// the row's int8 scale (unused for fp16/fp32).
+inline float stored_elem(const lh_kv_pool* pool, const void* rows, size_t row, size_t j, float scale) {
+  switch (pool->kv_type) {
+    case LH_KV_F32: return static_cast<const float*>(rows)[row + j];
+    case LH_KV_I8: return scale * static_cast<float>(static_cast<const int8_t*>(rows)[row + j]);
+    default: return lh_fp16_to_fp32(static_cast<const uint16_t*>(rows)[row + j]);
+  }
+}
 
 // Partial row of (layer, head index `head` = layer*kv_heads+g, slot s) from the stored key row:
 // kp[i] = fp16( sum_j K[j] * proj[j, i] ), fp32 accumulation in j order.
@@ -146,10 +186,10 @@ void store_partial(lh_kv_pool* pool, size_t head, uint32_t s) {
   const size_t row = head * lh_kv_pool_head_stride(pool) + static_cast<size_t>(s) * d;
   const float* proj = pool->proj + head * d * p;  // (head_dim, partial_dim)
   float acc[LH_MAX_HEAD_DIM];                      // (partial_dim)
+  const float ks = pool->ks != nullptr ? pool->ks[head * pool->capacity + s] : 1.0f;  // int8 key scale
   for (size_t i = 0; i < p; ++i) acc[i] = 0.0f;
   for (size_t j = 0; j < d; ++j) {
-    const float kj = pool->kv_type == LH_KV_F32 ? static_cast<const float*>(pool->k)[row + j]
-                                                : lh_fp16_to_fp32(static_cast<const uint16_t*>(pool->k)[row + j]);
+    const float kj = stored_elem(pool, pool->k, row, j, ks);  // what attention reads
     const float* pr = proj + j * p;
     for (size_t i = 0; i < p; ++i) acc[i] += kj * pr[i];
   }
@@ -168,6 +208,9 @@ void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, c
     if (pool->kv_type == LH_KV_F32) {
       std::memcpy(static_cast<float*>(pool->k) + row, kin, d * sizeof(float));
       std::memcpy(static_cast<float*>(pool->v) + row, vin, d * sizeof(float));
+    } else if (pool->kv_type == LH_KV_I8) {
+      pool->ks[head * pool->capacity + s] = lh_kv_quantize_i8(kin, d, static_cast<int8_t*>(pool->k) + row);
+      pool->vs[head * pool->capacity + s] = lh_kv_quantize_i8(vin, d, static_cast<int8_t*>(pool->v) + row);
     } else {
       uint16_t* krow = static_cast<uint16_t*>(pool->k) + row;  // (head_dim)
       uint16_t* vrow = static_cast<uint16_t*>(pool->v) + row;  // (head_dim)
@@ -287,6 +330,10 @@ void move_slot(lh_kv_pool* pool, uint32_t layer, uint32_t from, uint32_t to) {
     std::memcpy(k + to * d * eb, k + from * d * eb, d * eb);
     std::memcpy(v + to * d * eb, v + from * d * eb, d * eb);
     pool->pos[head * cap + to] = pool->pos[head * cap + from];
+    if (pool->ks != nullptr) {
+      pool->ks[head * cap + to] = pool->ks[head * cap + from];
+      pool->vs[head * cap + to] = pool->vs[head * cap + from];
+    }
     for (size_t i = 0; i < p; ++i) pool->kp[lh_kv_pool_partial_at(pool, head, to, i)] = pool->kp[lh_kv_pool_partial_at(pool, head, from, i)];
   }
   pool->counter[layer * cap + to] = pool->counter[layer * cap + from];
@@ -341,6 +388,16 @@ const void* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer) {
          static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool) * pool->elem_bytes;
 }
 
+const float* lh_kv_pool_k_scales(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || pool->ks == nullptr || layer >= pool->layers) return nullptr;
+  return pool->ks + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity;
+}
+
+const float* lh_kv_pool_v_scales(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || pool->vs == nullptr || layer >= pool->layers) return nullptr;
+  return pool->vs + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity;
+}
+
 lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
                           uint32_t slot, float* out, int32_t* position) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers || kv_head >= pool->kv_heads || out == nullptr ||
@@ -349,12 +406,9 @@ lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t laye
   const size_t head = static_cast<size_t>(layer) * pool->kv_heads + kv_head;
   const void* rows = part == LH_KV_KEY ? pool->k : pool->v;
   const size_t at = head * lh_kv_pool_head_stride(pool) + static_cast<size_t>(slot) * pool->head_dim;
-  if (pool->kv_type == LH_KV_F32) {
-    std::memcpy(out, static_cast<const float*>(rows) + at, pool->head_dim * sizeof(float));
-  } else {
-    const uint16_t* row = static_cast<const uint16_t*>(rows) + at;
-    for (uint32_t i = 0; i < pool->head_dim; ++i) out[i] = lh_fp16_to_fp32(row[i]);
-  }
+  const float* scales = part == LH_KV_KEY ? pool->ks : pool->vs;
+  const float scale = scales != nullptr ? scales[head * pool->capacity + slot] : 1.0f;
+  for (uint32_t i = 0; i < pool->head_dim; ++i) out[i] = stored_elem(pool, rows, at, i, scale);
   if (position != nullptr) *position = pool->pos[head * pool->capacity + slot];
   return LH_OK;
 }

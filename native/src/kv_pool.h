@@ -6,13 +6,16 @@
 // key rows (RoPE(k)·A)[C] (fp16, same slot as the full row) and, per layer and KV head, the
 // projection A[:, C] that produces them. With evict = 1 (ARCHITECTURE.md §5) the pool also holds, per
 // layer and slot, a prefetch counter and a candidate flag, and a full layer makes room for a new
-// token by evicting one slot (see "Eviction" below). int8 rows come later as a further region.
+// token by evicting one slot (see "Eviction" below). With kv_type LH_KV_I8 the rows are int8 and
+// every row has one fp32 scale in the ks / vs regions (see "int8 rows" below).
 //
 // Memory layout of the one allocation (regions in this order, each starting on a 64-byte line):
 //   length : (layer)                                   uint32  slots in use per layer
-//   k      : (layer, kv_head, capacity, head_dim)      fp16|fp32  key rows
-//   v      : (layer, kv_head, capacity, head_dim)      fp16|fp32  value rows
+//   k      : (layer, kv_head, capacity, head_dim)      fp16|fp32|int8  key rows
+//   v      : (layer, kv_head, capacity, head_dim)      fp16|fp32|int8  value rows
 //   pos    : (layer, kv_head, capacity)                int32   token position held by each slot
+//   ks     : (layer, kv_head, capacity)                fp32    scale of each int8 key row (int8 only)
+//   vs     : (layer, kv_head, capacity)                fp32    scale of each int8 value row (int8 only)
 //   kp     : (layer, kv_head, capacity8 / 8, partial_dim, 8)  fp16  partial key rows (partial_dim > 0),
 //            in tiles of 8 slots: element i of slot s is at tile s/8, row i, lane s%8, so the
 //            speculator scores 8 slots with one vector load per element (capacity8 = capacity
@@ -22,7 +25,7 @@
 //   counter: (layer, capacity)                         uint32  prefetch counter of each slot (evict)
 //   cand   : (layer, capacity)                         uint8   1 = slot is a selection candidate (evict)
 //   ev     : (layer)                                   lh_kv_evict_layer bookkeeping (evict)
-// The budget covers the whole allocation: rows, positions, partial rows, counters, flags, headers.
+// The budget covers the whole allocation: rows, int8 scales, positions, partial rows, counters, flags, headers.
 //
 // Eviction (evict = 1). A token is PROTECTED while it is a sink (position < sinks) or in the recent
 // window (one of the `recent` newest positions stored in the layer). When a layer holds `capacity`
@@ -35,7 +38,17 @@
 // policy 'full') keep counters at 0, so their victims go oldest-first outside the sinks (StreamingLLM).
 // A speculator reserves the victim at begin() (lh_kv_pool_reserve_victim), before selection, so the
 // selection never sees the slot that the append will overwrite.
-// A partial row is computed from the STORED key row (after fp16 rounding) when the token is
+// int8 rows (LH_KV_I8). Per token, KV head and part (K or V): scale = max|x| / 127 (fp32) and
+// q_i = round(x_i / max|x| * 127), round to nearest, ties to EVEN (nearbyint in the default mode,
+// computed in double), so |x_i - scale * q_i| <= scale / 2 (plus fp32 rounding of scale). The
+// stored row means scale * q_i; readK/readV, attention, scores and partial rows all use that.
+//   zero row, or max|x| < 2^-100: scale 0, q all 0 (reads back as exact zeros; the tiny row is
+//     flushed so that 1/scale cannot overflow)
+//   a row with any NaN or +-inf element: scale NaN, q all 0. It reads back as NaN in every element,
+//     and attention over it gives NaN for every query head that attends it (a NaN score; see
+//     attention.h), so a non-finite K/V never turns into silently wrong finite numbers. The
+//     fp16/fp32 pools also keep such rows (their non-finite elements) rather than refusing them.
+// A partial row is computed from the STORED key row (after fp16 rounding or int8 quantisation) when the token is
 // appended to a layer whose projection is set, and for every stored slot when it is set.
 // A layer's slots fill from 0 upwards; slot s of every KV head of a layer holds the same token.
 #pragma once
@@ -55,10 +68,19 @@ constexpr uint32_t LH_MAX_TOKENS = 0x7fffffffu;  // slots per layer (positions a
 enum lh_kv_type : uint32_t {
   LH_KV_F16 = 0,  // IEEE half, round to nearest even on append (default)
   LH_KV_F32 = 1,  // stored as given
+  LH_KV_I8 = 2,   // int8 with one fp32 scale per row (see "int8 rows" above)
 };
 
 // Bytes of one element of a row of this type (0 for an unknown type).
-inline uint32_t lh_kv_type_bytes(uint32_t t) { return t == LH_KV_F16 ? 2u : t == LH_KV_F32 ? 4u : 0u; }
+inline uint32_t lh_kv_type_bytes(uint32_t t) { return t == LH_KV_F16 ? 2u : t == LH_KV_F32 ? 4u : t == LH_KV_I8 ? 1u : 0u; }
+
+// Bytes of one K (or V) row of head_dim elements of this type, its int8 scale included.
+inline uint64_t lh_kv_row_bytes(uint32_t t, uint32_t head_dim) {
+  return static_cast<uint64_t>(head_dim) * lh_kv_type_bytes(t) + (t == LH_KV_I8 ? sizeof(float) : 0u);
+}
+
+// Quantises one row x (n fp32) to out (n int8) by the rule above and returns its scale.
+float lh_kv_quantize_i8(const float* x, size_t n, int8_t* out);
 
 struct lh_kv_pool_config {
   uint64_t budget_bytes;  // the whole allocation may not exceed this
@@ -92,16 +114,18 @@ struct lh_kv_pool {
   uint32_t head_dim;
   uint32_t capacity;          // slots (tokens) per layer
   uint32_t kv_type;           // lh_kv_type of the rows
-  uint32_t elem_bytes;        // 2 (fp16) or 4 (fp32)
-  uint64_t bytes_per_token;   // bytes one token costs across all layers and heads
+  uint32_t elem_bytes;        // 2 (fp16), 4 (fp32) or 1 (int8)
+  uint64_t bytes_per_token;   // bytes one token costs across all layers and heads (scales included)
   uint64_t byte_length;       // bytes of the allocation (<= budget)
 
   // the one allocation; null when the pool is not initialised or has been freed
   void* base;
   uint32_t* length;  // (layer)
-  void* k;           // (layer, kv_head, capacity, head_dim) fp16 or fp32 (kv_type)
-  void* v;           // (layer, kv_head, capacity, head_dim) fp16 or fp32 (kv_type)
+  void* k;           // (layer, kv_head, capacity, head_dim) fp16, fp32 or int8 (kv_type)
+  void* v;           // (layer, kv_head, capacity, head_dim) fp16, fp32 or int8 (kv_type)
   int32_t* pos;      // (layer, kv_head, capacity)
+  float* ks;         // (layer, kv_head, capacity) int8 key row scales, or null for fp16/fp32
+  float* vs;         // (layer, kv_head, capacity) int8 value row scales, or null for fp16/fp32
   uint32_t partial_dim;   // 0: no partial rows
   uint16_t* kp;           // (layer, kv_head, capacity8 / 8, partial_dim, 8) fp16 tiles, or null
   float* proj;            // (layer, kv_head, head_dim, partial_dim), or null
@@ -133,7 +157,8 @@ inline bool lh_kv_pool_live(const lh_kv_pool* pool) { return pool != nullptr && 
 lh_status lh_kv_pool_reset(lh_kv_pool* pool);
 
 // Appends one token to `layer`: k and v are fp32 (kv_head, head_dim), stored as the pool's type
-// (fp16: round to nearest even). `position` >= 0 is the token's position in the text. *slot (if not null)
+// (fp16: round to nearest even; int8: per-row scale, see "int8 rows"). `position` >= 0 is the
+// token's position in the text. *slot (if not null)
 // receives the slot used. LH_POOL_FULL when the layer has `capacity` tokens: nothing changes.
 // With evict: a full layer evicts (the reserved victim if any, else the rule above) and the token takes
 // the victim's slot; LH_POOL_FULL only if every slot is protected (cannot happen: init checks capacity).
@@ -169,9 +194,17 @@ inline size_t lh_kv_pool_head_stride(const lh_kv_pool* pool) {
 const void* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer);
 const void* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer);
 
+// Start of a layer's int8 row scales: (kv_head, capacity) fp32, indexed like the rows (scale of
+// row s of KV head g at g * capacity + s). Null for fp16/fp32 pools, if freed or out of range.
+const float* lh_kv_pool_k_scales(const lh_kv_pool* pool, uint32_t layer);
+const float* lh_kv_pool_v_scales(const lh_kv_pool* pool, uint32_t layer);
+
+// Bytes one K (or V) row of this pool costs, its int8 scale included (what a fetch moves).
+inline size_t lh_kv_pool_row_bytes(const lh_kv_pool* pool) { return static_cast<size_t>(lh_kv_row_bytes(pool->kv_type, pool->head_dim)); }
+
 enum lh_kv_part { LH_KV_KEY = 0, LH_KV_VALUE = 1 };
 
-// Reads one stored row back as fp32: out is (head_dim). `slot` must be < length(layer).
+// Reads one stored row back as fp32: out is (head_dim); int8 rows are dequantised (scale * q_i). `slot` must be < length(layer).
 // *position (if not null) receives the slot's token position.
 lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
                           uint32_t slot, float* out, int32_t* position);

@@ -20,11 +20,13 @@ lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float
   const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
   const uint32_t len = lh_kv_pool_length(pool, layer);
   const size_t eb = pool->elem_bytes, row = static_cast<size_t>(d) * eb, stride = lh_kv_pool_head_stride(pool) * eb;
+  const bool i8 = pool->kv_type == LH_KV_I8;
+  const size_t row_cost = lh_kv_pool_row_bytes(pool);  // row + its int8 scale
   if (offsets[0] != 0) return LH_BAD_ARGUMENT;
   for (uint32_t g = 0; g < kvh; ++g) {
     if (offsets[g + 1] <= offsets[g]) return LH_BAD_ARGUMENT;
     const size_t n = offsets[g + 1] - offsets[g];
-    if (2 * n * row > scratch_bytes || scratch == nullptr) return LH_BAD_ARGUMENT;
+    if (2 * n * row_cost > scratch_bytes || scratch == nullptr) return LH_BAD_ARGUMENT;
     for (size_t i = 0; i < n; ++i) {
       const int32_t s = slots[offsets[g] + i];
       if (s < 0 || static_cast<uint32_t>(s) >= len) return LH_BAD_ARGUMENT;
@@ -32,14 +34,25 @@ lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float
   }
   const auto* k_rows = static_cast<const uint8_t*>(lh_kv_pool_k_rows(pool, layer));
   const auto* v_rows = static_cast<const uint8_t*>(lh_kv_pool_v_rows(pool, layer));
-  auto* kb = static_cast<uint8_t*>(scratch);
+  const float* k_scales = lh_kv_pool_k_scales(pool, layer);  // int8: (kv_head, capacity); else null
+  const float* v_scales = lh_kv_pool_v_scales(pool, layer);
   for (uint32_t g = 0; g < kvh; ++g) {
     const uint32_t n = offsets[g + 1] - offsets[g];
+    // scratch: [int8: K scales (n) fp32, V scales (n) fp32] K rows (n, head_dim), V rows (n, head_dim);
+    // the scales go first so that they stay 4-byte aligned whatever d is
+    auto* ksb = static_cast<float*>(scratch);
+    float* vsb = ksb + n;
+    uint8_t* kb = static_cast<uint8_t*>(scratch) + (i8 ? 2 * n * sizeof(float) : 0);
     uint8_t* vb = kb + n * row;
     for (uint32_t i = 0; i < n; ++i) {
-      const size_t at = g * stride + static_cast<size_t>(slots[offsets[g] + i]) * row;
+      const size_t s = static_cast<size_t>(slots[offsets[g] + i]);
+      const size_t at = g * stride + s * row;
       std::memcpy(kb + i * row, k_rows + at, row);
       std::memcpy(vb + i * row, v_rows + at, row);
+      if (i8) {
+        ksb[i] = k_scales[g * pool->capacity + s];
+        vsb[i] = v_scales[g * pool->capacity + s];
+      }
     }
     lh_attention_args a{};
     a.q = q + static_cast<size_t>(g) * group * d;
@@ -53,6 +66,8 @@ lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float
     a.head_dim = d;
     a.scale = scale;
     a.kv_type = pool->kv_type;
+    a.k_scale = i8 ? ksb : nullptr;  // (n) packed like the rows
+    a.v_scale = i8 ? vsb : nullptr;
     const lh_status st = lh_attention_decode(&a);
     if (st != LH_OK) return st;
   }
@@ -65,16 +80,23 @@ lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const floa
   if (tokens > lh_kv_pool_length(pool, layer)) return LH_BAD_ARGUMENT;
   const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
   const size_t stride = lh_kv_pool_head_stride(pool);
-  const bool f16 = pool->kv_type == LH_KV_F16;
+  const uint32_t type = pool->kv_type;
   const auto* k16 = static_cast<const uint16_t*>(lh_kv_pool_k_rows(pool, layer));
   const auto* k32 = static_cast<const float*>(lh_kv_pool_k_rows(pool, layer));
+  const auto* k8 = static_cast<const int8_t*>(lh_kv_pool_k_rows(pool, layer));
+  const float* ks = lh_kv_pool_k_scales(pool, layer);  // int8: (kv_head, capacity)
   for (uint32_t h = 0; h < heads; ++h) {
     const uint32_t g = h / group;
     const float* qh = q + static_cast<size_t>(h) * d;
     for (uint32_t t = 0; t < tokens; ++t) {
       const size_t at = g * stride + static_cast<size_t>(t) * d;
       float s = 0.0f;
-      for (uint32_t i = 0; i < d; ++i) s += qh[i] * (f16 ? lh_fp16_to_fp32(k16[at + i]) : k32[at + i]);
+      if (type == LH_KV_I8) {
+        for (uint32_t i = 0; i < d; ++i) s += qh[i] * static_cast<float>(k8[at + i]);
+        s *= ks[g * pool->capacity + t];  // the row means scale * int8 values
+      } else {
+        for (uint32_t i = 0; i < d; ++i) s += qh[i] * (type == LH_KV_F16 ? lh_fp16_to_fp32(k16[at + i]) : k32[at + i]);
+      }
       scores[static_cast<size_t>(h) * tokens + t] = scale * s;
     }
   }

@@ -9,7 +9,8 @@
 //             slots[offsets[g] .. offsets[g+1]) — each < length(layer), in the order attended
 //   offsets : (kv_heads + 1)                          uint32, offsets[0] = 0, non-decreasing,
 //             every list non-empty (the caller always attends the current token)
-//   scratch : >= 2 * max list length * head_dim * elem_bytes bytes (K then V of one head)
+//   scratch : >= 2 * max list length * lh_kv_pool_row_bytes(pool) bytes (int8: K and V scales, then
+//             K then V rows of one head; fp16/fp32: K then V rows)
 //   out     : (heads, head_dim)                       fp32
 //   scores  : (heads, tokens)                         fp32, scale * q[h] · K[g][t]
 // Nothing here allocates; outputs are written only on LH_OK.
@@ -27,7 +28,8 @@
 lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
                              const uint32_t* offsets, void* scratch, size_t scratch_bytes, float scale, float* out);
 
-// Scaled logits of q against the first `tokens` slots of the layer (plain loops, fp32 math).
+// Scaled logits of q against the first `tokens` slots of the layer (plain loops, fp32 math; int8
+// rows: scale_k * sum q_i k_i, as attention computes them).
 // LH_BAD_ARGUMENT: bad layer/heads, tokens > length(layer).
 lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, uint32_t tokens, float scale,
                               float* scores);

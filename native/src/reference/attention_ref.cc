@@ -7,9 +7,15 @@
 
 namespace {
 
-// Element i of a row block of the given type, widened to fp32.
-inline float elem(const void* rows, uint32_t kv_type, size_t i) {
-  return kv_type == LH_KV_F32 ? static_cast<const float*>(rows)[i] : lh_fp16_to_fp32(static_cast<const uint16_t*>(rows)[i]);
+// Element i of a row block of the given type, as the fp32 value it stands for. int8: scales is
+// the block's (kv_heads, head_stride / head_dim) row scales, and element i belongs to the row
+// i / head_dim of that indexing (the head's stride is a multiple of head_dim, checked).
+inline float elem(const void* rows, const float* scales, uint32_t kv_type, size_t head_dim, size_t i) {
+  switch (kv_type) {
+    case LH_KV_F32: return static_cast<const float*>(rows)[i];
+    case LH_KV_I8: return scales[i / head_dim] * static_cast<float>(static_cast<const int8_t*>(rows)[i]);
+    default: return lh_fp16_to_fp32(static_cast<const uint16_t*>(rows)[i]);
+  }
 }
 
 // The reference for one query block; args already checked.
@@ -28,7 +34,7 @@ void decode_one(const lh_attention_args* a) {
     float m = -INFINITY;
     for (uint32_t t = 0; t < a->tokens; ++t) {
       float s = 0.0f;
-      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->kv_type, kv0 + row(t) * d + i);
+      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->k_scale, a->kv_type, d, kv0 + row(t) * d + i);
       s *= a->scale;
       if (s > m) m = s;
     }
@@ -37,11 +43,11 @@ void decode_one(const lh_attention_args* a) {
     float sum = 0.0f;
     for (uint32_t t = 0; t < a->tokens; ++t) {
       float s = 0.0f;
-      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->kv_type, kv0 + row(t) * d + i);
+      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->k_scale, a->kv_type, d, kv0 + row(t) * d + i);
       s *= a->scale;
       const float p = std::exp(s - m);
       sum += p;
-      for (size_t i = 0; i < d; ++i) out[i] += p * elem(a->v, a->kv_type, kv0 + row(t) * d + i);
+      for (size_t i = 0; i < d; ++i) out[i] += p * elem(a->v, a->v_scale, a->kv_type, d, kv0 + row(t) * d + i);
     }
     const float inv = 1.0f / sum;
     for (size_t i = 0; i < d; ++i) out[i] *= inv;
