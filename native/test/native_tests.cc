@@ -985,7 +985,7 @@ struct SpecFixture {
   SpecFixture(uint32_t layers, uint32_t kvh, uint32_t d, uint32_t p, uint32_t group, uint32_t capacity, uint32_t kv_type, Rng& rng)
       : L(layers), H(kvh), D(d), P(p), heads(kvh * group) {
     lh_kv_pool_config cfg{0, L, H, D, kv_type, P};
-    const uint64_t per = static_cast<uint64_t>(L) * H * (2ull * D * lh_kv_type_bytes(kv_type) + 4 + 2ull * P);
+    const uint64_t per = static_cast<uint64_t>(L) * H * (2ull * lh_kv_row_bytes(kv_type, D) + 4 + 2ull * P);
     cfg.budget_bytes = per * capacity + 4096 + static_cast<uint64_t>(L) * H * D * P * 4;
     lh_kv_pool_init(&pool, &cfg);
     proj.resize(static_cast<size_t>(L) * H * D * P);
@@ -1024,7 +1024,7 @@ void test_partial_rows() {
 
 void test_speculator() {
   const uint32_t ratios[] = {1, 2, 4};
-  for (uint32_t kt : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32)})
+  for (uint32_t kt : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32), static_cast<uint32_t>(LH_KV_I8)})
     for (uint32_t ratio : ratios) {
       Rng rng(100 + ratio + kt);
       const uint32_t L = 3, H = 2, D = 40, P = 12, cap_tokens = 300;
@@ -1046,7 +1046,8 @@ void test_speculator() {
         lh_speculator_attend(sp, 2, q.data(), o1.data());
         lh_speculator_attend_ref(sp, 2, q.data(), o3.data());
         lh_attention_args a{q.data(), lh_kv_pool_k_rows(&f.pool, 2), lh_kv_pool_v_rows(&f.pool, 2), o2.data(),
-                            lh_kv_pool_head_stride(&f.pool), lh_kv_pool_length(&f.pool, 2), heads, H, D, 1.0f / std::sqrt(40.0f), kt};
+                            lh_kv_pool_head_stride(&f.pool), lh_kv_pool_length(&f.pool, 2), heads, H, D, 1.0f / std::sqrt(40.0f), kt,
+                            nullptr, 0, lh_kv_pool_k_scales(&f.pool, 2), lh_kv_pool_v_scales(&f.pool, 2)};
         lh_attention_decode(&a);
         for (uint32_t i = 0; i < heads * D; ++i) {
           bit_bad += same_bits_or_both_nan(o1[i], o2[i]) ? 0 : 1;
@@ -1055,7 +1056,8 @@ void test_speculator() {
       }
       const lh_layer_stats* st = lh_speculator_stats(sp, 2);
       check(cs == LH_OK && bit_bad == 0 && ref_bad == 0 && st->n == 259 && st->candidates == 259,
-            (std::string("speculator: all selected == full attention bit for bit, == scalar reference (") + (kt ? "fp32" : "fp16") +
+            (std::string("speculator: all selected == full attention bit for bit, == scalar reference (") +
+             (kt == LH_KV_I8 ? "int8" : kt ? "fp32" : "fp16") +
              ", group " + std::to_string(ratio) + ")").c_str(),
             "bit %d ref %d n %u", bit_bad, ref_bad, st->n);
       // after 3 steps everything was staged: the last step's misses are only the previous current token
@@ -1315,6 +1317,377 @@ void test_kv_eviction() {
   lh_kv_pool_free(&pool);
 }
 
+// ---------------------------------------------------------------------------------------------
+// int8 rows (kv_type LH_KV_I8): quantiser, kernels vs reference, the pool
+// ---------------------------------------------------------------------------------------------
+
+// Quantisation: |x - scale * q| <= scale / 2 per element (plus a few fp32 ulps of max|x|, the
+// rounding of scale itself), max|x| maps to +-127, ties to even, zero, tiny and non-finite rows.
+void test_int8_quantize() {
+  Rng rng(808);
+  int bad = 0, rows = 0;
+  double worst = 0;  // worst |x - deq| / scale
+  int8_t q[LH_MAX_HEAD_DIM];
+  for (const uint32_t d : {1u, 7u, 64u, 128u, 1024u})
+    for (const float mag : {1e-25f, 1e-3f, 1.0f, 37.0f, 1e30f})  // rows stay above the 2^-100 flush
+      for (int rep = 0; rep < 20; ++rep) {
+        std::vector<float> x(d);
+        for (auto& e : x) e = rng.normal() * mag;
+        const float scale = lh_kv_quantize_i8(x.data(), d, q);
+        float amax = 0;
+        for (const float e : x) amax = std::max(amax, std::fabs(e));
+        bool ok = scale == amax / 127.0f;
+        int peak = 0;
+        for (uint32_t i = 0; i < d; ++i) {
+          const double err = std::fabs(static_cast<double>(x[i]) - static_cast<double>(scale) * q[i]);
+          worst = std::max(worst, err / scale);
+          ok = ok && q[i] >= -127 && q[i] <= 127 && err <= scale * 0.5 + amax * 1e-6;
+          peak = std::max(peak, std::abs(static_cast<int>(q[i])));
+        }
+        ok = ok && peak == 127;
+        bad += ok ? 0 : 1;
+        ++rows;
+      }
+  check(bad == 0, "int8: quantise/dequantise round trip |x - scale*q| <= scale/2, max|x| -> 127, over d 1..1024 and |x| 1e-25..1e30",
+        "%d of %d rows off", bad, rows);
+  std::printf("      worst |x - deq(q(x))| = %.4f scale\n", worst);
+  // ties: x/max|x|*127 = 2.5 -> 2, 3.5 -> 4, -2.5 -> -2 (to even), 0.5 -> 0
+  const float tie[] = {2.5f, 3.5f, -2.5f, 0.5f, 127.0f};
+  const float s_tie = lh_kv_quantize_i8(tie, 5, q);
+  check(s_tie == 1.0f && q[0] == 2 && q[1] == 4 && q[2] == -2 && q[3] == 0 && q[4] == 127, "int8: ties round to even",
+        "scale %g q %d %d %d %d %d", s_tie, q[0], q[1], q[2], q[3], q[4]);
+  // zero and tiny rows: scale 0, all zeros
+  const float zero[4] = {0.0f, -0.0f, 0.0f, 0.0f}, tiny[3] = {1e-35f, -3e-31f, 0.0f};
+  std::memset(q, 5, 4);
+  const float sz = lh_kv_quantize_i8(zero, 4, q);
+  bool zeros = sz == 0.0f && q[0] == 0 && q[1] == 0 && q[2] == 0 && q[3] == 0;
+  std::memset(q, 5, 3);
+  const float st = lh_kv_quantize_i8(tiny, 3, q);
+  zeros = zeros && st == 0.0f && q[0] == 0 && q[1] == 0 && q[2] == 0;
+  check(zeros, "int8: a zero row and a row below 2^-100 get scale 0 and zero values");
+  // non-finite rows: NaN scale, zero values, whatever else the row holds
+  bool nan_rows = true;
+  for (const float bad_value : {NAN, INFINITY, -INFINITY}) {
+    const float row[4] = {1.0f, bad_value, 3.0f, -2.0f};
+    std::memset(q, 5, 4);
+    const float s = lh_kv_quantize_i8(row, 4, q);
+    nan_rows = nan_rows && std::isnan(s) && q[0] == 0 && q[1] == 0 && q[2] == 0 && q[3] == 0;
+  }
+  check(nan_rows, "int8: a row with NaN, +inf or -inf is stored as a NaN row (scale NaN, values 0)");
+}
+
+// An int8 test case: rows quantised from random rows of varied magnitude (a scale per row),
+// a head stride with spare slots, guarded outputs.
+struct Int8Case {
+  uint32_t tokens, heads, kv_heads, head_dim;
+  size_t stride;                  // elements per KV head (tokens + 3 rows)
+  std::vector<float> q;           // (heads, head_dim)
+  std::vector<int8_t> k, v;       // (kv_heads, stride)
+  std::vector<float> ks, vs;      // (kv_heads, stride / head_dim)
+  std::vector<float> out_opt;     // guard + (heads, head_dim) + guard
+  std::vector<float> out_ref;
+
+  Int8Case(uint32_t t, uint32_t h, uint32_t kvh, uint32_t d, Rng& rng, uint32_t queries = 1)
+      : tokens(t), heads(h), kv_heads(kvh), head_dim(d) {
+    stride = static_cast<size_t>(t + 3) * d;
+    q.resize(static_cast<size_t>(queries) * h * d);
+    k.resize(kvh * stride);
+    v.resize(kvh * stride);
+    ks.resize(kvh * (t + 3));
+    vs.resize(kvh * (t + 3));
+    for (auto& x : q) x = rng.normal();
+    std::vector<float> row(d);
+    for (size_t r = 0; r < ks.size(); ++r) {
+      const float mag = std::exp(rng.normal());  // rows of different sizes, as real K/V have
+      for (auto& x : row) x = rng.normal() * mag;
+      ks[r] = lh_kv_quantize_i8(row.data(), d, k.data() + r * d);
+      for (auto& x : row) x = rng.normal();
+      vs[r] = lh_kv_quantize_i8(row.data(), d, v.data() + r * d);
+    }
+    out_opt.assign(static_cast<size_t>(queries) * h * d + 2 * kGuard, kCanary);
+    out_ref.assign(out_opt.size(), kCanary);
+  }
+  lh_attention_args args(std::vector<float>& out) {
+    lh_attention_args a{};
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data() + kGuard;
+    a.head_stride = stride;
+    a.tokens = tokens;
+    a.heads = heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    a.kv_type = LH_KV_I8;
+    a.k_scale = ks.data();
+    a.v_scale = vs.data();
+    return a;
+  }
+  size_t n() const { return out_opt.size() - 2 * kGuard; }
+};
+
+// Decode and prefill over int8 rows: the same sweep shapes as fp16, vs the scalar reference
+// (which dequantises element by element), with guard bytes; listed rows vs reference and vs a
+// packed copy bit for bit.
+void test_attention_int8(lh_attention_impl impl) {
+  const char* name_impl = lh_attention_impl_name(impl);
+  Rng rng(8080);
+  int cases = 0, bad = 0, bad_guard = 0;
+  double worst_nmse = 0;
+  char first[160] = "";
+  for (const uint32_t t : {1u, 7u, 33u, 257u, 1000u})
+    for (const uint32_t r : {1u, 2u, 4u, 8u})
+      for (const uint32_t d : {8u, 64u, 128u, 12u, 1u})
+        for (const uint32_t kvh : {1u, 2u}) {
+          Int8Case c(t, kvh * r, kvh, d, rng);
+          lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+          const lh_status so = lh_attention_decode(&ao, impl), sr = lh_attention_decode_ref(&ar);
+          const Diff df = compare(c.out_opt.data() + kGuard, c.out_ref.data() + kGuard, c.n(), kAtol, kRtol);
+          ++cases;
+          worst_nmse = std::max(worst_nmse, df.nmse);
+          if (!Case::guards_ok(c.out_opt) || !Case::guards_ok(c.out_ref)) ++bad_guard;
+          if (!(so == LH_OK && sr == LH_OK && df.nmse <= kNmseTol && df.within) && bad++ == 0)
+            std::snprintf(first, sizeof first, "tokens %u heads %u kv %u dim %u: nmse %.3g st %d/%d", t, kvh * r, kvh, d, df.nmse, so, sr);
+        }
+  char name[200];
+  std::snprintf(name, sizeof name, "attention %s int8 rows vs reference, %d shapes, guard bytes untouched", name_impl, cases);
+  check(bad == 0 && bad_guard == 0, name, "%d bad (first %s), %d guard", bad, first, bad_guard);
+  std::printf("      worst NMSE %.3e\n", worst_nmse);
+
+  // prefill: query i over rows 0 .. tokens - queries + i
+  struct Shape {
+    uint32_t tokens, queries, kvh, ratio, d;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1, 8}, {7, 7, 2, 4, 12}, {40, 33, 2, 2, 64}, {64, 64, 4, 1, 128}, {300, 37, 2, 4, 8}, {33, 32, 1, 2, 1}};
+  int pbad = 0;
+  for (const Shape& sh : shapes) {
+    Int8Case c(sh.tokens, sh.kvh * sh.ratio, sh.kvh, sh.d, rng, sh.queries);
+    lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+    const lh_status so = lh_attention_prefill(&ao, sh.queries, impl), sr = lh_attention_prefill_ref(&ar, sh.queries);
+    const Diff df = compare(c.out_opt.data() + kGuard, c.out_ref.data() + kGuard, c.n(), kAtol, kRtol);
+    if (so != LH_OK || sr != LH_OK || df.nmse > kNmseTol || !df.within || !Case::guards_ok(c.out_opt) || !Case::guards_ok(c.out_ref)) ++pbad;
+  }
+  std::snprintf(name, sizeof name, "attention %s int8 causal prefill vs reference (%zu shapes), guard bytes untouched", name_impl,
+                sizeof shapes / sizeof shapes[0]);
+  check(pbad == 0, name, "%d bad", pbad);
+
+  // listed rows, in place: vs the reference over the same list and vs a packed copy (rows and scales)
+  int lbad = 0, lpacked = 0, lcases = 0;
+  for (const uint32_t t : {1u, 5u, 33u, 70u, 300u})
+    for (const uint32_t d : {8u, 64u, 13u}) {
+      const uint32_t kvh = 2, stored = t + 40, r = 2;
+      Int8Case c(stored, kvh * r, kvh, d, rng);
+      std::vector<int32_t> rows(static_cast<size_t>(kvh) * (t + 2), -1);
+      for (uint32_t g = 0; g < kvh; ++g)
+        for (uint32_t i = 0; i < t; ++i) rows[g * (t + 2) + i] = static_cast<int32_t>(rng.next() % stored);
+      lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+      ao.tokens = ar.tokens = t;
+      ao.rows = ar.rows = rows.data();
+      ao.rows_stride = ar.rows_stride = t + 2;
+      const lh_status so = lh_attention_decode(&ao, impl), sr = lh_attention_decode_ref(&ar);
+      const Diff df = compare(c.out_opt.data() + kGuard, c.out_ref.data() + kGuard, c.n(), kAtol, kRtol);
+      if (so != LH_OK || sr != LH_OK || df.nmse > kNmseTol || !df.within || !Case::guards_ok(c.out_opt)) ++lbad;
+      std::vector<int8_t> pk(static_cast<size_t>(kvh) * t * d), pv(pk.size());
+      std::vector<float> pks(static_cast<size_t>(kvh) * t), pvs(pks.size()), packed_out(c.n());
+      const size_t srows = c.stride / d;
+      for (uint32_t g = 0; g < kvh; ++g)
+        for (uint32_t i = 0; i < t; ++i) {
+          const size_t row = static_cast<size_t>(rows[g * (t + 2) + i]);
+          std::memcpy(&pk[(g * t + i) * d], &c.k[g * c.stride + row * d], d);
+          std::memcpy(&pv[(g * t + i) * d], &c.v[g * c.stride + row * d], d);
+          pks[g * t + i] = c.ks[g * srows + row];
+          pvs[g * t + i] = c.vs[g * srows + row];
+        }
+      lh_attention_args ap = c.args(c.out_ref);
+      ap.k = pk.data();
+      ap.v = pv.data();
+      ap.k_scale = pks.data();
+      ap.v_scale = pvs.data();
+      ap.head_stride = static_cast<size_t>(t) * d;
+      ap.tokens = t;
+      ap.out = packed_out.data();
+      if (lh_attention_decode(&ap, impl) != LH_OK ||
+          std::memcmp(packed_out.data(), c.out_opt.data() + kGuard, c.n() * sizeof(float)) != 0)
+        ++lpacked;
+      ++lcases;
+    }
+  std::snprintf(name, sizeof name, "attention %s int8 listed rows: %d cases vs reference, and == a packed copy bit for bit", name_impl, lcases);
+  check(lbad == 0 && lpacked == 0, name, "%d vs reference, %d vs packed", lbad, lpacked);
+
+  // missing scales, a stride that is not whole rows: LH_BAD_ARGUMENT, nothing written
+  Int8Case c(10, 2, 1, 8, rng);
+  lh_attention_args a = c.args(c.out_opt);
+  a.k_scale = nullptr;
+  const lh_status no_k = lh_attention_decode(&a, impl);
+  a = c.args(c.out_opt);
+  a.v_scale = nullptr;
+  const lh_status no_v = lh_attention_decode(&a, impl);
+  a = c.args(c.out_opt);
+  a.head_stride = c.stride - 1;
+  const lh_status ragged = lh_attention_decode(&a, impl);
+  a = c.args(c.out_opt);
+  a.out = c.ks.data();  // out over the key scales
+  a.heads = 1;
+  const lh_status alias = lh_attention_decode(&a, impl);
+  bool untouched = true;
+  for (const float x : c.out_opt) untouched = untouched && lh_f32_bits(x) == lh_f32_bits(kCanary);
+  std::snprintf(name, sizeof name, "attention %s int8: missing scales, a ragged stride, out over the scales are LH_BAD_ARGUMENT", name_impl);
+  check(no_k == LH_BAD_ARGUMENT && no_v == LH_BAD_ARGUMENT && ragged == LH_BAD_ARGUMENT && alias == LH_BAD_ARGUMENT && untouched, name,
+        "%d %d %d %d", no_k, no_v, ragged, alias);
+}
+
+// The int8 pool: sizes (scales counted in the budget), read back within scale/2, a non-finite
+// row reads back NaN and makes exactly the heads that attend it NaN, partial rows from the
+// dequantised keys, slot attention and scores, truncate with eviction moving scales with rows.
+void test_kv_int8() {
+  const uint32_t L = 2, H = 2, D = 24, P = 6, heads = 8, T = 60;
+  lh_kv_pool_config cfg{1 << 20, L, H, D, LH_KV_I8, P};
+  lh_kv_pool p;
+  const lh_status st = lh_kv_pool_init(&p, &cfg);
+  const uint64_t per_token = static_cast<uint64_t>(L) * H * (2ull * (D + 4) + 4 + 2ull * P);
+  check(st == LH_OK && p.elem_bytes == 1 && p.bytes_per_token == per_token && p.byte_length <= cfg.budget_bytes &&
+            p.capacity >= (cfg.budget_bytes - 64 * 1024) / per_token && lh_kv_pool_k_scales(&p, 1) != nullptr,
+        "kv pool int8: 1-byte rows + a 4-byte scale per row, counted in bytes_per_token and the budget", "bpt %llu cap %u",
+        (unsigned long long)p.bytes_per_token, p.capacity);
+  if (st != LH_OK) return;
+  Rng rng(88);
+  std::vector<float> proj(H * D * P);
+  for (auto& x : proj) x = rng.normal() * 0.5f;
+  lh_kv_pool_set_projection(&p, 1, proj.data());
+  std::vector<float> k(H * D), v(H * D), row(D);
+  std::vector<std::vector<float>> kept_k, kept_v;
+  for (uint32_t t = 0; t < T; ++t) {
+    for (auto& x : k) x = rng.normal() * 2.0f;
+    for (auto& x : v) x = rng.normal();
+    lh_kv_pool_append(&p, 1, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
+    kept_k.push_back(k);
+    kept_v.push_back(v);
+  }
+  int off = 0;
+  for (uint32_t t = 0; t < T; ++t)
+    for (uint32_t g = 0; g < H; ++g)
+      for (const lh_kv_part part : {LH_KV_KEY, LH_KV_VALUE}) {
+        const std::vector<float>& src = part == LH_KV_KEY ? kept_k[t] : kept_v[t];
+        lh_kv_pool_read(&p, part, 1, g, t, row.data(), nullptr);
+        float amax = 0;
+        for (uint32_t i = 0; i < D; ++i) amax = std::max(amax, std::fabs(src[g * D + i]));
+        for (uint32_t i = 0; i < D; ++i)
+          if (!(std::fabs(row[i] - src[g * D + i]) <= amax / 127.0f * 0.5f * 1.0001f)) ++off;
+      }
+  check(off == 0, "kv pool int8: readK/readV return the dequantised row, within scale/2 of what was appended", "%d elements off", off);
+  // partial rows: fp16(sum_j deq(K)_j * A[j, i]), what attention and the speculator both read
+  int pbad = 0;
+  float prow[LH_MAX_HEAD_DIM];
+  for (uint32_t g = 0; g < H; ++g)
+    for (uint32_t t = 0; t < T; ++t) {
+      lh_kv_pool_read(&p, LH_KV_KEY, 1, g, t, row.data(), nullptr);
+      lh_kv_pool_read_partial(&p, 1, g, t, prow);
+      for (uint32_t i = 0; i < P; ++i) {
+        double acc = 0;
+        for (uint32_t j = 0; j < D; ++j) acc += static_cast<double>(row[j]) * proj[(g * D + j) * P + i];
+        if (std::fabs(prow[i] - acc) > 1e-3 + 1e-3 * std::fabs(acc)) ++pbad;
+      }
+    }
+  check(pbad == 0, "kv pool int8: partial rows == fp16(dequantised K_stored · A[:, C])", "%d elements off", pbad);
+  // attention over the pool, both kernels vs reference; slot lists of every slot == decode; scores
+  std::vector<float> q(heads * D), o(heads * D), r(heads * D), os(heads * D), sc(heads * T);
+  for (auto& x : q) x = rng.normal();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p),
+                      T, heads, H, D, scale, LH_KV_I8, nullptr, 0, lh_kv_pool_k_scales(&p, 1), lh_kv_pool_v_scales(&p, 1)};
+  lh_attention_args b = a;
+  b.out = r.data();
+  bool ok = lh_attention_decode_ref(&b) == LH_OK;
+  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+    if (!lh_attention_available(impl)) continue;
+    ok = ok && lh_attention_decode(&a, impl) == LH_OK;
+    const Diff df = compare(o.data(), r.data(), o.size(), kAtol, kRtol);
+    ok = ok && df.nmse <= kNmseTol && df.within;
+  }
+  lh_attention_decode(&a);
+  std::vector<int32_t> all;
+  std::vector<uint32_t> offs{0};
+  for (uint32_t g = 0; g < H; ++g) {
+    for (uint32_t t = 0; t < T; ++t) all.push_back(static_cast<int32_t>(t));
+    offs.push_back(static_cast<uint32_t>(all.size()));
+  }
+  std::vector<uint8_t> scratch(2 * T * lh_kv_pool_row_bytes(&p));
+  const lh_status ss = lh_attention_slots(&p, 1, q.data(), heads, all.data(), offs.data(), scratch.data(), scratch.size(), scale, os.data());
+  const lh_status small = lh_attention_slots(&p, 1, q.data(), heads, all.data(), offs.data(), scratch.data(), 2 * T * D, scale, os.data());
+  bool same = ss == LH_OK && small == LH_BAD_ARGUMENT;
+  for (size_t i = 0; i < o.size(); ++i) same = same && lh_f32_bits(o[i]) == lh_f32_bits(os[i]);
+  const lh_status sst = lh_attention_scores(&p, 1, q.data(), heads, T, scale, sc.data());
+  double sworst = 0;
+  for (uint32_t h = 0; h < heads; ++h)
+    for (uint32_t t = 0; t < T; ++t) {
+      lh_kv_pool_read(&p, LH_KV_KEY, 1, h / (heads / H), t, row.data(), nullptr);
+      double dot = 0;
+      for (uint32_t i = 0; i < D; ++i) dot += static_cast<double>(q[h * D + i]) * row[i];
+      sworst = std::max(sworst, std::fabs(dot * scale - sc[h * T + t]));
+    }
+  check(ok, "attention over int8 pool rows: every kernel == scalar reference");
+  check(same, "attention over int8 slot lists (every slot) == decode over the layer bit for bit; scratch without room for the scales refused");
+  check(sst == LH_OK && sworst < 1e-4, "scores over int8 rows == q · dequantised K", "worst %.3g", sworst);
+  // a non-finite row: reads back NaN; heads of its KV group attend it and are NaN, the others stay finite
+  for (auto& x : k) x = rng.normal();
+  k[D + 3] = INFINITY;  // KV head 1
+  const lh_status sa = lh_kv_pool_append(&p, 1, k.data(), v.data(), static_cast<int32_t>(T), nullptr);
+  lh_kv_pool_read(&p, LH_KV_KEY, 1, 1, T, row.data(), nullptr);
+  bool all_nan = true;
+  for (const float x : row) all_nan = all_nan && std::isnan(x);
+  lh_kv_pool_read(&p, LH_KV_KEY, 1, 0, T, row.data(), nullptr);
+  bool head0_finite = true;
+  for (const float x : row) head0_finite = head0_finite && std::isfinite(x);
+  a.tokens = T + 1;
+  b.tokens = T + 1;
+  bool heads_ok = sa == LH_OK && all_nan && head0_finite;
+  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+    if (!lh_attention_available(impl)) continue;
+    heads_ok = heads_ok && lh_attention_decode(&a, impl) == LH_OK && lh_attention_decode_ref(&b) == LH_OK;
+    for (uint32_t h = 0; h < heads; ++h)
+      for (uint32_t i = 0; i < D; ++i) {
+        const bool want_nan = h >= heads / 2;  // KV head 1's group
+        heads_ok = heads_ok && std::isnan(o[h * D + i]) == want_nan && std::isnan(r[h * D + i]) == want_nan;
+      }
+  }
+  check(heads_ok, "kv pool int8: an appended row with +inf reads back NaN and makes exactly the heads that attend it NaN");
+  lh_kv_pool_free(&p);
+
+  // eviction pool: truncate moves the last slot into each hole, scales with the rows
+  lh_kv_pool_config ecfg{0, 1, H, D, LH_KV_I8, 0, 1, 2, 4, 32};
+  ecfg.budget_bytes = 40 * (static_cast<uint64_t>(H) * (2 * (D + 4) + 4) + 5) + 1024;
+  lh_kv_pool e;
+  const lh_status es = lh_kv_pool_init(&e, &ecfg);
+  std::vector<std::vector<float>> by_pos_k, by_pos_v;
+  for (uint32_t t = 0; t < 100; ++t) {  // fills and evicts
+    for (auto& x : k) x = rng.normal() * static_cast<float>(1 + t % 5);
+    for (auto& x : v) x = rng.normal() * static_cast<float>(1 + t % 3);
+    lh_kv_pool_append(&e, 0, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
+    by_pos_k.push_back(k);
+    by_pos_v.push_back(v);
+  }
+  lh_kv_pool_truncate(&e, 97);  // holes at the slots of positions 97..99 get filled from the end
+  int moved_bad = 0;
+  const uint32_t len = lh_kv_pool_length(&e, 0);
+  for (uint32_t s = 0; s < len; ++s)
+    for (uint32_t g = 0; g < H; ++g) {
+      int32_t pos = -1;
+      for (const lh_kv_part part : {LH_KV_KEY, LH_KV_VALUE}) {
+        lh_kv_pool_read(&e, part, 0, g, s, row.data(), &pos);
+        const std::vector<float>& src = part == LH_KV_KEY ? by_pos_k[pos] : by_pos_v[pos];
+        float amax = 0;
+        for (uint32_t i = 0; i < D; ++i) amax = std::max(amax, std::fabs(src[g * D + i]));
+        for (uint32_t i = 0; i < D; ++i)
+          if (!(std::fabs(row[i] - src[g * D + i]) <= amax / 127.0f * 0.5f * 1.0001f)) ++moved_bad;
+      }
+    }
+  check(es == LH_OK && e.byte_length <= ecfg.budget_bytes && len > 0 && moved_bad == 0,
+        "kv pool int8 with eviction: after evictions and truncate every slot's rows (with their scales) match its position",
+        "status %d len %u, %d elements off", es, len, moved_bad);
+  lh_kv_pool_free(&e);
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   test_fp16();
@@ -1340,6 +1713,10 @@ int main(int argc, char** argv) {
   test_speculator_reuse();
   test_attention_slots();
   test_kv_eviction();
+  test_int8_quantize();
+  test_attention_int8(LH_ATTN_PORTABLE);
+  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_int8(LH_ATTN_AVX2);
+  test_kv_int8();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
