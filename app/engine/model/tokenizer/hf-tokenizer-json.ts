@@ -23,6 +23,8 @@ const SUPPORTED_MODELS = ['BPE', 'WordPiece', 'Unigram'];
 export const MAX_TOKENIZER_JSON_BYTES = 256 * 1024 * 1024;
 /** Token ids at or above this are refused: the logits are vocabSize wide (real vocabularies ≤ 262,144). */
 export const MAX_VOCAB_SIZE = 1 << 22;
+/** Longest token text accepted (real ones are under a hundred characters). */
+export const MAX_TOKEN_CHARS = 4096;
 
 type Json = Record<string, unknown>;
 
@@ -43,7 +45,33 @@ function readJson(path: string): Json {
   return parseJson(text, path);
 }
 
+/**
+ * The deepest bracket nesting in a JSON text, stopping once past `max`. Real tokenizer files nest
+ * a dozen levels; a file of a million '[' takes JSON.parse seconds (found by fuzzing), so the
+ * depth is checked first, in one linear pass.
+ */
+function nestingDepth(text: string, max: number): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > deepest && (deepest = depth) > max) return deepest;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return deepest;
+}
+
+/** Deeper than any real tokenizer.json or tokenizer_config.json. */
+export const MAX_JSON_DEPTH = 256;
+
 function parseJson(text: string, path: string): Json {
+  if (nestingDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) throw invalid(path, `nests JSON more than ${MAX_JSON_DEPTH} levels deep`);
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -59,6 +87,38 @@ function tokenText(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
   if (typeof value === 'object' && value !== null && typeof (value as Json).content === 'string') return (value as Json).content as string;
   return undefined;
+}
+
+function checkId(id: unknown, what: string, file: string): void {
+  if (!Number.isInteger(id) || (id as number) < 0 || (id as number) >= MAX_VOCAB_SIZE) {
+    throw invalid(file, `${what} has id ${String(JSON.stringify(id)).slice(0, 40)}, not an integer in [0, ${MAX_VOCAB_SIZE})`);
+  }
+}
+
+function checkPiece(piece: unknown, what: string, file: string): void {
+  if (typeof piece === 'string' && piece.length > MAX_TOKEN_CHARS) throw invalid(file, `${what} is ${piece.length} characters long, more than ${MAX_TOKEN_CHARS}`);
+}
+
+/**
+ * model.vocab ({piece: id}; Unigram's is a list, ids implicit) and added_tokens: ids in range,
+ * pieces of a sane length (a 1M-character added token takes the library seconds to load).
+ */
+function checkIds(json: Json, model: Json, file: string): void {
+  const vocab = model.vocab;
+  if (Array.isArray(vocab)) {
+    if (vocab.length > MAX_VOCAB_SIZE) throw invalid(file, `the vocabulary has ${vocab.length} entries, more than ${MAX_VOCAB_SIZE}`);
+    for (const entry of vocab) checkPiece(Array.isArray(entry) ? entry[0] : undefined, 'a vocabulary piece', file);
+  } else if (typeof vocab === 'object' && vocab !== null) {
+    for (const [piece, id] of Object.entries(vocab)) {
+      checkPiece(piece, 'a vocabulary piece', file);
+      checkId(id, `token ${JSON.stringify(piece).slice(0, 40)}`, file);
+    }
+  }
+  for (const token of json.added_tokens as unknown[]) {
+    const { id, content } = (token ?? {}) as { id?: unknown; content?: unknown };
+    checkPiece(content, 'an added token', file);
+    if (id !== undefined) checkId(id, `added token ${JSON.stringify(content ?? null).slice(0, 40)}`, file);
+  }
 }
 
 /** Reads the files and builds the tokenizer. */
@@ -110,6 +170,8 @@ export class HfJsonTokenizer implements Tokenizer {
         throw invalid(file, `model type ${JSON.stringify(model.type)} is not supported (${SUPPORTED_MODELS.join(', ')})`);
       }
       if (!Array.isArray(json.added_tokens)) json = { ...json, added_tokens: [] };
+      // The library sizes its id → token table by the largest id: check the ids before it sees them.
+      checkIds(json, model, file);
       for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) {
         if (!(key in json)) json = { ...json, [key]: null };
       }
@@ -164,6 +226,15 @@ export class HfJsonTokenizer implements Tokenizer {
   }
 
   encode(text: string, options: EncodeOptions = {}): number[] {
+    const ids = this.encodeUnchecked(text, options);
+    // A piece the vocabulary lacks, in a tokenizer whose unk token is missing too, comes back
+    // without an id (found by fuzzing); never hand that to the model.
+    const bad = ids.findIndex((id) => !Number.isInteger(id) || id < 0 || id >= this.vocabSize);
+    if (bad !== -1) throw new LonghandError('TOKENIZER_INVALID', `the tokenizer gave no valid id for piece ${bad} of the text (${String(ids[bad])}): its vocabulary lacks the piece and an unknown-token id`, { index: bad, vocabSize: this.vocabSize });
+    return ids;
+  }
+
+  private encodeUnchecked(text: string, options: EncodeOptions): number[] {
     const addSpecial = options.addSpecial ?? true;
     if (options.parseSpecial) return this.hf.encode(text, { add_special_tokens: addSpecial }).ids;
     // The library always matches added tokens in the text. To keep special tokens as plain text,
