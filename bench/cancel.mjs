@@ -3,6 +3,7 @@
 // a long prompt starts prefilling, the client aborts after a delay, and we time abort → done.
 // The engine checks the signal between layers, so the latency is bounded by one layer's graph
 // run on one prefill chunk; smaller chunks cancel faster.
+// After the cancels, a short generation must still give its tokens (the engine stays usable).
 // Usage: node --import tsx bench/cancel.mjs --model M.gguf [--tokens 1024] [--chunks 32,64,128,256] [--threads 1] [--repeats 3]
 import { parseArgs } from 'node:util';
 import { performance } from 'node:perf_hooks';
@@ -44,7 +45,14 @@ for (const chunk of values.chunks.split(',').map(Number)) {
       }
       latencies.push({ ms: performance.now() - abortedAt, stop });
     }
-    rows.push({ chunk, prefillMs, fullMs, latencies });
+    // the engine is still usable after the cancels: a short generation gives its tokens
+    let after = 0;
+    let afterStop;
+    for await (const event of engine.generate({ ids: ids.slice(0, 16) }, { maxTokens: 4, temperature: 0 })) {
+      if (event.kind === 'token') after++;
+      if (event.kind === 'done') afterStop = event.stopReason;
+    }
+    rows.push({ chunk, prefillMs, fullMs, latencies, after: `${after} tokens, ${afterStop}` });
   } finally {
     await engine.close();
   }
@@ -52,8 +60,8 @@ for (const chunk of values.chunks.split(',').map(Number)) {
 
 console.log(`cancel during prefill: ${values.model}, ${tokens}-token prompt, ${values.threads} thread(s)`);
 console.log('');
-console.log('| prefill chunk | prefill (ms) | prefill tok/s | abort → done (ms), each try | stop reasons |');
-console.log('|---|---|---|---|---|');
+console.log('| prefill chunk | prefill (ms) | prefill tok/s | abort → done (ms), each try | stop reasons | next generation |');
+console.log('|---|---|---|---|---|---|');
 for (const r of rows) {
-  console.log(`| ${r.chunk} | ${r.prefillMs.toFixed(0)} | ${((tokens * 1000) / r.prefillMs).toFixed(1)} | ${r.latencies.map((l) => l.ms.toFixed(0)).join(', ')} | ${[...new Set(r.latencies.map((l) => l.stop))].join(', ')} |`);
+  console.log(`| ${r.chunk} | ${r.prefillMs.toFixed(0)} | ${((tokens * 1000) / r.prefillMs).toFixed(1)} | ${r.latencies.map((l) => l.ms.toFixed(0)).join(', ')} | ${[...new Set(r.latencies.map((l) => l.stop))].join(', ')} | ${r.after} |`);
 }
