@@ -9,9 +9,9 @@
 // selects and gathers layer ℓ's rows on its own thread while layer ℓ−1's attention and stage ℓ run,
 // and layer ℓ (>= denseLayers) attends to [gathered rows, current token].
 //
-// Policies 'streaming' | 'h2o' | 'quest' | 'oracle' (sparse-policies.ts): prefill stays dense; in a
-// decode step, layer ℓ (>= denseLayers) selects per KV head with the real query right before its
-// attention, and attends to [selected rows, current token] (native attendSlots).
+// Policies 'streaming' | 'h2o' | 'quest' | 'oracle' | 'snapkv' (sparse-policies.ts): prefill stays
+// dense; in a decode step, layer ℓ (>= denseLayers) selects per KV head with the real query right
+// before its attention, and attends to [selected rows, current token] (native attendSlots).
 //
 // Byte budget (ARCHITECTURE.md §5; policies 'full' and 'infinigen'): with `poolBudgetBytes` the pool's
 // whole allocation (K/V rows, partial keys, positions, counters, flags, headers) is at most that many
@@ -60,7 +60,7 @@ export interface ModelRunnerOptions {
   policy?: RunnerPolicy;
   /** Knobs of policy 'infinigen'. */
   infinigen?: InfinigenOptions;
-  /** Knobs of the comparison policies 'streaming' | 'h2o' | 'quest' | 'oracle'. */
+  /** Knobs of the comparison policies 'streaming' | 'h2o' | 'quest' | 'oracle' | 'snapkv'. */
   sparse?: SparsePolicyOptions;
   /**
    * Upper bound in bytes of the KV pool's whole allocation; the pool evicts when full (policies 'full'
@@ -82,7 +82,7 @@ export interface EvictionOptions {
 
 export const EVICTION_DEFAULTS: Required<EvictionOptions> = { sinks: 4, recent: 64, ageEvery: 32 };
 
-/** The policies the forward pass runs (ARCHITECTURE.md §6; snapkv is not in the decode path yet). */
+/** The policies the forward pass runs (ARCHITECTURE.md §6). */
 export type RunnerPolicy = 'full' | 'infinigen' | SparsePolicyName;
 export const RUNNER_POLICIES: readonly RunnerPolicy[] = ['full', 'infinigen', ...SPARSE_POLICIES];
 export type { SparsePolicyName, SparsePolicyOptions } from './sparse-policies.ts';
@@ -144,6 +144,8 @@ export interface ModelRunner extends TokenRunner {
   lastStepStats(): InfinigenStepStats | undefined;
   /** InfiniGen's latest selection for a sparse layer as token positions (undefined otherwise). */
   selectedPositions(layer: number): number[] | undefined;
+  /** The comparison policy's state (its selections, snapkv's kept prompt), for tests; undefined under 'full' and 'infinigen'. */
+  readonly sparsePolicy: SparsePolicyState | undefined;
   /** Where the skew matrices came from under 'infinigen' (undefined until the first prefill). */
   readonly skewSource: 'cache' | 'prompt' | 'self-generated' | undefined;
   dispose(): Promise<void>;
@@ -319,6 +321,10 @@ class Runner implements ModelRunner {
 
   get policy(): RunnerPolicy {
     return this.ig ? 'infinigen' : (this.sparse?.name ?? 'full');
+  }
+
+  get sparsePolicy(): SparsePolicyState | undefined {
+    return this.sparse;
   }
 
   get skewSource(): 'cache' | 'prompt' | 'self-generated' | undefined {

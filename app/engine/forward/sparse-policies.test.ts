@@ -1,10 +1,12 @@
 // The comparison policies' selection in the decode path (sparse-policies.ts, native attendSlots /
 // attentionScores) against the plain references of app/engine/kv/policies-reference.ts, on random
 // pools: streaming, quest (page bounds kept incrementally, truncate), oracle (native logits), h2o
-// (accumulated mass over the attended set, permanent evictions), GQA group 2.
+// (accumulated mass over the attended set, permanent evictions), snapkv (window queries kept from
+// prefill and decode, kept set once per prompt, recomputed after a second prefill or a truncate),
+// GQA group 2.
 import { afterEach, describe, expect, it } from 'vitest';
 import { attendReference, attendSlots, attentionScores, createKvPool, type KvPool } from '../../../native/index.js';
-import { h2o, oracle, quest, questPageBounds, softmaxRows, streaming } from '../kv/policies-reference.ts';
+import { h2o, oracle, quest, questPageBounds, snapkv, softmaxRows, streaming } from '../kv/policies-reference.ts';
 import { Gaussian, lists } from '../kv/test-helpers.ts';
 import { packSlotLists, SparsePolicyState } from './sparse-policies.ts';
 
@@ -149,5 +151,85 @@ describe('selection == the TS references (random pools, GQA group 2)', () => {
     }
     // an evicted slot never comes back
     expect(live[0]!.subarray(0, 100).includes(0)).toBe(true);
+  });
+});
+
+describe('snapkv on the pool == the reference rule', () => {
+  /** The reference's expectation: window queries `qs` ([w, heads·d], positions P−w..P−1) over slots 0..P−1. */
+  function expected(pool: KvPool, layer: number, qs: Float32Array, P: number, w: number, budget: number, kernel: number): number[][] {
+    const { heads } = shape;
+    const obs = new Float32Array(heads * w * P); // [heads, w, P]
+    for (let i = 0; i < w; i++) {
+      const sc = logitsOf(pool, layer, qs.subarray(i * 32, (i + 1) * 32), P);
+      for (let h = 0; h < heads; h++) obs.set(sc.subarray(h * P, (h + 1) * P), (h * w + i) * P);
+    }
+    return lists(snapkv(obs, { heads, kvHeads: 2, N: P }, { budget, window: w, kernel, pooling: 'max' }));
+  }
+  const withTail = (kept: number[], P: number, N: number): number[] => [...kept, ...Array.from({ length: N - P }, (_, i) => P + i)];
+
+  it('kept prompt = reference at the first decode step; generated tokens all attended; a second prefill and a truncate recompute', () => {
+    const pool = randomPool(150, 11);
+    const g = new Gaussian(12);
+    const s = new SparsePolicyState('snapkv', { budget: 20, window: 6, poolKernel: 5 }, shape, pool);
+    // a 70-token prompt prefilled in two chunks (the window straddles nothing: it lies in the second)
+    const prompt = Float32Array.from(g.fill(70 * 32, 2));
+    s.observePrefill(2, prompt.subarray(0, 40 * 32), 0, 40);
+    s.observePrefill(2, prompt.subarray(40 * 32), 40, 30);
+    const want = expected(pool, 2, prompt.subarray(64 * 32), 70, 6, 20, 5);
+    expect(want[0]!.length).toBe(20);
+    expect(want[0]!.slice(-6)).toEqual([64, 65, 66, 67, 68, 69]); // the window is kept
+    const decodeQ: Float32Array[] = [];
+    for (let N = 70; N < 80; N++) {
+      const q = query(g);
+      decodeQ.push(q);
+      const { lists: got, figures } = s.select(2, q, N);
+      expect(lists(got), `N ${N}`).toEqual(want.map((k) => withTail(k, 70, N)));
+      expect(figures.selected).toBe(20 + N - 70);
+      expect(figures.candidates).toBe(N);
+    }
+    expect(lists(s.keptPrompt(2)!.kept)).toEqual(want);
+
+    // a continued conversation: 3 more prompt tokens at 80; the window (6) reaches back over decoded
+    // tokens 77..79, whose queries select() kept; the kept set is chosen again over 0..82
+    const more = Float32Array.from(g.fill(3 * 32, 2));
+    s.observePrefill(2, more, 80, 3);
+    expect(s.keptPrompt(2)).toBeUndefined(); // stale until the next step
+    const window2 = new Float32Array(6 * 32);
+    window2.set(decodeQ[7]!, 0);
+    window2.set(decodeQ[8]!, 32);
+    window2.set(decodeQ[9]!, 64);
+    window2.set(more, 96);
+    const want2 = expected(pool, 2, window2, 83, 6, 20, 5);
+    expect(lists(s.select(2, query(g), 83).lists)).toEqual(want2);
+    expect(want2).not.toEqual(want.map((k) => withTail(k, 70, 83).slice(0, 20)));
+
+    // a truncate into the prompt: the prompt is now 0..59, whose last queries are gone → the newest
+    // `budget` tokens (no query to score with), until a prefill brings queries again
+    s.truncate(60);
+    expect(lists(s.select(2, query(g), 60).lists)).toEqual([0, 1].map(() => Array.from({ length: 20 }, (_, i) => 40 + i)));
+    const again = Float32Array.from(g.fill(10 * 32, 2));
+    s.observePrefill(2, again, 60, 10);
+    expect(lists(s.select(2, query(g), 70).lists)).toEqual(expected(pool, 2, again.subarray(4 * 32), 70, 6, 20, 5));
+    // reset: nothing of the prompt is left; a fresh prompt within the budget keeps everything
+    s.truncate(0);
+    s.observePrefill(2, Float32Array.from(g.fill(15 * 32, 2)), 0, 15);
+    expect(lists(s.select(2, query(g), 18).lists)).toEqual([0, 1].map(() => Array.from({ length: 18 }, (_, j) => j)));
+  });
+
+  it('budget parity: ⌊fetchCap·prompt⌋ tokens (window ≤ budget), default window 32 and kernel 7; bad knobs are refused', () => {
+    const pool = randomPool(150, 13);
+    const g = new Gaussian(14);
+    const s = new SparsePolicyState('snapkv', { fetchCap: 0.1 }, shape, pool);
+    const prompt = Float32Array.from(g.fill(140 * 32, 2));
+    s.observePrefill(1, prompt, 0, 140);
+    // budget ⌊0.1·140⌋ = 14 < the default window 32: the window shrinks to 14 and is all that is kept
+    expect(lists(s.select(1, query(g), 140).lists)).toEqual(expected(pool, 1, prompt.subarray(126 * 32), 140, 14, 14, 7));
+    const wide = new SparsePolicyState('snapkv', { fetchCap: 0.5 }, shape, pool);
+    wide.observePrefill(1, prompt, 0, 140);
+    const got = lists(wide.select(1, query(g), 141).lists);
+    expect(got).toEqual(expected(pool, 1, prompt.subarray(108 * 32), 140, 32, 70, 7).map((k) => withTail(k, 140, 141)));
+    expect(got[0]!.length).toBe(71);
+    expect(() => new SparsePolicyState('snapkv', { poolKernel: 4 }, shape, pool)).toThrow(/poolKernel must be odd/);
+    expect(() => new SparsePolicyState('snapkv', { window: 0 }, shape, pool)).toThrow(/window must be ≥ 1/);
   });
 });

@@ -1,4 +1,5 @@
-// The comparison policies in the decode path (ARCHITECTURE.md §6): streaming, h2o, quest, oracle.
+// The comparison policies in the decode path (ARCHITECTURE.md §6): streaming, h2o, quest, oracle,
+// snapkv.
 //
 //   decode step, layer ℓ >= denseLayers:  append the current token ─► select(ℓ, q, N) with the REAL
 //   query (these policies do not speculate) ─► per KV head a slot list over the N past tokens
@@ -9,16 +10,24 @@
 // the pool's data: streaming needs nothing; quest the element-wise page bounds of the stored keys
 // (kept incrementally here, extended to the N candidates before each selection); oracle the full
 // logits (native attentionScores); h2o the accumulated softmax mass per KV head (prefill's causal
-// attention included), with evictions made permanent per KV head (an evicted slot never returns).
+// attention included), with evictions made permanent per KV head (an evicted slot never returns);
+// snapkv the last `window` queries of the context (kept here from observePrefill, and from select
+// for decoded tokens, so a second prefill shorter than the window still has a full window): at the
+// first decode step after a prefill, per layer, their native logits over the whole context go
+// through the reference rule once; then every step attends the kept prompt slots + every token
+// after the prompt. A later prefill (a continued conversation) recomputes over the whole context;
+// a truncate into the prompt invalidates the kept set.
 //
 // Budget parity with InfiniGen: unless a fixed `budget` is given, each step keeps ⌊fetchCap·N⌋
-// tokens per KV head (at least 1), the same cap InfiniGen's n is clipped to.
+// tokens per KV head (at least 1), the same cap InfiniGen's n is clipped to. snapkv spends that
+// budget once, on the prompt (N = prompt length, the observation window included); tokens
+// generated after the prompt are always attended, as in the SnapKV paper.
 import { UsageError } from '../../common/errors.ts';
 import { attentionScores, type KvPool } from '../../../native/index.js';
-import { h2o, oracle, pageCount, quest, streaming } from '../kv/policies-reference.ts';
+import { h2o, oracle, pageCount, quest, snapkv, streaming } from '../kv/policies-reference.ts';
 import { fractionOf } from '../kv/topk.ts';
 
-export const SPARSE_POLICIES = ['streaming', 'h2o', 'quest', 'oracle'] as const;
+export const SPARSE_POLICIES = ['streaming', 'h2o', 'quest', 'oracle', 'snapkv'] as const;
 export type SparsePolicyName = (typeof SPARSE_POLICIES)[number];
 
 export interface SparsePolicyOptions {
@@ -30,8 +39,13 @@ export interface SparsePolicyOptions {
   denseLayers?: number;
   /** streaming: attention-sink tokens (default 4). */
   sinks?: number;
-  /** streaming: recent window (default budget − sinks); h2o: recent tokens (default ⌊budget/2⌋). */
+  /**
+   * streaming: recent window (default budget − sinks); h2o: recent tokens (default ⌊budget/2⌋);
+   * snapkv: observation window, the last prompt queries that vote, always kept (default 32, ≥ 1).
+   */
   window?: number;
+  /** snapkv: max-pool kernel over the votes (odd; 1 = none; default 7). */
+  poolKernel?: number;
   /** quest: pages kept (default max(1, round(budget / pageSize)); every page when budget ≥ N). */
   topPages?: number;
   /** quest: tokens per page (default 16). */
@@ -46,7 +60,12 @@ export interface SparseSettings {
   window: number | undefined;
   topPages: number | undefined;
   pageSize: number;
+  poolKernel: number;
 }
+
+/** snapkv's defaults: observation window and max-pool kernel (SnapKV, Li et al. 2024). */
+export const SNAPKV_WINDOW = 32;
+export const SNAPKV_POOL_KERNEL = 7;
 
 export interface PolicyShape {
   layers: number;
@@ -69,6 +88,8 @@ export function sparseSettings(o: SparsePolicyOptions, layers: number): SparseSe
   nonNegativeInt(o.window, 'window');
   nonNegativeInt(o.topPages, 'topPages', 1);
   nonNegativeInt(o.pageSize, 'pageSize', 1);
+  nonNegativeInt(o.poolKernel, 'poolKernel', 1);
+  if (o.poolKernel !== undefined && o.poolKernel % 2 !== 1) throw new UsageError(`poolKernel must be odd, got ${o.poolKernel}`, { field: 'poolKernel' });
   return {
     budget: o.budget,
     fetchCap,
@@ -77,6 +98,7 @@ export function sparseSettings(o: SparsePolicyOptions, layers: number): SparseSe
     window: o.window,
     topPages: o.topPages,
     pageSize: o.pageSize ?? 16,
+    poolKernel: o.poolKernel ?? SNAPKV_POOL_KERNEL,
   };
 }
 
@@ -106,6 +128,15 @@ export class SparsePolicyState {
   private readonly previous: Int32Array[][] = [];
   /** the latest selection of each layer: per KV head ascending slots (the current one not included) */
   private readonly latest: Int32Array[][] = [];
+  /** snapkv: [layer] the last `window` queries by position modulo window [window, heads·d], and their positions (−1: none) */
+  private readonly obsQ: Float32Array[] = [];
+  private readonly obsPos: Int32Array[] = [];
+  /** snapkv: [layer] where the latest prefill ended (the prompt is slots 0..promptEnd−1) */
+  private readonly promptEnd: number[] = [];
+  /** snapkv: [layer] per KV head the kept prompt slots, and the promptEnd they were chosen for (−1: stale) */
+  private readonly kept: Int32Array[][] = [];
+  private readonly keptFor: number[] = [];
+  private readonly obsWindow: number;
   /** [heads, contextLength] scratch for logits */
   private readonly scores: Float32Array;
   private readonly maxPages: number;
@@ -114,14 +145,16 @@ export class SparsePolicyState {
     readonly name: SparsePolicyName,
     options: SparsePolicyOptions,
     readonly shape: PolicyShape,
-    private readonly pool: KvPool,
+    readonly pool: KvPool,
   ) {
     if (!SPARSE_POLICIES.includes(name)) throw new UsageError(`unknown sparse policy ${String(name)}`, { field: 'policy' });
     this.settings = sparseSettings(options, shape.layers);
     this.group = shape.heads / shape.kvHeads;
     const C = shape.contextLength;
     this.maxPages = pageCount(C, this.settings.pageSize);
-    this.scores = new Float32Array(name === 'h2o' || name === 'oracle' ? shape.heads * C : 0);
+    this.scores = new Float32Array(name === 'h2o' || name === 'oracle' || name === 'snapkv' ? shape.heads * C : 0);
+    this.obsWindow = name === 'snapkv' ? (this.settings.window ?? SNAPKV_WINDOW) : 0;
+    if (name === 'snapkv' && this.obsWindow < 1) throw new UsageError(`snapkv: window must be ≥ 1, got ${this.obsWindow}`, { field: 'window' });
     for (let l = 0; l < shape.layers; l++) {
       this.previous.push(Array.from({ length: shape.kvHeads }, () => new Int32Array(0)));
       this.latest.push([]);
@@ -133,6 +166,13 @@ export class SparsePolicyState {
         this.pageMin.push(new Float32Array(shape.kvHeads * this.maxPages * shape.headDim).fill(Infinity));
         this.pageMax.push(new Float32Array(shape.kvHeads * this.maxPages * shape.headDim).fill(-Infinity));
         this.bounded.push(0);
+      }
+      if (name === 'snapkv') {
+        this.obsQ.push(new Float32Array(this.obsWindow * shape.heads * shape.headDim));
+        this.obsPos.push(new Int32Array(this.obsWindow).fill(-1));
+        this.promptEnd.push(0);
+        this.kept.push([]);
+        this.keptFor.push(-1);
       }
     }
   }
@@ -149,9 +189,16 @@ export class SparsePolicyState {
 
   /**
    * Prefill chunk of T tokens at p0 (dense; appended already): H2O accounts each query's causal
-   * attention mass, as H2O does over the prompt. q: [T, heads·d].
+   * attention mass, as H2O does over the prompt; SnapKV keeps the queries of the observation window
+   * and marks the kept set stale (the prompt now ends at p0 + T). q: [T, heads·d].
    */
   observePrefill(layer: number, q: Float32Array, p0: number, T: number): void {
+    if (this.name === 'snapkv') {
+      for (let i = Math.max(0, T - this.obsWindow); i < T; i++) this.keepQuery(layer, q, i, p0 + i);
+      this.promptEnd[layer] = p0 + T;
+      this.keptFor[layer] = -1;
+      return;
+    }
     if (this.name !== 'h2o') return;
     const w = this.shape.heads * this.shape.headDim;
     for (let i = 0; i < T; i++) {
@@ -214,6 +261,18 @@ export class SparsePolicyState {
         }
         break;
       }
+      case 'snapkv': {
+        const P = this.promptEnd[layer]!;
+        if (this.keptFor[layer] !== P) this.compressPrompt(layer, P);
+        this.keepQuery(layer, q, 0, N); // a later, shorter prefill's window may reach back to here
+        lists = this.kept[layer]!.map((prompt) => {
+          const one = new Int32Array(prompt.length + Math.max(0, N - P));
+          one.set(prompt);
+          for (let j = P, o = prompt.length; j < N; j++, o++) one[o] = j;
+          return one;
+        });
+        break;
+      }
     }
     this.latest[layer] = lists;
     return { lists, figures: this.figures(layer, lists, N) };
@@ -250,9 +309,68 @@ export class SparsePolicyState {
       }
     }
     if (this.name === 'h2o' && n === 0) for (const m of this.live) m.fill(1);
+    if (this.name === 'snapkv') {
+      for (let l = 0; l < this.shape.layers; l++) {
+        const pos = this.obsPos[l]!;
+        for (let i = 0; i < pos.length; i++) if (pos[i]! >= n) pos[i] = -1;
+        // the kept set depends on slots and queries < promptEnd only: a cut above it changes nothing
+        if (n < this.promptEnd[l]!) {
+          this.promptEnd[l] = n;
+          this.keptFor[l] = -1;
+        }
+      }
+    }
+  }
+
+  /** snapkv: the kept prompt slots of a layer per KV head (ascending), once computed. */
+  keptPrompt(layer: number): { promptEnd: number; window: number; kept: Int32Array[] } | undefined {
+    if (this.name !== 'snapkv' || this.keptFor[layer] !== this.promptEnd[layer]) return undefined;
+    return { promptEnd: this.promptEnd[layer]!, window: this.obsWindow, kept: this.kept[layer]! };
   }
 
   // ─── internals ──────────────────────────────────────────────────────────────────────────
+
+  /** snapkv: stores row `row` of q ([rows, heads·d]) as the query of position `pos`. */
+  private keepQuery(layer: number, q: Float32Array, row: number, pos: number): void {
+    const w = this.shape.heads * this.shape.headDim;
+    const at = pos % this.obsWindow;
+    this.obsQ[layer]!.set(q.subarray(row * w, (row + 1) * w), at * w);
+    this.obsPos[layer]![at] = pos;
+  }
+
+  /**
+   * snapkv: the kept prompt slots of `layer` for a prompt of P tokens. The window is the run of
+   * stored queries ending at P − 1 (at most `window`, and at most the budget, so the window alone
+   * never exceeds it); their logits over slots 0..P−1 (native attentionScores; the reference applies
+   * the causal mask) go through the reference rule. A prompt within the budget keeps everything;
+   * without any stored query (a truncate into the prompt, then no prefill) the newest tokens are kept.
+   */
+  private compressPrompt(layer: number, P: number): void {
+    const { heads, kvHeads, headDim: d } = this.shape;
+    const budget = Math.min(P, this.settings.budget ?? Math.max(1, fractionOf(this.settings.fetchCap, P)));
+    const all = Int32Array.from({ length: P }, (_, j) => j);
+    let kept: Int32Array[];
+    if (budget >= P) kept = Array.from({ length: kvHeads }, () => all.slice());
+    else {
+      const pos = this.obsPos[layer]!;
+      let w = 0;
+      while (w < Math.min(this.obsWindow, budget) && pos[(P - 1 - w) % this.obsWindow] === P - 1 - w) w++;
+      if (w === 0) kept = Array.from({ length: kvHeads }, () => all.slice(P - budget));
+      else {
+        const width = heads * d;
+        const sc = this.scores.subarray(0, heads * P); // [heads, P] one window query's logits
+        const obs = new Float32Array(heads * w * P); // [heads, w, P] the reference's layout
+        for (let i = 0; i < w; i++) {
+          const at = (P - w + i) % this.obsWindow;
+          attentionScores(this.pool, layer, this.obsQ[layer]!.subarray(at * width, (at + 1) * width), heads, sc, P);
+          for (let h = 0; h < heads; h++) obs.set(sc.subarray(h * P, (h + 1) * P), (h * w + i) * P);
+        }
+        kept = snapkv(obs, { heads, kvHeads, N: P }, { budget, window: w, kernel: this.settings.poolKernel, pooling: 'max' });
+      }
+    }
+    this.kept[layer] = kept;
+    this.keptFor[layer] = P;
+  }
 
   /** Adds softmax(scores[h, 0..n)) restricted to `lists` (+ slot n−1, the current token) to each KV head's account; all slots when lists is undefined. */
   private accumulate(layer: number, n: number, lists: Int32Array[] | undefined): void {
