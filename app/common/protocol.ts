@@ -13,7 +13,7 @@ export const DEVICES = ['auto', 'cpu', 'webgpu', 'cuda', 'dml', 'coreml'] as con
 export const DeviceSchema = z.enum(DEVICES);
 export type Device = z.infer<typeof DeviceSchema>;
 
-export const KV_TYPES = ['fp16', 'fp32'] as const;
+export const KV_TYPES = ['fp16', 'fp32', 'int8'] as const;
 export const KvTypeSchema = z.enum(KV_TYPES);
 
 /** Why a generation ended. Every generation ends with exactly one. */

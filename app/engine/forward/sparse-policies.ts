@@ -328,6 +328,19 @@ export class SparsePolicyState {
     return { promptEnd: this.promptEnd[layer]!, window: this.obsWindow, kept: this.kept[layer]! };
   }
 
+  /** snapkv: the stored queries of positions from..to−1 as [to − from, heads·d]; undefined when one is not stored. */
+  storedQueries(layer: number, from: number, to: number): Float32Array | undefined {
+    if (this.name !== 'snapkv' || to - from > this.obsWindow || from > to) return undefined;
+    const w = this.shape.heads * this.shape.headDim;
+    const out = new Float32Array((to - from) * w);
+    for (let p = from; p < to; p++) {
+      const at = p % this.obsWindow;
+      if (this.obsPos[layer]![at] !== p) return undefined;
+      out.set(this.obsQ[layer]!.subarray(at * w, (at + 1) * w), (p - from) * w);
+    }
+    return out;
+  }
+
   // ─── internals ──────────────────────────────────────────────────────────────────────────
 
   /** snapkv: stores row `row` of q ([rows, heads·d]) as the query of position `pos`. */
