@@ -43,7 +43,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(6);
+    expect(binding.abiVersion).toBe(7);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -285,7 +285,8 @@ describe('fp32 rows, batch append, truncate, causal attention', () => {
     const k = randomArray(16, 3).map((x) => x + 1e-6);
     p32.append(1, k, k, 0);
     expect(Array.from(p32.readK(1, 1, 0))).toEqual(Array.from(k.subarray(8)));
-    expectNativeError(() => createKvPool({ budgetBytes: 1 << 20, layers: 1, kvHeads: 1, headDim: 8, kvType: 'int8' as 'fp16' }), 'NATIVE_BAD_ARGUMENT');
+    const bad = expectNativeError(() => createKvPool({ budgetBytes: 1 << 20, layers: 1, kvHeads: 1, headDim: 8, kvType: 'int4' as 'fp16' }), 'NATIVE_BAD_ARGUMENT');
+    expect(bad.message).toContain("'int4'");
     p16.free();
     p32.free();
   });
@@ -318,7 +319,44 @@ describe('fp32 rows, batch append, truncate, causal attention', () => {
     b.free();
   });
 
-  for (const kvType of ['fp16', 'fp32'] as const) {
+  it('kvType int8: one byte per element plus a 4-byte scale per row; rows read back dequantised within scale/2', () => {
+    const headDim = 16;
+    const kvHeads = 2;
+    const pool = createKvPool({ budgetBytes: 1 << 20, layers: 2, kvHeads, headDim, kvType: 'int8' });
+    expect(pool.kvType).toBe('int8');
+    expect(pool.bytesPerToken).toBe(2 * kvHeads * (2 * (headDim * 1 + 4) + 4));
+    const tokens = 12;
+    const k = randomArray(tokens * kvHeads * headDim, 21).map((x, i) => x * (1 + (i % 7))); // rows of different sizes
+    const v = randomArray(tokens * kvHeads * headDim, 22);
+    pool.appendBatch(1, k.subarray(0, 6 * kvHeads * headDim), v.subarray(0, 6 * kvHeads * headDim), 0);
+    for (let t = 6; t < tokens; t++) pool.append(1, k.subarray(t * kvHeads * headDim, (t + 1) * kvHeads * headDim), v.subarray(t * kvHeads * headDim, (t + 1) * kvHeads * headDim), t);
+    let worst = 0; // |x - deq| / scale
+    for (let t = 0; t < tokens; t++) {
+      for (let g = 0; g < kvHeads; g++) {
+        for (const [src, read] of [[k, pool.readK(1, g, t)], [v, pool.readV(1, g, t)]] as const) {
+          const row = src.subarray((t * kvHeads + g) * headDim, (t * kvHeads + g + 1) * headDim);
+          const scale = Math.max(...Array.from(row, Math.abs)) / 127;
+          for (let i = 0; i < headDim; i++) worst = Math.max(worst, Math.abs(read[i]! - row[i]!) / scale);
+          // the row's largest element comes back as +-127 steps: exactly max|x| up to fp32 rounding
+          const peak = Math.max(...Array.from(read, Math.abs));
+          expect(Math.abs(peak - scale * 127)).toBeLessThanOrEqual(scale * 1e-5);
+        }
+      }
+    }
+    expect(worst).toBeLessThanOrEqual(0.5 * (1 + 1e-5));
+    expect(worst).toBeGreaterThan(0.1); // int8 really rounds: not an fp16/fp32 row
+    // a zero row reads back as zeros; a row with NaN reads back as NaN in every element
+    const zero = new Float32Array(kvHeads * headDim);
+    const poisoned = randomArray(kvHeads * headDim, 23);
+    poisoned[headDim + 2] = Number.NaN; // KV head 1 only
+    pool.append(0, zero, poisoned, 0);
+    expect(Array.from(pool.readK(0, 1, 0))).toEqual(new Array(headDim).fill(0));
+    expect(Array.from(pool.readV(0, 1, 0)).every(Number.isNaN)).toBe(true);
+    expect(Array.from(pool.readV(0, 0, 0)).every(Number.isFinite)).toBe(true);
+    pool.free();
+  });
+
+  for (const kvType of ['fp16', 'fp32', 'int8'] as const) {
     it(`attendCausal matches the reference and per-token attend (${kvType}, GQA 4)`, () => {
       const heads = 8;
       const kvHeads = 2;

@@ -5,12 +5,14 @@ import type { ModelInfo, StepMetrics, StopReason } from '../common/protocol.ts';
 
 /**
  * Bytes of the KV pool the engine allocates for this load: K and V rows for every layer, KV
- * head and position of the context window, at the KV type's width (fp16 2 bytes, fp32 4).
- * layers · kvHeads · headDim · 2 (K and V) · bytesPerValue · contextLength.
+ * head and position of the context window, at the KV type's width (fp16 2 bytes, fp32 4, int8 1
+ * plus a 4-byte scale per row).
+ * layers · kvHeads · (headDim · bytesPerValue + scale) · 2 (K and V) · contextLength.
  */
 export function kvPoolBytes(model: Pick<ModelInfo, 'layers' | 'kvHeads' | 'headDim' | 'kvType' | 'contextLength'>): number {
-  const bytesPerValue = model.kvType === 'fp32' ? 4 : 2;
-  return model.layers * model.kvHeads * model.headDim * 2 * bytesPerValue * model.contextLength;
+  const bytesPerValue = model.kvType === 'fp32' ? 4 : model.kvType === 'int8' ? 1 : 2;
+  const rowBytes = model.headDim * bytesPerValue + (model.kvType === 'int8' ? 4 : 0);
+  return model.layers * model.kvHeads * rowBytes * 2 * model.contextLength;
 }
 
 export interface GenerationFigures {

@@ -2,6 +2,7 @@
 // 'full', teacher-forced over the text (app/engine/eval/). Prints a summary, or one JSON object.
 import { readFileSync } from 'node:fs';
 import { UsageError } from '../../common/errors.ts';
+import { KV_TYPES } from '../../common/protocol.ts';
 import { EVAL_POLICIES, runEval, type PolicyKnobs } from '../../engine/eval/run-eval.ts';
 import { loadModel } from '../../engine/model/load-model.ts';
 import { createTokenizer } from '../../engine/model/tokenizer/tokenizer.ts';
@@ -21,6 +22,9 @@ ${POLICY_HELP}
   --prefill N           tokens prefilled before the decode steps (default 8)
   --context N           tokens the caches hold (default: the text's length; longer text is cut)
   --threads N           threads for the dense work
+  --kv-type T           the policy's KV rows: ${KV_TYPES.join('|')} (default fp16)
+  --reference-kv-type T the reference 'full' runner's KV rows (default fp16); --kv-type int8
+                        --policy full thus measures what int8 rows cost against fp16
   --generate N          also free-run N greedy tokens from the text's start under both policies
   --json                print one JSON object`;
 
@@ -32,6 +36,8 @@ export async function runEvalCommand(args: string[], io: CliIO): Promise<number>
     prefill: { type: 'string' },
     context: { type: 'string' },
     threads: { type: 'string' },
+    'kv-type': { type: 'string' },
+    'reference-kv-type': { type: 'string' },
     generate: { type: 'string' },
     json: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
@@ -50,6 +56,8 @@ export async function runEvalCommand(args: string[], io: CliIO): Promise<number>
   const contextLength = positiveInteger(values.context, '--context');
   const threads = positiveInteger(values.threads, '--threads');
   const generate = positiveInteger(values.generate, '--generate');
+  const kvType = oneOf(values['kv-type'], KV_TYPES, '--kv-type');
+  const referenceKvType = oneOf(values['reference-kv-type'], KV_TYPES, '--reference-kv-type');
 
   let text: string;
   try {
@@ -69,6 +77,8 @@ export async function runEvalCommand(args: string[], io: CliIO): Promise<number>
       prefillTokens: prefill,
       ...(contextLength ? { contextLength } : {}),
       ...(threads ? { threads } : {}),
+      ...(kvType ? { kvType } : {}),
+      ...(referenceKvType ? { referenceKvType } : {}),
       ...(generate ? { generate } : {}),
     });
     if (values.json) {
@@ -81,7 +91,7 @@ export async function runEvalCommand(args: string[], io: CliIO): Promise<number>
     const a = report.accuracy;
     const knobText = Object.entries(report.knobs).map(([k, v]) => `${k} ${v}`).join(', ');
     io.out(
-      `policy ${report.policy}${knobText ? ` (${knobText})` : ''} vs full: ${report.tokens} tokens, prefill ${report.prefillTokens}, ${a.positions} decode positions compared\n` +
+      `policy ${report.policy}${knobText ? ` (${knobText})` : ''} (KV ${report.kvType}) vs full (KV ${report.referenceKvType}): ${report.tokens} tokens, prefill ${report.prefillTokens}, ${a.positions} decode positions compared\n` +
         `  top-1 agreement   ${(100 * a.top1Agreement).toFixed(2)}%\n` +
         `  perplexity        ${a.perplexity.toFixed(4)} (full ${a.referencePerplexity.toFixed(4)}, ratio ${a.perplexityRatio.toFixed(4)})\n` +
         `  mean KL(full‖pol) ${a.meanKl.toFixed(5)} nats\n` +

@@ -24,10 +24,10 @@ const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-fi
   --seed S              sampling seed
   --stop TEXT           stop string (repeatable)
   --context N           context window (default: trained context, at most 4096)
-  --kv-type fp16|fp32   KV-cache precision (default fp16)
+  --kv-type T           KV-cache precision: fp16 (default), fp32, int8 (one scale per row)
   --threads N           threads for the dense work
   --device D            ${DEVICES.join('|')} (default cpu)
-  --policy P            KV policy: full (default), infinigen, streaming, h2o, quest, oracle
+  --policy P            KV policy: full (default), infinigen, streaming, h2o, quest, oracle, snapkv
 ${POLICY_HELP}
   --pool-budget BYTES   byte budget of the KV pool; smaller than the full cache evicts (full, infinigen)
   --inspect             measure attention recall (slower)
@@ -96,10 +96,10 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const threads = positiveInteger(values.threads, '--threads');
   const contextLength = positiveInteger(values.context, '--context');
   const policy = oneOf(values.policy, KV_POLICIES, '--policy') ?? 'full';
-  const { alpha, partialRatio, fetchCap, denseLayers, budget, window, sinks, topPages } = parsePolicyKnobs(values);
+  const { alpha, partialRatio, fetchCap, denseLayers, budget, window, sinks, topPages, poolKernel } = parsePolicyKnobs(values);
   const defined = <T extends object>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
   const infinigen = defined({ alpha, partialRatio, fetchCap, denseLayers });
-  const sparse = defined({ fetchCap, denseLayers, budget, window, sinks, topPages });
+  const sparse = defined({ fetchCap, denseLayers, budget, window, sinks, topPages, poolKernel });
   const metricsLines: string[] = [];
 
   const engine = await EngineClient.start();

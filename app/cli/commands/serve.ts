@@ -21,7 +21,7 @@ const HELP = `usage: longhand serve [--model PATH] [options]
   --open                open the page in the default browser
   --context N           context window (default: trained context, at most 4096)
   --threads N           threads for the dense work
-  --kv-type fp16|fp32   KV-cache precision (default fp16)
+  --kv-type T           KV-cache precision: fp16 (default), fp32, int8 (one scale per row)
   --device D            ${DEVICES.join('|')} (default cpu)
   --data-dir PATH       documents, settings and downloaded models (default ${defaultDataDir()})
 

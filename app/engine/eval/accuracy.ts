@@ -9,6 +9,7 @@
 // (memory O(vocab)) or logits recorded before (referenceLogits), which benchmarks reuse across settings.
 // Pure logic over ModelRunner; no I/O.
 import type { InfinigenStepStats, ModelRunner } from '../forward/model-runner.ts';
+import { kvRowBytes } from '../model/memory-estimate.ts';
 
 /** Default prompt tokens before teacher forcing starts (short, so most positions are decode steps). */
 export const DEFAULT_PREFILL_TOKENS = 8;
@@ -117,8 +118,7 @@ export class AccuracyAccumulator {
 
 /** K+V bytes of reading every row of `positions` past tokens in every layer. */
 export function denseStepBytes(runner: ModelRunner, hyper: { layers: number; kvHeads: number; headDim: number }, positions: number): number {
-  const elem = runner.kvType === 'fp32' ? 4 : 2;
-  return positions * hyper.layers * hyper.kvHeads * 2 * hyper.headDim * elem;
+  return positions * hyper.layers * hyper.kvHeads * 2 * kvRowBytes(runner.kvType, hyper.headDim);
 }
 
 export interface CompareOptions extends TeacherForceOptions {

@@ -19,6 +19,8 @@ export interface PolicyKnobs {
   window?: number;
   sinks?: number;
   topPages?: number;
+  /** snapkv: max-pool kernel over the window's votes (odd) */
+  poolKernel?: number;
   /** InfiniGen's skew cache folder */
   cacheDir?: string;
 }
@@ -29,7 +31,10 @@ export interface EvalSpec {
   /** tokens the caches hold (default: the text's length, at least prefill + generate) */
   contextLength?: number;
   threads?: number;
+  /** the candidate's KV rows (default fp16) */
   kvType?: KvType;
+  /** the reference 'full' runner's KV rows (default fp16), so `kvType: 'int8', policy: 'full'` measures int8 itself */
+  referenceKvType?: KvType;
   prefillTokens?: number;
   /** greedy tokens of the free run from the text's first prefillTokens tokens (0 / absent: none) */
   generate?: number;
@@ -39,6 +44,8 @@ export interface EvalSpec {
 export interface EvalReport {
   policy: RunnerPolicy;
   knobs: PolicyKnobs;
+  kvType: KvType;
+  referenceKvType: KvType;
   tokens: number;
   prefillTokens: number;
   contextLength: number;
@@ -52,7 +59,7 @@ export function runnerPolicyOptions(policy: RunnerPolicy, k: PolicyKnobs = {}): 
   const def = <T extends object>(o: T): T => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
   if (policy === 'full') return { policy };
   if (policy === 'infinigen') return { policy, infinigen: def({ alpha: k.alpha, partialRatio: k.partialRatio, fetchCap: k.fetchCap, denseLayers: k.denseLayers, cacheDir: k.cacheDir }) };
-  return { policy, sparse: def({ fetchCap: k.fetchCap, denseLayers: k.denseLayers, budget: k.budget, window: k.window, sinks: k.sinks, topPages: k.topPages }) };
+  return { policy, sparse: def({ fetchCap: k.fetchCap, denseLayers: k.denseLayers, budget: k.budget, window: k.window, sinks: k.sinks, topPages: k.topPages, poolKernel: k.poolKernel }) };
 }
 
 export async function runEval(model: LoadedModel, ids: readonly number[], spec: EvalSpec): Promise<EvalReport> {
@@ -61,15 +68,17 @@ export async function runEval(model: LoadedModel, ids: readonly number[], spec: 
   const generate = spec.generate ?? 0;
   const contextLength = spec.contextLength ?? Math.max(ids.length, prefillTokens + generate);
   const text = ids.slice(0, contextLength);
-  const base = { contextLength, ...(spec.threads ? { threads: spec.threads } : {}), ...(spec.kvType ? { kvType: spec.kvType } : {}) };
+  const base = { contextLength, ...(spec.threads ? { threads: spec.threads } : {}) };
+  const kvType = spec.kvType ?? 'fp16';
+  const referenceKvType = spec.referenceKvType ?? 'fp16';
   const runners: ModelRunner[] = [];
   try {
-    const reference = await createModelRunner(model, { ...base, policy: 'full' });
+    const reference = await createModelRunner(model, { ...base, kvType: referenceKvType, policy: 'full' });
     runners.push(reference);
-    const candidate = await createModelRunner(model, { ...base, ...runnerPolicyOptions(spec.policy, spec.knobs) });
+    const candidate = await createModelRunner(model, { ...base, kvType, ...runnerPolicyOptions(spec.policy, spec.knobs) });
     runners.push(candidate);
     const accuracy = await compareWithReference(candidate, reference, text, { hyper: model.hyper, prefillTokens, ...(spec.signal ? { signal: spec.signal } : {}) });
-    const report: EvalReport = { policy: spec.policy, knobs: spec.knobs ?? {}, tokens: text.length, prefillTokens, contextLength, accuracy, ms: 0 };
+    const report: EvalReport = { policy: spec.policy, knobs: spec.knobs ?? {}, kvType, referenceKvType, tokens: text.length, prefillTokens, contextLength, accuracy, ms: 0 };
     if (generate > 0) {
       const g = await firstDivergence(reference, candidate, text.slice(0, prefillTokens), generate, spec.signal);
       report.generation = { ...g, tokens: g.reference.length };

@@ -31,6 +31,7 @@
 import { LonghandError } from '../../common/errors.ts';
 import type { TokenRunner } from '../generate/loop.ts';
 import type { LoadedModel } from '../model/types.ts';
+import { kvRowBytes } from '../model/memory-estimate.ts';
 import { createSession, type EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
@@ -204,12 +205,12 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     await Promise.all(sessions.map((s) => s.release()));
     throw error;
   }
-  const elem = kvType === 'fp32' ? 4 : 2;
   const p = ig?.partialDim ?? 0;
-  const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * hyper.headDim * elem + 4 + 2 * p);
+  const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * kvRowBytes(kvType, hyper.headDim) + 4 + 2 * p);
   const projBytes = p > 0 ? hyper.layers * hyper.kvHeads * hyper.headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
+  const scalePadding = kvType === 'int8' ? 2 * 64 : 0; // the int8 scale regions start on their own lines
   const pool = createKvPool({
-    budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes,
+    budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes + scalePadding,
     ...(budget !== undefined ? { eviction } : {}),
     layers: hyper.layers,
     kvHeads: hyper.kvHeads,
@@ -500,7 +501,7 @@ class Runner implements ModelRunner {
 
   /** A dense layer of an InfiniGen step: every past token, all of it counted as fetched. */
   private denseLayerStats(l: number, N: number): InfinigenLayerStats {
-    const rowBytes = this.model.hyper.headDim * (this.kvType === 'fp32' ? 4 : 2);
+    const rowBytes = kvRowBytes(this.kvType, this.model.hyper.headDim);
     const bytes = N * this.model.hyper.kvHeads * 2 * rowBytes;
     return { layer: l, dense: true, selected: N, candidates: N, fetchRatio: N > 0 ? 1 : 0, bytes, hits: 0, misses: 0, speculationMs: 0, gatherMs: 0, waitMs: 0, attentionMs: 0 };
   }
@@ -608,7 +609,7 @@ class Runner implements ModelRunner {
         const { slots, offsets } = packSlotLists(lists, p0);
         attendSlots(this.pool, l, q, this.heads, slots, offsets, attn);
         sp.afterAttend(l, q, p0);
-        const rowBytes = this.model.hyper.headDim * (this.kvType === 'fp32' ? 4 : 2);
+        const rowBytes = kvRowBytes(this.kvType, this.model.hyper.headDim);
         const { selected, candidates, hits, misses } = figures;
         const zero = { speculationMs: 0, gatherMs: 0, waitMs: 0, attentionMs: 0 };
         stepLayers.push({ layer: l, dense: false, selected, candidates, fetchRatio: candidates > 0 ? selected / candidates : 0, bytes: misses * 2 * rowBytes, hits, misses, ...zero });

@@ -4,12 +4,13 @@
 import type { LayerMetrics, StepMetrics } from '../../common/protocol.ts';
 import type { ForwardTimings, InfinigenStepStats } from '../forward/model-runner.ts';
 import type { ModelHyperparameters } from '../model/types.ts';
+import { kvRowBytes, type KvElementType } from '../model/memory-estimate.ts';
 
 /** What the sampler reads from the forward pass. */
 export interface MetricsSource {
   readonly contextLength: number;
   readonly position: number;
-  readonly kvType: 'fp16' | 'fp32';
+  readonly kvType: KvElementType;
   readonly graphWeightBytes: number;
   readonly poolBytes: number;
   timings(): ForwardTimings;
@@ -60,9 +61,8 @@ export class StepMetricsSampler {
     const contextTokens = source.position;
     // tokens actually in the pool: an evicting pool holds at most its capacity
     const pooledTokens = Math.min(contextTokens, source.poolCapacityTokens ?? Infinity);
-    const elem = source.kvType === 'fp32' ? 4 : 2;
-    // full attention: every layer reads every stored row of K and V
-    const rowBytes = hyper.kvHeads * hyper.headDim * 2 * elem;
+    // full attention: every layer reads every stored row of K and V (int8: with its scale)
+    const rowBytes = hyper.kvHeads * 2 * kvRowBytes(source.kvType, hyper.headDim);
     const layers: LayerMetrics[] = Array.from({ length: hyper.layers }, (_, layer) => ({
       layer,
       selected: pooledTokens,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { assertFits, estimateMemory, kvBytesPerToken, partialKeyBytesPerToken } from './memory-estimate.ts';
+import { assertFits, estimateMemory, kvBytesPerToken, kvRowBytes, partialKeyBytesPerToken } from './memory-estimate.ts';
 import type { ModelHyperparameters } from './types.ts';
 
 // A Llama-2-7B-shaped model: 32 layers, 32 KV heads of 128 dims. Its fp16 KV cache is the
@@ -15,6 +15,13 @@ describe('memory estimate', () => {
     expect(kvBytesPerToken(llama7b)).toBe(524_288);
     expect(kvBytesPerToken(llama7b, 'fp32')).toBe(1_048_576);
     expect(kvBytesPerToken({ ...llama7b, kvHeads: 8 })).toBe(131_072); // GQA 4:1
+  });
+
+  it('counts int8 rows at one byte per element plus one fp32 scale per row', () => {
+    expect(kvRowBytes('int8', 128)).toBe(132);
+    expect(kvRowBytes('fp16', 128)).toBe(256);
+    expect(kvBytesPerToken(llama7b, 'int8')).toBe(2 * 32 * 32 * 132); // 270,336: 51.6% of fp16
+    expect(estimateMemory(llama7b, { bytesByType: {}, storedBytes: 0 }, 1000, { kvType: 'int8', freeBytes: 1e12, totalBytes: 1e12 }).kvFullBytes).toBe(270_336_000);
   });
 
   it('adds ⌊0.3·d⌋ fp16 partial-key columns per layer and KV head for InfiniGen', () => {

@@ -12,6 +12,14 @@ export const INFINIGEN_DEFAULTS = { partialRatio: 0.3, fetchCap: 0.1 } as const;
 export const KV_ELEMENT_BYTES = { fp16: 2, fp32: 4, int8: 1 } as const;
 export type KvElementType = keyof typeof KV_ELEMENT_BYTES;
 
+/** int8 rows carry one fp32 scale each (max|x|/127; native/src/kv_pool.h, "int8 rows"). */
+export const KV_INT8_SCALE_BYTES = 4;
+
+/** Bytes of one stored K (or V) row of `headDim` elements, its int8 scale included. */
+export function kvRowBytes(kvType: KvElementType, headDim: number): number {
+  return headDim * KV_ELEMENT_BYTES[kvType] + (kvType === 'int8' ? KV_INT8_SCALE_BYTES : 0);
+}
+
 /**
  * On the CPU provider ORT widens fp16/bf16 weights to fp32 (measured: no gain from fp16 there),
  * so those weights occupy twice their stored size; quantised blocks stay packed (MatMulNBits).
@@ -48,8 +56,8 @@ export interface MemoryEstimate {
 }
 
 export function kvBytesPerToken(hyper: ModelHyperparameters, kvType: KvElementType = 'fp16'): number {
-  // K and V: (layers, kvHeads, headDim) elements each
-  return 2 * hyper.layers * hyper.kvHeads * hyper.headDim * KV_ELEMENT_BYTES[kvType];
+  // K and V: (layers, kvHeads) rows of headDim elements each (+ one scale per int8 row)
+  return 2 * hyper.layers * hyper.kvHeads * kvRowBytes(kvType, hyper.headDim);
 }
 
 export function partialKeyBytesPerToken(hyper: ModelHyperparameters, partialRatio: number = INFINIGEN_DEFAULTS.partialRatio): number {
