@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
-import { firstLine } from '../support/serve-client.ts';
+import { firstLine, wsConnect } from '../support/serve-client.ts';
 
 // The callbacks passed to page.evaluate/addInitScript run in Chromium. The root tsconfig has no
 // DOM lib, so the few browser globals they touch are declared here, module-scoped: they do not
@@ -189,7 +189,8 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
     const help = spawnSync(process.execPath, [BIN, 'serve', '--help'], { cwd: PROJECT_ROOT, encoding: 'utf8' }).stdout ?? '';
     const dataDir = help.includes('--data-dir') ? ['--data-dir', join(tmp, 'data')] : [];
     // Whatever the server writes by default (documents, settings, caches) stays in the temp dir.
-    const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
+    // LONGHAND_TEST_FAULTS=1: the crash-isolation test kills the engine with a real native fault.
+    const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache'), LONGHAND_TEST_FAULTS: '1' };
     server = spawn(process.execPath, [BIN, 'serve', '--model', STORIES_260K, '--port', '0', '--context', String(CONTEXT_TOKENS), ...dataDir], { cwd: PROJECT_ROOT, env });
     server.stderr.on('data', (chunk: Buffer) => (serverLog += chunk.toString()));
     url = await firstLine(server);
@@ -586,6 +587,102 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
     await screenshot(page, 'writer-reloaded');
     expect(pageErrors).toEqual([]);
   });
+
+  // Crash isolation: the engine process dies in the middle of a Writer generation. The page
+  // stays alive, the banner names what happened, the draft and the text generated so far stay,
+  // and Restart brings back an engine with the same model that generates again.
+  const serverAddress = () => {
+    const match = /^http:\/\/127\.0\.0\.1:(\d+)\/\?token=(.+)$/.exec(url)!;
+    return { port: Number(match[1]), token: match[2]! };
+  };
+  /** The engine process's pid, from the server's /health (the page never holds the token). */
+  const enginePid = async (): Promise<number> => {
+    const { port, token } = serverAddress();
+    const health = (await (await fetch(`http://127.0.0.1:${port}/health`, { headers: { Authorization: `Bearer ${token}` } })).json()) as { engine: { state: string; pid?: number } };
+    expect(health.engine.state).toBe('ready');
+    return health.engine.pid!;
+  };
+
+  async function crashMidGeneration(label: string, kill: (pid: number) => Promise<void>, expected: { heading: string; signal: string }) {
+    await loadModel(page);
+    const draft = `${label}: Once upon a time, there was a brave little bird named Pip.`;
+    await typeDocument(page, draft);
+    await page.getByLabel('Title').fill(`Crash ${label}`);
+    await expect.poll(() => page.getByRole('status', { name: 'Save state' }).textContent(), { timeout: 30_000 }).toBe('Saved');
+    await page.getByLabel('Max tokens').fill('3000');
+    const pid = await enginePid();
+    await page.getByRole('button', { name: 'Continue writing' }).click();
+    await expect.poll(async () => Number(await stat(page, 'tokens').textContent()), { timeout: 30_000 }).toBeGreaterThan(10);
+    const suggestion = page.getByRole('region', { name: 'Suggested text' });
+    const before = (await suggestion.textContent()) ?? '';
+    expect(before.length).toBeGreaterThan(0);
+
+    const banner = page.getByRole('alert', { name: 'Engine status' });
+    const killedAt = Date.now();
+    await kill(pid);
+    await banner.waitFor({ state: 'visible', timeout: 30_000 });
+    const bannerMs = Date.now() - killedAt;
+    expect(await banner.textContent()).toContain(expected.heading);
+    expect(await banner.textContent()).toContain(expected.signal);
+    expect(await banner.textContent()).toContain('Your drafts are safe.');
+    // The page is alive and nothing is lost: the draft in the editor, the streamed text in the
+    // suggestion (all of it: it can only have grown since), the generation ended with the error.
+    expect(await page.evaluate(() => 6 * 7)).toBe(42);
+    expect(await editor(page).inputValue()).toBe(draft);
+    const after = (await suggestion.textContent()) ?? '';
+    expect(after.startsWith(before)).toBe(true);
+    // The suggestion says why it ended (the error sits beside the text, in the Suggestion region).
+    await expect.poll(() => page.getByRole('region', { name: 'Suggestion' }).getByRole('alert').textContent({ timeout: 5_000 })).toMatch(new RegExp(expected.signal));
+    await screenshot(page, `crash-${label}`);
+    // Accept keeps the generated text: the editor and the saved document hold draft + text.
+    await page.getByRole('button', { name: 'Accept' }).click();
+    await expect.poll(() => editor(page).inputValue()).toBe(draft + after);
+    await expect.poll(() => page.getByRole('status', { name: 'Save state' }).textContent(), { timeout: 30_000 }).toBe('Saved');
+    const saved = await page.evaluate(async (title: string) => {
+      const post = async (body: unknown) => (await fetch('/api/app', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) })).json();
+      const list = (await post({ kind: 'documents.list' })) as { id: string; title: string }[];
+      const entry = list.find((d) => d.title === title);
+      return entry ? ((await post({ kind: 'documents.get', id: entry.id })) as { text: string }).text : null;
+    }, `Crash ${label}`);
+    expect(saved).toBe(draft + after);
+
+    // Restart: restarting → ready (the banner goes away) with a new engine and the same model.
+    const restartAt = Date.now();
+    await banner.getByRole('button', { name: 'Restart engine' }).click();
+    await expect.poll(async () => (await banner.count()) + (await page.getByRole('status', { name: 'Engine status' }).count()), { timeout: 60_000, interval: 50 }).toBe(0);
+    const readyMs = Date.now() - restartAt;
+    expect(await enginePid()).not.toBe(pid);
+    console.log(`e2e crash isolation (${expected.signal}): kill → banner ${bannerMs} ms; Restart click → ready (model reloaded) ${readyMs} ms; ${after.length} generated characters kept`);
+    await nav(page, 'Models').click();
+    await expect.poll(async () => (await page.getByRole('region', { name: 'Loaded model' }).textContent()) ?? '').toContain(`${CONTEXT_TOKENS.toLocaleString('en-US')} of`);
+
+    // A new generation works and produces tokens.
+    await nav(page, 'Writer').click();
+    await page.getByLabel('Max tokens').fill('20');
+    await page.getByRole('button', { name: 'Continue writing' }).click();
+    expect(await waitForStop(page)).toMatch(/^(token limit|end of text)$/);
+    expect(Number(await stat(page, 'tokens').textContent())).toBeGreaterThan(0);
+    await page.getByRole('button', { name: 'Reject' }).click();
+    expect(pageErrors).toEqual([]);
+  }
+
+  it('SIGKILL of the engine mid-generation: the window lives, says so, keeps the text, and Restart brings it back', async () => {
+    await crashMidGeneration('sigkill', async (pid) => void process.kill(pid, 'SIGKILL'), { heading: 'The engine was killed', signal: 'SIGKILL' });
+  }, 180_000);
+
+  it('a native fault (SIGSEGV) in the engine mid-generation behaves the same', async () => {
+    const { port, token } = serverAddress();
+    await crashMidGeneration(
+      'segv',
+      async () => {
+        // The test-only hook (the server runs with LONGHAND_TEST_FAULTS=1), over /ws like the page's own requests.
+        const ws = await wsConnect(port, { Authorization: `Bearer ${token}` });
+        ws.send({ kind: 'testFault', requestId: 'fault-1', fault: 'segv' });
+        setTimeout(() => ws.socket.destroy(), 2000).unref();
+      },
+      { heading: 'The engine crashed', signal: 'SIGSEGV' },
+    );
+  }, 180_000);
 
   afterAll(() => {
     if (serverLog && process.env.LONGHAND_E2E_VERBOSE) console.log(serverLog);

@@ -17,8 +17,8 @@ export function EngineBanner() {
   const [error, setError] = useState<string | null>(null);
 
   if (status.state === 'ready') return null;
-  if (status.state === 'starting') return <div className="banner banner-info" role="status">Engine starting…</div>;
-  if (status.state === 'restarting') return <div className="banner banner-info" role="status">Engine restarting (attempt {status.attempt})…</div>;
+  if (status.state === 'starting') return <div className="banner banner-info" role="status" aria-label="Engine status">Engine starting…</div>;
+  if (status.state === 'restarting') return <div className="banner banner-info" role="status" aria-label="Engine status">Engine restarting (attempt {status.attempt})…</div>;
 
   const restart = async (): Promise<void> => {
     setRestarting(true);
@@ -33,7 +33,7 @@ export function EngineBanner() {
   };
 
   return (
-    <div className="banner banner-error" role="alert">
+    <div className="banner banner-error" role="alert" aria-label="Engine status">
       <strong>{REASONS[status.reason] ?? 'The engine stopped'}</strong>
       <span className="banner-message">{status.message}</span>
       <span className="banner-note">Your drafts are safe.{status.willRestart ? ' Restarting automatically…' : ''}</span>
