@@ -14,16 +14,20 @@ export const POLICY_OPTIONS = {
   window: { type: 'string' },
   sinks: { type: 'string' },
   'top-pages': { type: 'string' },
+  'pool-kernel': { type: 'string' },
 } as const;
 
 export const POLICY_HELP = `  --alpha A             infinigen: score margin below each head's maximum (default 5)
   --partial-ratio R     infinigen: partial columns r (default 0.3)
   --fetch-cap C         infinigen's cap; the other policies keep ⌊C·context⌋ tokens (default 0.2)
   --dense-layers D      layers below D attend to everything (default 2)
-  --budget N            streaming/h2o/quest/oracle: fixed tokens per KV head instead of the cap
-  --window W            streaming: recent window; h2o: recent tokens
+  --budget N            streaming/h2o/quest/oracle/snapkv: fixed tokens per KV head instead of the
+                        cap (snapkv: of the prompt, window included; generated tokens always kept)
+  --window W            streaming: recent window; h2o: recent tokens; snapkv: observation window,
+                        the last prompt queries that vote (default 32)
   --sinks S             streaming: sink tokens (default 4)
-  --top-pages P         quest: pages of 16 tokens kept`;
+  --top-pages P         quest: pages of 16 tokens kept
+  --pool-kernel K       snapkv: max-pool kernel over the votes, odd (default 7; 1 = none)`;
 
 /** The knobs as given on the command line (absent ones stay undefined: the engine's defaults apply). */
 export type PolicyKnobValues = Omit<PolicyKnobs, 'cacheDir'>;
@@ -57,6 +61,8 @@ export function parsePolicyKnobs(values: OptionValues): PolicyKnobValues {
   set('window', nonNegativeInteger(text('window'), '--window'));
   set('sinks', nonNegativeInteger(text('sinks'), '--sinks'));
   set('topPages', positiveInteger(text('top-pages'), '--top-pages'));
+  set('poolKernel', positiveInteger(text('pool-kernel'), '--pool-kernel'));
+  if (knobs.poolKernel !== undefined && knobs.poolKernel % 2 !== 1) throw new UsageError(`--pool-kernel must be an odd positive integer, got ${knobs.poolKernel}`);
   if (knobs.alpha !== undefined && !(knobs.alpha > 0)) throw new UsageError('--alpha must be positive');
   if (knobs.partialRatio !== undefined && !(knobs.partialRatio > 0 && knobs.partialRatio <= 1)) throw new UsageError('--partial-ratio must be in (0, 1]');
   if (knobs.fetchCap !== undefined && !(knobs.fetchCap > 0 && knobs.fetchCap <= 1)) throw new UsageError('--fetch-cap must be in (0, 1]');

@@ -1,7 +1,7 @@
 // Eval logic on stories260K: full vs full is exact (agreement 100%, KL 0, ratio 1); InfiniGen with
-// alpha huge and cap 1, streaming with window ≥ context, and h2o/quest/oracle with a budget ≥ the
-// context all equal full exactly; a sparse setting is measurably different; the CLI prints one JSON
-// object and refuses bad arguments.
+// alpha huge and cap 1, streaming with window ≥ context, and h2o/quest/oracle/snapkv with a budget ≥
+// the context all equal full exactly; a sparse setting is measurably different (snapkv: on a long
+// prompt, since it compresses only the prompt); the CLI prints one JSON object and refuses bad arguments.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -68,6 +68,7 @@ describe.skipIf(!have)('eval on stories260K', () => {
       runnerPolicyOptions('h2o', { budget: 1000 }),
       runnerPolicyOptions('quest', { budget: 1000 }),
       runnerPolicyOptions('oracle', { fetchCap: 1 }),
+      runnerPolicyOptions('snapkv', { budget: 1000 }),
     ];
     for (const s of settings) {
       const r = await createModelRunner(model, { contextLength: 256, ...s });
@@ -90,6 +91,19 @@ describe.skipIf(!have)('eval on stories260K', () => {
     }
   });
 
+  it('snapkv at 10% of a 150-token prompt: the prompt compressed, every generated token attended, differs from full', async () => {
+    const r = await createModelRunner(model, { contextLength: 256, ...runnerPolicyOptions('snapkv', { fetchCap: 0.1 }) });
+    const res = await compareWithReference(r, full, ids, { hyper: model.hyper, prefillTokens: 150 });
+    await r.dispose();
+    expect(res.positions).toBe(ids.length - 150 - 1);
+    // step t keeps ⌊0.1·150⌋ = 15 prompt tokens + t generated of 150 + t: mean over t < 50 ≈ 0.22
+    let want = 0;
+    for (let t = 0; t < res.positions; t++) want += (15 + t) / (150 + t);
+    expect(res.fetchRatio).toBeCloseTo(want / res.positions, 6);
+    expect(res.meanKl).toBeGreaterThan(0);
+    expect(res.top1Agreement).toBeGreaterThan(0.5);
+  });
+
   it('longhand eval: one JSON object; usage errors exit 2', async () => {
     const text = path.join(dir, 'text.txt');
     writeFileSync(text, 'Once upon a time, there was a little dog named Max. Max liked to run in the park with his friend. '.repeat(3));
@@ -102,9 +116,17 @@ describe.skipIf(!have)('eval on stories260K', () => {
     expect(o.generation.reference.length).toBe(10);
     let err = '';
     const io2 = { out: () => {}, err: (t: string) => void (err += t) };
-    expect(await main(['eval', '--model', STORIES_260K, '--text-file', text, '--policy', 'snapkv'], io2)).toBe(2);
+    expect(await main(['eval', '--model', STORIES_260K, '--text-file', text, '--policy', 'lru'], io2)).toBe(2);
+    expect(await main(['eval', '--model', STORIES_260K, '--text-file', text, '--policy', 'snapkv', '--pool-kernel', '4'], io2)).toBe(2);
     expect(await main(['eval', '--model', STORIES_260K, '--text-file', text, '--policy', 'h2o', '--fetch-cap', '2'], io2)).toBe(2);
     expect(await main(['eval', '--text-file', text, '--policy', 'h2o'], io2)).toBe(2);
     expect(err).toMatch(/--policy must be one of/);
+    expect(err).toMatch(/--pool-kernel must be an odd/);
+    out = '';
+    expect(await main(['eval', '--model', STORIES_260K, '--text-file', text, '--policy', 'snapkv', '--prefill', '40', '--budget', '12', '--window', '4', '--pool-kernel', '3', '--json'], io)).toBe(0);
+    const snap = JSON.parse(out);
+    expect(snap.policy).toBe('snapkv');
+    expect(snap.knobs).toMatchObject({ budget: 12, window: 4, poolKernel: 3 });
+    expect(snap.accuracy.fetchRatio).toBeLessThan(1);
   });
 });
