@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // Decode attention on CPU, two ways, same shapes, one run:
 //   native  — the addon's kernel reading fp16 K/V rows in place in the pool (Longhand's default)
+//   int8    — the same kernel over an int8 pool (kvType 'int8': d bytes + one fp32 scale per row)
+//             holding the same K/V; its output's max difference from the fp16 kernel's is printed
 //   ort     — an onnxruntime graph (MatMul · Softmax · MatMul) fed with the rows gathered for it
 //             as fp32 tensors; the graph is timed alone (rows already gathered: ORT's best case).
 //             The gather column copies rows one by one through the JS facade (readK/readV), an
@@ -83,6 +85,16 @@ for (const n of contexts) {
   attend(pool, 0, q, heads, out);
   const nativeMs = time(() => attend(pool, 0, q, heads, out));
 
+  // the same rows in an int8 pool: bytes per token 2 * kvHeads * (d + 4) + positions
+  const pool8 = createKvPool({ budgetBytes: Math.ceil((n + 64) * (2 * kvHeads * (d + 4) + kvHeads * 4) * 1.1) + (1 << 16), layers: 1, kvHeads, headDim: d, kvType: 'int8' });
+  pool8.appendBatch(0, k, v, 0);
+  const out8 = new Float32Array(heads * d);
+  attend(pool8, 0, q, heads, out8);
+  const int8Ms = time(() => attend(pool8, 0, q, heads, out8));
+  let int8Diff = 0;
+  for (let i = 0; i < out.length; i++) int8Diff = Math.max(int8Diff, Math.abs(out8[i] - out[i]));
+  pool8.free();
+
   // rows gathered for ORT: [kvHeads, N, d] fp32 (the pool stores [kvHeads][slot][d] fp16)
   const kg = new Float32Array(kvHeads * n * d);
   const vg = new Float32Array(kvHeads * n * d);
@@ -105,15 +117,17 @@ for (const n of contexts) {
   for (let i = 0; i < out.length; i++) maxDiff = Math.max(maxDiff, Math.abs(ortOut[i] - out[i]));
   const ortMs = await timeAsync(() => session.run(feeds()));
   const gatherMs = time(gather);
-  rows.push({ n, nativeMs, ortMs, gatherMs, maxDiff });
+  rows.push({ n, nativeMs, int8Ms, int8Diff, ortMs, gatherMs, maxDiff });
   pool.free();
 }
 await session.release();
 
 console.log(`decode attention, ${heads} heads / ${kvHeads} KV heads, head dim ${d}, ${threads} thread(s), median of ${repeats}`);
 console.log('');
-console.log('| context | native, fp16 rows in place (ms) | ORT graph, rows pre-gathered (ms) | ORT graph / native | gather for ORT via the JS facade (ms) | max abs diff |');
-console.log('|---|---|---|---|---|---|');
+console.log('| context | native, fp16 rows in place (ms) | native, int8 rows in place (ms) | int8 / fp16 time | int8 vs fp16 max abs diff | ORT graph, rows pre-gathered (ms) | ORT graph / native | gather for ORT via the JS facade (ms) | max abs diff |');
+console.log('|---|---|---|---|---|---|---|---|---|');
 for (const r of rows) {
-  console.log(`| ${r.n} | ${r.nativeMs.toFixed(3)} | ${r.ortMs.toFixed(3)} | ${(r.ortMs / r.nativeMs).toFixed(1)}x | ${r.gatherMs.toFixed(1)} | ${r.maxDiff.toExponential(1)} |`);
+  console.log(
+    `| ${r.n} | ${r.nativeMs.toFixed(3)} | ${r.int8Ms.toFixed(3)} | ${(r.int8Ms / r.nativeMs).toFixed(2)} | ${r.int8Diff.toExponential(1)} | ${r.ortMs.toFixed(3)} | ${(r.ortMs / r.nativeMs).toFixed(1)}x | ${r.gatherMs.toFixed(1)} | ${r.maxDiff.toExponential(1)} |`,
+  );
 }
