@@ -57,16 +57,6 @@ export const PromptSchema = z.union([
 ]);
 export type Prompt = z.infer<typeof PromptSchema>;
 
-export const GenerateParamsSchema = z.strictObject({
-  maxTokens: positiveInt.default(256),
-  stopStrings: z.array(z.string().min(1)).max(16).default([]),
-  stopOnEos: z.boolean().default(true),
-  sampling: SamplingSchema.prefault({}),
-});
-export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
-/** Generation parameters as a client writes them (defaults may be left out). */
-export type GenerateParamsInput = z.input<typeof GenerateParamsSchema>;
-
 export const KV_POLICIES = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'] as const;
 export const KvPolicySchema = z.enum(KV_POLICIES);
 export type KvPolicy = z.infer<typeof KvPolicySchema>;
@@ -82,7 +72,7 @@ export const InfinigenKnobsSchema = z.strictObject({
 });
 export type InfinigenKnobs = z.infer<typeof InfinigenKnobsSchema>;
 
-/** Knobs of the comparison policies (streaming, h2o, quest, oracle). */
+/** Knobs of the comparison policies (streaming, h2o, quest, oracle, snapkv). */
 export const SparseKnobsSchema = z.strictObject({
   /** Tokens per KV head besides the current one; default ⌊fetchCap·context⌋ each step. */
   budget: positiveIntOptional(),
@@ -90,13 +80,33 @@ export const SparseKnobsSchema = z.strictObject({
   denseLayers: z.int().nonnegative().max(1024).default(2),
   /** streaming: attention-sink tokens. */
   sinks: z.int().nonnegative().max(1 << 20).default(4),
-  /** streaming: recent window; h2o: recent tokens. */
+  /** streaming: recent window; h2o: recent tokens; snapkv: observation window (default 32). */
   window: positiveIntOptional(),
+  /** snapkv: max-pool kernel over the window's votes (odd; 1 = none). */
+  poolKernel: z.int().positive().max(1023).refine((k) => k % 2 === 1, { message: 'poolKernel must be odd' }).default(7),
   /** quest: pages kept, and tokens per page. */
   topPages: positiveIntOptional(),
   pageSize: z.int().positive().max(4096).default(16),
 });
 export type SparseKnobs = z.infer<typeof SparseKnobsSchema>;
+
+export const GenerateParamsSchema = z.strictObject({
+  maxTokens: positiveInt.default(256),
+  stopStrings: z.array(z.string().min(1)).max(16).default([]),
+  stopOnEos: z.boolean().default(true),
+  sampling: SamplingSchema.prefault({}),
+  /**
+   * KV policy of this generation (absent: the loaded one), with its knobs (an absent object: the
+   * loaded ones). A policy or knobs other than the runner's rebuild the forward pass from the
+   * already-loaded model and start from an empty cache; the same ones keep everything.
+   */
+  policy: KvPolicySchema.optional(),
+  infinigen: InfinigenKnobsSchema.optional(),
+  sparse: SparseKnobsSchema.optional(),
+});
+export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
+/** Generation parameters as a client writes them (defaults may be left out). */
+export type GenerateParamsInput = z.input<typeof GenerateParamsSchema>;
 
 function positiveIntOptional() {
   return z.int().positive().max(2 ** 31 - 1).optional();
@@ -158,6 +168,8 @@ export const TimingsSchema = z.strictObject({
   prefillTokensPerS: z.number().nonnegative(),
   decodeTokensPerS: z.number().nonnegative(),
   totalMs: z.number().nonnegative(),
+  /** Rebuilding the forward pass for this generation's policy; absent when none was needed. */
+  policySwitchMs: z.number().nonnegative().optional(),
 });
 export type Timings = z.infer<typeof TimingsSchema>;
 
@@ -259,6 +271,8 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
     timings: TimingsSchema,
     /** The sampler's seed, to repeat the run. */
     seed: z.int().nonnegative().optional(),
+    /** The KV policy the generation ran with (the loaded one unless the request chose another). */
+    policy: KvPolicySchema.optional(),
     error: ErrorPayloadSchema.optional(),
   }),
   /** A request that failed before it started (bad load, bad request, no model). */

@@ -1,11 +1,19 @@
 // The engine as the host serves it: one model loaded at a time (weights, tokenizer, chat
 // template, forward pass with its KV pool), one generation at a time. Everything a request
 // needs is checked here before any work starts; a generation always ends with one `done`.
+//
+// KV policy per generation (ARCHITECTURE.md §6): a generate request may name a policy and knobs
+// other than the loaded ones. The stage graphs depend on the policy (InfiniGen's also output the
+// next layer's speculative query) and the pool's layout too (partial keys), so a different choice
+// rebuilds the forward pass from the model already in memory (the file is not read again) and
+// drops the KV cache; the same choice keeps the runner. `done` names the policy that ran and, when
+// one was needed, the switch time (timings.policySwitchMs).
 import { availableParallelism, homedir } from 'node:os';
 import { basename, join } from 'node:path';
 import { LonghandError, UsageError } from '../common/errors.ts';
-import type { Device, GenerateParams, LoadOptions, ModelInfo, Prompt } from '../common/protocol.ts';
-import { createModelRunner, type ModelRunner } from './forward/model-runner.ts';
+import type { Device, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
+import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
+import { SPARSE_POLICIES, sparseSettings } from './forward/sparse-policies.ts';
 import { tokenizerDecoder } from './generate/decoder.ts';
 import { generate } from './generate/loop.ts';
 import type { EngineCore, GenerationEvent } from './host/engine-core.ts';
@@ -18,13 +26,35 @@ import { createTokenizer, type Tokenizer } from './model/tokenizer/tokenizer.ts'
 import type { LoadedModel } from './model/types.ts';
 import { probeProvider } from './onnx/session.ts';
 
+/** A KV policy with the knobs it reads (the other policy's knobs are left out: they change nothing). */
+export interface PolicyChoice {
+  policy: KvPolicy;
+  infinigen?: InfinigenKnobs;
+  sparse?: SparseKnobs;
+}
+
 interface Loaded {
   model: LoadedModel;
   tokenizer: Tokenizer;
   chat: ChatTemplate;
   runner: ModelRunner;
   info: ModelInfo;
+  /** the runner's options besides the policy, to rebuild it under another one */
+  base: Omit<ModelRunnerOptions, 'policy' | 'infinigen' | 'sparse'>;
+  /** the load's policy and both knob sets (what a generate request leaves out), and the runner's choice */
+  atLoad: { policy: KvPolicy; infinigen: InfinigenKnobs; sparse: SparseKnobs };
+  choice: PolicyChoice;
+  inspect: boolean;
 }
+
+/** The policy and knobs a request asks for: its own fields, else the load's. */
+export function policyChoice(policy: KvPolicy, infinigen: InfinigenKnobs, sparse: SparseKnobs): PolicyChoice {
+  if (policy === 'infinigen') return { policy, infinigen };
+  if ((SPARSE_POLICIES as readonly string[]).includes(policy)) return { policy, sparse };
+  return { policy };
+}
+
+const sameChoice = (a: PolicyChoice, b: PolicyChoice): boolean => JSON.stringify(a) === JSON.stringify(b);
 
 /** Where calibration results (skew matrices per model file) are kept between runs. */
 function cacheDir(): string {
@@ -58,6 +88,49 @@ async function resolveDevice(device: Device, log: (line: string) => void): Promi
     throw new LonghandError('DEVICE_UNAVAILABLE', `device ${device} is not available: ${probe.message ?? 'unknown reason'}; use --device cpu or --device auto`, { device });
   }
   throw new LonghandError('DEVICE_UNAVAILABLE', `device ${device} is available to onnxruntime, but Longhand's forward pass runs only on cpu in this version; use --device cpu or --device auto`, { device });
+}
+
+/** Runner options of a choice (InfiniGen's skew cache and the inspect flag come from the load). */
+function runnerPolicy(choice: PolicyChoice, inspect: boolean): Pick<ModelRunnerOptions, 'policy' | 'infinigen' | 'sparse'> {
+  return {
+    policy: choice.policy,
+    infinigen: { ...choice.infinigen, inspect, cacheDir: cacheDir() },
+    ...(choice.sparse ? { sparse: choice.sparse } : {}),
+  };
+}
+
+/**
+ * Makes the runner run the request's policy: nothing when it already does; else the knobs are
+ * checked, the old runner is freed first (two KV pools of a large model may not fit), and a new
+ * one is built from the loaded model. If building fails the previous runner is rebuilt and the
+ * error thrown (typed: the request was bad, the model is still usable). Returns the switch time.
+ */
+async function usePolicy(state: Loaded, params: GenerateParams): Promise<number | undefined> {
+  const wanted = policyChoice(
+    params.policy ?? state.atLoad.policy,
+    params.infinigen ?? state.atLoad.infinigen,
+    params.sparse ?? state.atLoad.sparse,
+  );
+  if (sameChoice(wanted, state.choice)) return undefined;
+  // the checks the runner would make, before the current one is given up
+  const { hyper } = state.model;
+  if (wanted.policy !== 'full' && hyper.architecture === 'opt') {
+    throw new UsageError(`policy '${wanted.policy}' supports the llama family only (OPT runs with 'full')`, { field: 'policy', architecture: hyper.architecture });
+  }
+  if (state.base.poolBudgetBytes !== undefined && wanted.policy !== 'full' && wanted.policy !== 'infinigen') {
+    throw new UsageError(`policy '${wanted.policy}' cannot run under the loaded pool budget (eviction works with full and infinigen only); load without one`, { field: 'policy', policy: wanted.policy });
+  }
+  if (wanted.sparse) sparseSettings(wanted.sparse, hyper.layers);
+  const started = performance.now();
+  await state.runner.dispose();
+  try {
+    state.runner = await createModelRunner(state.model, { ...state.base, ...runnerPolicy(wanted, state.inspect) });
+  } catch (error) {
+    state.runner = await createModelRunner(state.model, { ...state.base, ...runnerPolicy(state.choice, state.inspect) });
+    throw error;
+  }
+  state.choice = wanted;
+  return performance.now() - started;
 }
 
 export function createEngineCore(log: (line: string) => void = (line) => process.stderr.write(`[engine] ${line}\n`)): EngineCore {
@@ -100,21 +173,17 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         // Refuse before building anything when weights + KV at this context cannot fit.
         assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType }), basename(model.path), options.poolBudgetBytes);
         const threads = options.threads ?? availableParallelism();
-        if (options.policy === 'snapkv') {
-          throw new UsageError('policy snapkv (prompt compression at prefill) is not available in this version; use full, infinigen, streaming, h2o, quest or oracle', { policy: options.policy });
-        }
-        const runner = await createModelRunner(model, {
+        const base: Loaded['base'] = {
           threads,
           contextLength,
           kvType: options.kvType,
           prefillChunk: options.prefillChunk,
           device,
           eosIds: tokenizer.eosIds,
-          policy: options.policy,
-          infinigen: { ...options.infinigen, inspect: options.inspect, cacheDir: cacheDir() },
-          sparse: options.sparse,
           ...(options.poolBudgetBytes > 0 ? { poolBudgetBytes: options.poolBudgetBytes } : {}),
-        });
+        };
+        const choice = policyChoice(options.policy, options.infinigen, options.sparse);
+        const runner = await createModelRunner(model, { ...base, ...runnerPolicy(choice, options.inspect) });
         const { hyper } = model;
         const info: ModelInfo = {
           path: model.path,
@@ -136,7 +205,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           chatTemplate: !chat.isFallback,
           loadMs: performance.now() - started,
         };
-        loaded = { model, tokenizer, chat, runner, info };
+        loaded = { model, tokenizer, chat, runner, info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect };
         return info;
       } catch (error) {
         model.close();
@@ -153,6 +222,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
     async *generate(prompt: Prompt, params: GenerateParams, signal: AbortSignal): AsyncGenerator<GenerationEvent> {
       const state = need();
       const ids = promptIds(state, prompt);
+      const switchMs = await usePolicy(state, params);
       // No prefix reuse yet: every generation starts from an empty cache.
       state.runner.reset();
       const continuation = ids.some((id) => !state.tokenizer.isSpecial(id));
@@ -166,10 +236,12 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           if (snapshot) yield { kind: 'metrics', metrics: snapshot };
         } else {
           yield { kind: 'metrics', metrics: metrics.snapshot(event.completionTokens) };
-          const { type: _type, error, ...rest } = event;
+          const { type: _type, error, timings, ...rest } = event;
           yield {
             kind: 'done',
             ...rest,
+            timings: { ...timings, ...(switchMs !== undefined ? { policySwitchMs: switchMs } : {}) },
+            policy: state.runner.policy,
             ...(error ? { error: { code: error.code, message: error.message, details: { ...error.details } } } : {}),
           };
         }
