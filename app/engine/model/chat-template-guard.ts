@@ -52,7 +52,7 @@ export interface RenderLimits {
  */
 export function defaultRenderLimits(inputChars: number, messages: number): RenderLimits {
   return {
-    maxSteps: 1_000_000 + 2_000 * messages,
+    maxSteps: 500_000 + 2_000 * messages,
     maxChars: (1 << 20) + 4 * inputChars,
     maxItems: 100_000 + 4 * messages,
     maxDepth: 400,
@@ -62,7 +62,7 @@ export function defaultRenderLimits(inputChars: number, messages: number): Rende
 }
 
 const DEADLINE_EVERY = 1024; // steps between clock reads (performance.now() is not free)
-const EVALUATED = 'LonghandEvaluated'; // a node whose value is already known (see evaluateSizedFilter)
+const EVALUATED = 'LonghandEvaluated'; // a node whose value is already known (see guardedFilter)
 
 type KnownNode = { type: typeof EVALUATED; value: RuntimeValue };
 
@@ -83,16 +83,27 @@ class GuardedInterpreter extends Interpreter {
     this.deadline = performance.now() + limits.maxMs;
   }
 
+  /**
+   * Counts `n` steps of work. Besides one per node, a loop pays for its items up front and range()
+   * for its values, since the library prepares a loop's items (a closure each) before the body
+   * runs: without that, nested loops over big lists cost seconds per counted step.
+   */
+  charge(n: number): void {
+    this.steps += n;
+    if (this.steps > this.limits.maxSteps) throw limitError('too many evaluation steps', this.steps, this.limits.maxSteps, 'maxSteps');
+  }
+
   override evaluate(statement: Statement, environment: Environment): RuntimeValue {
     if ((statement as unknown as KnownNode | undefined)?.type === EVALUATED) return (statement as unknown as KnownNode).value;
-    if (++this.steps > this.limits.maxSteps) throw limitError('too many evaluation steps', this.steps, this.limits.maxSteps, 'maxSteps');
+    this.charge(1);
     if (this.steps % DEADLINE_EVERY === 0) {
       const now = performance.now();
       if (now > this.deadline) throw limitError('rendering took too long, in ms', Math.round(now - this.deadline + this.limits.maxMs), this.limits.maxMs, 'maxMs');
     }
     if (++this.depth > this.limits.maxDepth) throw limitError('evaluations nested too deeply', this.depth, this.limits.maxDepth, 'maxDepth');
     try {
-      const result = statement?.type === 'FilterExpression' ? this.evaluateFilter(statement, environment) : super.evaluate(statement, environment);
+      const result =
+        statement?.type === 'FilterExpression' ? this.guardedFilter(statement, environment) : statement?.type === 'For' ? this.guardedFor(statement, environment) : super.evaluate(statement, environment);
       this.checkSize(result);
       return result;
     } finally {
@@ -106,13 +117,26 @@ class GuardedInterpreter extends Interpreter {
     if (Array.isArray(inner) && inner.length > this.limits.maxItems) throw limitError('a list grew too long, in items', inner.length, this.limits.maxItems, 'maxItems');
   }
 
+  // (Method names must not collide with the library's own evaluateX methods, which these override.)
+  /** A for loop: evaluate its iterable first and charge its length, then run it on that value. */
+  private guardedFor(statement: { type: string }, environment: Environment): RuntimeValue {
+    const node = statement as unknown as { iterable: { type: string; lhs?: Statement } };
+    const select = node.iterable.type === 'SelectExpression';
+    const iterable = this.evaluate((select ? node.iterable.lhs : node.iterable) as Statement, environment);
+    const inner = iterable.value;
+    this.charge(Array.isArray(inner) ? inner.length : inner instanceof Map ? inner.size : 0);
+    const known = { type: EVALUATED, value: iterable } as unknown as Statement;
+    const rebuilt = { ...node, iterable: select ? { ...node.iterable, lhs: known } : known };
+    return super.evaluate(rebuilt as unknown as Statement, environment);
+  }
+
   /**
    * indent(width) and tojson(indent=width) allocate width × lines at once, before any size check
    * could see the result: evaluate their operand and arguments first, refuse a width over the
    * limit or an indent whose result would be too long, then let the library apply the filter to
    * the values already computed (so nothing is evaluated twice).
    */
-  private evaluateFilter(statement: { type: string }, environment: Environment): RuntimeValue {
+  private guardedFilter(statement: { type: string }, environment: Environment): RuntimeValue {
     const node = statement as unknown as { operand: Statement; filter: { type: string; callee?: { type: string; value?: unknown }; args?: Statement[] } };
     const filter = node.filter;
     const name = filter.type === 'CallExpression' && filter.callee?.type === 'Identifier' ? filter.callee.value : undefined;
@@ -148,7 +172,7 @@ class GuardedInterpreter extends Interpreter {
 }
 
 /** range() as Python has it, refusing more than `maxItems` values before allocating any. */
-function boundedRange(maxItems: number) {
+function boundedRange(maxItems: number, charge: (n: number) => void) {
   return (start: unknown, stop?: unknown, step: unknown = 1): number[] => {
     let from = start as number;
     let to = stop as number;
@@ -161,6 +185,7 @@ function boundedRange(maxItems: number) {
     if (by === 0) throw new Error('range() step must not be zero');
     const count = Math.max(0, Math.ceil((to - from) / by));
     if (count > maxItems) throw limitError('range() too long, in items', count, maxItems, 'maxItems');
+    charge(count);
     return Array.from({ length: count }, (_, i) => from + i * by);
   };
 }
@@ -189,6 +214,7 @@ function strftimeNow(format: unknown): string {
  */
 export function renderWithLimits(program: Program, variables: Record<string, unknown>, limits: RenderLimits): string {
   const env = new Environment();
+  const interpreter = new GuardedInterpreter(env, limits);
   const globals: Record<string, unknown> = {
     false: false,
     true: true,
@@ -199,10 +225,10 @@ export function renderWithLimits(program: Program, variables: Record<string, unk
     raise_exception: (message: unknown) => {
       throw new Error(String(message));
     },
-    range: boundedRange(limits.maxItems),
+    range: boundedRange(limits.maxItems, (n) => interpreter.charge(n)),
     strftime_now: strftimeNow,
   };
   for (const [name, value] of Object.entries({ ...globals, ...variables })) env.set(name, value);
-  const result = new GuardedInterpreter(env, limits).run(program);
+  const result = interpreter.run(program);
   return result.value as string;
 }

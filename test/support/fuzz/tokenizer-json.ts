@@ -232,14 +232,26 @@ export const tokenizerJsonTarget: FuzzTarget<TokenizerFiles> = {
       const configText = random() < 0.2 ? JSON.stringify(config).slice(0, int(random, 40)) : JSON.stringify(config);
       return { input: { tokenizer: text, config: configText }, what: `config ${key} = ${JSON.stringify(config[key]).slice(0, 40)}` };
     }
-    const root = JSON.parse(text) as { [key: string]: Json };
+    let root: { [key: string]: Json };
+    try {
+      root = JSON.parse(text) as { [key: string]: Json };
+    } catch {
+      return wrap(files, flipBytes(text, random)); // a corpus entry that is no longer JSON
+    }
+    if (typeof root !== 'object' || root === null || Array.isArray(root)) return wrap(files, truncate(text, random));
     const names = Object.keys(STRUCTURAL).filter((name) => name !== 'config edits');
     const steps: string[] = [];
     for (let n = 1 + (random() < 0.3 ? int(random, 3) : 0); n > 0; n--) {
       const name = pick(random, names);
       steps.push(`${name}: ${STRUCTURAL[name]!(root, random)}`);
     }
-    const json = JSON.stringify(root).replace(/"\\u0000deep\\u0000(\d+)"/g, (_, depth: string) => deepText(Number(depth), random));
+    let text2: string;
+    try {
+      text2 = JSON.stringify(root);
+    } catch {
+      return wrap(files, truncate(text, random)); // a corpus entry nested too deep to stringify
+    }
+    const json = text2.replace(/"\\u0000deep\\u0000(\d+)"/g, (_, depth: string) => deepText(Number(depth), random));
     return { input: { tokenizer: json, config: files.config }, what: steps.join('; ') };
   },
 
