@@ -84,7 +84,7 @@ export async function handleCompletion(endpoint: Endpoint, session: EngineSessio
       }
       const finish = finishReason(event.stopReason);
       const used = usage(event.promptTokens, event.completionTokens);
-      const extra = { longhand: { stop_reason: event.stopReason, timings: event.timings, ...(event.seed !== undefined ? { seed: event.seed } : {}) } };
+      const extra = { longhand: { stop_reason: event.stopReason, timings: event.timings, ...(event.seed !== undefined ? { seed: event.seed } : {}), ...(event.policy !== undefined ? { policy: event.policy } : {}) } };
       if (!stream) {
         sendJson(res, 200, shape.full(text, finish, used, extra));
         return;

@@ -4,7 +4,7 @@
 // chunks that go back.
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import type { ChatMessage, GenerateParams, Prompt, Sampling, StopReason } from '../common/protocol.ts';
+import { InfinigenKnobsSchema, KvPolicySchema, SparseKnobsSchema, type ChatMessage, type GenerateParams, type Prompt, type Sampling, type StopReason } from '../common/protocol.ts';
 import { HttpError } from './http.ts';
 
 const nullish = <T extends z.ZodType>(schema: T) => schema.nullable().optional();
@@ -26,6 +26,9 @@ const commonFields = {
   top_k: nullish(z.int().nonnegative()),
   min_p: nullish(z.number().min(0).max(1)),
   repeat_penalty: nullish(z.number().gt(0).max(10)),
+  // Longhand's extension: this request's KV policy and knobs (the engine's own schemas, so a bad
+  // value is a 400 naming e.g. longhand.sparse.poolKernel); absent: the loaded policy
+  longhand: nullish(z.strictObject({ policy: KvPolicySchema.optional(), infinigen: InfinigenKnobsSchema.optional(), sparse: SparseKnobsSchema.optional() })),
 };
 
 export const CompletionRequestSchema = z.object({
@@ -70,6 +73,10 @@ export function engineParams(body: Common & { max_completion_tokens?: number | n
   const params: Partial<GenerateParams> = { sampling: sampling as Sampling, stopStrings: stop.filter((s) => s.length > 0) };
   const maxTokens = body.max_tokens ?? body.max_completion_tokens;
   if (maxTokens != null) params.maxTokens = maxTokens;
+  const ext = body.longhand;
+  if (ext?.policy !== undefined) params.policy = ext.policy;
+  if (ext?.infinigen !== undefined) params.infinigen = ext.infinigen;
+  if (ext?.sparse !== undefined) params.sparse = ext.sparse;
   return params;
 }
 
