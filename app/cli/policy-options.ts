@@ -1,8 +1,9 @@
 // The KV-policy options every engine command takes (generate, eval): one definition of the flags,
 // their help lines and their checks, so the commands cannot drift apart.
 import { UsageError } from '../common/errors.ts';
+import { KV_POLICIES, type InfinigenKnobs, type KvPolicy, type SparseKnobs } from '../common/protocol.ts';
 import type { PolicyKnobs } from '../engine/eval/run-eval.ts';
-import { positiveInteger } from './parse-args.ts';
+import { oneOf, positiveInteger } from './parse-args.ts';
 
 export const POLICY_OPTIONS = {
   policy: { type: 'string' },
@@ -67,4 +68,16 @@ export function parsePolicyKnobs(values: OptionValues): PolicyKnobValues {
   if (knobs.partialRatio !== undefined && !(knobs.partialRatio > 0 && knobs.partialRatio <= 1)) throw new UsageError('--partial-ratio must be in (0, 1]');
   if (knobs.fetchCap !== undefined && !(knobs.fetchCap > 0 && knobs.fetchCap <= 1)) throw new UsageError('--fetch-cap must be in (0, 1]');
   return knobs;
+}
+
+/** --policy and the knobs as load options (absent knobs left out: the engine's defaults apply). */
+export function policyLoadOptions(values: OptionValues): { policy: KvPolicy; infinigen: Partial<InfinigenKnobs>; sparse: Partial<SparseKnobs> } {
+  const policy = oneOf(typeof values.policy === 'string' ? values.policy : undefined, KV_POLICIES, '--policy') ?? 'full';
+  const { alpha, partialRatio, fetchCap, denseLayers, budget, window, sinks, topPages, poolKernel } = parsePolicyKnobs(values);
+  const defined = <T extends object>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+  return {
+    policy,
+    infinigen: defined({ alpha, partialRatio, fetchCap, denseLayers }),
+    sparse: defined({ fetchCap, denseLayers, budget, window, sinks, topPages, poolKernel }),
+  };
 }

@@ -1,6 +1,7 @@
 // The `longhand` extension field of the OpenAI-compatible API: a request's KV policy and knobs
-// reach the engine (real `longhand serve`, real HTTP on 127.0.0.1, stories260K); the answer names
-// the policy that ran and the switch time; bad values are a 400 naming the field.
+// reach the engine (real `longhand serve --policy snapkv --budget 1000`, real HTTP on 127.0.0.1,
+// stories260K); the answer names the policy that ran and the switch time; bad values are a 400
+// naming the field; a request without the field runs the policy the server loaded.
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../../test/support/models.ts';
@@ -19,7 +20,7 @@ describe.runIf(haveSharedModel())('OpenAI API: longhand.policy per request', () 
   const ask = { prompt: 'Once upon a time', max_tokens: 24, temperature: 0 };
 
   beforeAll(async () => {
-    child = spawn(process.execPath, [BIN, 'serve', '--model', STORIES_260K, '--port', '0', '--context', '256', '--threads', '1'], { cwd: PROJECT_ROOT, stdio: 'pipe' });
+    child = spawn(process.execPath, [BIN, 'serve', '--model', STORIES_260K, '--port', '0', '--context', '256', '--threads', '1', '--policy', 'snapkv', '--budget', '1000'], { cwd: PROJECT_ROOT, stdio: 'pipe' });
     const match = /^http:\/\/127\.0\.0\.1:(\d+)\/\?token=([A-Za-z0-9_-]{32})$/.exec(await firstLine(child));
     if (!match) throw new Error('unexpected first line of longhand serve');
     base = `http://127.0.0.1:${match[1]}`;
@@ -31,16 +32,16 @@ describe.runIf(haveSharedModel())('OpenAI API: longhand.policy per request', () 
   });
 
   it('completions and chat pass the policy through; the answer names it; bad knobs are a 400 naming the field', async () => {
-    const full = await post('/v1/completions', ask);
-    expect(full.status).toBe(200);
-    expect(full.body.longhand.policy).toBe('full');
-    expect(full.body.longhand.timings.policySwitchMs).toBeUndefined();
-
-    const snap = await post('/v1/completions', { ...ask, longhand: { policy: 'snapkv', sparse: { budget: 1000 } } });
+    const snap = await post('/v1/completions', ask); // the loaded policy (serve --policy snapkv)
     expect(snap.status).toBe(200);
     expect(snap.body.longhand.policy).toBe('snapkv');
-    expect(snap.body.longhand.timings.policySwitchMs).toBeGreaterThan(0);
-    expect(snap.body.choices[0].text).toBe(full.body.choices[0].text); // keeps the whole prompt: the same text
+    expect(snap.body.longhand.timings.policySwitchMs).toBeUndefined();
+
+    const full = await post('/v1/completions', { ...ask, longhand: { policy: 'full' } });
+    expect(full.status).toBe(200);
+    expect(full.body.longhand.policy).toBe('full');
+    expect(full.body.longhand.timings.policySwitchMs).toBeGreaterThan(0);
+    expect(full.body.choices[0].text).toBe(snap.body.choices[0].text); // budget 1000 keeps the whole prompt: the same text
 
     const chat = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8, longhand: { policy: 'streaming', sparse: { window: 8 } } });
     expect(chat.status).toBe(200);
@@ -51,8 +52,9 @@ describe.runIf(haveSharedModel())('OpenAI API: longhand.policy per request', () 
     expect(bad.body.error.param).toBe('longhand.sparse.poolKernel');
     expect((await post('/v1/completions', { ...ask, longhand: { policy: 'lru' } })).body.error.param).toBe('longhand.policy');
 
-    const back = await post('/v1/completions', ask); // no extension: the loaded policy again
-    expect(back.body.longhand.policy).toBe('full');
-    expect(back.body.choices[0].text).toBe(full.body.choices[0].text);
+    const back = await post('/v1/completions', ask); // no extension: the loaded policy and knobs again
+    expect(back.body.longhand.policy).toBe('snapkv');
+    expect(back.body.longhand.timings.policySwitchMs).toBeGreaterThan(0);
+    expect(back.body.choices[0].text).toBe(snap.body.choices[0].text);
   });
 });

@@ -3,11 +3,11 @@
 // at the end. Ctrl-C cancels the generation (the engine stops between tokens) and still prints.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { UsageError } from '../../common/errors.ts';
-import { DEVICES, KV_POLICIES, KV_TYPES, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
+import { DEVICES, KV_TYPES, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
 import { EngineClient } from '../../engine/client.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
-import { number, parsePolicyKnobs, POLICY_HELP, POLICY_OPTIONS } from '../policy-options.ts';
+import { number, POLICY_HELP, POLICY_OPTIONS, policyLoadOptions } from '../policy-options.ts';
 
 const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-file F) [options]
 
@@ -95,11 +95,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const kvType = oneOf(values['kv-type'], KV_TYPES, '--kv-type') ?? 'fp16';
   const threads = positiveInteger(values.threads, '--threads');
   const contextLength = positiveInteger(values.context, '--context');
-  const policy = oneOf(values.policy, KV_POLICIES, '--policy') ?? 'full';
-  const { alpha, partialRatio, fetchCap, denseLayers, budget, window, sinks, topPages, poolKernel } = parsePolicyKnobs(values);
-  const defined = <T extends object>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
-  const infinigen = defined({ alpha, partialRatio, fetchCap, denseLayers });
-  const sparse = defined({ fetchCap, denseLayers, budget, window, sinks, topPages, poolKernel });
+  const { policy, infinigen, sparse } = policyLoadOptions(values);
   const metricsLines: string[] = [];
 
   const engine = await EngineClient.start();

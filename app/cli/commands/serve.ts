@@ -12,6 +12,7 @@ import { LOOPBACK_HOST, startServer } from '../../server/serve.ts';
 import { defaultDataDir } from '../../server/services/data-dir.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
+import { POLICY_HELP, POLICY_OPTIONS, policyLoadOptions } from '../policy-options.ts';
 
 const HELP = `usage: longhand serve [--model PATH] [options]
 
@@ -23,6 +24,9 @@ const HELP = `usage: longhand serve [--model PATH] [options]
   --threads N           threads for the dense work
   --kv-type T           KV-cache precision: fp16 (default), fp32, int8 (one scale per row)
   --device D            ${DEVICES.join('|')} (default cpu)
+  --policy P            KV policy of the loaded model (default full); a request may choose its own
+                        with the 'longhand' extension field (app/server/README.md)
+${POLICY_HELP}
   --data-dir PATH       documents, settings and downloaded models (default ${defaultDataDir()})
 
 The first line printed is the page URL with this run's token. API clients send
@@ -57,6 +61,7 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
     'kv-type': { type: 'string' },
     device: { type: 'string' },
     'data-dir': { type: 'string' },
+    ...POLICY_OPTIONS,
     help: { type: 'boolean', short: 'h' },
   });
   if (values.help) {
@@ -70,6 +75,7 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
   const threads = positiveInteger(values.threads, '--threads');
   const kvType = oneOf(values['kv-type'], KV_TYPES, '--kv-type') ?? 'fp16';
   const device = oneOf(values.device, DEVICES, '--device') ?? 'cpu';
+  const policy = policyLoadOptions(values);
 
   const engine = await EngineClient.start();
   // The session may replace the engine process (a restart after a crash): close whichever runs.
@@ -77,7 +83,7 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
   try {
     if (values.model) {
       io.err(`loading ${values.model}…\n`);
-      const model = await session.load({ modelPath: values.model, device, kvType, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
+      const model = await session.load({ modelPath: values.model, device, kvType, ...policy, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
       io.err(`loaded ${session.modelId} (${model.architecture}, ${model.layers} layers, context ${model.contextLength}, KV pool ${(kvPoolBytes(model) / 2 ** 20).toFixed(2)} MiB ${model.kvType}) in ${model.loadMs.toFixed(0)} ms\n`);
     }
     const server = await startServer({ session, port: listenPort, ...(values['data-dir'] ? { dataDir: resolvePath(values['data-dir']) } : {}), log: (line) => io.err(`${line}\n`) });
