@@ -1,14 +1,17 @@
 // Accuracy of the KV policies against 'full' on stories260K (ARCHITECTURE.md §8). Not part of `npm test`.
 //
 //   node --import tsx bench/accuracy.mjs [--model PATH] [--ratios 0.05,0.1,0.2] [--alphas 2,3,4,5,6,8]
-//        [--policies infinigen,h2o,streaming,quest,oracle] [--generated 8] [--tokens 450] [--prefill 8] [--context 512] [--json FILE]
+//        [--policies infinigen,h2o,streaming,quest,oracle,snapkv] [--generated 8] [--tokens 450] [--prefill 8] [--context 512] [--json FILE]
 //
 // Texts: `--generated` texts the model writes itself from BOS (temperature 0.8, seeds 1001, 1002, …;
 // EOS suppressed; `--tokens` tokens each; not stored), plus the four children's stories below
 // (cut to the context). Each text is teacher-forced: `--prefill` tokens of prefill, then one decode
 // step per token, so every compared prediction is made by a (sparse) decode step. For each fetch
 // ratio: InfiniGen at each alpha with that ratio as its cap, and h2o / streaming / quest / oracle
-// keeping ⌊ratio·N⌋ tokens per KV head at context N (the same budget). Denselayers 2 for all.
+// keeping ⌊ratio·N⌋ tokens per KV head at context N (the same budget); snapkv keeps ⌊ratio·P⌋ of the
+// P prompt tokens (its observation window of 32 included, shrunk to the budget when larger) and
+// attends every token after the prompt, so with the default 8-token prefill it keeps nearly
+// everything: `--prefill 256` compares it on a long prompt. Denselayers 2 for all.
 // Metrics pooled over all positions of all texts: top-1 agreement with full, perplexity ratio
 // exp(mean(NLL_policy − NLL_full)), mean KL(full ‖ policy), mean fetch ratio over sparse layers.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -38,7 +41,7 @@ const { values } = parseArgs({
     model: { type: 'string', default: join(ROOT, '..', 'shared', 'models', 'stories260K.gguf') },
     ratios: { type: 'string', default: '0.05,0.1,0.2' },
     alphas: { type: 'string', default: '2,3,4,5,6,8' },
-    policies: { type: 'string', default: 'infinigen,h2o,streaming,quest,oracle' },
+    policies: { type: 'string', default: 'infinigen,h2o,streaming,quest,oracle,snapkv' },
     generated: { type: 'string', default: '8' },
     tokens: { type: 'string', default: '450' },
     prefill: { type: 'string', default: '8' },
@@ -87,6 +90,7 @@ const settings = [];
 for (const ratio of ratios) {
   for (const p of policies) {
     if (p === 'infinigen') for (const alpha of alphas) settings.push({ policy: p, ratio, label: `α ${alpha}, cap ${ratio}`, knobs: { alpha, fetchCap: ratio, cacheDir } });
+    else if (p === 'snapkv') settings.push({ policy: p, ratio, label: `prompt budget ${ratio}·P, window ≤ 32`, knobs: { fetchCap: ratio } });
     else settings.push({ policy: p, ratio, label: `budget ${ratio}·N`, knobs: { fetchCap: ratio } });
   }
 }
