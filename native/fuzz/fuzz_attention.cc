@@ -9,7 +9,10 @@
 //   - prefill's last query is bit for bit the decode of that query over all tokens;
 //   - nothing is written outside `out` (guard elements) and q/K/V are never written;
 //   - arguments the header calls bad (GQA ratio, stride, queries, out overlapping q or the rows)
-//     return LH_BAD_ARGUMENT and leave `out` untouched.
+//     return LH_BAD_ARGUMENT and leave `out` untouched;
+//   - with listed rows (args.rows) every kernel agrees with the reference over the same rows, and
+//     rows outside the head's stride, a short rows_stride or a prefill of several queries are refused.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -140,6 +143,62 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  static_cast<double>(dec.data()[e]));
   }
   FUZZ_CHECK(std::memcmp(q.data(), q_before.data(), q.size() * sizeof(float)) == 0, "a kernel wrote into q");
+
+  // listed rows (args.rows: the speculator's attention over selected pool rows in place): each
+  // head reads rows[g * rows_stride + t] of its block, in that order; rows inside head_stride only
+  {
+    const size_t row_limit = stride2 / d;  // whole rows inside one head's stride
+    const uint32_t listed = in.range(1, static_cast<uint32_t>(std::min<size_t>(row_limit + 2, 200)));
+    const size_t rows_stride = listed + in.range(0, 3);
+    std::vector<int32_t> rows(kvh * rows_stride, 0);
+    for (uint32_t g = 0; g < kvh; ++g)
+      for (uint32_t t = 0; t < listed; ++t) rows[g * rows_stride + t] = static_cast<int32_t>(in.range(0, static_cast<uint32_t>(row_limit - 1)));
+    const uint32_t bad = in.range(0, 7);  // 0: a row past the stride, 1: negative, 2: rows_stride < tokens, 3: prefill of 2
+    if (bad == 0) rows[in.range(0, kvh - 1) * rows_stride + in.range(0, listed - 1)] = static_cast<int32_t>(row_limit + in.range(0, 3));
+    if (bad == 1) rows[in.range(0, kvh - 1) * rows_stride + in.range(0, listed - 1)] = -1;
+    lh_attention_args r = last;
+    r.tokens = listed;
+    r.rows = rows.data();
+    r.rows_stride = bad == 2 ? listed - 1 : rows_stride;
+    Guarded<float> ref(width);
+    r.out = ref.data();
+    const lh_status rs = lh_attention_decode_ref(&r);
+    if (bad <= 2 || (bad == 3 && q_count < 2)) {
+      if (bad <= 2) {
+        FUZZ_CHECK(rs == LH_BAD_ARGUMENT && ref.untouched(), "listed rows case %u accepted by the reference: %d", bad, rs);
+        for (lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+          if (!lh_attention_available(impl)) continue;
+          Guarded<float> o(width);
+          r.out = o.data();
+          FUZZ_CHECK(lh_attention_decode(&r, impl) == LH_BAD_ARGUMENT && o.untouched() && o.guards_intact(),
+                     "listed rows case %u accepted by %s", bad, lh_attention_impl_name(impl));
+        }
+      }
+    } else if (bad == 3) {
+      Guarded<float> o(width * q_count);
+      lh_attention_args y = a;
+      y.rows = rows.data();
+      y.rows_stride = rows_stride;
+      y.out = o.data();
+      FUZZ_CHECK(lh_attention_prefill(&y, q_count) == LH_BAD_ARGUMENT && o.untouched(), "listed rows with %u queries accepted", q_count);
+    } else {
+      FUZZ_CHECK(rs == LH_OK && ref.guards_intact(), "reference over listed rows: %d", rs);
+      for (lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+        if (!lh_attention_available(impl)) continue;
+        Guarded<float> o(width);
+        r.out = o.data();
+        FUZZ_CHECK(lh_attention_decode(&r, impl) == LH_OK && o.guards_intact(), "%s over listed rows", lh_attention_impl_name(impl));
+        for (uint32_t h = 0; h < heads; ++h) {
+          const uint32_t g = h / group;
+          const size_t g0 = static_cast<size_t>(g) * stride2;
+          const int32_t* rg = rows.data() + g * rows_stride;
+          const HeadBound b = attention_bound(last.q + h * d, d, listed, scale, [&](uint32_t t, uint32_t j) { return k.at(g0 + rg[t] * d + j); },
+                                              [&](uint32_t t, uint32_t j) { return v.at(g0 + rg[t] * d + j); });
+          expect_close(o.data() + h * d, ref.data() + h * d, d, b, "listed rows", h);
+        }
+      }
+    }
+  }
 
   // arguments the header calls bad: refused, nothing written
   {
