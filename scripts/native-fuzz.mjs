@@ -12,7 +12,7 @@
 // Last line: "native-fuzz: N passed, N failed". Exit 0 when every target ran clean, 1 on any
 // finding or build failure, 2 when no clang++ with libFuzzer is installed (nothing was run).
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -135,8 +135,11 @@ async function build(cxx, targets) {
     const src = clangSource(rel);
     const obj = objects[i];
     if (mtime(obj) > Math.max(mtime(join(native, rel)), mtime(src), newestHeader, mtime(fileURLToPath(import.meta.url)))) return { ok: true };
-    const r = await spawnAsync(cxx, [...coreFlags, '-c', src, '-o', obj]);
+    // build beside, then rename: another checkout's `npm test` may be linking or running these
+    const tmp = `${obj}.${process.pid}.tmp`;
+    const r = await spawnAsync(cxx, [...coreFlags, '-c', src, '-o', tmp]);
     if (r.code !== 0) return { ok: false, what: rel, text: r.text };
+    renameSync(tmp, obj);
     return { ok: true };
   });
   const core = await pool(coreJobs, width);
@@ -148,7 +151,9 @@ async function build(cxx, targets) {
     const src = join(fuzzDir, `fuzz_${t}.cc`);
     const bin = join(out, `fuzz_${t}`);
     if (mtime(bin) > Math.max(mtime(src), newestHeader, newestObject)) return { ok: true };
-    const r = await spawnAsync(cxx, [...COMMON, '-include', join(fuzzDir, 'cpu_features_shim.h'), '-fsanitize=fuzzer', ...SANITIZE, src, ...objects, '-o', bin]);
+    const tmp = `${bin}.${process.pid}.tmp`;
+    const r = await spawnAsync(cxx, [...COMMON, '-include', join(fuzzDir, 'cpu_features_shim.h'), '-fsanitize=fuzzer', ...SANITIZE, src, ...objects, '-o', tmp]);
+    if (r.code === 0) renameSync(tmp, bin);  // a running binary keeps its old inode
     return { ok: r.code === 0, text: r.text };
   });
   const built = await pool(targetJobs, width);

@@ -9,7 +9,7 @@
 // when a source or header changes, and runs the tests (--no-bench). Any sanitizer report stops the
 // run with a non-zero exit. Last line: "native-sanitize: passed" or "native-sanitize: failed (why)".
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -43,8 +43,13 @@ function finish(ok, why = '') {
 
 function compile(src, obj) {
   return new Promise((done) => {
-    const child = spawn(cxx, [...FLAGS, '-c', join(native, src), '-o', obj], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
-    child.on('close', (code) => done(code === 0));
+    // build beside, then rename: a concurrent run (another `npm test`) never sees half an object
+    const tmp = `${obj}.${process.pid}.tmp`;
+    const child = spawn(cxx, [...FLAGS, '-c', join(native, src), '-o', tmp], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
+    child.on('close', (code) => {
+      if (code === 0) renameSync(tmp, obj);
+      done(code === 0);
+    });
   });
 }
 
@@ -74,8 +79,10 @@ async function main() {
   if (!ok) finish(false, 'build');
   const bin = join(out, 'native_tests');
   if (todo.length > 0 || !existsSync(bin)) {
-    const link = spawnSync(cxx, [...FLAGS, ...objects, '-o', bin], { cwd: root, stdio: 'inherit' });
+    const tmp = `${bin}.${process.pid}.tmp`;
+    const link = spawnSync(cxx, [...FLAGS, ...objects, '-o', tmp], { cwd: root, stdio: 'inherit' });
     if (link.status !== 0) finish(false, 'link');
+    renameSync(tmp, bin);
   }
   console.log(`native-sanitize: ${cxx} -fsanitize=address,undefined -O1, built in ${((Date.now() - started) / 1000).toFixed(1)} s (${todo.length} of ${SOURCES.length} sources compiled)`);
   // halt_on_error + abort: the first report ends the run with a failure; leaks are reported at exit.
