@@ -8,9 +8,12 @@ import { formatReport, fuzz } from '../../../test/support/fuzz/core.ts';
 import { chatTemplateTarget, FUZZ_LIMITS, FUZZ_MESSAGES, HOSTILE_SNIPPETS } from '../../../test/support/fuzz/chat-template.ts';
 import { ChatTemplate } from './chat-template.ts';
 
+/** The fuzz budgets, but a time limit long enough that a loaded machine still hits the others first. */
+const LIMITS = { ...FUZZ_LIMITS, maxMs: 60_000 };
+
 function outcome(text: string): { code: string; limit?: string; output?: string } {
   try {
-    return { code: 'ok', output: new ChatTemplate(text).render(FUZZ_MESSAGES, { limits: FUZZ_LIMITS }) };
+    return { code: 'ok', output: new ChatTemplate(text).render(FUZZ_MESSAGES, { limits: LIMITS }) };
   } catch (error) {
     if (!(error instanceof LonghandError)) throw error;
     return { code: error.code, limit: (error.details as { limit?: string }).limit };
@@ -31,7 +34,7 @@ describe('chat template limits', () => {
     const started = performance.now();
     const result = outcome(text);
     expect(result).toEqual({ code: 'CHAT_TEMPLATE_INVALID', limit });
-    expect(performance.now() - started).toBeLessThan(2_000);
+    expect(performance.now() - started).toBeLessThan(10_000); // a hang check, not a benchmark
   });
 
   it('the message names the limit and the numbers', () => {
