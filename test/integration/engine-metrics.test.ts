@@ -77,8 +77,8 @@ describe.runIf(haveSharedModel())('engine metrics on stories260K', () => {
     expect(last.fetchRatio).toBeLessThan(1);
   });
 
-  it('refuses a policy that is not built yet with a typed error', async () => {
-    await expect(engine.load({ modelPath: STORIES_260K, policy: 'snapkv' })).rejects.toMatchObject({ code: 'BAD_ARGUMENT' });
+  it('refuses a policy the pool budget cannot run with a typed error (snapkv evicts nothing)', async () => {
+    await expect(engine.load({ modelPath: STORIES_260K, policy: 'snapkv', poolBudgetBytes: 1 << 20 })).rejects.toMatchObject({ code: 'BAD_ARGUMENT', message: expect.stringMatching(/poolBudgetBytes/) });
   });
 });
 
