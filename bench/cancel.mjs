@@ -48,11 +48,12 @@ for (const chunk of values.chunks.split(',').map(Number)) {
     // the engine is still usable after the cancels: a short generation gives its tokens
     let after = 0;
     let afterStop;
-    for await (const event of engine.generate({ ids: ids.slice(0, 16) }, { maxTokens: 4, temperature: 0 })) {
+    for await (const event of engine.generate({ ids: ids.slice(0, 16) }, { maxTokens: 4, sampling: { temperature: 0 } })) {
       if (event.kind === 'token') after++;
       if (event.kind === 'done') afterStop = event.stopReason;
     }
     rows.push({ chunk, prefillMs, fullMs, latencies, after: `${after} tokens, ${afterStop}` });
+    console.error(`chunk ${chunk}: prefill ${prefillMs.toFixed(0)} ms, abort → done ${latencies.map((l) => l.ms.toFixed(0)).join(', ')} ms`);
   } finally {
     await engine.close();
   }

@@ -161,7 +161,8 @@ lh_status lh_kv_pool_reset(lh_kv_pool* pool);
 // token's position in the text. *slot (if not null)
 // receives the slot used. LH_POOL_FULL when the layer has `capacity` tokens: nothing changes.
 // With evict: a full layer evicts (the reserved victim if any, else the rule above) and the token takes
-// the victim's slot; LH_POOL_FULL only if every slot is protected (cannot happen: init checks capacity).
+// the victim's slot; LH_POOL_FULL if every slot is protected (the capacity check at init makes this
+// impossible for increasing positions; positions that do not increase, which JS can pass, can reach it).
 lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, const float* v,
                             int32_t position, uint32_t* slot);
 
