@@ -212,9 +212,11 @@ struct lh_speculator {
   // The device-side reuse cache, as bookkeeping: on the CPU provider attention reads the selected
   // rows in place (ARCHITECTURE.md §3), so nothing is copied; which rows a device would already
   // hold is tracked to count hits, misses and the bytes that would have crossed.
-  int32_t* staged;        // (sparse layer, buffer 2, kv_head, rows) slots held, ascending
-  int32_t* staged_pos;    // (sparse layer, buffer 2, kv_head, rows) token position of each staged row
-                          // (an evicted slot reused by a new token is a miss, not a stale hit)
+  int32_t* staged;        // (sparse layer, buffer 2, kv_head, rows) slots held, ascending; the active
+                          // buffer is also the row list attention reads: [selected slots, current token]
+  int32_t* staged_pos;    // (sparse layer, buffer 2, kv_head, rows) token position of each staged row,
+                          // evicting pools only (an evicted slot reused by a new token is a miss, not a
+                          // stale hit); without eviction a slot keeps its token until clear_staging
   uint32_t* staged_n;     // (sparse layer, buffer 2) rows held per KV head
   uint8_t* active;        // (sparse layer) which buffer is current
   float* qspec;           // (layer, heads, head_dim) copied at begin()
@@ -230,8 +232,6 @@ struct lh_speculator {
   double* values;         // (capacity)
   int32_t* sel;           // (kv_head, capacity)
   uint32_t* sel_n;        // (layer) latest n
-  int32_t* sel_keep;      // (sparse layer, kv_head, rows) latest selection + the current token: the
-                          // row list attention reads (selected(), recall)
   // queue
   uint32_t* queue;        // (layers) ring
   uint32_t q_head, q_count;
@@ -251,8 +251,9 @@ inline int32_t* staged_slots(const lh_speculator* sp, uint32_t layer, uint32_t b
 inline int32_t* staged_positions(const lh_speculator* sp, uint32_t layer, uint32_t buf, uint32_t g) {
   return sp->staged_pos + (sidx(sp, layer, buf) * sp->kvh + g) * sp->rows;
 }
+// The latest selection of (layer, g), ascending, then the current token once attend() ran.
 inline int32_t* keep_list(const lh_speculator* sp, uint32_t layer, uint32_t g) {
-  return sp->sel_keep + (static_cast<size_t>(layer - sp->dense) * sp->kvh + g) * sp->rows;
+  return staged_slots(sp, layer, sp->active[layer - sp->dense], g);
 }
 inline int32_t pool_pos(const lh_speculator* sp, uint32_t layer, uint32_t g, uint32_t slot) {
   return sp->pool->pos[(static_cast<size_t>(layer) * sp->kvh + g) * sp->pool->capacity + slot];
@@ -382,6 +383,7 @@ void run_job(lh_speculator* sp, uint32_t layer) {
   // staged before with the same token is a hit, anything else a miss that would cross to the device
   const uint32_t prev = sp->active[layer - sp->dense], cur = 1 - prev;
   const uint32_t np = sp->staged_n[sidx(sp, layer, prev)];
+  const bool evicting = pool->evict != 0;  // only then can a slot change its token between steps
   uint32_t hits = 0, misses = 0;
   for (uint32_t g = 0; g < sp->kvh; ++g) {
     const int32_t* sel = sp->sel + static_cast<size_t>(g) * pool->capacity;
@@ -389,15 +391,13 @@ void run_job(lh_speculator* sp, uint32_t layer) {
     int32_t* now = staged_slots(sp, layer, cur, g);
     const int32_t* old_pos = staged_positions(sp, layer, prev, g);
     int32_t* now_pos = staged_positions(sp, layer, cur, g);
-    int32_t* keep = keep_list(sp, layer, g);
     uint32_t i = 0;
     for (uint32_t r = 0; r < n; ++r) {
       const int32_t slot = sel[r];
-      keep[r] = slot;
       now[r] = slot;
-      now_pos[r] = pool_pos(sp, layer, g, static_cast<uint32_t>(slot));
+      if (evicting) now_pos[r] = pool_pos(sp, layer, g, static_cast<uint32_t>(slot));
       while (i < np && old[i] < slot) ++i;
-      if (i < np && old[i] == slot && old_pos[i] == now_pos[r]) ++hits;
+      if (i < np && old[i] == slot && (!evicting || old_pos[i] == now_pos[r])) ++hits;
       else ++misses;
     }
   }
@@ -481,7 +481,6 @@ void lh_speculator_destroy(lh_speculator* sp) {
   std::free(sp->values);
   std::free(sp->sel);
   std::free(sp->sel_n);
-  std::free(sp->sel_keep);
   std::free(sp->queue);
   std::free(sp);
 }
@@ -523,11 +522,10 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->values = zalloc<double>(cap);
   sp->sel = zalloc<int32_t>(sp->kvh * cap);
   sp->sel_n = zalloc<uint32_t>(sp->layers);
-  sp->sel_keep = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * sp->kvh * sp->rows);
   sp->queue = zalloc<uint32_t>(sp->layers);
   if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
       sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->scores == nullptr || sp->combined == nullptr ||
-      sp->values == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->sel_keep == nullptr || sp->queue == nullptr) {
+      sp->values == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr) {
     lh_speculator_destroy(sp);
     return LH_OUT_OF_MEMORY;
   }
@@ -617,9 +615,8 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
   const uint32_t n = sp->sel_n[layer];
   const uint32_t cur_slot = current_slot(sp, layer);
   for (uint32_t g = 0; g < sp->kvh; ++g) {  // the current token after the selected rows; it stays staged
-    keep_list(sp, layer, g)[n] = static_cast<int32_t>(cur_slot);
     staged_slots(sp, layer, buf, g)[n] = static_cast<int32_t>(cur_slot);
-    staged_positions(sp, layer, buf, g)[n] = pool_pos(sp, layer, g, cur_slot);
+    if (sp->pool->evict != 0) staged_positions(sp, layer, buf, g)[n] = pool_pos(sp, layer, g, cur_slot);
   }
   sp->staged_n[sidx(sp, layer, buf)] = n + 1;
   // attention reads the listed pool rows in place: [selected slots ascending, current slot]
@@ -648,7 +645,7 @@ lh_status lh_speculator_attend_ref(lh_speculator* sp, uint32_t layer, const floa
   const lh_status st = ready_for_attention(sp, layer, q, out);
   if (st != LH_OK) return st;
   const int32_t* lists[LH_MAX_KV_HEADS];
-  for (uint32_t g = 0; g < sp->kvh; ++g) lists[g] = sp->sel_keep + (static_cast<size_t>(layer - sp->dense) * sp->kvh + g) * sp->rows;
+  for (uint32_t g = 0; g < sp->kvh; ++g) lists[g] = keep_list(sp, layer, g);
   return lh_attention_gathered_ref(sp->pool, layer, lists, sp->sel_n[layer], current_slot(sp, layer), q, sp->heads, out);
 }
 
@@ -674,7 +671,7 @@ lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q
       m = std::max(m, s[t]);
     }
     double z = 0, covered = 0;
-    const int32_t* sel = sp->sel_keep + (static_cast<size_t>(layer - sp->dense) * sp->kvh + g) * sp->rows;
+    const int32_t* sel = keep_list(sp, layer, g);
     uint32_t r = 0;
     for (uint32_t t = 0; t < len; ++t) {
       const double w = std::exp(s[t] - m);
@@ -691,7 +688,7 @@ lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q
 const int32_t* lh_speculator_selected(lh_speculator* sp, uint32_t layer, uint32_t kv_head, uint32_t* n) {
   if (sp == nullptr || n == nullptr || layer >= sp->layers || layer < sp->dense || kv_head >= sp->kvh || sp->state[layer] != 2) return nullptr;
   *n = sp->sel_n[layer];
-  return sp->sel_keep + (static_cast<size_t>(layer - sp->dense) * sp->kvh + kv_head) * sp->rows;
+  return keep_list(sp, layer, kv_head);
 }
 
 const lh_layer_stats* lh_speculator_stats(lh_speculator* sp, uint32_t layer) {
