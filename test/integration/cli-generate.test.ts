@@ -9,8 +9,12 @@ import { haveSharedModel, loadReferenceRuns, PROJECT_ROOT, STORIES_260K } from '
 const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const longhand = (...args: string[]) => spawnSync(process.execPath, [BIN, ...args], { cwd: PROJECT_ROOT, encoding: 'utf8', timeout: 120_000 });
 
-describe.runIf(haveSharedModel())('longhand generate on stories260K', () => {
-  it.each(loadReferenceRuns().map((run) => [run.prompt, run] as const))('reproduces llama.cpp greedy ids for %j with --json', (_prompt, run) => {
+const have = haveSharedModel();
+// read only when the model is there: collecting this file must not fail in a checkout without it
+const runs = have ? loadReferenceRuns() : [];
+
+describe.runIf(have)('longhand generate on stories260K', () => {
+  it.each(runs.map((run) => [run.prompt, run] as const))('reproduces llama.cpp greedy ids for %j with --json', (_prompt, run) => {
     const result = longhand('generate', '--model', STORIES_260K, '--prompt', run.prompt, '--max-tokens', '200', '--temperature', '0', '--json');
     expect(result.status, result.stderr).toBe(0);
     const out = JSON.parse(result.stdout);
