@@ -101,9 +101,11 @@ export function createAppProtocolHandler(root: string, log: (message: string) =>
       return errorResponse(target.status, target.reason);
     }
     try {
-      realRoot ??= realpath(root);
+      // the root first: a pending realpath(root) left behind by a failing realpath(target) would
+      // reject with nobody awaiting it (seen when renderer/dist did not exist yet)
+      const rootReal = await (realRoot ??= realpath(root));
       const real = await realpath(target.path);
-      const inside = relative(await realRoot, real);
+      const inside = relative(rootReal, real);
       if (inside.startsWith('..') || isAbsolute(inside)) {
         log(`[app://] refused ${request.url}: a link that leads outside the renderer folder`);
         return errorResponse(403, 'path traversal');
