@@ -45,6 +45,11 @@ export const ERROR_CODES = [
   'ABORTED', // work stopped by its AbortSignal (a cancelled generation, between layers or tokens)
   'DEVICE_UNAVAILABLE', // an execution provider that this machine or build cannot use
   'GENERATION_INVALID_LOGITS', // logits of the wrong length, or none finite: a bug or a broken model
+  // KV snapshots (a document's cached sequence saved to disk; details.reason says which check failed)
+  'SNAPSHOT_UNREADABLE', // the path is missing, not a regular file (a directory, a FIFO) or cannot be read
+  'SNAPSHOT_CORRUPT', // empty, truncated, bad magic or header, absurd counts, a section whose checksum fails
+  'SNAPSHOT_VERSION', // written by another snapshot format version
+  'SNAPSHOT_MISMATCH', // made with another model file, shape, KV type, policy or skew than the loaded one
   // arguments (command line, API, engine calls)
   'BAD_ARGUMENT',
   // anything else: a bug in Longhand

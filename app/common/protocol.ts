@@ -103,10 +103,26 @@ export const GenerateParamsSchema = z.strictObject({
   policy: KvPolicySchema.optional(),
   infinigen: InfinigenKnobsSchema.optional(),
   sparse: SparseKnobsSchema.optional(),
+  /**
+   * Reuse the cached K/V of the longest common token prefix with the sequence the engine holds
+   * (default true). false starts from an empty cache (benchmarks, comparisons).
+   */
+  reusePrefix: z.boolean().default(true),
+  /**
+   * The document this generation continues (the Writer's or Summarise's document id). Where the
+   * host keeps document snapshots, the engine restores this document's saved cache when it holds
+   * another sequence, and saves the cache after the generation.
+   */
+  document: DocumentIdSchema().optional(),
 });
 export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
 /** Generation parameters as a client writes them (defaults may be left out). */
 export type GenerateParamsInput = z.input<typeof GenerateParamsSchema>;
+
+/** A document id as the renderer makes them: also a file name in the snapshot folder. */
+function DocumentIdSchema() {
+  return z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'a document id is 1-128 letters, digits, _ or -');
+}
 
 function positiveIntOptional() {
   return z.int().positive().max(2 ** 31 - 1).optional();
@@ -179,6 +195,37 @@ export const ErrorPayloadSchema = z.strictObject({
   details: z.record(z.string(), z.union([z.string(), z.number(), z.boolean(), z.null(), z.undefined()])).default({}),
 });
 export type ErrorPayload = z.infer<typeof ErrorPayloadSchema>;
+
+/** Why cached tokens that were there could not be used. */
+export const CACHE_DROP_REASONS = [
+  'disabled', // the request asked for no reuse (reusePrefix false)
+  'policySwitch', // the new policy needs another pool layout (partial keys): a new, empty pool
+  'evicted', // the pool had evicted tokens: their prefix is no longer the text's prefix
+  'otherDocument', // the cache held another document and no snapshot of this one could be used
+] as const;
+
+/** How a generation used the KV cache it found (done.cache). */
+export const CacheReportSchema = z.strictObject({
+  /** Prompt tokens whose K/V were already in the pool (not computed again). */
+  reusedTokens: z.int().nonnegative(),
+  /** Prompt tokens computed by this generation's prefill. */
+  prefilledTokens: z.int().nonnegative(),
+  /** Where the reused tokens came from: the sequence in memory, or a document snapshot restored for this generation. */
+  source: z.enum(['none', 'memory', 'snapshot']),
+  dropped: z.enum(CACHE_DROP_REASONS).optional(),
+  /** Document snapshots: restored before, saved after; a refused snapshot names its error (the generation ran from a fresh prefill). */
+  snapshot: z
+    .strictObject({
+      restored: z.boolean(),
+      restoreMs: z.number().nonnegative().optional(),
+      saved: z.boolean(),
+      saveMs: z.number().nonnegative().optional(),
+      bytes: z.number().nonnegative().optional(),
+      error: ErrorPayloadSchema.optional(),
+    })
+    .optional(),
+});
+export type CacheReport = z.infer<typeof CacheReportSchema>;
 
 // ── requests (to the engine) ────────────────────────────────────────────────────────────────
 
@@ -273,6 +320,8 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
     seed: z.int().nonnegative().optional(),
     /** The KV policy the generation ran with (the loaded one unless the request chose another). */
     policy: KvPolicySchema.optional(),
+    /** Prefix reuse and snapshots (absent from engines that keep no cache, e.g. a remote server). */
+    cache: CacheReportSchema.optional(),
     error: ErrorPayloadSchema.optional(),
   }),
   /** A request that failed before it started (bad load, bad request, no model). */

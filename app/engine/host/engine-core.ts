@@ -13,4 +13,39 @@ export interface EngineCore {
   tokenize(text: string, addSpecial: boolean): number[];
   /** Streams prompt → (token | metrics)* → done. Ends with exactly one `done`; never throws after `prompt`. */
   generate(prompt: Prompt, params: GenerateParams, signal: AbortSignal): AsyncGenerator<GenerationEvent>;
+  /** Writes the cached sequence (token ids + every layer's K/V) to `path`, atomically. */
+  saveSnapshot(path: string): Promise<SnapshotSaved>;
+  /**
+   * Replaces the cached sequence with the one saved at `path` (rows read straight into the pool).
+   * A snapshot that does not fit the loaded model, policy or KV type, or is damaged, throws a
+   * SNAPSHOT_* LonghandError and leaves the cache empty (never half-restored).
+   */
+  loadSnapshot(path: string): Promise<SnapshotLoaded>;
+  /**
+   * Document snapshots (GenerateParams.document): the folder they are kept in (undefined: none are
+   * kept) and the bytes they may take together; beyond it the least recently used are deleted.
+   */
+  configureSnapshots(options: { dir: string | undefined; capBytes: number }): Promise<SnapshotStats>;
+  snapshotStats(): Promise<SnapshotStats>;
+  /** Deletes every document snapshot in the folder. */
+  clearSnapshots(): Promise<SnapshotStats>;
+}
+
+export interface SnapshotSaved {
+  tokens: number;
+  bytes: number;
+  ms: number;
+}
+
+export interface SnapshotLoaded {
+  tokens: number;
+  bytes: number;
+  ms: number;
+}
+
+export interface SnapshotStats {
+  dir: string | undefined;
+  count: number;
+  bytes: number;
+  capBytes: number;
 }
