@@ -9,6 +9,10 @@ export const PROJECT_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..
 export const SHARED_MODELS_DIR = resolve(PROJECT_ROOT, '..', 'shared', 'models');
 export const STORIES_260K = join(SHARED_MODELS_DIR, 'stories260K.gguf');
 export const REFERENCE_GREEDY = join(SHARED_MODELS_DIR, 'reference-greedy.json');
+/** The second reference model: a KJV-trained Llama with head dim 64, GQA 4q/2kv (shared/models/README.md). */
+export const KJV_HD64 = join(SHARED_MODELS_DIR, 'kjv-llama-hd64.gguf');
+export const KJV_REFERENCE_GREEDY = join(SHARED_MODELS_DIR, 'kjv-reference-greedy.json');
+export const KJV_EVAL_DIR = join(SHARED_MODELS_DIR, 'kjv-eval');
 
 /** True when the model is present. In CI a missing model throws, so the run fails instead of skipping. */
 export function haveSharedModel(path: string = STORIES_260K): boolean {
@@ -34,9 +38,11 @@ export interface ReferenceRun {
   text: string;
   generatedText: string;
   steps: ReferenceStep[];
+  /** kjv-reference-greedy.json only: up to which step llama.cpp with an F16 KV cache picks the same ids */
+  kvF16AgreesToStep?: number;
 }
 
-export function loadReferenceRuns(): ReferenceRun[] {
-  const parsed = JSON.parse(readFileSync(REFERENCE_GREEDY, 'utf8')) as { runs: ReferenceRun[] };
+export function loadReferenceRuns(path: string = REFERENCE_GREEDY): ReferenceRun[] {
+  const parsed = JSON.parse(readFileSync(path, 'utf8')) as { runs: ReferenceRun[] };
   return parsed.runs;
 }
