@@ -227,6 +227,27 @@ export const CacheReportSchema = z.strictObject({
 });
 export type CacheReport = z.infer<typeof CacheReportSchema>;
 
+// ── document snapshots (the host's folder; the window never names a path) ───────────────────
+
+/** The folder under the app's data folder (beside documents/) where the host keeps document snapshots. */
+export const SNAPSHOT_FOLDER = 'kv-snapshots';
+/** The environment variable that tells an engine host where its document snapshot folder is (unset: none are kept). */
+export const SNAPSHOT_DIR_ENV = 'LONGHAND_SNAPSHOT_DIR';
+/** The size cap of a snapshot folder nobody has set a cap for (least recently used deleted beyond it). */
+export const DEFAULT_SNAPSHOT_CAP_BYTES = 2 * 1024 ** 3;
+
+/** What a `snapshots` request answers: the folder's figures. */
+export const SnapshotStatsSchema = z.strictObject({
+  /** false: this host keeps no document snapshots (no folder was configured, or it could not be used). */
+  enabled: z.boolean(),
+  /** Where they are kept (shown, never sent back), or null. */
+  dir: z.string().nullable(),
+  count: z.int().nonnegative(),
+  bytes: z.number().nonnegative(),
+  capBytes: z.number().nonnegative(),
+});
+export type SnapshotStatsPayload = z.infer<typeof SnapshotStatsSchema>;
+
 // ── requests (to the engine) ────────────────────────────────────────────────────────────────
 
 const requestId = z.string().min(1).max(128);
@@ -238,6 +259,11 @@ export const EngineRequestSchema = z.discriminatedUnion('kind', [
   /** Cancels the generation whose requestId is `target`; answered by that generation's `done`. */
   z.strictObject({ kind: z.literal('cancel'), requestId, target: requestId }),
   z.strictObject({ kind: z.literal('tokenize'), requestId, text: z.string(), addSpecial: z.boolean().default(true) }),
+  /**
+   * Document snapshots: read the figures, change the size cap (setCap needs capBytes; it applies at
+   * once, deleting the least recently used beyond it) or delete them all. Answered by `snapshots`.
+   */
+  z.strictObject({ kind: z.literal('snapshots'), requestId, action: z.enum(['stats', 'setCap', 'clear']), capBytes: z.int().nonnegative().max(Number.MAX_SAFE_INTEGER).optional() }),
 ]);
 export type EngineRequest = z.infer<typeof EngineRequestSchema>;
 /** A request as a client writes it (defaults may be left out). */
@@ -302,6 +328,7 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('loaded'), requestId, model: ModelInfoSchema }),
   z.strictObject({ kind: z.literal('unloaded'), requestId }),
   z.strictObject({ kind: z.literal('tokenized'), requestId, ids: z.array(tokenId) }),
+  z.strictObject({ kind: z.literal('snapshots'), requestId, stats: SnapshotStatsSchema }),
   /** The prompt as token ids, sent once before the first token. */
   z.strictObject({ kind: z.literal('prompt'), requestId, ids: z.array(tokenId), contextLength: positiveInt }),
   z.strictObject({ kind: z.literal('token'), requestId, index: z.int().nonnegative(), id: tokenId, text: z.string() }),
