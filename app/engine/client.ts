@@ -15,6 +15,7 @@ import {
   type LoadOptionsInput,
   type ModelInfo,
   type Prompt,
+  type SnapshotStatsPayload,
   type TestFaultRequest,
 } from '../common/protocol.ts';
 
@@ -154,6 +155,11 @@ export class EngineClient {
 
   async tokenize(text: string, addSpecial = true): Promise<number[]> {
     return (await this.call({ kind: 'tokenize', requestId: randomUUID(), text, addSpecial }, 'tokenized')).ids;
+  }
+
+  /** Document snapshots: the folder's figures, a new size cap, or all deleted (see the 'snapshots' request). */
+  async snapshots(action: 'stats' | 'setCap' | 'clear', capBytes?: number): Promise<SnapshotStatsPayload> {
+    return (await this.call({ kind: 'snapshots', requestId: randomUUID(), action, ...(capBytes !== undefined ? { capBytes } : {}) }, 'snapshots')).stats;
   }
 
   /**

@@ -124,7 +124,7 @@ interface Generation {
 }
 
 const MAX_PENDING = 256;
-const TERMINAL_EVENTS = new Set<EngineEvent['kind']>(['loaded', 'unloaded', 'tokenized', 'done', 'error']);
+const TERMINAL_EVENTS = new Set<EngineEvent['kind']>(['loaded', 'unloaded', 'tokenized', 'snapshots', 'done', 'error']);
 
 export class EngineSupervisor {
   private readonly options: Required<SupervisorOptions>;

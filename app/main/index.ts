@@ -13,6 +13,7 @@ import { app, BrowserWindow, dialog, ipcMain, Menu, MessageChannelMain, protocol
 import type { AppRequest } from '../common/app-api.ts';
 import { readRemoteSettings } from '../server/remote-engine.ts';
 import { createAppServices, type AppServices } from '../server/services/app-services.ts';
+import { engineEnv } from '../server/services/data-dir.ts';
 import { APP_SCHEME_PRIVILEGES, createAppProtocolHandler } from './app-protocol.ts';
 import { chooseModel, exportDocument } from './dialogs.ts';
 import { EngineSupervisor, type HostProcess, type PortLike } from './engine-supervisor.ts';
@@ -71,7 +72,8 @@ function onReady(): void {
   defaultSession.protocol.handle(APP_SCHEME, createAppProtocolHandler(layout.renderer, log));
 
   const engine = new EngineSupervisor({
-    fork: () => utilityProcess.fork(layout.engineHost, [], { serviceName: ENGINE_SERVICE_NAME, stdio: 'inherit' }) as unknown as HostProcess,
+    // Document snapshots beside the autosaved documents (userData/kv-snapshots), for every (re)start.
+    fork: () => utilityProcess.fork(layout.engineHost, [], { serviceName: ENGINE_SERVICE_NAME, stdio: 'inherit', env: engineEnv(app.getPath('userData')) }) as unknown as HostProcess,
     createChannel: () => new MessageChannelMain() as unknown as { port1: PortLike; port2: PortLike },
     log,
   });

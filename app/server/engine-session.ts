@@ -11,7 +11,7 @@
 // until then every engine request fails with that ENGINE_CRASHED (the HTTP API answers 503).
 import { LonghandError } from '../common/errors.ts';
 import { EngineClient, type EngineExit } from '../engine/client.ts';
-import type { EngineEvent, GenerateParams, LoadOptionsInput, ModelInfo, Prompt } from '../common/protocol.ts';
+import type { EngineEvent, GenerateParams, LoadOptionsInput, ModelInfo, Prompt, SnapshotStatsPayload } from '../common/protocol.ts';
 import type { EngineStatus } from '../common/window-api.ts';
 import { crashStatus, launchFailedStatus } from './crash-status.ts';
 import { ServerMetrics } from './metrics.ts';
@@ -128,6 +128,18 @@ export class EngineSession {
   tokenize(text: string, addSpecial: boolean): Promise<number[]> {
     try {
       return this.usable(this.epoch).tokenize(text, addSpecial);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * Document snapshots of the local engine (never a remote endpoint's): not queued here, the host
+   * runs them in its own order, after the generation in progress.
+   */
+  snapshots(action: 'stats' | 'setCap' | 'clear', capBytes?: number): Promise<SnapshotStatsPayload> {
+    try {
+      return this.usable(this.epoch).snapshots(action, capBytes);
     } catch (error) {
       return Promise.reject(error);
     }

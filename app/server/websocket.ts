@@ -300,6 +300,12 @@ export class EngineRelay {
           (error: unknown) => this.fail(requestId, error),
         );
         return;
+      case 'snapshots':
+        this.session.snapshots(request.action, request.capBytes).then(
+          (stats) => this.send({ kind: 'snapshots', requestId, stats }),
+          (error: unknown) => this.fail(requestId, error),
+        );
+        return;
       case 'unload':
         this.session.unload().then(
           () => this.send({ kind: 'unloaded', requestId }),

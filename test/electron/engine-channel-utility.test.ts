@@ -21,7 +21,21 @@ const core: EngineCore = {
   generate: async function* () {
     throw new Error('not in this test');
   },
+  saveSnapshot: async () => {
+    throw new Error('not in this test');
+  },
+  loadSnapshot: async () => {
+    throw new Error('not in this test');
+  },
+  // Two document snapshots of 300 bytes until cleared.
+  configureSnapshots: async ({ dir, capBytes }) => ({ dir, count: 0, bytes: 0, capBytes }),
+  snapshotStats: async () => ({ dir: '/data/kv-snapshots', count: snapshotCount, bytes: snapshotCount * 150, capBytes: 1000 }),
+  clearSnapshots: async () => {
+    snapshotCount = 0;
+    return { dir: '/data/kv-snapshots', count: 0, bytes: 0, capBytes: 1000 };
+  },
 };
+let snapshotCount = 2;
 
 /** A utility process whose "host" runs in this process: parentPort is an emitter. */
 function inProcessHost(pid: number): HostProcess {
@@ -61,10 +75,14 @@ describe('engine-channel-utility', () => {
     expect(statuses.at(-1)).toEqual({ state: 'ready', pid: 4242 });
     supervisor.send('w1', { kind: 'tokenize', requestId: 't1', text: 'ab', addSpecial: false });
     supervisor.send('w1', { kind: 'unload', requestId: 'u1' });
+    supervisor.send('w1', { kind: 'snapshots', requestId: 's1', action: 'stats' });
+    supervisor.send('w1', { kind: 'snapshots', requestId: 's2', action: 'clear' });
     await new Promise((resolve) => setTimeout(resolve, 10));
     expect(events).toEqual([
       { kind: 'tokenized', requestId: 't1', ids: [97, 98] },
       { kind: 'unloaded', requestId: 'u1' },
+      { kind: 'snapshots', requestId: 's1', stats: { enabled: true, dir: '/data/kv-snapshots', count: 2, bytes: 300, capBytes: 1000 } },
+      { kind: 'snapshots', requestId: 's2', stats: { enabled: true, dir: '/data/kv-snapshots', count: 0, bytes: 0, capBytes: 1000 } },
     ]);
     supervisor.stop();
   });

@@ -56,7 +56,7 @@ function harness(options: Partial<SupervisorOptions> & { readyOnConnect?: boolea
   };
 }
 
-const generate = (requestId: string): EngineRequest => ({ kind: 'generate', requestId, prompt: { text: 'Once' }, params: { maxTokens: 4, stopStrings: [], stopOnEos: true, sampling: { temperature: 0, topK: 40, topP: 0.95, minP: 0.05, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0, penaltyLastN: 64 } } });
+const generate = (requestId: string): EngineRequest => ({ kind: 'generate', requestId, prompt: { text: 'Once' }, params: { maxTokens: 4, stopStrings: [], stopOnEos: true, reusePrefix: true, sampling: { temperature: 0, topK: 40, topP: 0.95, minP: 0.05, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0, penaltyLastN: 64 } } });
 const load = (requestId: string, modelPath: string): EngineRequest => parseEngineRequest({ kind: 'load', requestId, options: { modelPath } });
 const tokenize = (requestId: string): EngineRequest => ({ kind: 'tokenize', requestId, text: 'hi', addSpecial: true });
 
@@ -230,11 +230,18 @@ describe('EngineSupervisor: requests in flight', () => {
     h.supervisor.send('w1', tokenize('t1'));
     h.supervisor.send('w1', generate('g1'));
     h.supervisor.send('w1', { kind: 'cancel', requestId: 'c1', target: 'g1' });
+    h.supervisor.send('w1', { kind: 'snapshots', requestId: 's1', action: 'stats' });
+    h.supervisor.send('w1', { kind: 'snapshots', requestId: 's2', action: 'clear' });
     h.answer({ kind: 'tokenized', requestId: 't1', ids: [1] });
+    const stats = { enabled: true, dir: '/data/kv-snapshots', count: 1, bytes: 10, capBytes: 100 };
+    h.answer({ kind: 'snapshots', requestId: 's1', stats });
     h.crash('crashed');
+    // An answered snapshots request is over; the unanswered one (s2) gets the crash.
     expect(h.events).toEqual([
       { kind: 'tokenized', requestId: 't1', ids: [1] },
+      { kind: 'snapshots', requestId: 's1', stats },
       { kind: 'error', requestId: 'g1', error: { code: 'ENGINE_CRASHED', message: 'The engine crashed (exit code 139).', details: { reason: 'crashed' } } },
+      { kind: 'error', requestId: 's2', error: { code: 'ENGINE_CRASHED', message: 'The engine crashed (exit code 139).', details: { reason: 'crashed' } } },
     ]);
   });
 

@@ -1,5 +1,7 @@
 // app/main/index.ts wired against the fake electron module: the whole start-up, end to end.
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { SNAPSHOT_DIR_ENV } from '../../app/common/protocol.ts';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { IPC } from '../../app/main/ipc-channels.ts';
 import { CONTENT_SECURITY_POLICY, SECURE_WEB_PREFERENCES } from '../../app/main/security.ts';
@@ -55,6 +57,13 @@ describe('Electron main start-up', () => {
     expect(fake.forks).toHaveLength(1);
     expect(fake.forks[0]!.modulePath).toMatch(/out[\\/]engine[\\/]host\.mjs$/);
     expect(fake.forks[0]!.options).toMatchObject({ serviceName: 'Longhand engine' });
+  });
+
+  it('names the document snapshot folder for the host: kv-snapshots beside the documents in userData', () => {
+    const env = fake.forks[0]!.options.env as Record<string, string | undefined>;
+    expect(env[SNAPSHOT_DIR_ENV]).toBe(join(fake.app.getPath('userData'), 'kv-snapshots'));
+    // The rest of the environment is passed on.
+    expect(env.PATH).toBe(process.env.PATH);
   });
 
   it('hands the window an engine port on request, and its status', () => {

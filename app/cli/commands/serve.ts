@@ -9,7 +9,7 @@ import { EngineClient } from '../../engine/client.ts';
 import { EngineSession } from '../../server/engine-session.ts';
 import { kvPoolBytes } from '../../server/metrics.ts';
 import { LOOPBACK_HOST, startServer } from '../../server/serve.ts';
-import { defaultDataDir } from '../../server/services/data-dir.ts';
+import { defaultDataDir, engineEnv } from '../../server/services/data-dir.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
 import { POLICY_HELP, POLICY_OPTIONS, policyLoadOptions } from '../policy-options.ts';
@@ -77,16 +77,19 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
   const device = oneOf(values.device, DEVICES, '--device') ?? 'cpu';
   const policy = policyLoadOptions(values);
 
-  const engine = await EngineClient.start();
+  const dataDir = values['data-dir'] ? resolvePath(values['data-dir']) : defaultDataDir();
+  // Document snapshots go beside the documents (<data dir>/kv-snapshots); restarts keep the folder.
+  const startEngine = () => EngineClient.start({ env: engineEnv(dataDir) });
+  const engine = await startEngine();
   // The session may replace the engine process (a restart after a crash): close whichever runs.
-  const session = new EngineSession(engine, { log: (line) => io.err(`${line}\n`) });
+  const session = new EngineSession(engine, { startEngine, log: (line) => io.err(`${line}\n`) });
   try {
     if (values.model) {
       io.err(`loading ${values.model}…\n`);
       const model = await session.load({ modelPath: values.model, device, kvType, ...policy, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
       io.err(`loaded ${session.modelId} (${model.architecture}, ${model.layers} layers, context ${model.contextLength}, KV pool ${(kvPoolBytes(model) / 2 ** 20).toFixed(2)} MiB ${model.kvType}) in ${model.loadMs.toFixed(0)} ms\n`);
     }
-    const server = await startServer({ session, port: listenPort, ...(values['data-dir'] ? { dataDir: resolvePath(values['data-dir']) } : {}), log: (line) => io.err(`${line}\n`) });
+    const server = await startServer({ session, port: listenPort, dataDir, log: (line) => io.err(`${line}\n`) });
     io.out(`${server.url}\n`);
     io.err(`OpenAI-compatible API at http://${LOOPBACK_HOST}:${server.port}/v1 (Authorization: Bearer ${server.token}); Ctrl-C stops\n`);
     if (values.open) openInBrowser(server.url);

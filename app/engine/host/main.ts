@@ -7,13 +7,17 @@ import { TEST_FAULTS_ENV } from '../../common/protocol.ts';
 import { testFault } from '../../../native/index.js';
 import { createEngineCore } from '../engine.ts';
 import { serveEngine, type EngineChannel, type ServeOptions } from './serve.ts';
+import { SnapshotSettings } from './snapshot-settings.ts';
 import { acceptUtilityConnections, type ParentPortLike } from './utility-channel.ts';
 
 const parentPort = (process as NodeJS.Process & { parentPort?: ParentPortLike }).parentPort;
 const core = createEngineCore();
 // Test-only: with LONGHAND_TEST_FAULTS=1 (which also makes the addon export the hook), a
 // `testFault` message kills this process with a real native fault. Users never set it.
-const serveOptions: ServeOptions = process.env[TEST_FAULTS_ENV] === '1' ? { testFault } : {};
+// Document snapshots in the folder the starting process named (LONGHAND_SNAPSHOT_DIR), set up
+// once for every connection; requests wait until that is done.
+const snapshots = new SnapshotSettings(core);
+const serveOptions: ServeOptions = { snapshots, ready: snapshots.start(process.env), ...(process.env[TEST_FAULTS_ENV] === '1' ? { testFault } : {}) };
 
 if (parentPort) {
   // Every window's connection shares the one loaded model; each has its own generation slot.

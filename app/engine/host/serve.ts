@@ -5,6 +5,7 @@
 import { isLonghandError, LonghandError } from '../../common/errors.ts';
 import { parseEngineRequest, parseTestFaultRequest, PROTOCOL_VERSION, type EngineEvent, type EngineRequest, type ErrorPayload, type TestFaultRequest } from '../../common/protocol.ts';
 import type { EngineCore } from './engine-core.ts';
+import { SnapshotSettings } from './snapshot-settings.ts';
 
 /** A bidirectional message pipe: a child-process IPC channel, a MessagePort, a WebSocket, or a direct call. */
 export interface EngineChannel {
@@ -26,13 +27,21 @@ export interface ServeOptions {
    * is in this process's environment). Without it a `testFault` message is an unknown request.
    */
   testFault?: (kind: TestFaultRequest['fault']) => never;
+  /**
+   * Document snapshots shared by every connection of this process (main.ts configures them once
+   * from LONGHAND_SNAPSHOT_DIR); default: the core's as they are.
+   */
+  snapshots?: SnapshotSettings;
+  /** Requests wait for this first (main.ts: the snapshot folder configured). Must not reject. */
+  ready?: Promise<void>;
 }
 
 export function serveEngine(channel: EngineChannel, core: EngineCore, pid: number, options: ServeOptions = {}): void {
   /** The running generation, if any: its request id and how to stop it. */
   let active: { requestId: string; abort: AbortController } | undefined;
   /** Requests run in arrival order, except cancels, which act at once. */
-  let queue: Promise<void> = Promise.resolve();
+  let queue: Promise<void> = options.ready ?? Promise.resolve();
+  const snapshots = options.snapshots ?? new SnapshotSettings(core);
 
   const fail = (requestId: string, error: unknown) => channel.send({ kind: 'error', requestId, error: errorPayload(error) });
 
@@ -61,6 +70,9 @@ export function serveEngine(channel: EngineChannel, core: EngineCore, pid: numbe
         }
         return;
       }
+      case 'snapshots':
+        channel.send({ kind: 'snapshots', requestId: request.requestId, stats: await snapshots.handle(request.action, request.capBytes) });
+        return;
       case 'cancel':
         return; // handled on arrival
     }
