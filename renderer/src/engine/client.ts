@@ -3,7 +3,7 @@
 // (text batched per animation frame, metrics throttled to 10/s), and turns engine errors and
 // crashes into typed EngineErrors. Other views (summarise, cache inspector) subscribe to every
 // generation's raw events and metrics without taking part in them.
-import type { EngineEvent, EngineRequestInput, ModelInfo, Prompt, StepMetrics, StopReason, Timings } from '../../../app/common/protocol.ts';
+import type { CacheReport, EngineEvent, EngineRequestInput, ModelInfo, Prompt, SnapshotStatsPayload, StepMetrics, StopReason, Timings } from '../../../app/common/protocol.ts';
 import type { EngineStatus, LonghandWindowApi } from '../../../app/common/window-api.ts';
 import { animationFrame, TextBatcher, Throttle, type FrameScheduler } from './schedule.ts';
 
@@ -39,8 +39,13 @@ export interface GenerationMetrics {
   stopReason: StopReason | null;
   timings: Timings | null;
   seed: number | null;
+  /** How the prompt used the KV cache (reused tokens, snapshot restore); null until done, or from engines that keep none. */
+  cache: CacheReport | null;
   error: { code: string; message: string } | null;
 }
+
+export type SnapshotAction = Extract<EngineRequestInput, { kind: 'snapshots' }>['action'];
+export type SnapshotStats = SnapshotStatsPayload;
 
 export interface GenerationResult {
   requestId: string;
@@ -199,6 +204,12 @@ export class EngineClient {
     return this.request({ kind: 'tokenize', requestId: newRequestId('tok'), text, addSpecial }, (event) => (event.kind === 'tokenized' ? event.ids : undefined));
   }
 
+  /** Document snapshots kept by the engine host: its figures, a new size cap in bytes, or all deleted. */
+  snapshots(action: SnapshotAction, capBytes?: number): Promise<SnapshotStats> {
+    const request = { kind: 'snapshots' as const, requestId: newRequestId('snap'), action, ...(capBytes !== undefined ? { capBytes } : {}) };
+    return this.request(request, (event) => (event.kind === 'snapshots' ? event.stats : undefined));
+  }
+
   generate(prompt: Prompt, params: GenerateParamsInput = {}, callbacks: GenerationCallbacks = {}): Generation {
     const requestId = newRequestId('gen');
     const started = this.now();
@@ -206,7 +217,7 @@ export class EngineClient {
     let text = '';
     const metrics: GenerationMetrics = {
       requestId, promptTokens: 0, completionTokens: 0, contextLength: null, ttftMs: null, tokensPerS: null,
-      elapsedMs: 0, done: false, stopReason: null, timings: null, seed: null, error: null,
+      elapsedMs: 0, done: false, stopReason: null, timings: null, seed: null, cache: null, error: null,
     };
     const batcher = new TextBatcher((chunk) => callbacks.onText?.(chunk), this.schedule);
     const throttle = new Throttle<GenerationMetrics>((m) => this.emitMetrics(m, callbacks), this.metricsIntervalMs, this.now);
@@ -262,6 +273,7 @@ export class EngineClient {
             stopReason: event.stopReason,
             timings: event.timings,
             seed: event.seed ?? null,
+            cache: event.cache ?? null,
             error: event.error ? { code: event.error.code, message: event.error.message } : null,
           });
           this.broadcast(event);

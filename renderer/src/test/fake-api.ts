@@ -2,7 +2,7 @@
 // engine events, and answers app requests from overridable handlers.
 import { vi } from 'vitest';
 import type { AppRequestInput, AppResponses, Settings } from '../../../app/common/app-api.ts';
-import type { EngineEvent, EngineRequestInput, LayerMetrics, ModelInfo, StepMetrics, Timings } from '../../../app/common/protocol.ts';
+import type { CacheReport, EngineEvent, EngineRequestInput, LayerMetrics, ModelInfo, SnapshotStatsPayload, StepMetrics, Timings } from '../../../app/common/protocol.ts';
 import type { EngineStatus, LonghandWindowApi } from '../../../app/common/window-api.ts';
 
 type Kind = AppRequestInput['kind'];
@@ -55,14 +55,44 @@ export class FakeApi implements LonghandWindowApi {
   autoLoad = true;
   /** When set, `tokenize` requests are answered at once with its ids. */
   tokenizer: ((text: string, addSpecial: boolean) => number[]) | null = null;
+  /**
+   * The host's document snapshots: `snapshots` requests are answered at once from these files
+   * (setCap drops the oldest beyond the cap, clear empties it). null: the host keeps none.
+   */
+  snapshotFolder: { dir: string; capBytes: number; files: { name: string; bytes: number }[] } | null = { dir: '/data/kv-snapshots', capBytes: 2 * 1024 ** 3, files: [] };
+  /** When set, `snapshots` requests are refused with this error instead. */
+  snapshotError: { code: 'BAD_ARGUMENT' | 'NATIVE_INTERNAL'; message: string } | null = null;
 
   engineSend(request: EngineRequestInput): void {
     this.sent.push(request);
     if (request.kind === 'load' && this.autoLoad) {
       queueMicrotask(() => this.emit({ kind: 'loaded', requestId: request.requestId, model: { ...MODEL, path: request.options.modelPath, policy: request.options.policy ?? 'full' } }));
     }
+    if (request.kind === 'snapshots') queueMicrotask(() => this.answerSnapshots(request));
     const tokenizer = this.tokenizer;
     if (request.kind === 'tokenize' && tokenizer) queueMicrotask(() => this.emit({ kind: 'tokenized', requestId: request.requestId, ids: tokenizer(request.text, request.addSpecial ?? true) }));
+  }
+
+  snapshotStats(): SnapshotStatsPayload {
+    const folder = this.snapshotFolder;
+    if (!folder) return { enabled: false, dir: null, count: 0, bytes: 0, capBytes: 0 };
+    return { enabled: true, dir: folder.dir, count: folder.files.length, bytes: folder.files.reduce((sum, f) => sum + f.bytes, 0), capBytes: folder.capBytes };
+  }
+
+  private answerSnapshots(request: Extract<EngineRequestInput, { kind: 'snapshots' }>): void {
+    const { requestId } = request;
+    const folder = this.snapshotFolder;
+    const refuse = (code: 'BAD_ARGUMENT' | 'NATIVE_INTERNAL', message: string) => this.emit({ kind: 'error', requestId, error: { code, message, details: {} } });
+    if (this.snapshotError) return refuse(this.snapshotError.code, this.snapshotError.message);
+    if (request.action === 'clear' && folder) folder.files = [];
+    if (request.action === 'setCap') {
+      if (!folder) return refuse('BAD_ARGUMENT', 'this engine keeps no document snapshots, so it has no size cap to set');
+      if (request.capBytes === undefined) return refuse('BAD_ARGUMENT', 'setCap needs capBytes');
+      folder.capBytes = request.capBytes;
+      // Oldest first in the list: drop from the front until the rest fits.
+      while (folder.files.reduce((sum, f) => sum + f.bytes, 0) > folder.capBytes) folder.files.shift();
+    }
+    this.emit({ kind: 'snapshots', requestId, stats: this.snapshotStats() });
   }
 
   onEngineEvent(listener: (event: EngineEvent) => void): () => void {
@@ -130,3 +160,8 @@ export const timeoutFrames = (callback: () => void): (() => void) => {
   const id = setTimeout(callback, 0);
   return () => clearTimeout(id);
 };
+
+/** done.cache of a generation that reused `reused` of `prompt` prompt tokens from memory. */
+export function cacheReport(reused: number, prompt: number, fields: Partial<CacheReport> = {}): CacheReport {
+  return { reusedTokens: reused, prefilledTokens: prompt - reused, source: reused > 0 ? 'memory' : 'none', ...fields };
+}

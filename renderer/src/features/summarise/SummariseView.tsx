@@ -2,6 +2,7 @@
 // context, choose what happens when it does not fit, and stream the summary (Stop, Copy, Save).
 import { useEffect, useState } from 'react';
 import { useEngineStore } from '../../engine/store.ts';
+import { cacheDetails, reuseText } from '../../ui/cache-report.ts';
 import { countWords } from '../../ui/format.ts';
 import { SafeText } from '../../ui/SafeText.tsx';
 import { downloadText, safeFileName } from './download.ts';
@@ -139,6 +140,7 @@ export function SummariseView() {
             <p className="muted">
               {n(s.metrics.completionTokens)} tokens{s.metrics.tokensPerS !== null ? ` · ${s.metrics.tokensPerS.toFixed(1)} tokens/s` : ''}
               {s.metrics.stopReason ? ` · ${s.metrics.stopReason}` : ''}
+              {s.metrics.cache && <span data-stat="cache"> · {[reuseText(s.metrics.cache, s.metrics.promptTokens), ...cacheDetails(s.metrics.cache)].join(' · ')}</span>}
             </p>
           )}
         </section>

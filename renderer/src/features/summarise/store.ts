@@ -6,6 +6,7 @@ import type { Generation, GenerationMetrics } from '../../engine/client.ts';
 import { useEngineStore } from '../../engine/store.ts';
 import { services } from '../../services.ts';
 import { useSettingsStore } from '../settings/store.ts';
+import { partDocumentId, summaryDocumentId } from './document-id.ts';
 import { documentBudget, groupToFit, joinIds, planSummary, truncateMiddle, type OverflowPolicy } from './plan.ts';
 import { COMBINE_PREFIX, CUT_MARKER, PART_PREFIX, SEPARATOR, SUFFIX, SUMMARY_PREFIX } from './prompts.ts';
 import { readSource, type SourceKind } from './source.ts';
@@ -101,12 +102,17 @@ async function instructionIds() {
 export const useSummariseStore = create<SummariseState>()((set, get) => {
   const sampling = () => useSettingsStore.getState().saved?.sampling;
 
-  /** One generation on a token-id prompt; `into` says where its text streams. */
-  const run = async (ids: number[], into: (text: string) => void): Promise<string> => {
+  /**
+   * One generation on a token-id prompt; `into` says where its text streams. `document`: the id
+   * the engine keeps this prompt's cache under (the document, or one of its parts), so summarising
+   * the same text again reuses it; the combining runs (a prompt made of summaries) pass none.
+   */
+  const run = async (ids: number[], into: (text: string) => void, document?: string): Promise<string> => {
     if (stopRequested) throw new Stopped();
     const { maxSummaryTokens } = get();
     const sample = sampling();
-    const generation = services().engine.generate({ ids }, sample ? { maxTokens: maxSummaryTokens, sampling: sample } : { maxTokens: maxSummaryTokens }, {
+    const params = { maxTokens: maxSummaryTokens, ...(sample ? { sampling: sample } : {}), ...(document ? { document } : {}) };
+    const generation = services().engine.generate({ ids }, params, {
       onText: into,
       onMetrics: (metrics) => set({ metrics }),
     });
@@ -186,6 +192,7 @@ export const useSummariseStore = create<SummariseState>()((set, get) => {
         const overheadTokens = Math.max(pieces.whole.length, pieces.part.length) + pieces.suffix.length;
         set({ tokenCount: ids.length, countedText: text, overhead: { modelPath: model.path, tokens: overheadTokens, markerTokens: pieces.marker.length } });
         const budget = documentBudget({ contextLength: context, overheadTokens, maxSummaryTokens });
+        const documentId = summaryDocumentId(text);
         const plan = planSummary(ids, budget, policy, { markerTokens: pieces.marker.length, maxSummaryTokens });
 
         if (plan.kind === 'refuse') {
@@ -194,7 +201,7 @@ export const useSummariseStore = create<SummariseState>()((set, get) => {
         }
         if (plan.kind === 'fits') {
           set({ phase: { kind: 'whole' } });
-          await run([...pieces.whole, ...plan.ids, ...pieces.suffix], streamSummary);
+          await run([...pieces.whole, ...plan.ids, ...pieces.suffix], streamSummary, documentId);
           return;
         }
         if (plan.kind === 'truncate') {
@@ -205,7 +212,7 @@ export const useSummariseStore = create<SummariseState>()((set, get) => {
               text: `The document is ${n(ids.length)} tokens; ${n(plan.dropped)} tokens were cut from the middle. The summary covers the first ${n(plan.head.length)} and the last ${n(plan.tail.length)} tokens.`,
             },
           });
-          await run([...pieces.whole, ...plan.head, ...pieces.marker, ...plan.tail, ...pieces.suffix], streamSummary);
+          await run([...pieces.whole, ...plan.head, ...pieces.marker, ...plan.tail, ...pieces.suffix], streamSummary, documentId);
           return;
         }
 
@@ -215,7 +222,7 @@ export const useSummariseStore = create<SummariseState>()((set, get) => {
         let summaries: string[] = [];
         for (const [index, part] of plan.parts.entries()) {
           set({ phase: { kind: 'part', index: index + 1, count } });
-          summaries.push(await run([...pieces.part, ...part, ...pieces.suffix], streamPart(index)));
+          summaries.push(await run([...pieces.part, ...part, ...pieces.suffix], streamPart(index), partDocumentId(documentId, index)));
         }
         const combineBudget = context - pieces.combine.length - pieces.suffix.length - maxSummaryTokens;
         for (;;) {

@@ -2,8 +2,9 @@ import { act, fireEvent, render, screen, waitFor } from '@testing-library/react'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { resetEngineStore, useEngineStore } from '../../engine/store.ts';
 import { installServices, uninstallServices } from '../../services.ts';
-import { FakeApi, MODEL, timeoutFrames } from '../../test/fake-api.ts';
+import { cacheReport, FakeApi, MODEL, timeoutFrames } from '../../test/fake-api.ts';
 import { resetSettingsStore } from '../settings/store.ts';
+import { partDocumentId, summaryDocumentId } from './document-id.ts';
 import { splitEven } from './plan.ts';
 import { resetSummariseStore, useSummariseStore } from './store.ts';
 import { SummariseView } from './SummariseView.tsx';
@@ -79,6 +80,32 @@ describe('summarise', () => {
     expect(screen.getByRole('button', { name: 'Copy' })).toHaveProperty('disabled', false);
   });
 
+  it('passes a document id made from the text, the same id for the same text, and shows the reuse', async () => {
+    setup();
+    fireEvent.change(screen.getByLabelText('Text to summarise'), { target: { value: words(20) } });
+    fireEvent.click(screen.getByRole('button', { name: 'Summarise' }));
+    await waitFor(() => expect(api.generations()).toHaveLength(1));
+    const id = summaryDocumentId(words(20));
+    expect(id).toMatch(/^s-[0-9a-z]{11,}$/);
+    expect(api.generations()[0]!.params).toMatchObject({ document: id });
+    const first = api.generations()[0]!.requestId;
+    act(() => {
+      api.stream(first, ['Words.'], 47);
+      api.done(first, { completionTokens: 3, promptTokens: 47, stopReason: 'eos', cache: cacheReport(46, 47, { source: 'snapshot', snapshot: { restored: true, restoreMs: 4, saved: true } }) });
+    });
+    await waitFor(() => expect(screen.getByRole('region', { name: 'Summary' }).querySelector('[data-stat="cache"]')?.textContent).toBe(' · reused 46 of 47 prompt tokens · restored from snapshot in 4 ms · snapshot saved'));
+    await waitFor(() => expect(useSummariseStore.getState().running).toBe(false));
+
+    // Another text, another id; the first text again, the first id.
+    fireEvent.change(screen.getByLabelText('Text to summarise'), { target: { value: words(21) } });
+    fireEvent.click(screen.getByRole('button', { name: 'Summarise' }));
+    await waitFor(() => expect(api.generations()).toHaveLength(2));
+    expect(api.generations()[1]!.params?.document).not.toBe(id);
+    expect(api.generations()[1]!.params?.document).toBe(summaryDocumentId(words(21)));
+    expect(summaryDocumentId(words(20))).toBe(id);
+    expect(summaryDocumentId(`${words(20)} `)).not.toBe(id);
+  });
+
   it('overflow policy stop: refuses with a clear message and sends no generate', async () => {
     setup();
     fireEvent.change(screen.getByLabelText('Text to summarise'), { target: { value: words(100) } });
@@ -121,6 +148,10 @@ describe('summarise', () => {
     await waitFor(() => expect(api.generations()).toHaveLength(4));
     expect(screen.getByLabelText('Progress').textContent).toBe('Combining 3 part summaries…');
     parts.forEach((part, i) => expect(documentTokens(promptIds(i))).toEqual(part));
+    // Each part keeps its cache under its own id; the combining prompt (summaries) under none.
+    const documentId = summaryDocumentId(words(100));
+    expect(api.generations().map((g) => g.params?.document)).toEqual([partDocumentId(documentId, 0), partDocumentId(documentId, 1), partDocumentId(documentId, 2), undefined]);
+    expect(partDocumentId(documentId, 1)).toBe(`${documentId}-p2`);
     // The combining prompt holds the three summaries in order.
     expect(documentTokens(promptIds(3))).toEqual([1901, 1902, 1903]);
     await answer(3, 'The whole document.');

@@ -105,10 +105,17 @@ export const useWriterStore = create<WriterState>()((set, get) => {
 
   const sampling = () => useSettingsStore.getState().saved?.sampling;
 
-  /** Runs one generation into the suggestion; resolves with its result, or null when it failed. */
-  const run = async (prompt: Prompt, maxTokens: number) => {
+  /**
+   * Runs one generation into the suggestion; resolves with its result, or null when it failed.
+   * `document`: the id of the document whose text the prompt is (continue, long-form), so the
+   * engine reuses that document's cached prefix (restoring its snapshot if it holds another
+   * sequence) and saves the cache for it afterwards. Rewrites and instructions wrap other text
+   * around the draft: saving their cache would replace the document's useful snapshot.
+   */
+  const run = async (prompt: Prompt, maxTokens: number, document?: string) => {
     const sample = sampling();
-    const generation = services().engine.generate(prompt, sample ? { maxTokens, sampling: sample } : { maxTokens }, {
+    const params = { maxTokens, ...(sample ? { sampling: sample } : {}), ...(document ? { document } : {}) };
+    const generation = services().engine.generate(prompt, params, {
       onText: (text) => set((s) => (s.suggestion ? { suggestion: { ...s.suggestion, text: s.suggestion.text + text } } : {})),
       onMetrics: (metrics) => set({ metrics }),
     });
@@ -218,7 +225,7 @@ export const useWriterStore = create<WriterState>()((set, get) => {
       const at = selection.end;
       const before = doc.text.slice(0, at);
       if (!before.trim() || !begin('continue', at, at)) return;
-      void run(continuePrompt(before, contextLength(), maxTokens), maxTokens).then(end);
+      void run(continuePrompt(before, contextLength(), maxTokens), maxTokens, doc.id).then(end);
     },
 
     rewriteSelection: () => {
@@ -254,7 +261,7 @@ export const useWriterStore = create<WriterState>()((set, get) => {
         for (;;) {
           const written = get().suggestion?.text ?? '';
           if (stopRequested || countWords(written) >= targetWords) break;
-          const result = await run(continuePrompt(before + written, context, stepTokens), stepTokens);
+          const result = await run(continuePrompt(before + written, context, stepTokens), stepTokens, doc.id);
           set((s) => (s.suggestion ? { suggestion: { ...s.suggestion, steps: s.suggestion.steps + 1 } } : {}));
           if (!result || result.text.length === 0) break;
           if (result.stopReason !== 'maxTokens' && result.stopReason !== 'eos') break;

@@ -2,7 +2,7 @@ import { act, fireEvent, render, screen, waitFor, within } from '@testing-librar
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { resetEngineStore, useEngineStore } from '../../engine/store.ts';
 import { installServices, uninstallServices } from '../../services.ts';
-import { defaultSettings, FakeApi, MODEL, TIMINGS, timeoutFrames } from '../../test/fake-api.ts';
+import { cacheReport, defaultSettings, FakeApi, MODEL, TIMINGS, timeoutFrames } from '../../test/fake-api.ts';
 import { resetSettingsStore, useSettingsStore } from '../settings/store.ts';
 import { AUTOSAVE_MS, AUTOSAVE_RETRY_MS, resetWriterStore, useWriterStore } from './store.ts';
 import { WriterView } from './WriterView.tsx';
@@ -118,6 +118,66 @@ describe('writer', () => {
     expect(stats.querySelector('[data-stat="ttft"]')?.textContent).toBe('42 ms');
     expect(stats.querySelector('[data-stat="rate"]')?.textContent).toBe('31.5');
     expect(stats.querySelector('[data-stat="context"]')?.textContent).toBe('10 of 2,048');
+  });
+
+  it('sends the document id with Continue and long-form, never with rewrites or instructions', async () => {
+    setup();
+    const id = await openAndContinue();
+    expect(api.lastGeneration().params).toMatchObject({ document: 'd-one', maxTokens: 256 });
+    act(() => api.done(id, { completionTokens: 0, stopReason: 'maxTokens' }));
+    fireEvent.click(await screen.findByRole('button', { name: 'Reject' }));
+    act(() => useWriterStore.getState().setSelection(4, 9));
+    fireEvent.click(screen.getByRole('button', { name: 'Rewrite selection' }));
+    expect(api.lastGeneration().params).not.toHaveProperty('document');
+    act(() => api.done(api.lastGeneration().requestId, { completionTokens: 0, stopReason: 'eos' }));
+    fireEvent.click(await screen.findByRole('button', { name: 'Reject' }));
+    fireEvent.change(screen.getByLabelText('Instruction'), { target: { value: 'Describe the gulls' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Write' }));
+    expect(api.lastGeneration().params).not.toHaveProperty('document');
+    act(() => api.done(api.lastGeneration().requestId, { completionTokens: 0, stopReason: 'eos' }));
+    fireEvent.click(await screen.findByRole('button', { name: 'Reject' }));
+    fireEvent.click(screen.getByRole('button', { name: 'Long-form' }));
+    expect(api.lastGeneration().params).toMatchObject({ document: 'd-one' });
+  });
+
+  it('shows "reused N of M prompt tokens" from done.cache, with where they came from', async () => {
+    setup();
+    const first = await openAndContinue();
+    act(() => {
+      api.stream(first, [' a'], 7, 2048);
+      api.done(first, { completionTokens: 1, promptTokens: 7, stopReason: 'maxTokens', cache: cacheReport(0, 7, { snapshot: { restored: false, saved: true, saveMs: 3, bytes: 3 * 1024 * 1024 } }) });
+    });
+    const stats = await screen.findByLabelText('Generation stats');
+    await waitFor(() => expect(stats.querySelector('[data-stat="cache"]')?.textContent).toBe('reused 0 of 7 prompt tokens · snapshot saved (3.00 MiB)'));
+
+    fireEvent.click(screen.getByRole('button', { name: 'Reject' }));
+    fireEvent.click(screen.getByRole('button', { name: 'Continue writing' }));
+    const second = api.lastGeneration().requestId;
+    // While it runs nothing is claimed about the cache.
+    act(() => api.stream(second, [' b'], 1234, 2048));
+    await waitFor(() => expect(screen.getByLabelText('Generation stats').querySelector('[data-stat="tokens"]')?.textContent).toBe('1'));
+    expect(screen.getByLabelText('Generation stats').querySelector('[data-stat="cache"]')).toBeNull();
+    act(() => api.done(second, { completionTokens: 1, promptTokens: 1234, stopReason: 'maxTokens', cache: cacheReport(1233, 1234, { source: 'snapshot', snapshot: { restored: true, restoreMs: 18.4, saved: false } }) }));
+    await waitFor(() => expect(screen.getByLabelText('Generation stats').querySelector('[data-stat="cache"]')?.textContent).toBe('reused 1,233 of 1,234 prompt tokens · restored from snapshot in 18 ms'));
+
+    fireEvent.click(screen.getByRole('button', { name: 'Reject' }));
+    fireEvent.click(screen.getByRole('button', { name: 'Continue writing' }));
+    const third = api.lastGeneration().requestId;
+    act(() => api.done(third, { completionTokens: 0, promptTokens: 40, stopReason: 'maxTokens', cache: cacheReport(0, 40, { dropped: 'otherDocument', snapshot: { restored: false, saved: true, error: { code: 'SNAPSHOT_MISMATCH', message: 'made with another model file', details: {} } } }) }));
+    await waitFor(() =>
+      expect(screen.getByLabelText('Generation stats').querySelector('[data-stat="cache"]')?.textContent).toBe(
+        'reused 0 of 40 prompt tokens · cache dropped: the cache held another document · snapshot not used (SNAPSHOT_MISMATCH): made with another model file · snapshot saved',
+      ),
+    );
+  });
+
+  it('says nothing about the cache when the engine reports none (a remote endpoint)', async () => {
+    setup();
+    const id = await openAndContinue();
+    act(() => api.done(id, { completionTokens: 0, promptTokens: 7, stopReason: 'maxTokens' }));
+    const stats = await screen.findByLabelText('Generation stats');
+    await waitFor(() => expect(stats.querySelector('[data-stat="stop"]')?.textContent).toBe('token limit'));
+    expect(stats.querySelector('[data-stat="cache"]')).toBeNull();
   });
 
   it('renders model output as inert text (no element from markup in a suggestion)', async () => {
