@@ -1,7 +1,9 @@
 // Settings: the cache policy and its knobs, the pool budget, device, threads, context, sampling
-// defaults, theme, and a remote OpenAI-compatible endpoint (stored only, for now).
+// defaults, theme, a remote OpenAI-compatible endpoint, and the engine's document snapshots
+// (SnapshotsPanel: figures, size cap, Clear).
 import { useEffect, type ReactNode } from 'react';
 import type { Settings } from '../../../../app/common/app-api.ts';
+import { SnapshotsPanel } from './SnapshotsPanel.tsx';
 import { useSettingsStore, validateSettings } from './store.ts';
 
 // Restated from app/common (the renderer may import only types from there).
@@ -160,6 +162,7 @@ export function SettingsView() {
           </span>
         </div>
       </form>
+      <SnapshotsPanel />
     </section>
   );
 }

@@ -1,14 +1,16 @@
-import { fireEvent, render, screen, waitFor } from '@testing-library/react';
+import { fireEvent, render, screen, waitFor, within } from '@testing-library/react';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { installServices, uninstallServices } from '../../services.ts';
 import { defaultSettings, FakeApi, timeoutFrames } from '../../test/fake-api.ts';
 import { SettingsView } from './SettingsView.tsx';
+import { resetSnapshotsStore } from './snapshots-store.ts';
 import { resetSettingsStore, useSettingsStore } from './store.ts';
 
 let api: FakeApi;
 
 beforeEach(() => {
   resetSettingsStore();
+  resetSnapshotsStore();
   api = new FakeApi();
   installServices(api, { schedule: timeoutFrames });
 });
@@ -75,5 +77,73 @@ describe('settings', () => {
     fireEvent.change(screen.getByLabelText('Threads'), { target: { value: '3' } });
     fireEvent.click(screen.getByRole('button', { name: 'Revert' }));
     expect(screen.getByLabelText('Threads')).toHaveProperty('value', '0');
+  });
+});
+
+describe('settings: document snapshots', () => {
+  const MIB = 1024 * 1024;
+  const panel = () => screen.getByRole('region', { name: 'Document snapshots' });
+  const figure = (name: string) => panel().querySelector(`[data-stat="${name}"]`)?.textContent;
+
+  it('shows the engine folder figures: count, bytes and the cap', async () => {
+    api.snapshotFolder!.files = [{ name: 'd-a', bytes: 3 * MIB }, { name: 'd-b', bytes: MIB / 2 }];
+    render(<SettingsView />);
+    await waitFor(() => expect(figure('snapshot-count')).toBe('2'));
+    expect(figure('snapshot-bytes')).toBe('3.50 MiB');
+    expect(figure('snapshot-cap')).toBe('2.00 GiB');
+    expect(screen.getByLabelText('Snapshot size cap (MiB)')).toHaveProperty('value', '2048');
+    expect(panel().textContent).toContain('Kept in /data/kv-snapshots');
+    // Asked of the engine, never with a path.
+    expect(api.sent.filter((r) => r.kind === 'snapshots')).toEqual([{ kind: 'snapshots', requestId: expect.any(String), action: 'stats' }]);
+  });
+
+  it('Save cap sends the cap in bytes; the engine drops the oldest beyond it and the figures follow', async () => {
+    api.snapshotFolder!.files = [{ name: 'old', bytes: 6 * MIB }, { name: 'new', bytes: 3 * MIB }];
+    render(<SettingsView />);
+    await waitFor(() => expect(figure('snapshot-count')).toBe('2'));
+    expect(screen.getByRole('button', { name: 'Save cap' })).toHaveProperty('disabled', true); // unchanged
+    fireEvent.change(screen.getByLabelText('Snapshot size cap (MiB)'), { target: { value: '8' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Save cap' }));
+    await waitFor(() => expect(figure('snapshot-count')).toBe('1'));
+    expect(api.sent.filter((r) => r.kind === 'snapshots').at(-1)).toMatchObject({ action: 'setCap', capBytes: 8 * MIB });
+    expect(figure('snapshot-bytes')).toBe('3.00 MiB');
+    expect(figure('snapshot-cap')).toBe('8.00 MiB');
+    expect(screen.getByLabelText('Snapshot status').textContent).toBe('Cap saved.');
+  });
+
+  it('refuses a fractional or negative cap before asking the engine', async () => {
+    render(<SettingsView />);
+    await waitFor(() => expect(figure('snapshot-count')).toBe('0'));
+    fireEvent.change(screen.getByLabelText('Snapshot size cap (MiB)'), { target: { value: '1.5' } });
+    expect(within(panel()).getByRole('alert').textContent).toBe('the cap is a whole number of MiB, 0 or more');
+    expect(screen.getByRole('button', { name: 'Save cap' })).toHaveProperty('disabled', true);
+    fireEvent.change(screen.getByLabelText('Snapshot size cap (MiB)'), { target: { value: '-1' } });
+    expect(screen.getByRole('button', { name: 'Save cap' })).toHaveProperty('disabled', true);
+    expect(api.sent.filter((r) => r.kind === 'snapshots' && r.action === 'setCap')).toEqual([]);
+  });
+
+  it('Clear deletes them all (disabled when there are none)', async () => {
+    api.snapshotFolder!.files = [{ name: 'd-a', bytes: 1000 }];
+    render(<SettingsView />);
+    await waitFor(() => expect(figure('snapshot-count')).toBe('1'));
+    fireEvent.click(screen.getByRole('button', { name: 'Clear snapshots' }));
+    await waitFor(() => expect(figure('snapshot-count')).toBe('0'));
+    expect(figure('snapshot-bytes')).toBe('0 B');
+    expect(api.snapshotFolder!.files).toEqual([]);
+    expect(screen.getByLabelText('Snapshot status').textContent).toBe('Snapshots cleared.');
+    expect(screen.getByRole('button', { name: 'Clear snapshots' })).toHaveProperty('disabled', true);
+  });
+
+  it('says so when the engine keeps none, and shows an engine refusal', async () => {
+    api.snapshotFolder = null;
+    const { unmount } = render(<SettingsView />);
+    expect(await within(await screen.findByRole('region', { name: 'Document snapshots' })).findByText('This engine keeps no document snapshots.')).toBeTruthy();
+    expect(screen.queryByRole('button', { name: 'Clear snapshots' })).toBeNull();
+    unmount();
+
+    resetSnapshotsStore();
+    api.snapshotError = { code: 'NATIVE_INTERNAL', message: 'internal error: EACCES' };
+    render(<SettingsView />);
+    await waitFor(() => expect(screen.getByLabelText('Snapshot status').textContent).toBe('Could not update the snapshots: internal error: EACCES'));
   });
 });
