@@ -121,6 +121,26 @@ export interface KvPool {
   position(layer: number, slot: number): number;
   /** Forgets every token of every layer; keeps the memory. */
   reset(): void;
+  /**
+   * Bytes of one layer's packed snapshot section for `tokens` slots (0..capacityTokens): K rows
+   * [kvHeads, tokens, headDim] then V rows of the same shape, as the pool's raw elements (fp16 bits,
+   * fp32 or int8); int8 pools only: K scales [kvHeads, tokens] fp32, then V scales; last, positions
+   * [tokens] int32. Little-endian, no padding. Partial key rows are not included (import rebuilds them).
+   */
+  snapshotLayerBytes(tokens: number): number;
+  /**
+   * Packs slots [0, tokens) of `layer` (tokens <= length(layer)) into `out`, whose byteLength must be
+   * snapshotLayerBytes(tokens) (any byteOffset). NATIVE_BAD_ARGUMENT for an evicting or freed pool.
+   */
+  exportLayer(layer: number, tokens: number, out: Uint8Array): void;
+  /**
+   * The inverse of exportLayer() into an EMPTY layer (length 0): `data` is exactly
+   * snapshotLayerBytes(tokens) bytes (any byteOffset), tokens <= capacityTokens, positions >= 0 and
+   * strictly increasing. Sets length(layer) = tokens and, when the layer's partial projection is set,
+   * rebuilds the imported slots' partial key rows (as setPartialProjection does). NATIVE_BAD_ARGUMENT,
+   * with nothing changed, for a non-empty layer, a wrong size, bad positions, or an evicting or freed pool.
+   */
+  importLayer(layer: number, tokens: number, data: Uint8Array): void;
   /** Created with `eviction`. */
   readonly evicting: boolean;
   /** Tokens evicted from `layer` since creation/reset (evicting pools). */

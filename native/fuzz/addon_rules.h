@@ -48,6 +48,23 @@ inline bool read_ok(const lh_kv_pool& p, uint32_t layer, uint32_t kv_head, uint3
   return layer < p.layers && kv_head < p.kv_heads && lh_kv_pool_length(&p, layer) > 0 && slot < lh_kv_pool_length(&p, layer);
 }
 
+// KvPool.exportLayer(layer, tokens, out): not evicting, layer < layers, tokens <= length(layer),
+// out.byteLength == snapshotLayerBytes(tokens). (A freed pool is refused before any of these.)
+inline bool export_ok(const lh_kv_pool& p, uint32_t layer, uint32_t tokens, uint64_t bytes) {
+  lh_kv_snapshot_layout sl{};
+  return p.evict == 0 && layer < p.layers && tokens <= lh_kv_pool_length(&p, layer) && lh_kv_pool_snapshot_layout(&p, tokens, &sl) == LH_OK &&
+         bytes == sl.total;
+}
+
+// KvPool.importLayer(layer, tokens, data): not evicting, layer < layers, length(layer) == 0,
+// tokens <= capacity, data.byteLength == snapshotLayerBytes(tokens). The addon also refuses bad
+// positions, by the core's own rule (lh_kv_snapshot_bad_position), so that one is not restated.
+inline bool import_ok(const lh_kv_pool& p, uint32_t layer, uint32_t tokens, uint64_t bytes) {
+  lh_kv_snapshot_layout sl{};
+  return p.evict == 0 && layer < p.layers && lh_kv_pool_length(&p, layer) == 0 && tokens <= p.capacity &&
+         lh_kv_pool_snapshot_layout(&p, tokens, &sl) == LH_OK && bytes == sl.total;
+}
+
 // attend/attendReference/attendCausal*(pool, layer, q, heads, out): heads in [1, LH_MAX_HEADS] and a
 // multiple of kvHeads; the layer holds >= 1 token; causal: 1 <= queries <= length(layer).
 inline bool attend_ok(const lh_kv_pool& p, uint32_t layer, uint32_t heads, uint32_t queries) {

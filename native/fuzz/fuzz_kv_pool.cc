@@ -1,7 +1,7 @@
 // Fuzz target: the KV pool (src/kv_pool.h) driven by a sequence of operations, the way the addon
-// drives it (append, appendBatch, truncate, reset, setPartialProjection, reads; with eviction also
-// the speculator's reserve_victim / note_selected / age), checked after every operation against a
-// plain model of what the header promises.
+// drives it (append, appendBatch, truncate, reset, setPartialProjection, reads, snapshot
+// exportLayer / importLayer; with eviction also the speculator's reserve_victim / note_selected /
+// age), checked after every operation against a plain model of what the header promises.
 //
 // Input: a pool config (shape, fp16/fp32, partial_dim, eviction knobs, budget), then operations.
 // Invariants:
@@ -12,10 +12,14 @@
 //   - lengths, positions, K/V rows (bit for bit after fp16 rounding), partial rows (within fp16
 //     rounding of the double-precision product), counters, candidate flags and the eviction
 //     bookkeeping equal the model's; sinks and the recent window are never evicted;
-//   - reads outside the stored slots are refused and write nothing (guard bytes intact).
+//   - reads outside the stored slots are refused and write nothing (guard bytes intact);
+//   - a snapshot section exported from one layer and imported into an empty one makes that layer
+//     equal the first `tokens` slots of the source (partial rows rebuilt); a wrong size, a non-empty
+//     target, bad positions or an evicting pool are refused and change nothing.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "../src/fp16.h"
@@ -246,7 +250,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
 
   for (uint32_t op = 0; op < 128 && !in.exhausted(); ++op) {
-    const uint32_t kind = in.range(0, 15);
+    const uint32_t kind = in.range(0, 16);
     const uint32_t layer = in.chance(16) ? cfg.layers + in.range(0, 2) : in.range(0, cfg.layers - 1);
     Layer* ml = layer < cfg.layers ? &m.layers[layer] : nullptr;
     if (kind <= 5) {  // append
@@ -410,6 +414,53 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           for (Slot& x : ml->slots) x.counter >>= 1;
         }
       }
+    } else if (kind == 16) {  // exportLayer from `layer`, then importLayer into `to` (what a snapshot save + restore does)
+      const uint32_t len = ml != nullptr ? static_cast<uint32_t>(ml->slots.size()) : 0;
+      const uint32_t tokens = in.chance(8) ? in.range(0, pool.capacity + 1) : in.range(0, len);
+      lh_kv_snapshot_layout sl{};
+      const bool fits = lh_kv_pool_snapshot_layout(&pool, tokens, &sl) == LH_OK;
+      FUZZ_CHECK(fits == (tokens <= pool.capacity), "snapshot layout of %u tokens (capacity %u): %d", tokens, pool.capacity, fits);
+      if (!fits) continue;  // snapshotLayerBytes refuses it, so JS cannot size a buffer for it
+      const int64_t skew = in.chance(16) ? static_cast<int64_t>(in.range(0, 2)) - 1 : 0;  // a buffer one byte off
+      const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(sl.total) + skew));
+      Guarded<uint8_t> sec(bytes == 0 ? 1 : bytes);
+      const lh_status es = lh_kv_pool_export_layer(&pool, layer, tokens, bytes == 0 ? nullptr : sec.data(), bytes);
+      if (!addon_rules::export_ok(pool, layer, tokens, bytes)) {
+        FUZZ_CHECK(es == LH_BAD_ARGUMENT && sec.untouched() && sec.guards_intact(), "exportLayer(layer %u, %u tokens, %llu bytes) not refused: %d",
+                   layer, tokens, (unsigned long long)bytes, es);
+        continue;
+      }
+      FUZZ_CHECK(es == LH_OK && sec.guards_intact(), "exportLayer: status %d, guards %d", es, sec.guards_intact());
+      // the target: an empty layer when there is one (that is where a restore goes), else any
+      uint32_t to = in.range(0, cfg.layers - 1);
+      if (in.chance(2))
+        for (uint32_t l = 0; l < cfg.layers; ++l)
+          if (m.layers[l].slots.empty()) to = l;
+      if (tokens > 0 && in.chance(8)) {  // a corrupt position: negative, or a repeat of the one before
+        int32_t bad = in.chance(2) ? -1 - static_cast<int32_t>(in.range(0, 3)) : 0;
+        const uint32_t at = in.range(0, tokens - 1);
+        if (bad == 0 && at > 0) std::memcpy(&bad, sec.data() + sl.pos + 4 * (at - 1), 4);
+        std::memcpy(sec.data() + sl.pos + 4 * at, &bad, 4);
+      }
+      Layer& dst = m.layers[to];
+      std::vector<int32_t> spos(tokens + 1);  // the section's positions, read independently of the core's check
+      if (tokens > 0) std::memcpy(spos.data(), sec.data() + sl.pos, 4ull * tokens);
+      bool positions_ok = true;
+      for (uint32_t t = 0; t < tokens; ++t) positions_ok = positions_ok && spos[t] >= 0 && (t == 0 || spos[t] > spos[t - 1]);
+      FUZZ_CHECK(positions_ok == (lh_kv_snapshot_bad_position(sec.data() + sl.pos, tokens) < 0), "lh_kv_snapshot_bad_position disagrees");
+      const bool allowed = addon_rules::import_ok(pool, to, tokens, bytes) && positions_ok;  // judged before the call changes the length
+      const lh_status is = lh_kv_pool_import_layer(&pool, to, tokens, bytes == 0 ? nullptr : sec.data(), bytes);
+      if (!allowed) {
+        FUZZ_CHECK(is == LH_BAD_ARGUMENT, "importLayer(layer %u, %u tokens) into %zu slots, positions ok %d: not refused (%d)", to, tokens,
+                   dst.slots.size(), positions_ok, is);
+      } else {
+        FUZZ_CHECK(is == LH_OK, "importLayer(layer %u, %u tokens): status %d", to, tokens, is);
+        for (uint32_t t = 0; t < tokens; ++t) {
+          dst.slots.push_back(ml->slots[t]);  // rows as stored in the source
+          dst.slots.back().pos = spos[t];     // the position as in the section (a corrupt one may still be valid)
+        }
+      }
+      check_pool(pool, m, to, true);  // the target's rows and partial rows (the source is unchanged: checked below)
     } else {  // reads the addon would refuse (slot past the length, head past kv_heads): nothing written
       const uint32_t g = in.range(0, kvh);
       const uint32_t slot = in.range(0, pool.capacity + 1);

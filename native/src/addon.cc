@@ -31,7 +31,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 7;
+constexpr int kAbiVersion = 8;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -171,6 +171,9 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                            InstanceMethod<&KvPool::ReadV>("readV"),
                            InstanceMethod<&KvPool::Position>("position"),
                            InstanceMethod<&KvPool::Reset>("reset"),
+                           InstanceMethod<&KvPool::SnapshotLayerBytes>("snapshotLayerBytes"),
+                           InstanceMethod<&KvPool::ExportLayer>("exportLayer"),
+                           InstanceMethod<&KvPool::ImportLayer>("importLayer"),
                            InstanceAccessor<&KvPool::Evicting>("evicting"),
                            InstanceMethod<&KvPool::Evictions>("evictions"),
                            InstanceMethod<&KvPool::EvictionsTotal>("evictionsTotal"),
@@ -443,6 +446,87 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
     return guarded(env_, [&]() -> Napi::Value {
       const lh_status st = lh_kv_pool_reset(Live());
       if (st != LH_OK) fail(env_, st, "KV pool reset failed");
+      return env_.Undefined();
+    });
+  }
+
+  // ---- snapshots (kv_pool.h "snapshots": the section layout) ----
+
+  // The live pool for a snapshot call: refuses evicting pools, whose slots are not in position order.
+  lh_kv_pool* SnapshotPool(const char* method) {
+    lh_kv_pool* p = Live();
+    if (p->evict != 0)
+      fail(env_, LH_BAD_ARGUMENT, std::string(method) + ": this KV pool evicts (created with `eviction`); snapshots need a pool without eviction, whose slots are in position order");
+    return p;
+  }
+
+  // A Uint8Array of exactly `bytes` bytes (any offset into its buffer: the core copies bytewise).
+  Napi::Uint8Array bytes_arg(const Napi::Value& v, const char* method, const char* name, uint64_t bytes, uint32_t tokens) {
+    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+      fail(env_, LH_BAD_ARGUMENT, std::string(method) + ": " + name + " must be a Uint8Array, got " + describe(v));
+    Napi::Uint8Array a = v.As<Napi::Uint8Array>();
+    if (a.ByteLength() != bytes)
+      fail(env_, LH_BAD_ARGUMENT, std::string(method) + ": " + name + " must be exactly snapshotLayerBytes(" + std::to_string(tokens) +
+                                      ") = " + std::to_string(bytes) + " bytes, has " + std::to_string(a.ByteLength()));
+    return a;
+  }
+
+  // snapshotLayerBytes(tokens) -> bytes of one layer's section for `tokens` slots (0..capacity)
+  Napi::Value SnapshotLayerBytes(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t tokens = u32_arg(env_, info[0], "tokens", 0, p->capacity);
+      lh_kv_snapshot_layout sl;
+      if (lh_kv_pool_snapshot_layout(p, tokens, &sl) != LH_OK) fail(env_, LH_INTERNAL, "snapshot layout refused checked arguments");
+      return Napi::Number::New(env_, static_cast<double>(sl.total));  // <= byte_length < 2^53
+    });
+  }
+
+  // exportLayer(layer, tokens, out: Uint8Array (snapshotLayerBytes(tokens))): packs slots [0, tokens)
+  Napi::Value ExportLayer(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = SnapshotPool("exportLayer");
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const uint32_t len = lh_kv_pool_length(p, layer);
+      const Napi::Value tv = info[1];
+      if (tv.IsNumber() && tv.As<Napi::Number>().DoubleValue() > len && tv.As<Napi::Number>().DoubleValue() == std::floor(tv.As<Napi::Number>().DoubleValue()))
+        fail(env_, LH_BAD_ARGUMENT, "exportLayer: tokens " + describe(tv) + " is more than layer " + std::to_string(layer) + " holds (" + std::to_string(len) + ")");
+      const uint32_t tokens = u32_arg(env_, tv, "tokens", 0, len);
+      lh_kv_snapshot_layout sl;
+      if (lh_kv_pool_snapshot_layout(p, tokens, &sl) != LH_OK) fail(env_, LH_INTERNAL, "snapshot layout refused checked arguments");
+      Napi::Uint8Array out = bytes_arg(info[2], "exportLayer", "out", sl.total, tokens);
+      const lh_status st = lh_kv_pool_export_layer(p, layer, tokens, out.Data(), out.ByteLength());
+      if (st != LH_OK) fail(env_, st, "exportLayer failed");
+      return env_.Undefined();
+    });
+  }
+
+  // importLayer(layer, tokens, data: Uint8Array (snapshotLayerBytes(tokens))): fills an empty layer
+  Napi::Value ImportLayer(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = SnapshotPool("importLayer");
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const uint32_t len = lh_kv_pool_length(p, layer);
+      if (len != 0)
+        fail(env_, LH_BAD_ARGUMENT, "importLayer: layer " + std::to_string(layer) + " holds " + std::to_string(len) +
+                                        " tokens; import needs an empty layer (reset() or truncate(0) first)");
+      const Napi::Value tv = info[1];
+      if (tv.IsNumber() && tv.As<Napi::Number>().DoubleValue() > p->capacity && tv.As<Napi::Number>().DoubleValue() == std::floor(tv.As<Napi::Number>().DoubleValue()))
+        fail(env_, LH_BAD_ARGUMENT, "importLayer: tokens " + describe(tv) + " is more than the pool's capacity (" + std::to_string(p->capacity) + " tokens per layer)");
+      const uint32_t tokens = u32_arg(env_, tv, "tokens", 0, p->capacity);
+      lh_kv_snapshot_layout sl;
+      if (lh_kv_pool_snapshot_layout(p, tokens, &sl) != LH_OK) fail(env_, LH_INTERNAL, "snapshot layout refused checked arguments");
+      const Napi::Uint8Array data = bytes_arg(info[2], "importLayer", "data", sl.total, tokens);
+      const int64_t bad = tokens == 0 ? -1 : lh_kv_snapshot_bad_position(data.Data() + sl.pos, tokens);
+      if (bad >= 0) {
+        int32_t x = 0;
+        std::memcpy(&x, data.Data() + sl.pos + static_cast<size_t>(bad) * sizeof x, sizeof x);
+        fail(env_, LH_BAD_ARGUMENT, "importLayer: position " + std::to_string(x) + " of slot " + std::to_string(bad) +
+                                        (x < 0 ? " is negative" : " does not increase on the slot before it") +
+                                        "; positions must be >= 0 and strictly increasing (nothing was imported)");
+      }
+      const lh_status st = lh_kv_pool_import_layer(p, layer, tokens, data.Data(), data.ByteLength());
+      if (st != LH_OK) fail(env_, st, "importLayer failed");
       return env_.Undefined();
     });
   }

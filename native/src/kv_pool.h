@@ -250,3 +250,44 @@ const lh_kv_evict_layer* lh_kv_pool_evict_state(const lh_kv_pool* pool, uint32_t
 
 // Slot of the latest appended token of `layer` (without evict: length - 1); -1 if empty.
 int32_t lh_kv_pool_last_slot(const lh_kv_pool* pool, uint32_t layer);
+
+// ---- snapshots: one layer's slots packed into a flat section (KV snapshot files, issue 10) ----
+//
+// A layer's section for `tokens` slots [0, tokens), fields in this order, each packed with no
+// padding (the section is a byte stream: it may sit at any alignment in a file or a JS buffer):
+//   k   : (kv_head, tokens, head_dim)   the pool's raw elements (fp16 bits | fp32 | int8)
+//   v   : (kv_head, tokens, head_dim)   same
+//   ks  : (kv_head, tokens)             fp32 int8 key row scales (int8 pools only)
+//   vs  : (kv_head, tokens)             fp32 int8 value row scales (int8 pools only)
+//   pos : (tokens)                      int32 token positions (the same for every KV head)
+// All little-endian (the host's order; the pool only builds for little-endian targets).
+// Partial key rows are not stored: import rebuilds them from the key rows (the same arithmetic as
+// lh_kv_pool_set_projection), so a snapshot does not depend on the skew's column choice.
+// Evicting pools are refused (LH_BAD_ARGUMENT): their slot order is not position order and their
+// counters/flags are not part of the section.
+struct lh_kv_snapshot_layout {
+  uint64_t k, v, ks, vs, pos;  // byte offsets of the fields (ks == vs == pos without int8)
+  uint64_t total;              // bytes of the section
+};
+
+// Offsets of a `tokens`-slot section of this pool's shape and type. LH_BAD_ARGUMENT if the pool
+// is freed, tokens > capacity, or out is null.
+lh_status lh_kv_pool_snapshot_layout(const lh_kv_pool* pool, uint32_t tokens, lh_kv_snapshot_layout* out);
+
+// Packs slots [0, tokens) of `layer` into out (exactly out_bytes == layout.total bytes; any
+// alignment). LH_BAD_ARGUMENT (nothing written): freed or evicting pool, layer out of range,
+// tokens > length(layer), out null with out_bytes > 0, or out_bytes != the section's size.
+lh_status lh_kv_pool_export_layer(const lh_kv_pool* pool, uint32_t layer, uint32_t tokens, void* out, size_t out_bytes);
+
+// The inverse into an EMPTY layer: copies the section's rows (and int8 scales) into slots
+// [0, tokens), writes every KV head's positions, sets length(layer) = tokens and, when the layer's
+// projection is set, rebuilds the partial rows of those slots from the imported key rows.
+// LH_BAD_ARGUMENT (the pool is unchanged): freed or evicting pool, layer out of range, length(layer)
+// != 0, tokens > capacity, data null with bytes > 0, bytes != the section's size, or positions that
+// are negative or not strictly increasing (the pool's truncate and attention assume slot order is
+// position order).
+lh_status lh_kv_pool_import_layer(lh_kv_pool* pool, uint32_t layer, uint32_t tokens, const void* data, size_t bytes);
+
+// First slot i whose position in a section breaks the import rule (negative, or <= the previous),
+// or -1 when every position is fine. `pos` points at the section's pos field (any alignment).
+int64_t lh_kv_snapshot_bad_position(const void* pos, uint32_t tokens);

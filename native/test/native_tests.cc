@@ -1688,6 +1688,248 @@ void test_kv_int8() {
   lh_kv_pool_free(&e);
 }
 
+// ---------------------------------------------------------------------------------------------
+// KV snapshots: export / import of a layer's packed section (kv_pool.h "snapshots")
+// ---------------------------------------------------------------------------------------------
+
+// A byte buffer with 64 canary bytes on each side, so a write outside [data, data + n) shows.
+struct GuardedBytes {
+  static constexpr size_t kGuard = 64;
+  static constexpr uint8_t kCanary = 0xA5;
+  std::vector<uint8_t> all;
+  size_t n;
+  size_t shift;  // extra offset so data() can be unaligned
+  explicit GuardedBytes(size_t bytes, size_t misalign = 0) : all(bytes + 2 * kGuard + misalign, kCanary), n(bytes), shift(misalign) {}
+  uint8_t* data() { return all.data() + kGuard + shift; }
+  bool guards_intact() const {
+    for (size_t i = 0; i < kGuard + shift; ++i)
+      if (all[i] != kCanary) return false;
+    for (size_t i = kGuard + shift + n; i < all.size(); ++i)
+      if (all[i] != kCanary) return false;
+    return true;
+  }
+  bool untouched() const {
+    for (const uint8_t b : all)
+      if (b != kCanary) return false;
+    return true;
+  }
+};
+
+// Every stored K/V row, int8 scale, position and partial row of `layer` (slots [0, tokens)) of a and
+// b are the same bits. Counts mismatching elements.
+int snapshot_diff(const lh_kv_pool& a, const lh_kv_pool& b, uint32_t layer, uint32_t tokens) {
+  int bad = 0;
+  std::vector<float> ra(a.head_dim), rb(a.head_dim), pa(a.partial_dim + 1), pb(a.partial_dim + 1);
+  for (uint32_t g = 0; g < a.kv_heads; ++g)
+    for (uint32_t s = 0; s < tokens; ++s) {
+      for (const lh_kv_part part : {LH_KV_KEY, LH_KV_VALUE}) {
+        int32_t qa = -1, qb = -2;
+        if (lh_kv_pool_read(&a, part, layer, g, s, ra.data(), &qa) != LH_OK || lh_kv_pool_read(&b, part, layer, g, s, rb.data(), &qb) != LH_OK) {
+          ++bad;
+          continue;
+        }
+        bad += qa != qb;
+        for (uint32_t i = 0; i < a.head_dim; ++i) bad += lh_f32_bits(ra[i]) != lh_f32_bits(rb[i]);
+      }
+      if (a.ks != nullptr) {
+        const size_t at = (static_cast<size_t>(layer) * a.kv_heads + g) * a.capacity + s, bt = (static_cast<size_t>(layer) * b.kv_heads + g) * b.capacity + s;
+        bad += lh_f32_bits(a.ks[at]) != lh_f32_bits(b.ks[bt]);
+        bad += lh_f32_bits(a.vs[at]) != lh_f32_bits(b.vs[bt]);
+      }
+      if (a.partial_dim > 0) {
+        if (lh_kv_pool_read_partial(&a, layer, g, s, pa.data()) != LH_OK || lh_kv_pool_read_partial(&b, layer, g, s, pb.data()) != LH_OK) {
+          ++bad;
+          continue;
+        }
+        for (uint32_t i = 0; i < a.partial_dim; ++i) bad += lh_f32_bits(pa[i]) != lh_f32_bits(pb[i]);
+      }
+    }
+  return bad;
+}
+
+void test_kv_snapshot() {
+  const uint32_t L = 2, H = 3, D = 20, P = 5, T = 37;  // D and T not multiples of 8: partial tiles end mid-tile
+  for (const uint32_t type : {LH_KV_F16, LH_KV_F32, LH_KV_I8}) {
+    const char* tn = type == LH_KV_F16 ? "fp16" : type == LH_KV_F32 ? "fp32" : "int8";
+    char name[160];
+    const uint64_t per = static_cast<uint64_t>(L) * H * (2ull * lh_kv_row_bytes(type, D) + 4 + 2ull * P);
+    const uint64_t fixed = 4096 + static_cast<uint64_t>(L) * H * D * P * 4;
+    lh_kv_pool_config cfg{per * 50 + fixed, L, H, D, type, P, 0, 0, 0, 0};
+    lh_kv_pool_config cfg2 = cfg;
+    cfg2.budget_bytes = per * 70 + fixed;  // another capacity: the section must not depend on it
+    lh_kv_pool src, dst;
+    if (lh_kv_pool_init(&src, &cfg) != LH_OK || lh_kv_pool_init(&dst, &cfg2) != LH_OK || src.capacity == dst.capacity) {
+      std::snprintf(name, sizeof name, "kv snapshot %s: pools", tn);
+      check(false, name, "init failed");
+      return;
+    }
+    Rng rng(900 + type);
+    std::vector<float> proj(static_cast<size_t>(H) * D * P);
+    for (auto& x : proj) x = rng.normal() * 0.5f;
+    lh_kv_pool_set_projection(&src, 1, proj.data());  // layer 1's partial rows written at append
+    std::vector<float> k(H * D), v(H * D);
+    for (uint32_t t = 0; t < T; ++t)
+      for (uint32_t l = 0; l < L; ++l) {
+        for (auto& x : k) x = rng.normal() * static_cast<float>(1 + t % 4);
+        for (auto& x : v) x = rng.normal();
+        if (t == 5 && l == 1) k[D + 2] = NAN;  // a non-finite row (int8: NaN scale) survives the trip too
+        lh_kv_pool_append(&src, l, k.data(), v.data(), static_cast<int32_t>(3 + 2 * t), nullptr);  // gaps in positions
+      }
+    lh_kv_pool_set_projection(&src, 0, proj.data());  // layer 0's rebuilt by set_projection
+
+    // export: size, guards, field contents (raw bytes of each head's rows, scales, positions)
+    lh_kv_snapshot_layout sl{};
+    const uint64_t eb = lh_kv_type_bytes(type);
+    const uint64_t want = 2ull * H * T * D * eb + (type == LH_KV_I8 ? 2ull * H * T * 4 : 0) + 4ull * T;
+    const bool layout_ok = lh_kv_pool_snapshot_layout(&src, T, &sl) == LH_OK && sl.total == want && sl.v == 1ull * H * T * D * eb &&
+                           sl.pos == want - 4ull * T && (type != LH_KV_I8 || sl.vs == sl.ks + 4ull * H * T);
+    std::snprintf(name, sizeof name, "kv snapshot %s: section size 2*H*T*D*%u%s + 4*T = %llu bytes", tn, static_cast<unsigned>(eb),
+                  type == LH_KV_I8 ? " + 2*H*T*4" : "", static_cast<unsigned long long>(want));
+    check(layout_ok, name, "total %llu", static_cast<unsigned long long>(sl.total));
+    GuardedBytes sec0(want, 3), sec1(want, 1);  // unaligned outputs
+    const lh_status e0 = lh_kv_pool_export_layer(&src, 0, T, sec0.data(), want);
+    const lh_status e1 = lh_kv_pool_export_layer(&src, 1, T, sec1.data(), want);
+    int field_bad = 0;
+    const size_t cap = src.capacity;
+    for (uint32_t g = 0; g < H; ++g) {
+      const size_t head = static_cast<size_t>(1) * H + g;
+      field_bad += std::memcmp(sec1.data() + sl.k + g * T * D * eb, static_cast<const char*>(src.k) + head * cap * D * eb, T * D * eb) != 0;
+      field_bad += std::memcmp(sec1.data() + sl.v + g * T * D * eb, static_cast<const char*>(src.v) + head * cap * D * eb, T * D * eb) != 0;
+      if (type == LH_KV_I8) {
+        field_bad += std::memcmp(sec1.data() + sl.ks + g * T * 4, src.ks + head * cap, T * 4) != 0;
+        field_bad += std::memcmp(sec1.data() + sl.vs + g * T * 4, src.vs + head * cap, T * 4) != 0;
+      }
+    }
+    for (uint32_t t = 0; t < T; ++t) {
+      int32_t x;
+      std::memcpy(&x, sec1.data() + sl.pos + 4 * t, 4);
+      field_bad += x != static_cast<int32_t>(3 + 2 * t);
+    }
+    std::snprintf(name, sizeof name, "kv snapshot %s: export packs K, V%s, positions per KV head; guard bytes intact", tn, type == LH_KV_I8 ? ", scales" : "");
+    check(e0 == LH_OK && e1 == LH_OK && field_bad == 0 && sec0.guards_intact() && sec1.guards_intact(), name, "status %d %d, %d fields differ", e0, e1, field_bad);
+
+    // import into a pool of another capacity: layer 1 has its projection set before (rebuilt by the
+    // import), layer 0 gets it after (rebuilt by set_projection); data unaligned (offsets 3 and 1)
+    lh_kv_pool_set_projection(&dst, 1, proj.data());
+    const lh_status i0 = lh_kv_pool_import_layer(&dst, 0, T, sec0.data(), want);
+    const lh_status i1 = lh_kv_pool_import_layer(&dst, 1, T, sec1.data(), want);
+    lh_kv_pool_set_projection(&dst, 0, proj.data());
+    const int d0 = snapshot_diff(src, dst, 0, T), d1 = snapshot_diff(src, dst, 1, T);
+    std::snprintf(name, sizeof name, "kv snapshot %s: round trip == source bit for bit (rows, %spositions, partial rows rebuilt)", tn, type == LH_KV_I8 ? "scales, " : "");
+    check(i0 == LH_OK && i1 == LH_OK && lh_kv_pool_length(&dst, 0) == T && lh_kv_pool_length(&dst, 1) == T && d0 == 0 && d1 == 0, name,
+          "status %d %d, lengths %u %u, %d + %d elements differ", i0, i1, lh_kv_pool_length(&dst, 0), lh_kv_pool_length(&dst, 1), d0, d1);
+    // every KV head's position copy, not only head 0's (attention's slot lists read each head)
+    int pos_bad = 0;
+    for (uint32_t g = 0; g < H; ++g)
+      for (uint32_t t = 0; t < T; ++t) pos_bad += dst.pos[(static_cast<size_t>(1) * H + g) * dst.capacity + t] != static_cast<int32_t>(3 + 2 * t);
+    // the partial rows equal fp16(K_stored · A[:, C]) computed here (not only "the same as the source")
+    int part_bad = 0;
+    float krow[D], prow[P];
+    for (uint32_t g = 0; g < H; ++g)
+      for (uint32_t t = 0; t < T; ++t) {
+        lh_kv_pool_read(&dst, LH_KV_KEY, 1, g, t, krow, nullptr);
+        lh_kv_pool_read_partial(&dst, 1, g, t, prow);
+        for (uint32_t i = 0; i < P; ++i) {
+          double acc = 0;
+          for (uint32_t j = 0; j < D; ++j) acc += static_cast<double>(krow[j]) * proj[(g * D + j) * P + i];
+          if (!(std::fabs(prow[i] - acc) <= 1e-3 + 1e-3 * std::fabs(acc)) && !(std::isnan(acc) && std::isnan(prow[i]))) ++part_bad;
+        }
+      }
+    std::snprintf(name, sizeof name, "kv snapshot %s: import writes every KV head's positions and partial rows == fp16(K · A[:, C])", tn);
+    check(pos_bad == 0 && part_bad == 0, name, "%d positions, %d partial elements off", pos_bad, part_bad);
+    // the imported layer keeps working: the next append lands in slot T in both pools, same bits
+    for (auto& x : k) x = rng.normal();
+    for (auto& x : v) x = rng.normal();
+    uint32_t sa = 0, sb = 0;
+    const bool next = lh_kv_pool_append(&src, 1, k.data(), v.data(), 3 + 2 * T, &sa) == LH_OK &&
+                      lh_kv_pool_append(&dst, 1, k.data(), v.data(), 3 + 2 * T, &sb) == LH_OK && sa == T && sb == T &&
+                      snapshot_diff(src, dst, 1, T + 1) == 0;
+    std::snprintf(name, sizeof name, "kv snapshot %s: append after import continues at slot T like the source", tn);
+    check(next, name);
+    // a prefix: export the first 11 slots, import them into a fresh layer
+    lh_kv_snapshot_layout sp{};
+    lh_kv_pool_snapshot_layout(&src, 11, &sp);
+    GuardedBytes pre(sp.total);
+    lh_kv_pool_reset(&dst);
+    const bool prefix = lh_kv_pool_export_layer(&src, 1, 11, pre.data(), sp.total) == LH_OK && pre.guards_intact() &&
+                        lh_kv_pool_import_layer(&dst, 1, 11, pre.data(), sp.total) == LH_OK && lh_kv_pool_length(&dst, 1) == 11 &&
+                        snapshot_diff(src, dst, 1, 11) == 0;
+    std::snprintf(name, sizeof name, "kv snapshot %s: a prefix of 11 of %u slots round-trips", tn, T + 1);
+    check(prefix, name);
+
+    // bad arguments: LH_BAD_ARGUMENT, the output untouched, the target pool's whole allocation unchanged
+    lh_kv_pool_reset(&dst);
+    lh_kv_pool_append(&dst, 0, k.data(), v.data(), 0, nullptr);  // layer 0 not empty
+    std::vector<uint8_t> before(static_cast<const uint8_t*>(dst.base), static_cast<const uint8_t*>(dst.base) + dst.byte_length);
+    GuardedBytes out(want);
+    int refused = 0, total = 0;
+    auto expect_bad = [&](lh_status st) {
+      ++total;
+      refused += st == LH_BAD_ARGUMENT;
+    };
+    expect_bad(lh_kv_pool_export_layer(&src, L, T, out.data(), want));                       // layer out of range
+    expect_bad(lh_kv_pool_export_layer(&src, 0, T + 1, out.data(), sl.total + 1));           // more than the layer holds
+    expect_bad(lh_kv_pool_export_layer(&src, 0, T, out.data(), want - 1));                   // size short
+    expect_bad(lh_kv_pool_export_layer(&src, 0, T, out.data(), want + 1));                   // size long
+    expect_bad(lh_kv_pool_export_layer(&src, 0, T, nullptr, want));                          // null
+    expect_bad(lh_kv_pool_snapshot_layout(&src, src.capacity + 1, &sp));                     // past capacity
+    expect_bad(lh_kv_pool_snapshot_layout(&src, T, nullptr));
+    const bool out_ok = out.untouched();
+    expect_bad(lh_kv_pool_import_layer(&dst, 0, T, sec0.data(), want));                      // layer not empty
+    expect_bad(lh_kv_pool_import_layer(&dst, L, T, sec0.data(), want));                      // layer out of range
+    expect_bad(lh_kv_pool_import_layer(&dst, 1, T, sec0.data(), want - 1));                  // size short
+    expect_bad(lh_kv_pool_import_layer(&dst, 1, T, sec0.data(), want + 1));                  // size long
+    expect_bad(lh_kv_pool_import_layer(&dst, 1, T, nullptr, want));                          // null
+    expect_bad(lh_kv_pool_import_layer(&dst, 1, dst.capacity + 1, sec0.data(), want));       // past capacity
+    std::vector<uint8_t> badpos(sec0.data(), sec0.data() + want);
+    const int32_t neg = -1, dup = 3 + 2 * 9, small = 2;
+    std::memcpy(badpos.data() + sl.pos + 4 * 0, &neg, 4);  // negative first position
+    expect_bad(lh_kv_pool_import_layer(&dst, 1, T, badpos.data(), want));
+    std::memcpy(badpos.data() + sl.pos, sec0.data() + sl.pos, 4);
+    std::memcpy(badpos.data() + sl.pos + 4 * 10, &dup, 4);  // slot 10 repeats slot 9's position
+    expect_bad(lh_kv_pool_import_layer(&dst, 1, T, badpos.data(), want));
+    const int64_t at_dup = lh_kv_snapshot_bad_position(badpos.data() + sl.pos, T);
+    std::memcpy(badpos.data() + sl.pos + 4 * 10, sec0.data() + sl.pos + 4 * 10, 4);
+    std::memcpy(badpos.data() + sl.pos + 4 * (T - 1), &small, 4);  // the last goes backwards
+    expect_bad(lh_kv_pool_import_layer(&dst, 1, T, badpos.data(), want));
+    const int64_t at_last = lh_kv_snapshot_bad_position(badpos.data() + sl.pos, T);
+    const bool pool_same = std::memcmp(before.data(), dst.base, dst.byte_length) == 0 && lh_kv_pool_length(&dst, 1) == 0;
+    std::snprintf(name, sizeof name, "kv snapshot %s: every bad argument is LH_BAD_ARGUMENT; nothing written (output, whole pool)", tn);
+    check(refused == total && out_ok && pool_same && at_dup == 10 && at_last == T - 1, name, "%d of %d refused, out %d, pool %d, bad at %lld %lld",
+          refused, total, out_ok, pool_same, static_cast<long long>(at_dup), static_cast<long long>(at_last));
+    // zero tokens: an empty section both ways
+    lh_kv_snapshot_layout z{};
+    const bool zero = lh_kv_pool_snapshot_layout(&src, 0, &z) == LH_OK && z.total == 0 && lh_kv_pool_export_layer(&src, 0, 0, nullptr, 0) == LH_OK &&
+                      lh_kv_pool_import_layer(&dst, 1, 0, nullptr, 0) == LH_OK && lh_kv_pool_length(&dst, 1) == 0;
+    std::snprintf(name, sizeof name, "kv snapshot %s: 0 tokens is an empty section both ways", tn);
+    check(zero, name);
+    lh_kv_pool_free(&src);
+    lh_kv_pool_free(&dst);
+    std::snprintf(name, sizeof name, "kv snapshot %s: a freed pool is LH_BAD_ARGUMENT", tn);
+    check(lh_kv_pool_export_layer(&src, 0, 0, nullptr, 0) == LH_BAD_ARGUMENT && lh_kv_pool_import_layer(&dst, 0, 0, nullptr, 0) == LH_BAD_ARGUMENT &&
+              lh_kv_pool_snapshot_layout(&src, 0, &z) == LH_BAD_ARGUMENT,
+          name);
+  }
+  // evicting pools are refused (slot order is not position order there)
+  lh_kv_pool_config ecfg{0, 1, 2, 8, LH_KV_F16, 0, 1, 1, 2, 4};
+  ecfg.budget_bytes = 20ull * (2 * (2 * 16 + 4) + 5) + 1024;
+  lh_kv_pool e;
+  const lh_status es = lh_kv_pool_init(&e, &ecfg);
+  std::vector<float> k(16, 1.0f);
+  lh_kv_pool_append(&e, 0, k.data(), k.data(), 0, nullptr);
+  lh_kv_snapshot_layout el{};
+  lh_kv_pool_snapshot_layout(&e, 1, &el);
+  std::vector<uint8_t> buf(el.total);
+  lh_kv_pool_config e2 = ecfg;
+  lh_kv_pool f;
+  lh_kv_pool_init(&f, &e2);
+  check(es == LH_OK && lh_kv_pool_export_layer(&e, 0, 1, buf.data(), buf.size()) == LH_BAD_ARGUMENT &&
+            lh_kv_pool_import_layer(&f, 0, 1, buf.data(), buf.size()) == LH_BAD_ARGUMENT && lh_kv_pool_length(&f, 0) == 0,
+        "kv snapshot: evicting pools are refused (LH_BAD_ARGUMENT)");
+  lh_kv_pool_free(&e);
+  lh_kv_pool_free(&f);
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   test_fp16();
@@ -1717,6 +1959,7 @@ int main(int argc, char** argv) {
   test_attention_int8(LH_ATTN_PORTABLE);
   if (lh_attention_available(LH_ATTN_AVX2)) test_attention_int8(LH_ATTN_AVX2);
   test_kv_int8();
+  test_kv_snapshot();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
