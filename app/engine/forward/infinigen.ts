@@ -15,16 +15,16 @@ import { readdir, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { UsageError } from '../../common/errors.ts';
-import { choosePartialColumnsForLayer, DEFAULT_PARTIAL_RATIO, partialCount } from '../kv/partial-columns.ts';
+import { DEFAULT_PARTIAL_RATIO, partialCount } from '../kv/partial-columns.ts';
 import { ALPHA_LLAMA_LIKE } from '../kv/select-reference.ts';
 import { readSkewCache, writeSkewCache, type SkewMeta } from '../kv/skew-file.ts';
-import { SkewCalibrator, skewMatrix, type HeadShape, type SkewMatrices } from '../kv/skew.ts';
+import { applySkew, SkewCalibrator, skewMatrix, type HeadShape, type SkewMatrices } from '../kv/skew.ts';
 import type { LoadedModel } from '../model/types.ts';
 import type { KvPool, SpeculatorLayerStats } from '../../../native/index.js';
 
 /** Tokens of a calibration run (the paper's calibration is a few hundred tokens of text). */
 export const CALIBRATION_TOKENS = 256;
-/** Prompt tokens kept for choosing the partial columns (the first ones; bounds the memory). */
+/** The sequence's first positions whose q/k energies choose the partial columns (bounds the work). */
 export const COLUMN_SAMPLE_TOKENS = 4096;
 
 export interface InfinigenOptions {
@@ -179,34 +179,78 @@ export function summarizeStep(position: number, layers: InfinigenLayerStats[]): 
   return { position, layers, fetchRatio, bytes, hits, misses, hitRate: hits + misses > 0 ? hits / (hits + misses) : 0 };
 }
 
+/** Column energies are checkpointed every this many positions: where a reused prefix may end exactly. */
+export const COLUMN_CHECKPOINT_EVERY = 64;
+
+/** Σ|qA| and Σ|kA| per sparse layer over positions 0..observed−1 (each [kvHeads·d], float64). */
+interface ColumnEnergies {
+  q: Float64Array[];
+  k: Float64Array[];
+}
+
+/** One committed chunk (prefill chunk or decode step) whose rows are not folded into the energies yet. */
+interface PendingRows {
+  /** position of the chunk's first token */
+  p0: number;
+  /** tokens kept (the ones below COLUMN_SAMPLE_TOKENS) */
+  T: number;
+  /** per layer (undefined below denseLayers): q [T, heads·d] and k [T, kvHeads·d] */
+  q: (Float32Array | undefined)[];
+  k: (Float32Array | undefined)[];
+}
+
 /**
- * The per-model and per-prompt InfiniGen state the runner keeps: the skew (cached on disk), the
- * calibrator while one runs, and the prompt's queries/keys until the columns are chosen.
+ * The per-model and per-sequence InfiniGen state the runner keeps: the skew (cached on disk), the
+ * calibrator while one runs, and the partial columns of the cached sequence.
+ *
+ * Partial columns (ARCHITECTURE.md §4.2) are a function of the sequence: after every prompt they are
+ * chosen again from Σ|qA| + Σ|kA| over the sequence's first COLUMN_SAMPLE_TOKENS positions, prompt
+ * and generated tokens alike. So a sequence reached by reusing a cached prefix chooses the same
+ * columns a fresh prefill of the whole prompt chooses. The energies are folded token by token in
+ * position order (float64), checkpointed every COLUMN_CHECKPOINT_EVERY positions; a cache cut back
+ * to position n is exact when n is a checkpoint or the current end (resumePoint says where).
  */
 export class InfinigenState {
   skew: SkewMatrices | undefined;
   /** set while a calibration run collects queries */
   calibrator: SkewCalibrator | undefined;
-  /** per layer: the prompt's q [T, heads·d] and k [T, kvHeads·d] chunks, while choosing columns */
-  private promptQ: Float32Array[][] | undefined;
-  private promptK: Float32Array[][] | undefined;
-  private promptTokens = 0;
   /** columns chosen and projections set: decode may speculate */
   ready = false;
   /** where the skew came from, for logs and tests */
   skewSource: 'cache' | 'prompt' | 'self-generated' | undefined;
   private sha: string | undefined;
   private triedCache = false;
+  /** positions 0..observed−1 are in the energies */
+  private observed = 0;
+  /** a truncate to a position that was not a checkpoint: the energies miss some tokens until reset */
+  private inexact = false;
+  private energies: ColumnEnergies;
+  /** position → energies of positions 0..position−1 (multiples of COLUMN_CHECKPOINT_EVERY) */
+  private readonly checkpoints = new Map<number, ColumnEnergies>();
+  private pending: PendingRows[] = [];
+  /** the chunk being run: rows per layer until it completes (commitChunk) or fails (discardChunk) */
+  private chunk: { p0: number; T: number; q: (Float32Array | undefined)[]; k: (Float32Array | undefined)[] } | undefined;
+  /** per layer: the columns in use ([kvHeads, p]), to skip rebuilding partial keys when unchanged */
+  private columns: (Int32Array | undefined)[];
 
   constructor(
-    readonly settings: InfinigenSettings,
+    /** replaced by a policy switch that changes only the speculator's knobs (alpha, fetchCap) */
+    public settings: InfinigenSettings,
     readonly shape: HeadShape,
     private readonly model: LoadedModel,
-  ) {}
+  ) {
+    this.energies = this.zeroEnergies();
+    this.columns = Array.from({ length: shape.layers }, () => undefined);
+  }
 
   private async meta(): Promise<SkewMeta> {
     this.sha ??= this.settings.modelSha256 ?? (await modelSha256(this.model));
     return { modelSha256: this.sha, layers: this.shape.layers, kvHeads: this.shape.kvHeads, headDim: this.shape.headDim };
+  }
+
+  /** SHA-256 of the model file (hashed once). */
+  async modelSha256(): Promise<string> {
+    return (await this.meta()).modelSha256;
   }
 
   /** Loads the cached skew once (unless recalibrate). True when a skew is known. */
@@ -232,41 +276,144 @@ export class InfinigenState {
     this.skew = c.finish();
     this.skewSource = source;
     await writeSkewCache(this.settings.cacheDir, this.skew, await this.meta());
+    this.fold();
   }
 
-  startPrompt(): void {
-    this.ready = false;
-    this.promptQ = Array.from({ length: this.shape.layers }, () => []);
-    this.promptK = Array.from({ length: this.shape.layers }, () => []);
-    this.promptTokens = 0;
+  /** Takes the skew of another state of the same model (a policy switch that keeps the cache). */
+  adoptSkew(other: InfinigenState): void {
+    if (!other.skew) return;
+    this.skew = other.skew;
+    this.skewSource = other.skewSource;
+    this.sha = other.sha;
   }
 
-  get collectingPrompt(): boolean {
-    return this.promptQ !== undefined;
+  /** Starts a chunk of T tokens at p0; observe() keeps its rows until commitChunk. */
+  startChunk(p0: number, T: number): void {
+    this.chunk = { p0, T, q: [], k: [] };
   }
 
-  /** One layer's q/k of a chunk (T tokens): kept for the columns, fed to a running calibration. */
+  /** One layer's q/k of the running chunk (q [T, heads·d], k [T, kvHeads·d]): fed to a calibration, kept for the column energies. */
   observe(layer: number, q: Float32Array, k: Float32Array, T: number): void {
     this.calibrator?.addQueries(layer, q, T);
-    if (this.promptQ && this.promptTokens < COLUMN_SAMPLE_TOKENS) {
-      const keep = Math.min(T, COLUMN_SAMPLE_TOKENS - this.promptTokens);
-      const { heads, kvHeads, headDim: d } = this.shape;
-      this.promptQ[layer]!.push(q.slice(0, keep * heads * d));
-      this.promptK![layer]!.push(k.slice(0, keep * kvHeads * d));
-      if (layer === this.shape.layers - 1) this.promptTokens += keep;
-    }
+    const c = this.chunk;
+    if (!c || layer < this.settings.denseLayers || c.p0 >= COLUMN_SAMPLE_TOKENS) return;
+    const keep = Math.min(T, COLUMN_SAMPLE_TOKENS - c.p0);
+    const { heads, kvHeads, headDim: d } = this.shape;
+    c.q[layer] = q.slice(0, keep * heads * d);
+    c.k[layer] = k.slice(0, keep * kvHeads * d);
   }
 
-  /** Chooses the columns of every sparse layer from the kept prompt rows and sets the pool's projections. */
+  /** The chunk ran through every layer: its rows count from now on (folded at once when the skew is known). */
+  commitChunk(): void {
+    const c = this.chunk;
+    this.chunk = undefined;
+    if (!c || c.p0 >= COLUMN_SAMPLE_TOKENS) return;
+    this.pending.push({ p0: c.p0, T: Math.min(c.T, COLUMN_SAMPLE_TOKENS - c.p0), q: c.q, k: c.k });
+    if (this.skew) this.fold();
+  }
+
+  /** The running chunk failed or was aborted: its rows never happened. */
+  discardChunk(): void {
+    this.chunk = undefined;
+  }
+
+  /** Folds the pending rows into the energies, token by token in position order. */
+  private fold(): void {
+    const skew = this.skew;
+    if (!skew) return;
+    const { layers, heads, kvHeads, headDim: d } = this.shape;
+    const group = heads / kvHeads;
+    const dense = this.settings.denseLayers;
+    const row = new Float32Array(d); // [d] one skewed row
+    for (const rows of this.pending) {
+      if (rows.p0 !== this.observed) this.inexact = true; // a gap (truncate between checkpoints): positions no longer line up
+      for (let t = 0; t < rows.T; t++) {
+        for (let l = dense; l < layers; l++) {
+          const q = rows.q[l];
+          const k = rows.k[l];
+          if (!q || !k) continue;
+          const qE = this.energies.q[l - dense]!;
+          const kE = this.energies.k[l - dense]!;
+          for (let g = 0; g < kvHeads; g++) {
+            const A = skewMatrix(skew, l, g);
+            for (let h = g * group; h < (g + 1) * group; h++) {
+              applySkew(q.subarray((t * heads + h) * d, (t * heads + h + 1) * d), A, d, row);
+              for (let j = 0; j < d; j++) qE[g * d + j] = qE[g * d + j]! + Math.abs(row[j]!);
+            }
+            applySkew(k.subarray((t * kvHeads + g) * d, (t * kvHeads + g + 1) * d), A, d, row);
+            for (let j = 0; j < d; j++) kE[g * d + j] = kE[g * d + j]! + Math.abs(row[j]!);
+          }
+        }
+        this.observed += 1;
+        if (!this.inexact && this.observed % COLUMN_CHECKPOINT_EVERY === 0) this.checkpoints.set(this.observed, copyEnergies(this.energies));
+      }
+    }
+    this.pending = [];
+  }
+
+  /**
+   * The largest position <= n at which a cache cut keeps the column energies exact: n itself when
+   * it is the end of what was observed, past COLUMN_SAMPLE_TOKENS, or a checkpoint; else the
+   * checkpoint below it (0 when none, or when the energies are already inexact).
+   */
+  resumePoint(n: number): number {
+    if (this.inexact) return 0;
+    if (n === this.observed || (this.observed >= COLUMN_SAMPLE_TOKENS && n >= COLUMN_SAMPLE_TOKENS)) return n;
+    const below = Math.min(n, this.observed);
+    const cp = below - (below % COLUMN_CHECKPOINT_EVERY);
+    return cp > 0 && this.checkpoints.has(cp) ? cp : 0;
+  }
+
+  /** The cache keeps its first n tokens: the energies go back to the checkpoint at or below n. */
+  truncate(n: number): void {
+    this.chunk = undefined;
+    this.pending = this.pending.filter((r) => r.p0 + r.T <= n);
+    if (n >= this.observed) return;
+    if (n === 0) {
+      this.clearSequence();
+      return;
+    }
+    const cp = n - (n % COLUMN_CHECKPOINT_EVERY);
+    const saved = this.checkpoints.get(cp);
+    this.energies = saved ? copyEnergies(saved) : this.zeroEnergies();
+    this.observed = saved ? cp : 0;
+    if (cp !== n) this.inexact = true; // tokens cp..n−1 stay in the pool but not in the energies
+    for (const at of [...this.checkpoints.keys()]) if (at > this.observed) this.checkpoints.delete(at);
+  }
+
+  /** The cache was emptied: no sequence, no columns. */
+  clearSequence(): void {
+    this.energies = this.zeroEnergies();
+    this.observed = 0;
+    this.inexact = false;
+    this.checkpoints.clear();
+    this.pending = [];
+    this.chunk = undefined;
+    this.ready = false;
+  }
+
+  /**
+   * After a prompt: chooses the columns of every sparse layer from the energies and sets the pool's
+   * projections where they changed (that rebuilds the partial keys of every stored token natively).
+   */
   choosePartialColumns(pool: KvPool): void {
+    this.fold();
     const skew = this.skew!;
     const { layers, kvHeads, headDim: d } = this.shape;
     const p = this.settings.partialDim;
-    const T = this.promptTokens;
-    for (let l = this.settings.denseLayers; l < layers; l++) {
-      const q = concat(this.promptQ![l]!);
-      const k = concat(this.promptK![l]!);
-      const cols = choosePartialColumnsForLayer(skew, this.shape, l, q, k, T, this.settings.partialRatio); // [kvHeads, p]
+    const dense = this.settings.denseLayers;
+    for (let l = dense; l < layers; l++) {
+      const qE = this.energies.q[l - dense]!;
+      const kE = this.energies.k[l - dense]!;
+      const cols = new Int32Array(kvHeads * p); // [kvHeads, p]
+      for (let g = 0; g < kvHeads; g++) {
+        const energy = new Float64Array(d); // [d]
+        for (let j = 0; j < d; j++) energy[j] = qE[g * d + j]! + kE[g * d + j]!;
+        cols.set(topColumns(energy, p), g * p);
+      }
+      const before = this.columns[l];
+      if (before && before.every((c, i) => c === cols[i])) continue;
+      this.columns[l] = cols;
       const proj = new Float32Array(kvHeads * d * p); // [kvHeads, d, p] = A[:, C]
       for (let g = 0; g < kvHeads; g++) {
         const A = skewMatrix(skew, l, g);
@@ -274,23 +421,70 @@ export class InfinigenState {
       }
       pool.setPartialProjection(l, proj);
     }
-    this.promptQ = undefined;
-    this.promptK = undefined;
-    this.ready = layers > this.settings.denseLayers;
+    this.ready = layers > dense;
   }
 
-  abandonPrompt(): void {
-    this.promptQ = undefined;
-    this.promptK = undefined;
+  /** The columns in use for a layer ([kvHeads, p], ascending per head), once chosen. */
+  columnsOf(layer: number): Int32Array | undefined {
+    return this.columns[layer];
+  }
+
+  /** What a snapshot keeps of the sequence's state: observed positions and the energies (+ checkpoints), as float64 rows. */
+  exportSequence(): { observed: number; inexact: boolean; checkpoints: number[]; data: Float64Array } {
+    this.fold();
+    const parts = [this.energies, ...[...this.checkpoints.keys()].sort((a, b) => a - b).map((at) => this.checkpoints.get(at)!)];
+    const per = this.energyLength();
+    const data = new Float64Array(parts.length * per); // [1 + checkpoints, 2, sparse layers, kvHeads·d]
+    parts.forEach((e, i) => writeEnergies(e, data, i * per));
+    return { observed: this.observed, inexact: this.inexact, checkpoints: [...this.checkpoints.keys()].sort((a, b) => a - b), data };
+  }
+
+  /** Restores exportSequence's result (a snapshot); the columns follow at the next choosePartialColumns. */
+  importSequence(s: { observed: number; inexact: boolean; checkpoints: number[]; data: Float64Array }): void {
+    const per = this.energyLength();
+    if (s.data.length !== (1 + s.checkpoints.length) * per) throw new RangeError(`InfiniGen sequence state: ${s.data.length} values, expected ${(1 + s.checkpoints.length) * per}`);
+    this.clearSequence();
+    this.energies = readEnergies(s.data, 0, this.shape, this.settings.denseLayers);
+    s.checkpoints.forEach((at, i) => this.checkpoints.set(at, readEnergies(s.data, (i + 1) * per, this.shape, this.settings.denseLayers)));
+    this.observed = s.observed;
+    this.inexact = s.inexact;
+    this.columns = this.columns.map(() => undefined);
+  }
+
+  private energyLength(): number {
+    const { layers, kvHeads, headDim: d } = this.shape;
+    return 2 * Math.max(0, layers - this.settings.denseLayers) * kvHeads * d;
+  }
+
+  private zeroEnergies(): ColumnEnergies {
+    const { layers, kvHeads, headDim: d } = this.shape;
+    const n = Math.max(0, layers - this.settings.denseLayers);
+    return { q: Array.from({ length: n }, () => new Float64Array(kvHeads * d)), k: Array.from({ length: n }, () => new Float64Array(kvHeads * d)) };
   }
 }
 
-function concat(parts: Float32Array[]): Float32Array {
-  const out = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
-  let o = 0;
-  for (const p of parts) {
-    out.set(p, o);
-    o += p.length;
+/** The p columns of largest energy, ascending (ties: the lower column, as choosePartialColumns). */
+function topColumns(energy: Float64Array, p: number): Int32Array {
+  const order = Array.from({ length: energy.length }, (_, j) => j).sort((a, b) => energy[b]! - energy[a]! || a - b);
+  return Int32Array.from(order.slice(0, p)).sort();
+}
+
+function copyEnergies(e: ColumnEnergies): ColumnEnergies {
+  return { q: e.q.map((x) => x.slice()), k: e.k.map((x) => x.slice()) };
+}
+
+function writeEnergies(e: ColumnEnergies, out: Float64Array, at: number): void {
+  let o = at;
+  for (const x of [...e.q, ...e.k]) {
+    out.set(x, o);
+    o += x.length;
   }
-  return out;
+}
+
+function readEnergies(data: Float64Array, at: number, shape: HeadShape, denseLayers: number): ColumnEnergies {
+  const n = Math.max(0, shape.layers - denseLayers);
+  const w = shape.kvHeads * shape.headDim;
+  const q = Array.from({ length: n }, (_, i) => data.slice(at + i * w, at + (i + 1) * w));
+  const k = Array.from({ length: n }, (_, i) => data.slice(at + (n + i) * w, at + (n + i + 1) * w));
+  return { q, k };
 }

@@ -36,7 +36,7 @@ import { createSession, type EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
 import { attendCausal, attendSlots, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
-import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenStepStats } from './infinigen.ts';
+import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
 import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyName, type SparsePolicyOptions } from './sparse-policies.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
@@ -71,6 +71,9 @@ export interface ModelRunnerOptions {
   /** Eviction knobs under poolBudgetBytes. */
   eviction?: EvictionOptions;
 }
+
+/** The part of ModelRunnerOptions that a policy switch changes. */
+export type RunnerPolicyOptions = Pick<ModelRunnerOptions, 'policy' | 'infinigen' | 'sparse'>;
 
 export interface EvictionOptions {
   /** first positions never evicted (default 4) */
@@ -132,6 +135,19 @@ export interface ModelRunner extends TokenRunner {
   /** Keeps the first n tokens of the cache (n <= position). */
   truncate(n: number): void;
   /**
+   * The largest position <= n where the cache can be cut with every policy state exact, so that
+   * continuing from there computes what a fresh prefill would (InfiniGen: its column energies are
+   * checkpointed every 64 positions). 0 after an eviction (the pool no longer holds a prefix).
+   */
+  resumePoint(n: number): number;
+  /**
+   * Switches to another policy keeping the onnxruntime sessions, the pool and the cached tokens, when
+   * the new policy needs the same stage graphs and pool layout (every policy but 'infinigen' builds
+   * the same ones; infinigen to infinigen when only alpha/fetchCap differ). The policy's own state is
+   * rebuilt from the pool. Returns false, changing nothing, when the layouts differ.
+   */
+  tryAdoptPolicy(options: RunnerPolicyOptions): boolean;
+  /**
    * For long-context benchmarks only: appends `tokens` tokens of seeded random (unit-variance) K/V rows to every
    * layer (with their partial keys under 'infinigen') as if they had been prefilled, without running
    * the model. Decode cost depends on how many rows there are, not on what they hold, and a
@@ -192,10 +208,11 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
 
   const sessions: EngineSession[] = [];
   const graphs: StageGraph[] = [];
+  const speculates = stagesSpeculating(hyper.layers, ig);
   let graphWeightBytes = 0;
   try {
     for (let s = 0; s <= hyper.layers; s++) {
-      const speculateNext = ig !== undefined && s + 1 >= ig.denseLayers && s + 1 < hyper.layers;
+      const speculateNext = speculates[s]!;
       const graph = buildStage(weights, s, { maxPositions: contextLength, speculateNext });
       graphWeightBytes += graph.weightBytes;
       sessions.push(await createSession(graph.model, { intraOpThreads: threads, label: graph.name }));
@@ -230,7 +247,13 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     kvType,
     graphWeightBytes,
     eosIds: options.eosIds ?? ggufEosIds(model),
+    speculates,
   });
+}
+
+/** Per stage s (0..layers): does it also output layer s+1's speculative query (InfiniGen's sparse layers)? */
+function stagesSpeculating(layers: number, ig: InfinigenSettings | undefined): boolean[] {
+  return Array.from({ length: layers + 1 }, (_, s) => ig !== undefined && s + 1 >= ig.denseLayers && s + 1 < layers);
 }
 
 interface RunnerConfig {
@@ -239,6 +262,8 @@ interface RunnerConfig {
   kvType: KvType;
   graphWeightBytes: number;
   eosIds: readonly number[];
+  /** the stage graphs' speculateNext flags (what a policy switch must match to keep the sessions) */
+  speculates: boolean[];
 }
 
 const f32 = (dims: number[], data: Float32Array): TensorData => ({ elemType: 'float32', dims, data });
@@ -263,8 +288,10 @@ class Runner implements ModelRunner {
   private readonly scratch: Float32Array;
   private readonly attnOne: Float32Array;
   private t: ForwardTimings = emptyTimings();
-  private readonly ig: InfinigenState | undefined;
-  private readonly spec: Speculator | undefined;
+  private ig: InfinigenState | undefined;
+  private spec: Speculator | undefined;
+  /** the self-generated calibration run is going on: its tokens are not the sequence's */
+  private selfCalibrating = false;
   private lastStep: InfinigenStepStats | undefined;
   /** [layer] evictions seen at the end of the previous step (for the per-step figure) */
   private evictedBefore: number[];
@@ -277,8 +304,8 @@ class Runner implements ModelRunner {
     private readonly graphs: StageGraph[],
     private readonly pool: KvPool,
     infinigen: { state: InfinigenState; spec: Speculator } | undefined,
-    private readonly sparse: SparsePolicyState | undefined,
-    cfg: RunnerConfig,
+    private sparse: SparsePolicyState | undefined,
+    private readonly cfg: RunnerConfig,
   ) {
     this.ig = infinigen?.state;
     this.spec = infinigen?.spec;
@@ -348,9 +375,10 @@ class Runner implements ModelRunner {
   async prefill(ids: readonly number[], signal?: AbortSignal, opts: PrefillOptions = {}): Promise<Float32Array> {
     this.enter(ids.length, signal);
     const start = this.pos;
+    this.lastStep = undefined; // the latest decode step's figures (and staged selections) end with a new prompt
     try {
       if (ids.length === 0) throw new RangeError('prefill needs at least one token');
-      if (this.ig && start === 0) await this.infinigenBeforePrompt(ids.length, signal);
+      if (this.ig && !this.ig.skew) await this.infinigenBeforePrompt(ids.length, start, signal);
       const all = opts.allLogits === true;
       const parts: Float32Array[] = [];
       let last: Float32Array | undefined;
@@ -374,10 +402,13 @@ class Runner implements ModelRunner {
       }
       return out;
     } catch (error) {
-      this.ig?.abandonPrompt();
+      // An abort keeps the chunks that ran through every layer (pressing Continue again resumes
+      // there), unless a calibration on this prompt was running: its skew would come from a part.
+      const keep = error instanceof ForwardAbortedError && !this.ig?.calibrator ? this.pos : start;
+      this.ig?.discardChunk();
       if (this.ig?.calibrator) this.ig.calibrator = undefined;
-      this.rollback(start);
-      throw error;
+      this.rollback(keep);
+      throw error instanceof ForwardAbortedError && keep !== error.position ? new ForwardAbortedError(keep, { cause: error.cause }) : error;
     } finally {
       this.busy = false;
     }
@@ -389,6 +420,7 @@ class Runner implements ModelRunner {
     try {
       return (await this.runChunk([id], 'last', signal))!;
     } catch (error) {
+      this.ig?.discardChunk();
       this.rollback(start);
       throw error;
     } finally {
@@ -403,8 +435,9 @@ class Runner implements ModelRunner {
     this.evictedBefore.fill(0);
     this.spec?.clearStaging();
     this.sparse?.truncate(0);
-    if (this.ig) this.ig.ready = false;
+    this.ig?.clearSequence();
     this.pos = 0;
+    this.lastStep = undefined;
   }
 
   truncate(n: number): void {
@@ -414,8 +447,47 @@ class Runner implements ModelRunner {
     this.pool.truncate(n);
     this.spec?.clearStaging();
     this.sparse?.truncate(n);
-    if (this.ig && n === 0) this.ig.ready = false;
+    this.ig?.truncate(n);
     this.pos = n;
+    this.lastStep = undefined;
+  }
+
+  resumePoint(n: number): number {
+    if (!Number.isInteger(n) || n < 0 || n > this.pos) throw new RangeError(`resumePoint(${n}): the cache holds ${this.pos} tokens`);
+    if (this.pool.evicting && this.pool.evictionsTotal() > 0) return 0;
+    return this.ig ? this.ig.resumePoint(n) : n;
+  }
+
+  tryAdoptPolicy(options: RunnerPolicyOptions): boolean {
+    this.live();
+    if (this.busy) throw new LonghandError('ENGINE_BUSY', 'the model runner is running a prefill or decode');
+    const hyper = this.model.hyper;
+    const policy = options.policy ?? 'full';
+    if (!RUNNER_POLICIES.includes(policy) || (policy !== 'full' && hyper.architecture === 'opt')) return false;
+    if (this.pool.evicting && policy !== 'full' && policy !== 'infinigen') return false;
+    const ig = policy === 'infinigen' ? infinigenSettings(options.infinigen ?? {}, hyper.headDim, hyper.layers) : undefined;
+    const speculates = stagesSpeculating(hyper.layers, ig);
+    if (speculates.some((f, s) => f !== this.cfg.speculates[s]) || (ig?.partialDim ?? 0) !== this.pool.partialDim) return false;
+    const old = this.ig?.settings;
+    // InfiniGen's sequence state (column energies, skew) holds only for the same sparse layers, r and skew source
+    if (ig && (!old || old.denseLayers !== ig.denseLayers || old.partialRatio !== ig.partialRatio || old.cacheDir !== ig.cacheDir || ig.recalibrate)) return false;
+    const sparseName = (SPARSE_POLICIES as readonly string[]).includes(policy) ? (policy as SparsePolicyName) : undefined;
+    // build what can fail before anything is given up
+    const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength: this.contextLength }, this.pool) : undefined;
+    this.spec?.drain();
+    if (ig) {
+      const spec = createSpeculator(this.pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers });
+      this.spec!.free();
+      this.spec = spec;
+      this.ig!.settings = ig;
+    } else {
+      this.spec?.free();
+      this.spec = undefined;
+      this.ig = undefined;
+    }
+    this.sparse = sparse;
+    this.lastStep = undefined;
+    return true;
   }
 
   appendRandomContextForBenchmark(tokens: number, seed: number): void {
@@ -490,6 +562,7 @@ class Runner implements ModelRunner {
     this.spec?.clearStaging();
     this.pool.truncate(start);
     this.sparse?.truncate(start);
+    this.ig?.truncate(start);
     this.pos = start;
   }
 
@@ -507,35 +580,37 @@ class Runner implements ModelRunner {
   }
 
   /**
-   * Before the first prompt of a cache (position 0): make sure the skew is known — the cache file,
-   * else a calibration on this prompt (long enough) or on text the model writes itself — and start
-   * keeping the prompt's q/k for the partial columns.
+   * Before a prompt while the skew is unknown: the cache file, else a calibration on this prompt
+   * (long enough, or when tokens are cached already) or on text the model writes itself (an empty
+   * cache only: that run uses the pool and forgets it).
    */
-  private async infinigenBeforePrompt(promptTokens: number, signal: AbortSignal | undefined): Promise<void> {
+  private async infinigenBeforePrompt(promptTokens: number, start: number, signal: AbortSignal | undefined): Promise<void> {
     const ig = this.ig!;
-    if (!(await ig.loadCached())) {
-      ig.startCalibration();
-      if (promptTokens < CALIBRATION_TOKENS) {
-        // greedy from BOS; the runner is dense while a calibrator is set
-        const bos = this.bosId();
-        let logits = (await this.runChunk([bos], 'last', signal))!;
-        for (let i = 1; i < CALIBRATION_TOKENS && this.pos < this.contextLength; i++) {
-          logits = (await this.runChunk([argmax(logits)], 'last', signal))!;
-        }
-        this.spec!.drain();
-        this.pool.reset();
-        this.evictedBefore.fill(0);
-        this.pos = 0;
-        await ig.finishCalibration('self-generated');
+    if (await ig.loadCached()) return;
+    ig.startCalibration();
+    if (promptTokens >= CALIBRATION_TOKENS || start > 0) return;
+    // greedy from BOS; the runner is dense while a calibrator is set
+    this.selfCalibrating = true;
+    try {
+      const bos = this.bosId();
+      let logits = (await this.runChunk([bos], 'last', signal))!;
+      for (let i = 1; i < CALIBRATION_TOKENS && this.pos < this.contextLength; i++) {
+        logits = (await this.runChunk([argmax(logits)], 'last', signal))!;
       }
+    } finally {
+      this.selfCalibrating = false;
+      this.spec!.drain();
+      this.pool.reset();
+      this.evictedBefore.fill(0);
+      this.pos = 0;
     }
-    ig.startPrompt();
+    await ig.finishCalibration('self-generated');
   }
 
-  /** After a prompt: finish a calibration that ran on it, choose the columns, set the projections. */
+  /** After a prompt: finish a calibration that ran on it, choose the columns again over the sequence, set the projections. */
   private async infinigenAfterPrompt(): Promise<void> {
     const ig = this.ig;
-    if (!ig?.collectingPrompt) return;
+    if (!ig) return;
     if (ig.calibrator) await ig.finishCalibration('prompt');
     ig.choosePartialColumns(this.pool);
     this.spec!.clearStaging();
@@ -577,7 +652,8 @@ class Runner implements ModelRunner {
     const spec = this.spec;
     const sparse = ig !== undefined && spec !== undefined && ig.ready && T === 1 && ig.calibrator === undefined;
     const dense = ig?.settings.denseLayers ?? this.layers;
-    const observe = ig !== undefined && (ig.calibrator !== undefined || ig.collectingPrompt);
+    const observe = ig !== undefined;
+    if (ig && !this.selfCalibrating) ig.startChunk(p0, T);
     const stepLayers: InfinigenLayerStats[] = [];
     const sp = this.sparse;
     const spStep = sp !== undefined && T === 1;
@@ -630,6 +706,7 @@ class Runner implements ModelRunner {
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
     this.pos = p0 + T;
+    ig?.commitChunk();
     if (sparse || spStep) {
       this.lastStep = summarizeStep(p0, stepLayers);
       if (this.pool.evicting) {
