@@ -2,16 +2,23 @@
 // template, forward pass with its KV pool), one generation at a time. Everything a request
 // needs is checked here before any work starts; a generation always ends with one `done`.
 //
+// Prefix reuse (cached-sequence.ts): the loaded model keeps the K/V of its last sequence; a
+// generation reuses the longest common token prefix with it and prefills only the rest. done.cache
+// reports what was reused and why a cache was dropped.
+//
 // KV policy per generation (ARCHITECTURE.md §6): a generate request may name a policy and knobs
-// other than the loaded ones. The stage graphs depend on the policy (InfiniGen's also output the
-// next layer's speculative query) and the pool's layout too (partial keys), so a different choice
-// rebuilds the forward pass from the model already in memory (the file is not read again) and
-// drops the KV cache; the same choice keeps the runner. `done` names the policy that ran and, when
-// one was needed, the switch time (timings.policySwitchMs).
+// other than the loaded ones. Every policy but InfiniGen builds the same stage graphs and pool, so
+// a switch among them keeps the onnxruntime sessions, the pool and the cached tokens (the policy's
+// own state is rebuilt from the pool); so does an InfiniGen switch that changes only alpha or the
+// fetch cap. Other switches (to or from InfiniGen: its graphs also output the next layer's
+// speculative query, its pool holds partial keys) rebuild the forward pass from the model already
+// in memory (the file is not read again) and drop the cache (done.cache.dropped 'policySwitch').
+// `done` names the policy that ran and, when a switch happened, its time (timings.policySwitchMs).
 import { availableParallelism, homedir } from 'node:os';
 import { basename, join } from 'node:path';
 import { LonghandError, UsageError } from '../common/errors.ts';
-import type { Device, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
+import type { CacheReport, Device, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
+import { CachedSequence } from './forward/cached-sequence.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
 import { SPARSE_POLICIES, sparseSettings } from './forward/sparse-policies.ts';
 import { tokenizerDecoder } from './generate/decoder.ts';
@@ -38,6 +45,8 @@ interface Loaded {
   tokenizer: Tokenizer;
   chat: ChatTemplate;
   runner: ModelRunner;
+  /** the ids in the runner's pool: what the next generation may reuse */
+  sequence: CachedSequence;
   info: ModelInfo;
   /** the runner's options besides the policy, to rebuild it under another one */
   base: Omit<ModelRunnerOptions, 'policy' | 'infinigen' | 'sparse'>;
@@ -100,12 +109,14 @@ function runnerPolicy(choice: PolicyChoice, inspect: boolean): Pick<ModelRunnerO
 }
 
 /**
- * Makes the runner run the request's policy: nothing when it already does; else the knobs are
- * checked, the old runner is freed first (two KV pools of a large model may not fit), and a new
- * one is built from the loaded model. If building fails the previous runner is rebuilt and the
- * error thrown (typed: the request was bad, the model is still usable). Returns the switch time.
+ * Makes the runner run the request's policy: nothing when it already does; the same sessions and
+ * pool when the layouts allow (the cache kept); else the knobs are checked, the old runner is freed
+ * first (two KV pools of a large model may not fit), and a new one is built from the loaded model
+ * (the cache dropped). If building fails the previous runner is rebuilt and the error thrown
+ * (typed: the request was bad, the model is still usable). Returns the switch time and whether
+ * the cached tokens survived it.
  */
-async function usePolicy(state: Loaded, params: GenerateParams): Promise<number | undefined> {
+async function usePolicy(state: Loaded, params: GenerateParams): Promise<{ ms: number; cacheKept: boolean } | undefined> {
   const wanted = policyChoice(
     params.policy ?? state.atLoad.policy,
     params.infinigen ?? state.atLoad.infinigen,
@@ -122,15 +133,21 @@ async function usePolicy(state: Loaded, params: GenerateParams): Promise<number 
   }
   if (wanted.sparse) sparseSettings(wanted.sparse, hyper.layers);
   const started = performance.now();
+  if (state.runner.tryAdoptPolicy(runnerPolicy(wanted, state.inspect))) {
+    state.choice = wanted;
+    return { ms: performance.now() - started, cacheKept: true };
+  }
   await state.runner.dispose();
   try {
     state.runner = await createModelRunner(state.model, { ...state.base, ...runnerPolicy(wanted, state.inspect) });
   } catch (error) {
     state.runner = await createModelRunner(state.model, { ...state.base, ...runnerPolicy(state.choice, state.inspect) });
+    state.sequence = new CachedSequence(state.runner);
     throw error;
   }
+  state.sequence = new CachedSequence(state.runner);
   state.choice = wanted;
-  return performance.now() - started;
+  return { ms: performance.now() - started, cacheKept: false };
 }
 
 export function createEngineCore(log: (line: string) => void = (line) => process.stderr.write(`[engine] ${line}\n`)): EngineCore {
@@ -205,7 +222,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           chatTemplate: !chat.isFallback,
           loadMs: performance.now() - started,
         };
-        loaded = { model, tokenizer, chat, runner, info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect };
+        loaded = { model, tokenizer, chat, runner, sequence: new CachedSequence(runner), info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect };
         return info;
       } catch (error) {
         model.close();
@@ -222,12 +239,22 @@ export function createEngineCore(log: (line: string) => void = (line) => process
     async *generate(prompt: Prompt, params: GenerateParams, signal: AbortSignal): AsyncGenerator<GenerationEvent> {
       const state = need();
       const ids = promptIds(state, prompt);
-      const switchMs = await usePolicy(state, params);
-      // No prefix reuse yet: every generation starts from an empty cache.
-      state.runner.reset();
+      const cachedBefore = state.sequence.tokens.length;
+      const switched = await usePolicy(state, params);
+      const switchMs = switched?.ms;
       const continuation = ids.some((id) => !state.tokenizer.isSpecial(id));
-      const stream = generate(state.runner, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
+      // generate() checks the request eagerly: a bad one throws before the cache is cut back
+      const stream = generate(state.sequence, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
+      const plan = state.sequence.reuse(ids, params.reusePrefix);
+      const dropped = switched && !switched.cacheKept && cachedBefore > 0 ? 'policySwitch' : plan.dropped;
       yield { kind: 'prompt', ids, contextLength: state.runner.contextLength };
+      const cacheReport = (): CacheReport => ({
+        reusedTokens: plan.reused,
+        // what the prefill computed (a cancelled one: the chunks that completed)
+        prefilledTokens: Math.max(0, Math.min(ids.length, state.sequence.tokens.length) - plan.reused),
+        source: plan.reused > 0 ? 'memory' : 'none',
+        ...(dropped ? { dropped } : {}),
+      });
       const metrics = new StepMetricsSampler(state.runner, state.model.hyper, state.runner.policy);
       for await (const event of stream) {
         if (event.type === 'token') {
@@ -242,6 +269,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
             ...rest,
             timings: { ...timings, ...(switchMs !== undefined ? { policySwitchMs: switchMs } : {}) },
             policy: state.runner.policy,
+            cache: cacheReport(),
             ...(error ? { error: { code: error.code, message: error.message, details: { ...error.details } } } : {}),
           };
         }
