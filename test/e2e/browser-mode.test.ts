@@ -462,7 +462,7 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
     await waitForStop(page);
     await page.getByRole('button', { name: 'Reject' }).click();
 
-    // Compare full (A) with infinigen (B): the model is reloaded under each, then as it was.
+    // Compare full (A) with infinigen (B): each chosen per generation on the loaded model, B on A's prompt.
     await nav(page, 'Inspector').click();
     const compare = inspector.getByRole('region', { name: 'Compare policies' });
     await compare.getByLabel('Compare tokens').fill('256');

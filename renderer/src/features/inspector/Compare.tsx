@@ -1,8 +1,13 @@
-// One prompt under two policies: load A, greedy N tokens, load B, greedy N tokens, then the
-// user's own load again. Shows token agreement, the first divergence and tokens/s side by side.
+// One prompt under two policies on the loaded model, each chosen for its generation (no reload):
+// greedy N tokens under A, then under B on A's prompt ids, so B starts from the prefix A left in
+// the cache (when the switch keeps the cache). Shows token agreement, the first divergence, and
+// tokens/s, TTFT and the prompt tokens each side reused, side by side.
 import { useEngineStore } from '../../engine/store.ts';
-import { formatRate } from '../../ui/format.ts';
+import { cacheDetails, reuseText } from '../../ui/cache-report.ts';
+import { formatMs, formatRate } from '../../ui/format.ts';
 import { SafeText } from '../../ui/SafeText.tsx';
+import { tailForContext } from '../writer/prompts.ts';
+import { useWriterStore } from '../writer/store.ts';
 import { POLICIES, useInspectorStore } from './store.ts';
 import type { KvPolicy } from '../../../../app/common/protocol.ts';
 
@@ -12,7 +17,11 @@ export function Compare() {
   const run = useInspectorStore((s) => s.runCompare);
   const stop = useInspectorStore((s) => s.stopCompare);
   const modelLoaded = useEngineStore((s) => s.model !== null);
+  const contextLength = useEngineStore((s) => s.model?.contextLength ?? null);
+  const draft = useWriterStore((s) => (s.doc ? s.doc.text.slice(0, s.selection.end) : ''));
   const r = c.result;
+  const cacheCell = (side: NonNullable<typeof r>['a']) =>
+    side.cache ? [reuseText(side.cache, side.promptTokens), ...cacheDetails(side.cache)].join(' · ') : '–';
 
   const policySelect = (label: string, value: KvPolicy, onChange: (p: KvPolicy) => void) => (
     <label>
@@ -37,10 +46,13 @@ export function Compare() {
         </label>
         {policySelect('Policy A', c.policyA, (policyA) => edit({ policyA }))}
         {policySelect('Policy B', c.policyB, (policyB) => edit({ policyB }))}
+        <button type="button" onClick={() => edit({ prompt: tailForContext(draft, contextLength, 2 * c.maxTokens) })} disabled={c.running || !draft.trim()} title="The Writer's text before the cursor: the prompt its Continue sends, whose prefix the engine may already hold">
+          Use the Writer&apos;s draft
+        </button>
         <button type="button" className="primary" onClick={() => void run()} disabled={c.running || !modelLoaded || !c.prompt}>Compare</button>
         <button type="button" className="danger" onClick={stop} disabled={!c.running}>Stop</button>
       </div>
-      <p className="muted">Greedy decoding on both sides; the model is reloaded for each policy and then with your own settings.</p>
+      <p className="muted">Greedy decoding on both sides, on the loaded model with the policy chosen per run; B starts from A&apos;s prompt, so it reuses the prefix A left in the cache when the switch keeps it.</p>
       {c.phase && <p className="muted" role="status" aria-label="Compare progress">{c.phase}</p>}
       {c.error && <p className="error" role="alert">{c.error}</p>}
       {r && (
@@ -53,6 +65,8 @@ export function Compare() {
             <thead><tr><th /><th>{r.a.policy} (A)</th><th>{r.b.policy} (B)</th></tr></thead>
             <tbody>
               <tr><th>Tokens/s</th><td data-stat="rate-a">{formatRate(r.a.tokensPerS)}</td><td data-stat="rate-b">{formatRate(r.b.tokensPerS)}</td></tr>
+              <tr><th>TTFT</th><td data-stat="ttft-a">{formatMs(r.a.ttftMs)}</td><td data-stat="ttft-b">{formatMs(r.b.ttftMs)}</td></tr>
+              <tr><th>Prompt cache</th><td data-stat="reuse-a">{cacheCell(r.a)}</td><td data-stat="reuse-b">{cacheCell(r.b)}</td></tr>
               <tr><th>Tokens</th><td>{r.a.tokens.length}</td><td>{r.b.tokens.length}</td></tr>
               <tr>
                 <th>Text</th>

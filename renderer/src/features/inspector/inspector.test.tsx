@@ -2,8 +2,9 @@ import { act, fireEvent, render, screen, waitFor, within } from '@testing-librar
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { resetEngineStore, useEngineStore } from '../../engine/store.ts';
 import { installServices, services, uninstallServices } from '../../services.ts';
-import { FakeApi, stepMetrics, TIMINGS, timeoutFrames } from '../../test/fake-api.ts';
+import { cacheReport, FakeApi, stepMetrics, TIMINGS, timeoutFrames } from '../../test/fake-api.ts';
 import { resetSettingsStore } from '../settings/store.ts';
+import { resetWriterStore, useWriterStore } from '../writer/store.ts';
 import { CSV_COLUMNS, toCsv } from './data.ts';
 import { InspectorView } from './InspectorView.tsx';
 import { resetInspectorStore, snapshots, useInspectorStore } from './store.ts';
@@ -20,6 +21,7 @@ beforeEach(() => {
   resetEngineStore();
   resetSettingsStore();
   resetInspectorStore();
+  resetWriterStore();
 });
 afterEach(() => uninstallServices());
 
@@ -108,58 +110,94 @@ describe('cache inspector', () => {
     expect(screen.getByRole('button', { name: 'Export CSV' })).toHaveProperty('disabled', false);
   });
 
-  it('compare runs one prompt under two policies and restores the user`s load', async () => {
+  it('compare runs both policies on the loaded model, B on A\'s prompt ids, and shows what each reused', async () => {
     setup();
     const model = await services().engine.load({ modelPath: '/m.gguf', policy: 'full', contextLength: 1024 });
     act(() => useEngineStore.getState().setModel(model));
+    const loadsBefore = api.sent.filter((r) => r.kind === 'load').length;
     fireEvent.change(screen.getByLabelText('Compare tokens'), { target: { value: '4' } });
+    act(() => useInspectorStore.getState().editCompare({ policyB: 'streaming' }));
     fireEvent.click(screen.getByRole('button', { name: 'Compare' }));
 
-    const sideRun = async (index: number, ids: number[], tokensPerS: number) => {
+    const PROMPT_IDS = [1, 7, 9, 4, 2];
+    const sideRun = async (index: number, ids: number[], tokensPerS: number, ttftMs: number, reused: number) => {
       await waitFor(() => expect(api.generations()).toHaveLength(index + 1));
       const g = api.lastGeneration();
       expect(g.params).toMatchObject({ maxTokens: 4, sampling: { temperature: 0 } });
       act(() => {
-        api.emit({ kind: 'prompt', requestId: g.requestId, ids: [1, 2], contextLength: 1024 });
+        api.emit({ kind: 'prompt', requestId: g.requestId, ids: PROMPT_IDS, contextLength: 1024 });
         ids.forEach((id, i) => api.emit({ kind: 'token', requestId: g.requestId, index: i, id, text: `t${id}` }));
-        api.done(g.requestId, { completionTokens: ids.length, timings: { ...TIMINGS, decodeTokensPerS: tokensPerS } });
+        api.done(g.requestId, { completionTokens: ids.length, promptTokens: PROMPT_IDS.length, timings: { ...TIMINGS, ttftMs, decodeTokensPerS: tokensPerS }, cache: cacheReport(reused, PROMPT_IDS.length) });
       });
+      return g;
     };
-    await sideRun(0, [10, 11, 12, 13], 20);
-    await sideRun(1, [10, 11, 99, 13], 35);
+    const a = await sideRun(0, [10, 11, 12, 13], 20, 300, 0);
+    const b = await sideRun(1, [10, 11, 99, 13], 35, 12, 4);
+    // Each side chooses its policy for its generation; B runs on the ids A's prompt became.
+    expect(a.params).toMatchObject({ policy: 'full' });
+    expect(a.prompt).toEqual({ text: 'Once upon a time' });
+    expect(b.params).toMatchObject({ policy: 'streaming' });
+    expect(b.prompt).toEqual({ ids: PROMPT_IDS });
+    expect(a.params).not.toHaveProperty('reusePrefix', false);
+    expect(b.params).not.toHaveProperty('reusePrefix', false);
 
     const result = await screen.findByLabelText('Compare result');
     expect(within(result).getByText('75.0% (3 of 4)')).toBeTruthy();
     expect(within(result).getByText('token 2')).toBeTruthy();
     expect(result.querySelector('[data-stat="rate-a"]')?.textContent).toBe('20.0');
     expect(result.querySelector('[data-stat="rate-b"]')?.textContent).toBe('35.0');
-    expect(within(result).getByRole('region', { name: 'Text under infinigen (B)' }).textContent).toBe('t10t11t99t13');
+    expect(result.querySelector('[data-stat="ttft-a"]')?.textContent).toBe('300 ms');
+    expect(result.querySelector('[data-stat="ttft-b"]')?.textContent).toBe('12 ms');
+    expect(result.querySelector('[data-stat="reuse-a"]')?.textContent).toBe('reused 0 of 5 prompt tokens');
+    expect(result.querySelector('[data-stat="reuse-b"]')?.textContent).toBe('reused 4 of 5 prompt tokens');
+    expect(within(result).getByRole('region', { name: 'Text under streaming (B)' }).textContent).toBe('t10t11t99t13');
 
     await waitFor(() => expect(useInspectorStore.getState().compare.running).toBe(false));
-    const loads = api.sent.filter((r) => r.kind === 'load').map((r) => (r.kind === 'load' ? r.options : null));
-    expect(loads.map((o) => o?.policy)).toEqual(['full', 'full', 'infinigen', 'full']);
-    // The last load is the user's own options, unchanged.
-    expect(loads.at(-1)).toEqual({ modelPath: '/m.gguf', policy: 'full', contextLength: 1024 });
-    expect(loads[2]).toMatchObject({ modelPath: '/m.gguf', policy: 'infinigen', contextLength: 1024 });
+    // No reloads: the user's model stays as loaded.
+    expect(api.sent.filter((r) => r.kind === 'load')).toHaveLength(loadsBefore);
     expect(useEngineStore.getState().model?.policy).toBe('full');
   });
 
-  it('compare reports a refused policy and still restores the model', async () => {
+  it('compare says when the policy switch dropped the cache', async () => {
     setup();
     const model = await services().engine.load({ modelPath: '/m.gguf' });
     act(() => useEngineStore.getState().setModel(model));
-    api.autoLoad = false;
+    fireEvent.click(screen.getByRole('button', { name: 'Compare' }));
+    for (const [index, cache] of [cacheReport(0, 3), cacheReport(0, 3, { dropped: 'policySwitch' })].entries()) {
+      await waitFor(() => expect(api.generations()).toHaveLength(index + 1));
+      const g = api.lastGeneration();
+      act(() => {
+        api.emit({ kind: 'prompt', requestId: g.requestId, ids: [1, 2, 3], contextLength: 2048 });
+        api.done(g.requestId, { completionTokens: 0, promptTokens: 3, cache });
+      });
+    }
+    const result = await screen.findByLabelText('Compare result');
+    expect(result.querySelector('[data-stat="reuse-b"]')?.textContent).toBe('reused 0 of 3 prompt tokens · cache dropped: the policy switch needed a new cache');
+    expect(api.generations()[1]!.params).toMatchObject({ policy: 'infinigen' });
+  });
+
+  it('compare reports a refused policy and runs nothing after it', async () => {
+    setup();
+    const model = await services().engine.load({ modelPath: '/m.gguf' });
+    act(() => useEngineStore.getState().setModel(model));
     act(() => useInspectorStore.getState().editCompare({ policyA: 'h2o' }));
     fireEvent.click(screen.getByRole('button', { name: 'Compare' }));
-    await waitFor(() => expect(api.sent.filter((r) => r.kind === 'load')).toHaveLength(2));
-    const refused = api.sent.at(-1)!;
-    act(() => api.emit({ kind: 'error', requestId: refused.requestId, error: { code: 'BAD_ARGUMENT', message: 'policy h2o is not implemented yet', details: {} } }));
-    await waitFor(() => expect(api.sent.filter((r) => r.kind === 'load')).toHaveLength(3));
-    const restore = api.sent.at(-1)!;
-    expect(restore).toMatchObject({ kind: 'load', options: { modelPath: '/m.gguf' } });
-    act(() => api.emit({ kind: 'loaded', requestId: restore.requestId, model }));
-    expect((await screen.findByRole('alert')).textContent).toContain('policy h2o is not implemented yet');
+    await waitFor(() => expect(api.generations()).toHaveLength(1));
+    const refused = api.lastGeneration();
+    expect(refused.params).toMatchObject({ policy: 'h2o' });
+    act(() => api.emit({ kind: 'error', requestId: refused.requestId, error: { code: 'BAD_ARGUMENT', message: "policy 'h2o' cannot run under the loaded pool budget", details: {} } }));
+    expect((await screen.findByRole('alert')).textContent).toContain("policy 'h2o' cannot run under the loaded pool budget");
     await waitFor(() => expect(useInspectorStore.getState().compare.running).toBe(false));
-    expect(api.generations()).toHaveLength(0);
+    expect(api.generations()).toHaveLength(1);
+    expect(api.sent.filter((r) => r.kind === 'load')).toHaveLength(1);
+  });
+
+  it('"Use the Writer\'s draft" puts the text before the Writer\'s cursor in the prompt', async () => {
+    setup();
+    act(() => {
+      useWriterStore.setState({ doc: { id: 'd-x', title: 't', text: 'The harbour at dawn. Gulls.', updatedAt: 1 }, selection: { start: 20, end: 20 } });
+    });
+    fireEvent.click(screen.getByRole('button', { name: "Use the Writer's draft" }));
+    expect(screen.getByLabelText('Compare prompt')).toHaveProperty('value', 'The harbour at dawn.');
   });
 });

@@ -3,24 +3,29 @@
 // It subscribes to each engine client as the client is created, so samples are collected from
 // start-up, not only while the inspector is on screen.
 import { create } from 'zustand';
-import type { KvPolicy } from '../../../../app/common/protocol.ts';
-import { onEngineClientCreated, type EngineClient, type LoadOptionsInput } from '../../engine/client.ts';
+import type { CacheReport, KvPolicy, Prompt } from '../../../../app/common/protocol.ts';
+import { onEngineClientCreated, type EngineClient } from '../../engine/client.ts';
 import { useEngineStore } from '../../engine/store.ts';
 import { services } from '../../services.ts';
-import { useSettingsStore } from '../settings/store.ts';
 import { compareTokens, type Snapshot, type TokenComparison } from './data.ts';
 import { RingBuffer } from './ring.ts';
 
 export const SNAPSHOT_CAPACITY = 600;
 
-/** Policies the protocol names (only full and infinigen run today; others answer BAD_ARGUMENT). */
+/** Policies the protocol names; each can be chosen per generation (a refusal comes back as the run's error). */
 export const POLICIES: readonly KvPolicy[] = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'];
 
 export interface CompareSide {
   policy: KvPolicy;
+  /** The prompt as the engine tokenized it (B runs on A's). */
+  promptIds: number[];
   tokens: number[];
   text: string;
   tokensPerS: number | null;
+  ttftMs: number | null;
+  promptTokens: number;
+  /** How this side used the cached prefix (null from engines that keep no cache). */
+  cache: CacheReport | null;
 }
 
 export interface CompareResult {
@@ -85,41 +90,26 @@ export const useInspectorStore = create<InspectorState>()((set, get) => ({
     const { compare } = get();
     if (compare.running) return;
     const engine = services().engine;
-    const model = useEngineStore.getState().model;
-    if (!model) {
-      set((s) => ({ compare: { ...s.compare, error: 'Load a model on the Models page first; the comparison reloads it under each policy.' } }));
+    if (!useEngineStore.getState().model) {
+      set((s) => ({ compare: { ...s.compare, error: 'Load a model on the Models page first; both policies run on it.' } }));
       return;
     }
-    const original = engine.lastLoadOptions ?? optionsFromModel(model);
     const update = (patch: Partial<CompareState>): void => set((s) => ({ compare: { ...s.compare, ...patch } }));
     compareStopped = false;
     update({ running: true, phase: null, result: null, error: null });
-    let reloaded = false;
     try {
-      const side = async (policy: KvPolicy, label: string): Promise<CompareSide> => {
-        if (compareStopped) throw new Error('stopped');
-        update({ phase: `Loading the model with policy ${policy} (${label})…` });
-        reloaded = true; // even a refused load may have unloaded the user's model
-        useEngineStore.getState().setModel(await engine.load({ ...original, policy }));
-        if (compareStopped) throw new Error('stopped');
-        update({ phase: `Generating ${compare.maxTokens} tokens greedily with ${policy} (${label})…` });
-        return generateGreedy(engine, compare.prompt, compare.maxTokens, policy, (cancel) => (compareStop = cancel));
-      };
-      const a = await side(compare.policyA, 'A');
-      const b = await side(compare.policyB, 'B');
+      // A first, then B on A's very prompt ids: the engine keeps the sequence A left (prompt +
+      // A's tokens), so B reuses the whole prompt prefix when the policy switch keeps the cache.
+      update({ phase: `Generating ${compare.maxTokens} tokens greedily with ${compare.policyA} (A)…` });
+      const a = await generateGreedy(engine, { text: compare.prompt }, compare.maxTokens, compare.policyA, (cancel) => (compareStop = cancel));
+      if (compareStopped) throw new Error('stopped');
+      update({ phase: `Generating ${compare.maxTokens} tokens greedily with ${compare.policyB} (B), from A's cached prompt…` });
+      const b = await generateGreedy(engine, a.promptIds.length > 0 ? { ids: a.promptIds } : { text: compare.prompt }, compare.maxTokens, compare.policyB, (cancel) => (compareStop = cancel));
       update({ result: { a, b, comparison: compareTokens(a.tokens, b.tokens) } });
     } catch (e) {
       update({ error: compareStopped ? 'Stopped.' : message(e) });
     } finally {
       compareStop = null;
-      if (reloaded) {
-        update({ phase: 'Reloading your model with its own settings…' });
-        try {
-          useEngineStore.getState().setModel(await engine.load(original));
-        } catch (e) {
-          update({ error: `Could not reload your model as it was: ${message(e)}. Load it again on the Models page.` });
-        }
-      }
       update({ running: false, phase: null });
     }
   },
@@ -130,34 +120,28 @@ export const useInspectorStore = create<InspectorState>()((set, get) => ({
   },
 }));
 
-/** Load options that reproduce `model` when the client never saw its load (e.g. loaded before a restart of the window). */
-function optionsFromModel(model: NonNullable<ReturnType<typeof useEngineStore.getState>['model']>): LoadOptionsInput {
-  const settings = useSettingsStore.getState().saved;
-  return {
-    modelPath: model.path,
-    device: model.device,
-    threads: model.threads,
-    contextLength: model.contextLength,
-    kvType: model.kvType,
-    policy: model.policy,
-    ...(settings ? { infinigen: { alpha: settings.alpha, partialRatio: settings.partialRatio, fetchCap: settings.fetchCap, denseLayers: settings.denseLayers } } : {}),
-  };
-}
-
-async function generateGreedy(engine: EngineClient, prompt: string, maxTokens: number, policy: KvPolicy, onCancel: (cancel: () => void) => void): Promise<CompareSide> {
+/**
+ * One greedy run under `policy` (chosen for this generation: the loaded model stays as the user
+ * loaded it), with prefix reuse on. Keeps the prompt ids the engine used, for the other side.
+ */
+async function generateGreedy(engine: EngineClient, prompt: Prompt, maxTokens: number, policy: KvPolicy, onCancel: (cancel: () => void) => void): Promise<CompareSide> {
   const tokens: number[] = [];
+  let promptIds: number[] = [];
   let requestId: string | null = null;
   const off = engine.onGenerationEvent((event) => {
-    if (event.kind === 'token' && event.requestId === requestId) tokens[event.index] = event.id;
+    if (event.requestId !== requestId) return;
+    if (event.kind === 'token') tokens[event.index] = event.id;
+    else if (event.kind === 'prompt') promptIds = event.ids;
   });
   try {
-    const generation = engine.generate({ text: prompt }, { maxTokens, stopOnEos: false, sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } });
+    const generation = engine.generate(prompt, { maxTokens, stopOnEos: false, policy, sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } });
     requestId = generation.requestId;
     onCancel(() => generation.cancel());
     const result = await generation.result;
     if (result.stopReason === 'cancelled') throw new Error('stopped');
     if (result.stopReason === 'error') throw new Error(result.metrics.error?.message ?? `the ${policy} run failed`);
-    return { policy, tokens: tokens.filter((t) => t !== undefined), text: result.text, tokensPerS: result.metrics.tokensPerS };
+    const { metrics } = result;
+    return { policy, promptIds, tokens: tokens.filter((t) => t !== undefined), text: result.text, tokensPerS: metrics.tokensPerS, ttftMs: metrics.ttftMs, promptTokens: metrics.promptTokens, cache: metrics.cache };
   } finally {
     off();
   }
