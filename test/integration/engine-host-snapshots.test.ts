@@ -168,6 +168,26 @@ describe('engine host: document snapshot settings', () => {
     expect(quiet[0]).toMatch(/document snapshots are off: .*EEXIST|ENOTDIR/);
   });
 
+  it('a core without snapshot support (or one that throws) still serves every other request', async () => {
+    const broken = {
+      configureSnapshots: () => {
+        throw new TypeError('configureSnapshots is not a function');
+      },
+      snapshotStats: async () => {
+        throw new TypeError('snapshotStats is not a function');
+      },
+      clearSnapshots: async () => ({ dir: undefined, count: 0, bytes: 0, capBytes: 0 }),
+    } as unknown as SnapshotCore;
+    const settings = new SnapshotSettings(broken, log);
+    const h = host(broken, { snapshots: settings, ready: settings.start({ [SNAPSHOT_DIR_ENV]: dir }) });
+    expect(await h.ask({ kind: 'tokenize', requestId: 't1', text: 'a', addSpecial: false })).toEqual({ kind: 'tokenized', requestId: 't1', ids: [97] });
+    expect(await h.ask({ kind: 'snapshots', requestId: 's1', action: 'stats' })).toMatchObject({ kind: 'error', requestId: 's1', error: { code: 'NATIVE_INTERNAL' } });
+    expect(quiet).toEqual(['[engine host] document snapshots are off: configureSnapshots is not a function']);
+    // A ready promise that rejects anyway does not stall the queue.
+    const h2 = host(diskCore(), { ready: Promise.reject(new Error('boom')) });
+    expect(await h2.ask({ kind: 'tokenize', requestId: 't2', text: 'b', addSpecial: false })).toEqual({ kind: 'tokenized', requestId: 't2', ids: [98] });
+  });
+
   it('serves no request before the folder is configured', async () => {
     const core = diskCore();
     let release!: () => void;

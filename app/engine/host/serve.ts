@@ -40,7 +40,7 @@ export function serveEngine(channel: EngineChannel, core: EngineCore, pid: numbe
   /** The running generation, if any: its request id and how to stop it. */
   let active: { requestId: string; abort: AbortController } | undefined;
   /** Requests run in arrival order, except cancels, which act at once. */
-  let queue: Promise<void> = options.ready ?? Promise.resolve();
+  let queue: Promise<void> = (options.ready ?? Promise.resolve()).catch(() => undefined);
   const snapshots = options.snapshots ?? new SnapshotSettings(core);
 
   const fail = (requestId: string, error: unknown) => channel.send({ kind: 'error', requestId, error: errorPayload(error) });

@@ -71,7 +71,11 @@ export class SnapshotSettings {
       await this.core.configureSnapshots({ dir: resolve(dir), capBytes: await readCap(dir) });
     } catch (error) {
       this.log(`[engine host] document snapshots are off: ${error instanceof Error ? error.message : String(error)}`);
-      await this.core.configureSnapshots({ dir: undefined, capBytes: 0 }).catch(() => undefined);
+      try {
+        await this.core.configureSnapshots({ dir: undefined, capBytes: 0 });
+      } catch {
+        // a core that cannot even turn them off keeps none either
+      }
     }
   }
 
