@@ -38,7 +38,8 @@ export function Compare() {
       <div className="row">
         <label className="grow">
           <span className="field-label">Prompt</span>
-          <input className="grow" aria-label="Compare prompt" value={c.prompt} disabled={c.running} onChange={(e) => edit({ prompt: e.target.value })} style={{ width: '100%' }} />
+          {/* A textarea, not an input: a draft's line breaks are part of its tokens (and of the cached prefix). */}
+          <textarea className="grow" aria-label="Compare prompt" rows={2} value={c.prompt} disabled={c.running} onChange={(e) => edit({ prompt: e.target.value })} style={{ width: '100%', resize: 'vertical' }} />
         </label>
         <label>
           <span className="field-label">Tokens</span>

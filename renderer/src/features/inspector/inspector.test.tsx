@@ -195,9 +195,11 @@ describe('cache inspector', () => {
   it('"Use the Writer\'s draft" puts the text before the Writer\'s cursor in the prompt', async () => {
     setup();
     act(() => {
-      useWriterStore.setState({ doc: { id: 'd-x', title: 't', text: 'The harbour at dawn. Gulls.', updatedAt: 1 }, selection: { start: 20, end: 20 } });
+      useWriterStore.setState({ doc: { id: 'd-x', title: 't', text: 'The harbour\n\nat dawn. Gulls.', updatedAt: 1 }, selection: { start: 21, end: 21 } });
     });
     fireEvent.click(screen.getByRole('button', { name: "Use the Writer's draft" }));
-    expect(screen.getByLabelText('Compare prompt')).toHaveProperty('value', 'The harbour at dawn.');
+    // Line breaks kept: they are tokens of the prefix the engine may hold.
+    expect(screen.getByLabelText('Compare prompt')).toHaveProperty('value', 'The harbour\n\nat dawn.');
+    expect(useInspectorStore.getState().compare.prompt).toBe('The harbour\n\nat dawn.');
   });
 });
