@@ -188,6 +188,16 @@ describe('checkSnapshotFits', () => {
     expect(fits({ knobs: { partialRatio: 0.3, denseLayers: 2, cap: 0.2, alpha: 5 } })).toBeNull();
   });
 
+  it('knobs read back from a file fit the engine\'s own knobs object (undefined values, key order)', async () => {
+    const knobs = { alpha: 5, cap: 0.2, denseLayers: 2, partialRatio: 0.3, budget: undefined };
+    const path = join(dir, 'knobs.lhkv');
+    await writeSnapshotFile(path, sampleMeta({ knobs }), []);
+    const r = await openSnapshotFile(path);
+    await r.close();
+    expect(r.meta.knobs).toEqual({ alpha: 5, cap: 0.2, denseLayers: 2, partialRatio: 0.3 });
+    expect(() => checkSnapshotFits(r.meta, { ...expected, knobs: { partialRatio: 0.3, budget: undefined, cap: 0.2, denseLayers: 2, alpha: 5 } })).not.toThrow();
+  });
+
   it.each([
     ['model', { modelSha256: 'ef'.repeat(32) }, /model file \(sha256\) is efef/],
     ['shape', { layers: 4 }, /shape is llama 4 layers x 8 heads \(4 KV\) x 16 in the snapshot, llama 3 layers/],

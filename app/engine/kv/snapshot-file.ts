@@ -416,10 +416,15 @@ class FileSnapshotReader implements SnapshotReader {
 // fit
 // ---------------------------------------------------------------------------------------------
 
-/** JSON with object keys sorted, so two knob objects compare by content, not key order. */
+/**
+ * JSON with object keys sorted, so two knob objects compare by content, not key order. Keys whose
+ * value is undefined are left out, as JSON.stringify leaves them out of the file: the engine's
+ * knobs object and the same knobs read back from a snapshot must compare equal.
+ */
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (isPlainObject(v)) return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(',')}}`;
+  if (isPlainObject(v))
+    return `{${Object.keys(v).filter((k) => v[k] !== undefined).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(',')}}`;
   return JSON.stringify(v) ?? 'null';
 }
 
