@@ -14,16 +14,20 @@
 // speculative query, its pool holds partial keys) rebuild the forward pass from the model already
 // in memory (the file is not read again) and drop the cache (done.cache.dropped 'policySwitch').
 // `done` names the policy that ran and, when a switch happened, its time (timings.policySwitchMs).
+import { existsSync } from 'node:fs';
 import { availableParallelism, homedir } from 'node:os';
 import { basename, join } from 'node:path';
-import { LonghandError, UsageError } from '../common/errors.ts';
-import type { CacheReport, Device, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
+import { isLonghandError, LonghandError, UsageError } from '../common/errors.ts';
+import type { CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
 import { CachedSequence } from './forward/cached-sequence.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
 import { SPARSE_POLICIES, sparseSettings } from './forward/sparse-policies.ts';
 import { tokenizerDecoder } from './generate/decoder.ts';
 import { generate } from './generate/loop.ts';
-import type { EngineCore, GenerationEvent } from './host/engine-core.ts';
+import type { EngineCore, GenerationEvent, SnapshotLoaded, SnapshotSaved, SnapshotStats } from './host/engine-core.ts';
+import { modelSha256 } from './forward/infinigen.ts';
+import { peekSequenceSnapshot, restoreSequenceSnapshot, saveSequenceSnapshot, type SnapshotIdentity } from './forward/sequence-snapshot.ts';
+import { SnapshotStore } from './kv/snapshot-store.ts';
 import { ChatTemplate } from './model/chat-template.ts';
 import { StepMetricsSampler } from './metrics/step-metrics.ts';
 import { summariseWeights } from './model/inspect.ts';
@@ -54,6 +58,10 @@ interface Loaded {
   atLoad: { policy: KvPolicy; infinigen: InfinigenKnobs; sparse: SparseKnobs };
   choice: PolicyChoice;
   inspect: boolean;
+  /** SHA-256 of the model file, hashed on first need (snapshots) */
+  sha?: Promise<string>;
+  /** the document whose snapshot the cache was last restored from or saved to */
+  document?: string;
 }
 
 /** The policy and knobs a request asks for: its own fields, else the load's. */
@@ -146,6 +154,7 @@ async function usePolicy(state: Loaded, params: GenerateParams): Promise<{ ms: n
     throw error;
   }
   state.sequence = new CachedSequence(state.runner);
+  state.document = undefined;
   state.choice = wanted;
   return { ms: performance.now() - started, cacheKept: false };
 }
@@ -164,6 +173,75 @@ export function createEngineCore(log: (line: string) => void = (line) => process
   function need(): Loaded {
     if (!loaded) throw new LonghandError('ENGINE_NOT_LOADED', 'no model is loaded: load one first');
     return loaded;
+  }
+
+  /** Document snapshots (GenerateParams.document): the folder and cap the host configured. */
+  let snapshots: SnapshotStore | undefined;
+
+  /** What the loaded model is, as a snapshot records it (the file's SHA-256 is hashed once per load). */
+  async function identity(state: Loaded): Promise<SnapshotIdentity> {
+    state.sha ??= modelSha256(state.model);
+    const { hyper } = state.model;
+    const ig = state.choice.infinigen;
+    return {
+      modelSha256: await state.sha,
+      architecture: hyper.architecture,
+      layers: hyper.layers,
+      heads: hyper.heads,
+      kvHeads: hyper.kvHeads,
+      headDim: hyper.headDim,
+      vocabSize: hyper.vocabSize,
+      kvType: state.runner.kvType,
+      policy: state.runner.policy,
+      knobs: state.choice.policy === 'infinigen' && ig ? { denseLayers: ig.denseLayers, partialRatio: ig.partialRatio } : { ...(state.choice.sparse ?? {}) },
+    };
+  }
+
+  /**
+   * Before a generation for `document`: when the cache holds another sequence and this document's
+   * snapshot shares more of the prompt than the cache does, restore it. A snapshot that cannot be
+   * used is reported (its typed error) and the generation runs from the cache it found.
+   */
+  async function restoreDocument(state: Loaded, document: string, prompt: readonly number[]): Promise<{ restored: boolean; restoreMs?: number; bytes?: number; error?: ErrorPayload } | undefined> {
+    if (state.document === document) return undefined;
+    const file = snapshots!.pathFor(document);
+    if (!existsSync(file)) return undefined;
+    const started = performance.now();
+    try {
+      const id = await identity(state);
+      const common = (ids: readonly number[]): number => {
+        const limit = Math.min(ids.length, prompt.length - 1);
+        let n = 0;
+        while (n < limit && ids[n] === prompt[n]) n++;
+        return n;
+      };
+      const saved = await peekSequenceSnapshot(file, id, await state.runner.skewId());
+      if (common(saved) <= common(state.sequence.tokens.slice(0, state.sequence.exactTokens))) return undefined;
+      const { bytes } = await restoreSequenceSnapshot(file, state.sequence, id);
+      state.document = document;
+      await snapshots!.touch(document);
+      return { restored: true, restoreMs: performance.now() - started, bytes };
+    } catch (error) {
+      log(`document ${document}: snapshot not used: ${error instanceof Error ? error.message : String(error)}`);
+      if (state.sequence.tokens.length === 0) state.document = undefined;
+      return { restored: false, error: errorPayload(error) };
+    }
+  }
+
+  /** After a generation for `document`: its cache saved as the document's snapshot, the folder kept under the cap. */
+  async function saveDocument(state: Loaded, document: string): Promise<{ saved: boolean; saveMs?: number; bytes?: number; error?: ErrorPayload }> {
+    const started = performance.now();
+    state.document = document;
+    try {
+      if (state.runner.evictions().some((n) => n > 0)) return { saved: false }; // no prefix of the text is left to save
+      const { bytes } = await saveSequenceSnapshot(snapshots!.pathFor(document), state.sequence, await identity(state));
+      await snapshots!.touch(document);
+      await snapshots!.enforceCap(document);
+      return { saved: true, saveMs: performance.now() - started, bytes };
+    } catch (error) {
+      log(`document ${document}: snapshot not saved: ${error instanceof Error ? error.message : String(error)}`);
+      return { saved: false, error: errorPayload(error) };
+    }
   }
 
   function promptIds(state: Loaded, prompt: Prompt): number[] {
@@ -232,6 +310,37 @@ export function createEngineCore(log: (line: string) => void = (line) => process
 
     unload,
 
+    async saveSnapshot(path: string): Promise<SnapshotSaved> {
+      const state = need();
+      const started = performance.now();
+      const { tokens, bytes } = await saveSequenceSnapshot(path, state.sequence, await identity(state));
+      return { tokens, bytes, ms: performance.now() - started };
+    },
+
+    async loadSnapshot(path: string): Promise<SnapshotLoaded> {
+      const state = need();
+      const started = performance.now();
+      const { tokens, bytes } = await restoreSequenceSnapshot(path, state.sequence, await identity(state));
+      state.document = undefined;
+      return { tokens, bytes, ms: performance.now() - started };
+    },
+
+    async configureSnapshots({ dir, capBytes }): Promise<SnapshotStats> {
+      snapshots = dir === undefined ? undefined : new SnapshotStore(dir, capBytes);
+      if (snapshots) await snapshots.enforceCap();
+      return this.snapshotStats();
+    },
+
+    async snapshotStats(): Promise<SnapshotStats> {
+      return snapshots ? await snapshots.stats() : { dir: undefined, count: 0, bytes: 0, capBytes: 0 };
+    },
+
+    async clearSnapshots(): Promise<SnapshotStats> {
+      await snapshots?.clear();
+      if (loaded) loaded.document = undefined;
+      return this.snapshotStats();
+    },
+
     tokenize(text: string, addSpecial: boolean): number[] {
       return need().tokenizer.encode(text, { addSpecial });
     },
@@ -245,15 +354,19 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       const continuation = ids.some((id) => !state.tokenizer.isSpecial(id));
       // generate() checks the request eagerly: a bad one throws before the cache is cut back
       const stream = generate(state.sequence, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
+      const document = params.document !== undefined && snapshots !== undefined && params.reusePrefix ? params.document : undefined;
+      const restore = document !== undefined ? await restoreDocument(state, document, ids) : undefined;
       const plan = state.sequence.reuse(ids, params.reusePrefix);
-      const dropped = switched && !switched.cacheKept && cachedBefore > 0 ? 'policySwitch' : plan.dropped;
+      const dropped = switched && !switched.cacheKept && cachedBefore > 0 && !restore?.restored ? 'policySwitch' : plan.dropped;
       yield { kind: 'prompt', ids, contextLength: state.runner.contextLength };
+      let saved: Awaited<ReturnType<typeof saveDocument>> | undefined;
       const cacheReport = (): CacheReport => ({
         reusedTokens: plan.reused,
         // what the prefill computed (a cancelled one: the chunks that completed)
         prefilledTokens: Math.max(0, Math.min(ids.length, state.sequence.tokens.length) - plan.reused),
-        source: plan.reused > 0 ? 'memory' : 'none',
+        source: plan.reused > 0 ? (restore?.restored ? 'snapshot' : 'memory') : 'none',
         ...(dropped ? { dropped } : {}),
+        ...(restore || saved ? { snapshot: { restored: false, saved: false, ...restore, ...saved, ...(restore?.error ?? saved?.error ? { error: restore?.error ?? saved?.error } : {}) } } : {}),
       });
       const metrics = new StepMetricsSampler(state.runner, state.model.hyper, state.runner.policy);
       for await (const event of stream) {
@@ -263,6 +376,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           if (snapshot) yield { kind: 'metrics', metrics: snapshot };
         } else {
           yield { kind: 'metrics', metrics: metrics.snapshot(event.completionTokens) };
+          if (document !== undefined) saved = await saveDocument(state, document);
           const { type: _type, error, timings, ...rest } = event;
           yield {
             kind: 'done',
@@ -276,4 +390,10 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       }
     },
   };
+}
+
+function errorPayload(error: unknown): ErrorPayload {
+  return isLonghandError(error)
+    ? { code: error.code, message: error.message, details: { ...error.details } }
+    : { code: 'INTERNAL', message: error instanceof Error ? error.message : String(error), details: {} };
 }

@@ -1,12 +1,15 @@
-// InfiniGen inside the forward pass (ARCHITECTURE.md §4): the knobs, the skew calibration and its
-// disk cache, the per-prompt partial columns, and the per-step figures the runner keeps.
+// InfiniGen inside the forward pass (ARCHITECTURE.md §3–§4): the knobs, the skew calibration and its
+// disk cache, the partial columns of the cached sequence, and the per-step figures the runner keeps.
 //
-//   first prefill from position 0 ──► skew A per layer and KV head: the cache file of this model's
-//       SHA-256, else calibrate: the prompt's own post-RoPE queries when it has >= CALIBRATION_TOKENS
-//       tokens, else CALIBRATION_TOKENS tokens the model generates greedily from BOS (the runner does
-//       that run, then forgets it) ──► after the prompt: columns C = top ⌊r·d⌋ of Σ|qA| + Σ|kA| over
-//       the prompt, per layer and KV head ──► pool.setPartialProjection(ℓ, A[:, C]) rebuilds the
-//       partial keys of the prompt natively; appends write them from then on.
+//   a prefill while the skew is unknown ──► skew A per layer and KV head: the cache file of this
+//       model's SHA-256, else calibrate: the prompt's own post-RoPE queries when it has >=
+//       CALIBRATION_TOKENS tokens (or tokens are cached already), else CALIBRATION_TOKENS tokens the
+//       model generates greedily from BOS (the runner does that run, then forgets it)
+//   every chunk that runs through all layers (prefill chunk or decode step) ──► its q/k rows at
+//       positions < COLUMN_SAMPLE_TOKENS are folded into Σ|qA| and Σ|kA| per layer and KV head
+//   after every prompt ──► columns C = top ⌊r·d⌋ of Σ|qA| + Σ|kA| over the sequence's first
+//       COLUMN_SAMPLE_TOKENS positions ──► pool.setPartialProjection(ℓ, A[:, C]) where C changed
+//       rebuilds the partial keys of the stored tokens natively; appends write them from then on.
 //   decode ──► the runner hands q_spec (stage ℓ−1's output) to the native speculator (begin), which
 //       selects and gathers layer ℓ's rows on its thread while layer ℓ−1 finishes.
 import { createHash } from 'node:crypto';
@@ -186,6 +189,16 @@ export const COLUMN_CHECKPOINT_EVERY = 64;
 interface ColumnEnergies {
   q: Float64Array[];
   k: Float64Array[];
+}
+
+/** InfiniGen's part of a snapshot: the column energies at the snapshot's end and the checkpoints below it. */
+export interface InfinigenSequenceState {
+  /** positions whose rows are in the energies (min(tokens, COLUMN_SAMPLE_TOKENS)) */
+  observed: number;
+  /** checkpoint positions, ascending */
+  checkpoints: number[];
+  /** [1 + checkpoints, 2 (q, k), sparse layers, kvHeads·d] float64 */
+  data: Float64Array;
 }
 
 /** One committed chunk (prefill chunk or decode step) whose rows are not folded into the energies yet. */
@@ -429,26 +442,38 @@ export class InfinigenState {
     return this.columns[layer];
   }
 
-  /** What a snapshot keeps of the sequence's state: observed positions and the energies (+ checkpoints), as float64 rows. */
-  exportSequence(): { observed: number; inexact: boolean; checkpoints: number[]; data: Float64Array } {
+  /**
+   * What a snapshot of the sequence's first n positions keeps of this state: the energies at n and
+   * the checkpoints below it. n must be a resumePoint (exact there).
+   */
+  exportSequence(n: number): InfinigenSequenceState {
     this.fold();
-    const parts = [this.energies, ...[...this.checkpoints.keys()].sort((a, b) => a - b).map((at) => this.checkpoints.get(at)!)];
+    if (this.resumePoint(n) !== n) throw new RangeError(`InfiniGen sequence state: position ${n} is not exact (resume point ${this.resumePoint(n)})`);
+    const at = n >= this.observed ? this.energies : n === 0 ? this.zeroEnergies() : this.checkpoints.get(n)!;
+    const below = [...this.checkpoints.keys()].filter((cp) => cp <= n).sort((a, b) => a - b);
     const per = this.energyLength();
-    const data = new Float64Array(parts.length * per); // [1 + checkpoints, 2, sparse layers, kvHeads·d]
-    parts.forEach((e, i) => writeEnergies(e, data, i * per));
-    return { observed: this.observed, inexact: this.inexact, checkpoints: [...this.checkpoints.keys()].sort((a, b) => a - b), data };
+    const data = new Float64Array((1 + below.length) * per); // [1 + checkpoints, 2 (q, k), sparse layers, kvHeads·d]
+    writeEnergies(at, data, 0);
+    below.forEach((cp, i) => writeEnergies(this.checkpoints.get(cp)!, data, (i + 1) * per));
+    return { observed: Math.min(n, this.observed), checkpoints: below, data };
   }
 
   /** Restores exportSequence's result (a snapshot); the columns follow at the next choosePartialColumns. */
-  importSequence(s: { observed: number; inexact: boolean; checkpoints: number[]; data: Float64Array }): void {
+  importSequence(s: InfinigenSequenceState): void {
     const per = this.energyLength();
     if (s.data.length !== (1 + s.checkpoints.length) * per) throw new RangeError(`InfiniGen sequence state: ${s.data.length} values, expected ${(1 + s.checkpoints.length) * per}`);
     this.clearSequence();
     this.energies = readEnergies(s.data, 0, this.shape, this.settings.denseLayers);
     s.checkpoints.forEach((at, i) => this.checkpoints.set(at, readEnergies(s.data, (i + 1) * per, this.shape, this.settings.denseLayers)));
     this.observed = s.observed;
-    this.inexact = s.inexact;
     this.columns = this.columns.map(() => undefined);
+  }
+
+  /** Identity of the skew matrices (SHA-256 of their bytes), for snapshots; undefined before one is known. */
+  skewId(): string | undefined {
+    if (!this.skew) return undefined;
+    const m = this.skew.matrices;
+    return createHash('sha256').update(new Uint8Array(m.buffer, m.byteOffset, m.byteLength)).digest('hex');
   }
 
   private energyLength(): number {

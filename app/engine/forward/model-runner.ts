@@ -36,7 +36,7 @@ import { createSession, type EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
 import { attendCausal, attendSlots, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
-import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
+import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSequenceState, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
 import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyName, type SparsePolicyOptions } from './sparse-policies.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
@@ -147,6 +147,20 @@ export interface ModelRunner extends TokenRunner {
    * rebuilt from the pool. Returns false, changing nothing, when the layouts differ.
    */
   tryAdoptPolicy(options: RunnerPolicyOptions): boolean;
+  /** Bytes of one layer's snapshot section for `tokens` tokens (native pool export layout). */
+  snapshotLayerBytes(tokens: number): number;
+  /** Packs the first `tokens` tokens of a layer (K, V rows, int8 scales, positions) into `out`. */
+  exportLayer(layer: number, tokens: number, out: Uint8Array): void;
+  /** InfiniGen's sequence state at `tokens` (a resumePoint) for a snapshot; undefined under other policies. */
+  exportInfinigen(tokens: number): InfinigenSequenceState | undefined;
+  /** The skew's identity under InfiniGen (loads the cached skew file when none is known yet); null otherwise or when none exists. */
+  skewId(): Promise<string | null>;
+  /**
+   * Replaces the cache with `tokens` restored tokens: every layer's section is read by `readLayer`
+   * into the buffer it is given and imported into the pool; InfiniGen's state (required under
+   * 'infinigen') restored and its columns chosen. Any failure leaves the cache empty.
+   */
+  importSequence(tokens: number, readLayer: (layer: number, into: Uint8Array) => Promise<void>, infinigen: InfinigenSequenceState | undefined): Promise<void>;
   /**
    * For long-context benchmarks only: appends `tokens` tokens of seeded random (unit-variance) K/V rows to every
    * layer (with their partial keys under 'infinigen') as if they had been prefilled, without running
@@ -488,6 +502,54 @@ class Runner implements ModelRunner {
     this.sparse = sparse;
     this.lastStep = undefined;
     return true;
+  }
+
+  snapshotLayerBytes(tokens: number): number {
+    return this.pool.snapshotLayerBytes(tokens);
+  }
+
+  exportLayer(layer: number, tokens: number, out: Uint8Array): void {
+    this.live();
+    this.spec?.drain();
+    this.pool.exportLayer(layer, tokens, out);
+  }
+
+  exportInfinigen(tokens: number): InfinigenSequenceState | undefined {
+    return this.ig?.exportSequence(tokens);
+  }
+
+  async skewId(): Promise<string | null> {
+    if (!this.ig) return null;
+    await this.ig.loadCached();
+    return this.ig.skewId() ?? null;
+  }
+
+  async importSequence(tokens: number, readLayer: (layer: number, into: Uint8Array) => Promise<void>, infinigen: InfinigenSequenceState | undefined): Promise<void> {
+    this.live();
+    if (this.busy) throw new LonghandError('ENGINE_BUSY', 'the model runner is running a prefill or decode');
+    if (!Number.isInteger(tokens) || tokens < 0 || tokens > Math.min(this.contextLength, this.pool.capacityTokens)) {
+      throw new RangeError(`importSequence(${tokens}): the cache holds at most ${Math.min(this.contextLength, this.pool.capacityTokens)} tokens`);
+    }
+    if (this.ig && !infinigen && tokens > 0) throw new RangeError('importSequence: InfiniGen needs its sequence state');
+    this.busy = true;
+    try {
+      this.reset();
+      const section = new Uint8Array(this.pool.snapshotLayerBytes(tokens)); // one layer's packed rows, reused
+      for (let l = 0; l < this.layers; l++) {
+        await readLayer(l, section);
+        this.pool.importLayer(l, tokens, section);
+      }
+      this.pos = tokens;
+      if (this.ig && infinigen) {
+        this.ig.importSequence(infinigen);
+        if (tokens > 0) this.ig.choosePartialColumns(this.pool);
+      }
+    } catch (error) {
+      this.busy = false;
+      this.reset();
+      throw error;
+    }
+    this.busy = false;
   }
 
   appendRandomContextForBenchmark(tokens: number, seed: number): void {

@@ -18,7 +18,8 @@ export interface EngineCore {
   /**
    * Replaces the cached sequence with the one saved at `path` (rows read straight into the pool).
    * A snapshot that does not fit the loaded model, policy or KV type, or is damaged, throws a
-   * SNAPSHOT_* LonghandError and leaves the cache empty (never half-restored).
+   * SNAPSHOT_* LonghandError; the cache is never half-restored: refused before any row was read it
+   * is as it was, refused later (a section's checksum) it is empty.
    */
   loadSnapshot(path: string): Promise<SnapshotLoaded>;
   /**

@@ -1,0 +1,160 @@
+// A cached sequence on disk and back (issue 10 §3): the token ids, every layer's K/V rows exactly as
+// the pool holds them, and InfiniGen's column energies, in the checked file format of
+// app/engine/kv/snapshot-file.ts.
+//
+//   save: n = the exact prefix (tokens a prefill of the same text would compute too, cut back to a
+//         point where every policy state is exact) ─► sections 'ids' (int32 [n]), 'layer.ℓ' (the
+//         pool's packed rows of layer ℓ, one layer in memory at a time), 'infinigen' (float64
+//         energies, under InfiniGen) ─► written atomically
+//   restore: open (bounds, version) ─► the meta must fit the loaded model: file sha256, shape,
+//         vocabulary, KV type; under InfiniGen also its sparse layers, r and the skew ─► ids checked
+//         against the vocabulary ─► each layer's section read (sha256 checked) straight into the
+//         pool's import ─► nothing is recomputed
+// What fits: the rows are the dense ones whatever policy was running, so a snapshot restores under
+// any policy with the same model and KV type; InfiniGen needs the energies, so it restores only
+// snapshots written under InfiniGen with the same denseLayers, partialRatio and skew.
+import { LonghandError } from '../../common/errors.ts';
+import { checkSnapshotFits, openSnapshotFile, writeSnapshotFile, type SectionSource, type SnapshotMeta, type SnapshotReader } from '../kv/snapshot-file.ts';
+import type { CachedSequence } from './cached-sequence.ts';
+import type { InfinigenSequenceState } from './infinigen.ts';
+
+/** What the loaded model is, for the snapshot's meta and the restore check. */
+export interface SnapshotIdentity {
+  modelSha256: string;
+  architecture: string;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  vocabSize: number;
+  kvType: SnapshotMeta['kvType'];
+  policy: string;
+  /** the knobs the policy's snapshot state depends on (InfiniGen: denseLayers, partialRatio) */
+  knobs: Record<string, unknown>;
+}
+
+const INFINIGEN_SECTION = 'infinigen';
+
+export async function saveSequenceSnapshot(path: string, sequence: CachedSequence, identity: SnapshotIdentity): Promise<{ tokens: number; bytes: number }> {
+  const runner = sequence.runner;
+  const n = runner.resumePoint(sequence.exactTokens);
+  const ids = Int32Array.from(sequence.tokens.slice(0, n)); // [n]
+  const skew = await runner.skewId();
+  const ig = runner.exportInfinigen(n);
+  const layerBytes = runner.snapshotLayerBytes(n);
+  const buffer = new Uint8Array(layerBytes); // one layer's packed rows, reused for every layer
+  const sections: SectionSource[] = [{ name: 'ids', bytes: ids.byteLength, read: () => new Uint8Array(ids.buffer) }];
+  for (let l = 0; l < identity.layers; l++) {
+    sections.push({
+      name: `layer.${l}`,
+      bytes: layerBytes,
+      read: () => {
+        runner.exportLayer(l, n, buffer);
+        return buffer;
+      },
+    });
+  }
+  if (ig) sections.push(...infinigenSections(ig));
+  const meta: SnapshotMeta = { ...identity, skew, tokens: n, createdAt: new Date().toISOString() };
+  const { bytes } = await writeSnapshotFile(path, meta, sections);
+  return { tokens: n, bytes };
+}
+
+/** The ids a snapshot holds, after checking that it fits (for choosing whether to restore it). */
+export async function peekSequenceSnapshot(path: string, identity: SnapshotIdentity, skew: string | null): Promise<number[]> {
+  const reader = await openSnapshotFile(path);
+  try {
+    return await checkedIds(reader, identity, skew);
+  } finally {
+    await reader.close();
+  }
+}
+
+/**
+ * Replaces the cached sequence with the snapshot's. Throws a SNAPSHOT_* LonghandError when it does
+ * not fit or is damaged; the cache is then empty if any row was read, else untouched.
+ */
+export async function restoreSequenceSnapshot(path: string, sequence: CachedSequence, identity: SnapshotIdentity): Promise<{ tokens: number; bytes: number }> {
+  const runner = sequence.runner;
+  const reader = await openSnapshotFile(path);
+  try {
+    const ids = await checkedIds(reader, identity, await runner.skewId());
+    const n = ids.length;
+    const want = runner.snapshotLayerBytes(n);
+    for (let l = 0; l < identity.layers; l++) {
+      const found = reader.sections.find((s) => s.name === `layer.${l}`);
+      if (!found || found.bytes !== want) throw corrupt(path, `section layer.${l} has ${found?.bytes ?? 'no'} bytes, ${want} expected for ${n} tokens`);
+    }
+    const ig = identity.policy === 'infinigen' ? await readInfinigen(reader, path) : undefined;
+    sequence.clear();
+    try {
+      await runner.importSequence(n, async (l, into) => void (await reader.readSection(`layer.${l}`, into)), ig);
+    } catch (error) {
+      sequence.clear();
+      if (error instanceof LonghandError && error.code.startsWith('SNAPSHOT_')) throw error;
+      // the pool refused the rows (positions, sizes): the file is damaged in a way the checksums missed
+      throw corrupt(path, `the pool refused its rows: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    sequence.adoptRestored(ids);
+    return { tokens: n, bytes: reader.fileBytes };
+  } finally {
+    await reader.close();
+  }
+}
+
+async function checkedIds(reader: SnapshotReader, identity: SnapshotIdentity, skew: string | null): Promise<number[]> {
+  const meta = reader.meta;
+  const infinigen = identity.policy === 'infinigen';
+  // rows are dense under every policy: only InfiniGen's own state makes the policy and skew matter
+  checkSnapshotFits(meta, {
+    ...identity,
+    policy: infinigen ? identity.policy : meta.policy,
+    knobs: infinigen ? identity.knobs : meta.knobs,
+    skew: infinigen ? skew : meta.skew,
+  });
+  const bytes = await reader.readSection('ids');
+  if (bytes.byteLength !== meta.tokens * 4) throw corrupt(reader.path, `section ids has ${bytes.byteLength} bytes for ${meta.tokens} tokens`);
+  const ids = Array.from(new Int32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)));
+  const bad = ids.findIndex((id) => id < 0 || id >= identity.vocabSize);
+  if (bad >= 0) throw corrupt(reader.path, `token ${bad} has id ${ids[bad]}, outside the vocabulary of ${identity.vocabSize}`);
+  return ids;
+}
+
+/** InfiniGen's state as two sections: a small JSON of positions and the float64 energies. */
+function infinigenSections(ig: InfinigenSequenceState): SectionSource[] {
+  const head = new TextEncoder().encode(JSON.stringify({ observed: ig.observed, checkpoints: ig.checkpoints, values: ig.data.length }));
+  const data = new Uint8Array(ig.data.buffer, ig.data.byteOffset, ig.data.byteLength);
+  return [
+    { name: `${INFINIGEN_SECTION}.positions`, bytes: head.byteLength, read: () => head },
+    { name: `${INFINIGEN_SECTION}.energies`, bytes: data.byteLength, read: () => data },
+  ];
+}
+
+async function readInfinigen(reader: SnapshotReader, path: string): Promise<InfinigenSequenceState> {
+  const has = (name: string): boolean => reader.sections.some((s) => s.name === name);
+  if (!has(`${INFINIGEN_SECTION}.positions`) || !has(`${INFINIGEN_SECTION}.energies`)) {
+    throw new LonghandError('SNAPSHOT_MISMATCH', `${path}: the snapshot has no InfiniGen state (written under another policy); InfiniGen needs it`, { reason: 'policy', path });
+  }
+  let head: unknown;
+  try {
+    head = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(await reader.readSection(`${INFINIGEN_SECTION}.positions`)));
+  } catch (error) {
+    if (error instanceof LonghandError) throw error;
+    throw corrupt(path, 'the InfiniGen positions section is not JSON');
+  }
+  const h = head as { observed?: unknown; checkpoints?: unknown; values?: unknown };
+  const meta = reader.meta;
+  const okInt = (v: unknown, max: number): v is number => Number.isSafeInteger(v) && (v as number) >= 0 && (v as number) <= max;
+  if (!okInt(h.observed, meta.tokens) || !Array.isArray(h.checkpoints) || !okInt(h.values, 2 ** 31) || h.checkpoints.length > meta.tokens) throw corrupt(path, 'the InfiniGen positions section has bad fields');
+  const checkpoints = h.checkpoints as unknown[];
+  if (!checkpoints.every((c, i) => okInt(c, meta.tokens) && (i === 0 || (c as number) > (checkpoints[i - 1] as number)))) throw corrupt(path, 'the InfiniGen checkpoints are not ascending positions');
+  const bytes = await reader.readSection(`${INFINIGEN_SECTION}.energies`);
+  if (bytes.byteLength !== h.values * 8) throw corrupt(path, `the InfiniGen energies have ${bytes.byteLength} bytes, ${h.values * 8} declared`);
+  const data = new Float64Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  if (data.some((x) => !Number.isFinite(x) || x < 0)) throw corrupt(path, 'the InfiniGen energies hold a negative or non-finite value');
+  return { observed: h.observed, checkpoints: checkpoints as number[], data };
+}
+
+function corrupt(path: string, why: string): LonghandError {
+  return new LonghandError('SNAPSHOT_CORRUPT', `${path}: KV snapshot is damaged: ${why}`, { reason: 'layout', path });
+}
