@@ -351,6 +351,8 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
     cache: CacheReportSchema.optional(),
     error: ErrorPayloadSchema.optional(),
   }),
+  /** A session file saved or loaded (hosts started with LONGHAND_SESSION_FILES=1 only). */
+  z.strictObject({ kind: z.literal('sessionFile'), requestId, action: z.enum(['save', 'load']), tokens: z.int().nonnegative(), bytes: z.number().nonnegative(), ms: z.number().nonnegative() }),
   /** A request that failed before it started (bad load, bad request, no model). */
   z.strictObject({ kind: z.literal('error'), requestId: z.string(), error: ErrorPayloadSchema }),
 ]);
@@ -402,6 +404,30 @@ export type RelayStatusEvent = z.infer<typeof RelayStatusEventSchema>;
 /** Window → server: start a fresh engine process and reload the model it had (the user asked). */
 export const RestartEngineRequestSchema = z.strictObject({ kind: z.literal('restartEngine'), requestId });
 export type RestartEngineRequest = z.infer<typeof RestartEngineRequestSchema>;
+
+// ── session files (the CLI's --save-session / --load-session) ──────────────────────────────
+
+/**
+ * The environment variable that lets a host take file paths for KV snapshots (`sessionFile`). The
+ * CLI sets it for the host it starts; hosts that serve windows never do, so a window cannot name a
+ * path (the request is then refused as unknown: PROTOCOL_BAD_MESSAGE).
+ */
+export const SESSION_FILES_ENV = 'LONGHAND_SESSION_FILES';
+
+/** Saves the cached sequence to `path`, or replaces it with the one saved there; answered by a `sessionFile` event. */
+export const SessionFileRequestSchema = z.strictObject({
+  kind: z.literal('sessionFile'),
+  requestId,
+  action: z.enum(['save', 'load']),
+  path: z.string().min(1).max(4096),
+});
+export type SessionFileRequest = z.infer<typeof SessionFileRequestSchema>;
+
+export function parseSessionFileRequest(message: unknown): SessionFileRequest {
+  const parsed = SessionFileRequestSchema.safeParse(message);
+  if (parsed.success) return parsed.data;
+  throw protocolError('session file request', parsed.error);
+}
 
 // ── test-only fault hook ────────────────────────────────────────────────────────────────────
 

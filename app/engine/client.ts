@@ -15,6 +15,7 @@ import {
   type LoadOptionsInput,
   type ModelInfo,
   type Prompt,
+  type SessionFileRequest,
   type SnapshotStatsPayload,
   type TestFaultRequest,
 } from '../common/protocol.ts';
@@ -122,13 +123,13 @@ export class EngineClient {
     return new EngineClient(child, pid);
   }
 
-  private send(request: EngineRequestInput): void {
+  private send(request: EngineRequestInput | SessionFileRequest): void {
     if (this.exitError) throw this.exitError;
     this.child.send(request);
   }
 
   /** One request, one answer event (or a typed error). */
-  private call<K extends EngineEvent['kind']>(request: EngineRequestInput, answer: K): Promise<Extract<EngineEvent, { kind: K }>> {
+  private call<K extends EngineEvent['kind']>(request: EngineRequestInput | SessionFileRequest, answer: K): Promise<Extract<EngineEvent, { kind: K }>> {
     return new Promise((resolve, reject) => {
       this.listeners.set(request.requestId, (event) => {
         this.listeners.delete(request.requestId);
@@ -155,6 +156,15 @@ export class EngineClient {
 
   async tokenize(text: string, addSpecial = true): Promise<number[]> {
     return (await this.call({ kind: 'tokenize', requestId: randomUUID(), text, addSpecial }, 'tokenized')).ids;
+  }
+
+  /**
+   * Saves the cached sequence to `path` or replaces it with the one saved there. Only a host started
+   * with LONGHAND_SESSION_FILES=1 in its environment takes these (the CLI's); others refuse them.
+   */
+  async sessionFile(action: 'save' | 'load', path: string): Promise<{ tokens: number; bytes: number; ms: number }> {
+    const { tokens, bytes, ms } = await this.call({ kind: 'sessionFile', requestId: randomUUID(), action, path }, 'sessionFile');
+    return { tokens, bytes, ms };
   }
 
   /** Document snapshots: the folder's figures, a new size cap, or all deleted (see the 'snapshots' request). */

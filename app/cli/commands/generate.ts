@@ -3,7 +3,7 @@
 // at the end. Ctrl-C cancels the generation (the engine stops between tokens) and still prints.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { UsageError } from '../../common/errors.ts';
-import { DEVICES, KV_TYPES, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
+import { DEVICES, KV_TYPES, SESSION_FILES_ENV, type CacheReport, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
 import { EngineClient } from '../../engine/client.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
@@ -32,6 +32,10 @@ ${POLICY_HELP}
   --pool-budget BYTES   byte budget of the KV pool; smaller than the full cache evicts (full, infinigen)
   --inspect             measure attention recall (slower)
   --metrics FILE        write the sampled per-step metrics as JSON lines
+  --load-session F      start from the KV cache saved in F (a snapshot that does not fit the model,
+                        KV type or policy, or is damaged, is refused with its reason and the prompt
+                        is prefilled instead)
+  --save-session F      save the KV cache to F after the generation (atomically)
   --json                print one JSON object (promptIds, tokenIds, text, stopReason, timings)`;
 
 export async function runGenerate(args: string[], io: CliIO): Promise<number> {
@@ -56,6 +60,8 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
     'pool-budget': { type: 'string' },
     inspect: { type: 'boolean' },
     metrics: { type: 'string' },
+    'load-session': { type: 'string' },
+    'save-session': { type: 'string' },
     json: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   });
@@ -98,7 +104,9 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const { policy, infinigen, sparse } = policyLoadOptions(values);
   const metricsLines: string[] = [];
 
-  const engine = await EngineClient.start();
+  const sessions = values['load-session'] !== undefined || values['save-session'] !== undefined;
+  // a host that takes file paths for snapshots: only one the CLI starts for itself
+  const engine = await EngineClient.start(sessions ? { env: { ...process.env, [SESSION_FILES_ENV]: '1' } } : {});
   const abort = new AbortController();
   const onSigint = () => abort.abort();
   process.on('SIGINT', onSigint);
@@ -115,12 +123,22 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
       ...(threads ? { threads } : {}),
       ...(contextLength ? { contextLength } : {}),
     });
+    if (values['load-session'] !== undefined) {
+      try {
+        const loaded = await engine.sessionFile('load', values['load-session']);
+        io.err(`loaded session ${values['load-session']}: ${loaded.tokens} tokens in ${loaded.ms.toFixed(0)} ms\n`);
+      } catch (error) {
+        const e = error as { code?: string; message?: string };
+        io.err(`longhand generate: ${e.code ?? 'ERROR'}: ${e.message ?? String(error)}; the prompt is prefilled instead\n`);
+      }
+    }
     let promptIds: number[] = [];
     const tokenIds: number[] = [];
     let generated = '';
     let stopReason: StopReason = 'error';
     let timings: Timings | undefined;
     let error: { code: string; message: string } | undefined;
+    let cache: CacheReport | undefined;
     for await (const event of engine.generate(prompt, params, abort.signal)) {
       if (event.kind === 'prompt') promptIds = event.ids;
       else if (event.kind === 'token') {
@@ -136,16 +154,20 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
         stopReason = event.stopReason;
         timings = event.timings;
         error = event.error;
+        cache = event.cache;
       }
     }
     if (values.metrics !== undefined) writeFileSync(values.metrics, metricsLines.length > 0 ? `${metricsLines.join('\n')}\n` : '');
+    let savedSession: { tokens: number; bytes: number; ms: number } | undefined;
+    if (values['save-session'] !== undefined) savedSession = await engine.sessionFile('save', values['save-session']);
     if (values.json) {
-      const result = { promptIds, tokenIds, text: generated, stopReason, timings: { loadMs: model.loadMs, ...timings }, ...(error ? { error } : {}) };
+      const result = { promptIds, tokenIds, text: generated, stopReason, timings: { loadMs: model.loadMs, ...timings }, ...(cache ? { cache } : {}), ...(savedSession ? { savedSession } : {}), ...(error ? { error } : {}) };
       io.out(`${JSON.stringify(result)}\n`);
     } else {
       io.out('\n');
       const t = timings;
-      if (t) io.err(`[${stopReason}] ${tokenIds.length} tokens, TTFT ${t.ttftMs.toFixed(0)} ms, prefill ${t.prefillTokensPerS.toFixed(1)} tok/s, decode ${t.decodeTokensPerS.toFixed(1)} tok/s\n`);
+      if (t) io.err(`[${stopReason}] ${tokenIds.length} tokens, TTFT ${t.ttftMs.toFixed(0)} ms, prefill ${t.prefillTokensPerS.toFixed(1)} tok/s, decode ${t.decodeTokensPerS.toFixed(1)} tok/s${cache ? `, reused ${cache.reusedTokens} of ${promptIds.length} prompt tokens` : ''}\n`);
+      if (savedSession) io.err(`saved session ${values['save-session']}: ${savedSession.tokens} tokens, ${savedSession.bytes} bytes in ${savedSession.ms.toFixed(0)} ms\n`);
     }
     if (error) io.err(`longhand generate: ${error.code}: ${error.message}\n`);
     return stopReason === 'error' ? 1 : 0;

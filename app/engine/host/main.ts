@@ -3,7 +3,7 @@
 //   - under Electron, a utilityProcess: main sends one MessagePort per connection (its own
 //     readiness check, then one per window) through process.parentPort;
 //   - everywhere else (CLI, tests, browser-mode server), a child_process.fork with an IPC channel.
-import { TEST_FAULTS_ENV } from '../../common/protocol.ts';
+import { SESSION_FILES_ENV, TEST_FAULTS_ENV } from '../../common/protocol.ts';
 import { testFault } from '../../../native/index.js';
 import { createEngineCore } from '../engine.ts';
 import { serveEngine, type EngineChannel, type ServeOptions } from './serve.ts';
@@ -17,7 +17,13 @@ const core = createEngineCore();
 // Document snapshots in the folder the starting process named (LONGHAND_SNAPSHOT_DIR), set up
 // once for every connection; requests wait until that is done.
 const snapshots = new SnapshotSettings(core);
-const serveOptions: ServeOptions = { snapshots, ready: snapshots.start(process.env), ...(process.env[TEST_FAULTS_ENV] === '1' ? { testFault } : {}) };
+const serveOptions: ServeOptions = {
+  snapshots,
+  ready: snapshots.start(process.env),
+  ...(process.env[TEST_FAULTS_ENV] === '1' ? { testFault } : {}),
+  // the CLI's --save-session / --load-session: only a host the CLI started takes file paths
+  sessionFiles: process.env[SESSION_FILES_ENV] === '1',
+};
 
 if (parentPort) {
   // Every window's connection shares the one loaded model; each has its own generation slot.

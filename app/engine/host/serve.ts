@@ -3,7 +3,7 @@
 // Generations run one at a time; a cancel aborts the named generation between tokens (and
 // between layers during prefill).
 import { isLonghandError, LonghandError } from '../../common/errors.ts';
-import { parseEngineRequest, parseTestFaultRequest, PROTOCOL_VERSION, type EngineEvent, type EngineRequest, type ErrorPayload, type TestFaultRequest } from '../../common/protocol.ts';
+import { parseEngineRequest, parseSessionFileRequest, parseTestFaultRequest, PROTOCOL_VERSION, type EngineEvent, type EngineRequest, type ErrorPayload, type TestFaultRequest } from '../../common/protocol.ts';
 import type { EngineCore } from './engine-core.ts';
 import { SnapshotSettings } from './snapshot-settings.ts';
 
@@ -34,6 +34,11 @@ export interface ServeOptions {
   snapshots?: SnapshotSettings;
   /** Requests wait for this first (main.ts: the snapshot folder configured). Must not reject. */
   ready?: Promise<void>;
+  /**
+   * Accept `sessionFile` requests, which name file paths (main.ts: LONGHAND_SESSION_FILES=1, set by
+   * the CLI). Without it they are unknown requests, so no window can make the host touch a path.
+   */
+  sessionFiles?: boolean;
 }
 
 export function serveEngine(channel: EngineChannel, core: EngineCore, pid: number, options: ServeOptions = {}): void {
@@ -88,6 +93,19 @@ export function serveEngine(channel: EngineChannel, core: EngineCore, pid: numbe
         const requestId = (message as { requestId?: unknown }).requestId;
         fail(typeof requestId === 'string' ? requestId : '', error);
       }
+      return;
+    }
+    if (options.sessionFiles && (message as { kind?: unknown } | null)?.kind === 'sessionFile') {
+      const requestId = typeof (message as { requestId?: unknown }).requestId === 'string' ? (message as { requestId: string }).requestId : '';
+      queue = queue.then(async () => {
+        try {
+          const r = parseSessionFileRequest(message);
+          const done = r.action === 'save' ? await core.saveSnapshot(r.path) : await core.loadSnapshot(r.path);
+          channel.send({ kind: 'sessionFile', requestId: r.requestId, action: r.action, ...done });
+        } catch (error) {
+          fail(requestId, error);
+        }
+      });
       return;
     }
     let request: EngineRequest;
