@@ -7,10 +7,12 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, ut
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULT_SNAPSHOT_CAP_BYTES, SNAPSHOT_DIR_ENV, type EngineEvent } from '../../app/common/protocol.ts';
+import { DEFAULT_SNAPSHOT_CAP_BYTES, SNAPSHOT_DIR_ENV, type CacheReport, type EngineEvent } from '../../app/common/protocol.ts';
+import { EngineClient } from '../../app/engine/client.ts';
 import type { EngineCore, SnapshotStats } from '../../app/engine/host/engine-core.ts';
 import { serveEngine } from '../../app/engine/host/serve.ts';
 import { capFile, SnapshotSettings } from '../../app/engine/host/snapshot-settings.ts';
+import { haveSharedModel, STORIES_260K } from '../support/models.ts';
 
 type SnapshotCore = Pick<EngineCore, 'configureSnapshots' | 'snapshotStats' | 'clearSnapshots'>;
 
@@ -200,4 +202,62 @@ describe('engine host: document snapshot settings', () => {
     await new Promise((resolve) => setTimeout(resolve, 20));
     expect(h.events.filter((e) => e.kind === 'tokenized')).toEqual([{ kind: 'tokenized', requestId: 't1', ids: [97] }]);
   });
+});
+
+// The same plumbing through a real host process and the real engine: the folder from the
+// environment, a document's snapshot written after its generation and read back by a fresh process.
+describe.runIf(haveSharedModel())('engine host process: document snapshots on stories260K', () => {
+  const PROMPT = 'Once upon a time, there was a little girl named Lily. She loved to play in the park with her red ball. One day she saw a big dog.';
+  const GREEDY = { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } as never;
+  const start = () => EngineClient.start({ env: { ...process.env, [SNAPSHOT_DIR_ENV]: dir } });
+  const onDisk = () => readdirSync(dir).filter((name) => /^[A-Za-z0-9_-]+\.lhkv$/.test(name));
+  const bytesOnDisk = () => onDisk().reduce((sum, name) => sum + statSync(join(dir, name)).size, 0);
+
+  async function run(engine: EngineClient, params: Record<string, unknown>): Promise<{ ids: number[]; prompt: number; cache: CacheReport | undefined }> {
+    const ids: number[] = [];
+    let prompt = 0;
+    let cache: CacheReport | undefined;
+    for await (const event of engine.generate({ text: PROMPT }, { maxTokens: 12, stopOnEos: false, sampling: GREEDY, ...params })) {
+      if (event.kind === 'prompt') prompt = event.ids.length;
+      if (event.kind === 'token') ids.push(event.id);
+      if (event.kind === 'done') cache = event.cache;
+    }
+    return { ids, prompt, cache };
+  }
+
+  it('saves a document after its generation, restores it in a fresh process, keeps the cap across restarts, clears', async () => {
+    let engine = await start();
+    try {
+      expect(await engine.snapshots('stats')).toEqual({ enabled: true, dir, count: 0, bytes: 0, capBytes: DEFAULT_SNAPSHOT_CAP_BYTES });
+      await engine.load({ modelPath: STORIES_260K, contextLength: 512 });
+      const fresh = await run(engine, { document: 'doc-a' });
+      expect(fresh.cache?.snapshot?.saved).toBe(true);
+      expect(onDisk()).toHaveLength(1);
+      const stats = await engine.snapshots('stats');
+      expect(stats).toMatchObject({ enabled: true, count: 1 });
+      expect(stats.bytes).toBe(bytesOnDisk());
+      expect(stats.bytes).toBeGreaterThan(0);
+      const saved = await engine.snapshots('setCap', 64 * 1024 ** 2);
+      expect(saved.capBytes).toBe(64 * 1024 ** 2);
+    } finally {
+      await engine.close();
+    }
+
+    // A fresh process: nothing in memory, the snapshot on disk, the cap as it was set.
+    engine = await start();
+    try {
+      expect(await engine.snapshots('stats')).toMatchObject({ count: 1, capBytes: 64 * 1024 ** 2 });
+      await engine.load({ modelPath: STORIES_260K, contextLength: 512 });
+      const restored = await run(engine, { document: 'doc-a' });
+      expect(restored.cache).toMatchObject({ source: 'snapshot', reusedTokens: restored.prompt - 1, prefilledTokens: 1, snapshot: { restored: true } });
+      // The restored cache gives the text a fresh prefill gives.
+      const again = await run(engine, { reusePrefix: false });
+      expect(restored.ids).toEqual(again.ids);
+
+      expect(await engine.snapshots('clear')).toMatchObject({ count: 0, bytes: 0 });
+      expect(onDisk()).toEqual([]);
+    } finally {
+      await engine.close();
+    }
+  }, 120_000);
 });
