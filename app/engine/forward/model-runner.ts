@@ -732,6 +732,8 @@ class Runner implements ModelRunner {
       if (observe) ig.observe(l, q, k, T);
       // layer l+1's speculation and gather start now and run while the rest of layer l does
       if (sparse && l + 1 < this.layers && l + 1 >= dense) spec.begin(l + 1, out.q_spec!.data as Float32Array);
+      // denseLayers 0: no layer before layer 0 to speculate from, so it selects with its own query
+      if (sparse && l === 0 && dense === 0) spec.begin(0, q);
       let a = performance.now();
       this.pool.appendBatch(l, k, v, p0);
       const b = performance.now();
