@@ -1,26 +1,36 @@
-// Accuracy of the KV policies against 'full' on stories260K (ARCHITECTURE.md §8). Not part of `npm test`.
+// Accuracy of the KV policies against 'full' (ARCHITECTURE.md §8): stories260K by default, or
+// kjv-llama-hd64 (head dim 64; --model ../shared/models/kjv-llama-hd64.gguf). Not part of `npm test`.
 //
 //   node --import tsx bench/accuracy.mjs [--model PATH] [--ratios 0.05,0.1,0.2] [--alphas 2,3,4,5,6,8]
-//        [--policies infinigen,h2o,streaming,quest,oracle,snapkv] [--generated 8] [--tokens 450] [--prefill 8] [--context 512] [--json FILE]
+//        [--partial 0.3] [--dense 2] [--policies infinigen,h2o,streaming,quest,oracle,snapkv]
+//        [--generated 8] [--tokens 450] [--prefill 8] [--context 512] [--texts stories|kjv|none] [--inspect] [--json FILE]
 //
 // Texts: `--generated` texts the model writes itself from BOS (temperature 0.8, seeds 1001, 1002, …;
-// EOS suppressed; `--tokens` tokens each; not stored), plus the four children's stories below
-// (cut to the context). Each text is teacher-forced: `--prefill` tokens of prefill, then one decode
+// EOS suppressed; `--tokens` tokens each; not stored), plus held-out texts cut to the context:
+// `--texts stories` the four children's stories below (default for stories260K), `--texts kjv` the
+// passages of ../shared/models/kjv-eval/*.txt (books the KJV model never saw; default for a model
+// whose file name starts with "kjv"; their defaults are --tokens 900 --context 1024, the model's
+// training window). Each text is teacher-forced: `--prefill` tokens of prefill, then one decode
 // step per token, so every compared prediction is made by a (sparse) decode step. For each fetch
 // ratio: InfiniGen at each alpha with that ratio as its cap, and h2o / streaming / quest / oracle
 // keeping ⌊ratio·N⌋ tokens per KV head at context N (the same budget); snapkv keeps ⌊ratio·P⌋ of the
 // P prompt tokens (its observation window of 32 included, shrunk to the budget when larger) and
 // attends every token after the prompt, so with the default 8-token prefill it keeps nearly
-// everything: `--prefill 256` compares it on a long prompt. Denselayers 2 for all.
+// everything: `--prefill 256` compares it on a long prompt. `--dense 0,1,2`: the grid is repeated
+// for each denseLayers value, the same for every policy of a block. `--partial 0.3,0.2`: InfiniGen's
+// r (partial columns ⌊r·d⌋). `--inspect`: InfiniGen also reports per-layer attention recall (the
+// share of the true softmax mass its attended set covers) and fetch ratio.
 // Metrics pooled over all positions of all texts: top-1 agreement with full, perplexity ratio
-// exp(mean(NLL_policy − NLL_full)), mean KL(full ‖ policy), mean fetch ratio over sparse layers.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+// exp(mean(NLL_policy − NLL_full)), mean KL(full ‖ policy), and the average fetch ratio: per decode
+// step the mean over the SPARSE layers (ℓ >= denseLayers) of selected/N per KV head, then the mean
+// over all steps of all texts (the dense layers, which read everything, are not in it).
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { compareWithReference, referenceLogits } from '../app/engine/eval/accuracy.ts';
+import { compareWithReference, referenceLogits, teacherForce } from '../app/engine/eval/accuracy.ts';
 import { runnerPolicyOptions } from '../app/engine/eval/run-eval.ts';
 import { createModelRunner } from '../app/engine/forward/model-runner.ts';
 import { createSampler, resolveSamplingParams } from '../app/engine/generate/sampler.ts';
@@ -41,11 +51,15 @@ const { values } = parseArgs({
     model: { type: 'string', default: join(ROOT, '..', 'shared', 'models', 'stories260K.gguf') },
     ratios: { type: 'string', default: '0.05,0.1,0.2' },
     alphas: { type: 'string', default: '2,3,4,5,6,8' },
+    partial: { type: 'string', default: '0.3' },
+    dense: { type: 'string', default: '2' },
+    texts: { type: 'string' },
+    inspect: { type: 'boolean', default: false },
     policies: { type: 'string', default: 'infinigen,h2o,streaming,quest,oracle,snapkv' },
     generated: { type: 'string', default: '8' },
-    tokens: { type: 'string', default: '450' },
+    tokens: { type: 'string' },
     prefill: { type: 'string', default: '8' },
-    context: { type: 'string', default: '512' },
+    context: { type: 'string' },
     json: { type: 'string' },
   },
 });
@@ -53,14 +67,21 @@ const list = (s) => s.split(',').map(Number);
 const ratios = list(values.ratios);
 const alphas = list(values.alphas);
 const policies = values.policies.split(',');
+const partials = list(values.partial);
+const denses = list(values.dense);
 const prefillTokens = Number(values.prefill);
+const kjv = basename(values.model).startsWith('kjv');
+const textSet = values.texts ?? (kjv ? 'kjv' : 'stories');
+const tokensPerText = Number(values.tokens ?? (kjv ? 900 : 450));
+const KJV_EVAL = join(dirname(values.model), 'kjv-eval');
 
 console.log(`command: node --import tsx bench/accuracy.mjs ${process.argv.slice(2).join(' ')}`.trim());
 console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')} (at start)`);
 const t0 = performance.now();
 const model = await loadModel(values.model);
 const tokenizer = await createTokenizer(model.tokenizer);
-const context = Math.min(Number(values.context), model.hyper.contextLength); // stories260K was trained on 512
+// stories260K was trained on 512-token sequences, the KJV model on 1,024-token windows
+const context = Math.min(Number(values.context ?? (kjv ? 1024 : 512)), model.hyper.contextLength);
 const cacheDir = mkdtempSync(join(tmpdir(), 'longhand-acc-'));
 
 // ---------------------------------------------------------------- texts
@@ -71,7 +92,7 @@ for (let i = 0; i < Number(values.generated); i++) {
   full.reset();
   const ids = [tokenizer.bos ?? 1];
   let logits = await full.prefill(ids);
-  while (ids.length < Math.min(Number(values.tokens), context)) {
+  while (ids.length < Math.min(tokensPerText, context)) {
     for (const e of tokenizer.eosIds) logits[e] = -Infinity;
     const id = sampler.sample(logits, ids);
     ids.push(id);
@@ -79,7 +100,12 @@ for (let i = 0; i < Number(values.generated); i++) {
   }
   texts.push({ name: `generated seed ${1001 + i}`, ids });
 }
-for (const [i, s] of STORIES.entries()) texts.push({ name: `story ${i + 1}`, ids: tokenizer.encode(s, { addSpecial: true }).slice(0, context) });
+if (textSet === 'stories') for (const [i, s] of STORIES.entries()) texts.push({ name: `story ${i + 1}`, ids: tokenizer.encode(s, { addSpecial: true }).slice(0, context) });
+if (textSet === 'kjv') {
+  for (const f of readdirSync(KJV_EVAL).filter((f) => f.endsWith('.txt')).sort()) {
+    texts.push({ name: f.replace(/\.txt$/, ''), ids: tokenizer.encode(readFileSync(join(KJV_EVAL, f), 'utf8'), { addSpecial: true }).slice(0, context) });
+  }
+}
 console.log(`texts: ${texts.map((t) => `${t.name} (${t.ids.length})`).join(', ')}`);
 const refs = [];
 for (const t of texts) refs.push(await referenceLogits(full, t.ids, { prefillTokens }));
@@ -87,17 +113,24 @@ await full.dispose();
 
 // ---------------------------------------------------------------- grid
 const settings = [];
-for (const ratio of ratios) {
-  for (const p of policies) {
-    if (p === 'infinigen') for (const alpha of alphas) settings.push({ policy: p, ratio, label: `α ${alpha}, cap ${ratio}`, knobs: { alpha, fetchCap: ratio, cacheDir } });
-    else if (p === 'snapkv') settings.push({ policy: p, ratio, label: `prompt budget ${ratio}·P, window ≤ 32`, knobs: { fetchCap: ratio } });
-    else settings.push({ policy: p, ratio, label: `budget ${ratio}·N`, knobs: { fetchCap: ratio } });
+for (const dense of denses) {
+  for (const ratio of ratios) {
+    for (const p of policies) {
+      if (p === 'infinigen') {
+        for (const r of partials) for (const alpha of alphas) settings.push({ policy: p, dense, ratio, label: `α ${alpha}, r ${r}, cap ${ratio}`, knobs: { alpha, partialRatio: r, fetchCap: ratio, denseLayers: dense, cacheDir } });
+      } else if (p === 'snapkv') settings.push({ policy: p, dense, ratio, label: `prompt budget ${ratio}·P, window ≤ 32`, knobs: { fetchCap: ratio, denseLayers: dense } });
+      else settings.push({ policy: p, dense, ratio, label: `budget ${ratio}·N`, knobs: { fetchCap: ratio, denseLayers: dense } });
+    }
   }
 }
 const rows = [];
 for (const s of settings) {
-  const runner = await createModelRunner(model, { contextLength: context, ...runnerPolicyOptions(s.policy, s.knobs) });
+  const options = runnerPolicyOptions(s.policy, s.knobs);
+  if (values.inspect && options.infinigen) options.infinigen.inspect = true;
+  const runner = await createModelRunner(model, { contextLength: context, ...options });
   let n = 0, agree = 0, logRatio = 0, kl = 0, fetch = 0;
+  const L = model.hyper.layers;
+  const layerRecall = new Float64Array(L), layerFetch = new Float64Array(L), layerSteps = new Float64Array(L);
   for (const [i, t] of texts.entries()) {
     const r = await compareWithReference(runner, refs[i], t.ids, { hyper: model.hyper, prefillTokens });
     n += r.positions;
@@ -105,18 +138,35 @@ for (const s of settings) {
     logRatio += Math.log(r.perplexityRatio) * r.positions;
     kl += r.meanKl * r.positions;
     fetch += r.fetchRatio * r.positions;
+    if (values.inspect && s.policy === 'infinigen') {
+      // a second teacher-forced pass just for the per-layer figures (same steps, same selections)
+      await teacherForce(runner, t.ids, { prefillTokens }, (_i, _logits, stats) => {
+        for (const l of stats?.layers ?? []) {
+          if (l.dense) continue;
+          layerSteps[l.layer] += 1;
+          layerFetch[l.layer] += l.fetchRatio;
+          layerRecall[l.layer] += l.recall ?? NaN;
+        }
+      });
+    }
   }
   await runner.dispose();
-  const row = { policy: s.policy, setting: s.label, ratio: s.ratio, positions: n, top1: agree / n, pplRatio: Math.exp(logRatio / n), kl: kl / n, fetch: fetch / n };
+  const row = { policy: s.policy, dense: s.dense, setting: s.label, ratio: s.ratio, positions: n, top1: agree / n, pplRatio: Math.exp(logRatio / n), kl: kl / n, fetch: fetch / n };
+  if (values.inspect && s.policy === 'infinigen') row.layers = [...layerSteps].map((c, l) => (c > 0 ? { layer: l, recall: layerRecall[l] / c, fetch: layerFetch[l] / c } : null)).filter(Boolean);
   rows.push(row);
-  process.stderr.write(`${row.policy} ${row.setting}: ${(100 * row.top1).toFixed(1)}% ${row.pplRatio.toFixed(3)} ${row.kl.toFixed(4)} ${(100 * row.fetch).toFixed(1)}%\n`);
+  const perLayer = row.layers ? `  recall/fetch per layer ${row.layers.map((x) => `${x.layer}:${(100 * x.recall).toFixed(1)}/${(100 * x.fetch).toFixed(1)}`).join(' ')}` : '';
+  process.stderr.write(`dense ${row.dense} ${row.policy} ${row.setting}: ${(100 * row.top1).toFixed(1)}% ${row.pplRatio.toFixed(3)} ${row.kl.toFixed(4)} ${(100 * row.fetch).toFixed(1)}%${perLayer}\n`);
 }
 rmSync(cacheDir, { recursive: true, force: true });
 model.close();
 
-console.log(`\n${texts.length} texts, ${rows[0]?.positions ?? 0} teacher-forced decode positions per setting (prefill ${prefillTokens}), context ${context}, denseLayers 2, r 0.3 for InfiniGen\n`);
-console.log('| policy | setting | top-1 agreement | perplexity ratio | mean KL (nats) | avg fetch ratio |');
-console.log('|---|---|---:|---:|---:|---:|');
-for (const r of rows) console.log(`| ${r.policy} | ${r.setting} | ${(100 * r.top1).toFixed(1)}% | ${r.pplRatio.toFixed(3)} | ${r.kl.toFixed(4)} | ${(100 * r.fetch).toFixed(1)}% |`);
+console.log(`\n${texts.length} texts, ${rows[0]?.positions ?? 0} teacher-forced decode positions per setting (prefill ${prefillTokens}), context ${context}; avg fetch ratio = mean over steps of the mean over sparse layers\n`);
+console.log('| denseLayers | policy | setting | top-1 agreement | perplexity ratio | mean KL (nats) | avg fetch ratio |');
+console.log('|---:|---|---|---:|---:|---:|---:|');
+for (const r of rows) console.log(`| ${r.dense} | ${r.policy} | ${r.setting} | ${(100 * r.top1).toFixed(1)}% | ${r.pplRatio.toFixed(3)} | ${r.kl.toFixed(4)} | ${(100 * r.fetch).toFixed(1)}% |`);
+if (values.inspect) {
+  console.log('\nInfiniGen per sparse layer: attention recall / fetch ratio (the engine\'s inspect figures)\n');
+  for (const r of rows) if (r.layers) console.log(`| ${r.dense} | ${r.setting} | ${r.layers.map((x) => `ℓ${x.layer} ${(100 * x.recall).toFixed(1)}% / ${(100 * x.fetch).toFixed(1)}%`).join(' | ')} |`);
+}
 console.log(`\nload average ${loadavg().map((x) => x.toFixed(2)).join(' ')} (at end), ${((performance.now() - t0) / 1000).toFixed(0)} s`);
-if (values.json) writeFileSync(values.json, JSON.stringify({ texts: texts.map((t) => ({ name: t.name, tokens: t.ids.length })), rows }, null, 2));
+if (values.json) writeFileSync(values.json, JSON.stringify({ command: process.argv.slice(2), context, prefillTokens, texts: texts.map((t) => ({ name: t.name, tokens: t.ids.length })), rows }, null, 2));
