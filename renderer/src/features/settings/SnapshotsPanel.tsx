@@ -16,7 +16,7 @@ export function SnapshotsPanel() {
   const unchanged = stats !== null && capMiB * 1024 * 1024 === stats.capBytes;
 
   return (
-    <section className="panel" aria-label="Document snapshots">
+    <section className="panel" aria-label="Document snapshots" style={{ marginTop: 16 }}>
       <h2>Document snapshots</h2>
       <p className="field-hint">
         After a generation the engine saves each document&apos;s KV cache, so Continue after a restart, a reload or another document reads it back instead of
@@ -26,13 +26,13 @@ export function SnapshotsPanel() {
         <p className="muted">This engine keeps no document snapshots.</p>
       ) : (
         <>
-          <dl className="stats">
+          <dl className="stats" style={{ marginBottom: 8 }}>
             <div><dt>Snapshots</dt><dd data-stat="snapshot-count">{stats ? stats.count.toLocaleString('en-US') : '–'}</dd></div>
             <div><dt>On disk</dt><dd data-stat="snapshot-bytes">{stats ? formatBytes(stats.bytes) : '–'}</dd></div>
             <div><dt>Cap</dt><dd data-stat="snapshot-cap">{stats ? formatBytes(stats.capBytes) : '–'}</dd></div>
           </dl>
           <div className="row">
-            <div className="field">
+            <div className="field" style={{ marginBottom: 0 }}>
               <label>
                 <span className="field-label">Snapshot size cap (MiB)</span>
                 <input type="number" min={0} step={256} value={Number.isFinite(capMiB) ? capMiB : ''} disabled={!stats || busy !== null} onChange={(e) => editCap(e.target.value === '' ? Number.NaN : Number(e.target.value))} />
