@@ -285,6 +285,29 @@ describe.skipIf(!enabled)('prefix reuse and document snapshots (longhand serve +
     await reject();
   }, 240_000);
 
+  it('a Rewrite in between (a prompt of its own, no document) does not cost the draft its snapshot', async () => {
+    await nav(page, 'Writer').click();
+    const sentence = LONG_DRAFT.indexOf('.') + 1;
+    // Select the first sentence; a key up (Shift: it moves nothing) makes the Writer read the selection.
+    await editor(page).evaluate((el: PageElement, end: number) => el.setSelectionRange(0, end), sentence);
+    await editor(page).press('Shift');
+    await page.getByRole('button', { name: 'Rewrite selection' }).click();
+    await expect.poll(async () => (await stat(page, 'stop').textContent()) ?? '', { timeout: 90_000 }).toMatch(/^(token limit|end of text)$/);
+    const rewrite = (await stat(page, 'cache').textContent()) ?? '';
+    console.log(`e2e prefix reuse, rewrite: ${rewrite}`);
+    // The rewrite's prompt wraps the sentence in an instruction: it shares almost nothing with the draft's.
+    expect(parseReuse(rewrite).reused).toBeLessThan(5);
+    await reject();
+    // The caret back at the end of the draft, Continue: the engine holds the rewrite's sequence,
+    // so the draft's cache must come from its snapshot, not from a prefill of ~2,300 tokens.
+    await editor(page).evaluate((el: PageElement) => el.setSelectionRange(el.value.length, el.value.length));
+    await editor(page).press('Shift');
+    const back = await continueOnce('after a rewrite, restored');
+    expect(back.cache).toMatch(/restored from snapshot in [\d.]+ (ms|s)/);
+    expect(back.reused).toBe(draftTokens - 1);
+    await reject();
+  }, 240_000);
+
   it('Inspector: Compare full and streaming over the draft reuses its cached prefix on both sides', async () => {
     await nav(page, 'Inspector').click();
     const compare = page.getByRole('region', { name: 'Compare policies' });
