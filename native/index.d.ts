@@ -197,6 +197,16 @@ export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array
 export declare function attentionScores(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, tokens?: number): void;
 
 /**
+ * InfiniGen's column energies (ARCHITECTURE.md §4.2) of one layer for a run of `tokens` tokens: for t
+ * in order, for each KV head g, qEnergy[g·d + j] += Σ over g's query heads |(q[t, h] · A_g)[j]| and
+ * kEnergy[g·d + j] += |(k[t, g] · A_g)[j]|. q fp32 [tokens, heads, d]; k fp32 [tokens, kvHeads, d];
+ * a fp32 [kvHeads, d, d] (A_g[i, j] at (g·d + i)·d + j); qEnergy, kEnergy Float64Array [kvHeads·d]
+ * (not sharing memory). Products in fp32 (FMA where available), sums in fp64 in token order, so a run
+ * split over calls gives the same bits. `reference`: the scalar fp64-product reference, for tests.
+ */
+export declare function skewEnergy(q: Float32Array, k: Float32Array, tokens: number, heads: number, kvHeads: number, headDim: number, a: Float32Array, qEnergy: Float64Array, kEnergy: Float64Array, reference?: boolean): void;
+
+/**
  * Memory read bandwidth in GB/s (1e9 bytes/s): the fastest of `repeats` passes of a vectorised sum
  * over a buffer of `bytes` (65536 .. 2^36; use several times the last-level cache) allocated and
  * touched once, split over `threads` threads (1 .. 256, default 1). For benchmarks (bench/).

@@ -139,6 +139,11 @@ export function attentionScores(pool, layer, q, heads, out, tokens) {
   else loadAddon().attentionScores(pool, layer, q, heads, out, tokens);
 }
 
+/** InfiniGen's column energies of one layer for a run of tokens (see index.d.ts); adds to qEnergy / kEnergy. */
+export function skewEnergy(q, k, tokens, heads, kvHeads, headDim, a, qEnergy, kEnergy, reference = false) {
+  loadAddon().skewEnergy(q, k, tokens, heads, kvHeads, headDim, a, qEnergy, kEnergy, reference);
+}
+
 /**
  * Measured memory read bandwidth in GB/s (1e9 bytes/s): the fastest of `repeats` passes of a
  * vectorised sum over a `bytes` buffer allocated once, split over `threads` threads (default 1).

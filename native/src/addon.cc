@@ -25,6 +25,7 @@
 #include "infinigen.h"
 #include "kv_pool.h"
 #include "mapped_file.h"
+#include "skew_energy.h"
 #include "sparse_attention.h"
 #include "status.h"
 
@@ -805,6 +806,38 @@ Napi::Value AttentionScores(const Napi::CallbackInfo& info) {
   });
 }
 
+// skewEnergy(q (tokens*heads*d), k (tokens*kvHeads*d), tokens, heads, kvHeads, d, a (kvHeads*d*d),
+//            qEnergy (kvHeads*d, Float64Array, added to), kEnergy (same), reference = false)
+Napi::Value SkewEnergy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint32_t tokens = u32_arg(env, info[2], "tokens", 0, LH_MAX_TOKENS);
+    const uint32_t heads = u32_arg(env, info[3], "heads", 1, LH_MAX_HEADS);
+    const uint32_t kv_heads = u32_arg(env, info[4], "kvHeads", 1, LH_MAX_KV_HEADS);
+    const uint32_t d = u32_arg(env, info[5], "headDim", 1, LH_MAX_HEAD_DIM);
+    if (heads % kv_heads != 0) fail(env, LH_BAD_ARGUMENT, "heads must be a multiple of kvHeads");
+    const Napi::Float32Array q = f32_arg(env, info[0], "q", static_cast<size_t>(tokens) * heads * d);
+    const Napi::Float32Array k = f32_arg(env, info[1], "k", static_cast<size_t>(tokens) * kv_heads * d);
+    const Napi::Float32Array a = f32_arg(env, info[6], "a", static_cast<size_t>(kv_heads) * d * d);
+    auto f64 = [&](const Napi::Value& v, const char* name) {
+      if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+        fail(env, LH_BAD_ARGUMENT, std::string(name) + " must be a Float64Array, got " + describe(v));
+      Napi::Float64Array x = v.As<Napi::Float64Array>();
+      if (x.ElementLength() != static_cast<size_t>(kv_heads) * d)
+        fail(env, LH_BAD_ARGUMENT, std::string(name) + " must have " + std::to_string(static_cast<size_t>(kv_heads) * d) + " elements, has " + std::to_string(x.ElementLength()));
+      return x;
+    };
+    Napi::Float64Array qe = f64(info[7], "qEnergy");
+    Napi::Float64Array ke = f64(info[8], "kEnergy");
+    if (qe.Data() == ke.Data()) fail(env, LH_BAD_ARGUMENT, "qEnergy and kEnergy must not share memory");
+    const bool reference = info.Length() > 9 && info[9].IsBoolean() && info[9].As<Napi::Boolean>().Value();
+    if (tokens == 0) return env.Undefined();
+    const lh_status st = (reference ? lh_skew_energy_ref : lh_skew_energy)(q.Data(), k.Data(), tokens, heads, kv_heads, d, a.Data(), qe.Data(), ke.Data());
+    if (st != LH_OK) fail(env, st, "skewEnergy failed");
+    return env.Undefined();
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // InfiniGen: selection (for tests) and the Speculator
 // ---------------------------------------------------------------------------------------------
@@ -1096,6 +1129,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attendCausalReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausalRef); }, "attendCausalReference"));
   exports.Set("attendSlots", Napi::Function::New(env, AttendSlots, "attendSlots"));
   exports.Set("attentionScores", Napi::Function::New(env, AttentionScores, "attentionScores"));
+  exports.Set("skewEnergy", Napi::Function::New(env, SkewEnergy, "skewEnergy"));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   if (test_faults_enabled()) exports.Set("testFault", Napi::Function::New(env, TestFault, "testFault"));

@@ -21,9 +21,9 @@ import { UsageError } from '../../common/errors.ts';
 import { DEFAULT_PARTIAL_RATIO, partialCount } from '../kv/partial-columns.ts';
 import { ALPHA_LLAMA_LIKE } from '../kv/select-reference.ts';
 import { readSkewCache, writeSkewCache, type SkewMeta } from '../kv/skew-file.ts';
-import { applySkew, SkewCalibrator, skewMatrix, type HeadShape, type SkewMatrices } from '../kv/skew.ts';
+import { SkewCalibrator, skewMatrix, type HeadShape, type SkewMatrices } from '../kv/skew.ts';
 import type { LoadedModel } from '../model/types.ts';
-import type { KvPool, SpeculatorLayerStats } from '../../../native/index.js';
+import { skewEnergy, type KvPool, type SpeculatorLayerStats } from '../../../native/index.js';
 
 /** Tokens of a calibration run (the paper's calibration is a few hundred tokens of text). */
 export const CALIBRATION_TOKENS = 256;
@@ -238,8 +238,13 @@ export class InfinigenState {
   /** a truncate to a position that was not a checkpoint: the energies miss some tokens until reset */
   private inexact = false;
   private energies: ColumnEnergies;
-  /** position → energies of positions 0..position−1 (multiples of COLUMN_CHECKPOINT_EVERY) */
+  /**
+   * position → energies of positions 0..position−1: multiples of COLUMN_CHECKPOINT_EVERY, and the
+   * position before the last folded token (a prompt run again ends there: its last token always runs)
+   */
   private readonly checkpoints = new Map<number, ColumnEnergies>();
+  /** the one checkpoint that is not a multiple of COLUMN_CHECKPOINT_EVERY (−1: none) */
+  private tail = -1;
   private pending: PendingRows[] = [];
   /** the chunk being run: rows per layer until it completes (commitChunk) or fails (discardChunk) */
   private chunk: { p0: number; T: number; q: (Float32Array | undefined)[]; k: (Float32Array | undefined)[] } | undefined;
@@ -300,7 +305,7 @@ export class InfinigenState {
     this.sha = other.sha;
   }
 
-  /** Starts a chunk of T tokens at p0; observe() keeps its rows until commitChunk. */
+  /** Starts a prefill chunk of T tokens at p0; observe() keeps its rows until commitChunk. */
   startChunk(p0: number, T: number): void {
     this.chunk = { p0, T, q: [], k: [] };
   }
@@ -330,34 +335,36 @@ export class InfinigenState {
     this.chunk = undefined;
   }
 
-  /** Folds the pending rows into the energies, token by token in position order. */
+  /**
+   * Folds the pending rows into the energies in position order (native skewEnergy, fp64 sums added
+   * token by token, so where a run is split does not change the bits), stopping at each checkpoint:
+   * every COLUMN_CHECKPOINT_EVERY positions, and before each chunk's last token (the tail).
+   */
   private fold(): void {
     const skew = this.skew;
     if (!skew) return;
     const { layers, heads, kvHeads, headDim: d } = this.shape;
-    const group = heads / kvHeads;
     const dense = this.settings.denseLayers;
-    const row = new Float32Array(d); // [d] one skewed row
+    const dd = kvHeads * d * d;
     for (const rows of this.pending) {
       if (rows.p0 !== this.observed) this.inexact = true; // a gap (truncate between checkpoints): positions no longer line up
-      for (let t = 0; t < rows.T; t++) {
+      for (let t = 0; t < rows.T; ) {
+        if (t === rows.T - 1 && !this.inexact && this.observed % COLUMN_CHECKPOINT_EVERY !== 0) {
+          if (this.tail >= 0) this.checkpoints.delete(this.tail);
+          this.tail = this.observed;
+          this.checkpoints.set(this.observed, copyEnergies(this.energies));
+        }
+        const toCheckpoint = COLUMN_CHECKPOINT_EVERY - (this.observed % COLUMN_CHECKPOINT_EVERY);
+        const end = Math.min(t + toCheckpoint, t < rows.T - 1 ? rows.T - 1 : rows.T);
         for (let l = dense; l < layers; l++) {
           const q = rows.q[l];
           const k = rows.k[l];
           if (!q || !k) continue;
-          const qE = this.energies.q[l - dense]!;
-          const kE = this.energies.k[l - dense]!;
-          for (let g = 0; g < kvHeads; g++) {
-            const A = skewMatrix(skew, l, g);
-            for (let h = g * group; h < (g + 1) * group; h++) {
-              applySkew(q.subarray((t * heads + h) * d, (t * heads + h + 1) * d), A, d, row);
-              for (let j = 0; j < d; j++) qE[g * d + j] = qE[g * d + j]! + Math.abs(row[j]!);
-            }
-            applySkew(k.subarray((t * kvHeads + g) * d, (t * kvHeads + g + 1) * d), A, d, row);
-            for (let j = 0; j < d; j++) kE[g * d + j] = kE[g * d + j]! + Math.abs(row[j]!);
-          }
+          const A = skew.matrices.subarray(l * dd, (l + 1) * dd); // [kvHeads, d, d]
+          skewEnergy(q.subarray(t * heads * d, end * heads * d), k.subarray(t * kvHeads * d, end * kvHeads * d), end - t, heads, kvHeads, d, A, this.energies.q[l - dense]!, this.energies.k[l - dense]!);
         }
-        this.observed += 1;
+        this.observed += end - t;
+        t = end;
         if (!this.inexact && this.observed % COLUMN_CHECKPOINT_EVERY === 0) this.checkpoints.set(this.observed, copyEnergies(this.energies));
       }
     }
@@ -365,15 +372,17 @@ export class InfinigenState {
   }
 
   /**
-   * The largest position <= n at which a cache cut keeps the column energies exact: n itself when
-   * it is the end of what was observed, past COLUMN_SAMPLE_TOKENS, or a checkpoint; else the
-   * checkpoint below it (0 when none, or when the energies are already inexact).
+   * The largest position <= n at which a cache cut keeps the column energies exact: n past
+   * COLUMN_SAMPLE_TOKENS, the end of what was observed when n is at or after it (decode steps are not
+   * observed: under InfiniGen they attend sparsely, so they are never reused and the next prompt
+   * prefills them again), else the checkpoint at or below n (0 when none, or when inexact).
    */
   resumePoint(n: number): number {
     if (this.inexact) return 0;
-    if (n === this.observed || (this.observed >= COLUMN_SAMPLE_TOKENS && n >= COLUMN_SAMPLE_TOKENS)) return n;
-    const below = Math.min(n, this.observed);
-    const cp = below - (below % COLUMN_CHECKPOINT_EVERY);
+    if (this.observed >= COLUMN_SAMPLE_TOKENS && n >= COLUMN_SAMPLE_TOKENS) return n;
+    if (n >= this.observed) return this.observed; // tokens after it (decoded) are not in the energies
+    if (n === this.tail && this.checkpoints.has(n)) return n;
+    const cp = n - (n % COLUMN_CHECKPOINT_EVERY);
     return cp > 0 && this.checkpoints.has(cp) ? cp : 0;
   }
 
@@ -386,12 +395,13 @@ export class InfinigenState {
       this.clearSequence();
       return;
     }
-    const cp = n - (n % COLUMN_CHECKPOINT_EVERY);
+    const cp = n === this.tail ? n : n - (n % COLUMN_CHECKPOINT_EVERY);
     const saved = this.checkpoints.get(cp);
     this.energies = saved ? copyEnergies(saved) : this.zeroEnergies();
     this.observed = saved ? cp : 0;
-    if (cp !== n) this.inexact = true; // tokens cp..n−1 stay in the pool but not in the energies
+    if (this.observed !== n) this.inexact = true; // tokens observed..n−1 stay in the pool but not in the energies
     for (const at of [...this.checkpoints.keys()]) if (at > this.observed) this.checkpoints.delete(at);
+    if (this.tail > this.observed) this.tail = -1;
   }
 
   /** The cache was emptied: no sequence, no columns. */
@@ -400,6 +410,7 @@ export class InfinigenState {
     this.observed = 0;
     this.inexact = false;
     this.checkpoints.clear();
+    this.tail = -1;
     this.pending = [];
     this.chunk = undefined;
     this.ready = false;
@@ -465,6 +476,7 @@ export class InfinigenState {
     this.clearSequence();
     this.energies = readEnergies(s.data, 0, this.shape, this.settings.denseLayers);
     s.checkpoints.forEach((at, i) => this.checkpoints.set(at, readEnergies(s.data, (i + 1) * per, this.shape, this.settings.denseLayers)));
+    this.tail = s.checkpoints.find((at) => at % COLUMN_CHECKPOINT_EVERY !== 0) ?? -1;
     this.observed = s.observed;
     this.columns = this.columns.map(() => undefined);
   }
