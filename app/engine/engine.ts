@@ -355,6 +355,8 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       // generate() checks the request eagerly: a bad one throws before the cache is cut back
       const stream = generate(state.sequence, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
       const document = params.document !== undefined && snapshots !== undefined && params.reusePrefix ? params.document : undefined;
+      // a generation for no document (a Rewrite, a Compare) replaces the cached sequence: it is nobody's snapshot any more
+      if (document === undefined) state.document = undefined;
       const restore = document !== undefined ? await restoreDocument(state, document, ids) : undefined;
       const plan = state.sequence.reuse(ids, params.reusePrefix);
       const dropped = switched && !switched.cacheKept && cachedBefore > 0 && !restore?.restored ? 'policySwitch' : plan.dropped;

@@ -146,16 +146,15 @@ for (const c of CASES) {
       });
     }
 
-    it('infinigen: a continued prompt reuses up to the column checkpoint and equals a fresh infinigen run', async () => {
+    it('infinigen: a continued prompt reuses the prompt (not the sparsely decoded tokens) and equals a fresh infinigen run; an edit cuts back to a column checkpoint', async () => {
       const { core, tokens } = await loaded({ policy: 'infinigen', infinigen: { fetchCap: 0.2 } });
       try {
         const P = tokens(c.text);
         const first = await run(core, P);
         const P2 = [...P, ...first.ids];
         const reused = await run(core, P2);
-        // generated tokens were decoded sparsely (recomputed); the column energies are exact at multiples of 64
-        const at = P.length - (P.length % 64);
-        expect(reused.done.cache).toMatchObject({ reusedTokens: at, prefilledTokens: P2.length - at, source: 'memory' });
+        // generated tokens were decoded sparsely: recomputed from the end of the prompt on
+        expect(reused.done.cache).toMatchObject({ reusedTokens: P.length, prefilledTokens: P2.length - P.length, source: 'memory' });
         const fresh = await run(core, P2, { reusePrefix: false });
         expect(reused.ids).toEqual(fresh.ids);
         expect(reused.done.policy).toBe('infinigen');
@@ -163,8 +162,13 @@ for (const c of CASES) {
         // alpha/fetchCap switch keeps the sessions and the cache; full drops it (other graphs and pool)
         const knob = await run(core, P2, { infinigen: { fetchCap: 0.1 } });
         expect(knob.done.cache?.dropped).toBeUndefined();
-        expect(knob.done.cache?.reusedTokens).toBe(P2.length - (P2.length % 64));
+        expect(knob.done.cache?.reusedTokens).toBe(P2.length - 1); // the same prompt: all but its last token (the column energies are kept there too)
         expect(knob.ids).toEqual((await run(core, P2, { infinigen: { fetchCap: 0.1 }, reusePrefix: false })).ids);
+        // an edit inside the prompt: the column energies are exact at multiples of 64
+        const edited = [...P2.slice(0, 150), ...P2.slice(0, 40)];
+        const cut = await run(core, edited);
+        expect(cut.done.cache?.reusedTokens).toBe(128);
+        expect(cut.ids).toEqual((await run(core, edited, { reusePrefix: false })).ids);
         const full = await run(core, P2, { policy: 'full' });
         expect(full.done.cache).toMatchObject({ reusedTokens: 0, dropped: 'policySwitch' });
       } finally {

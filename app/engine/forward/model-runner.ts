@@ -402,7 +402,7 @@ class Runner implements ModelRunner {
         const chunk = ids.slice(at, at + size);
         at += chunk.length;
         const isLast = at >= ids.length;
-        const logits = await this.runChunk(chunk, all ? 'all' : isLast ? 'last' : 'none', signal);
+        const logits = await this.runChunk(chunk, all ? 'all' : isLast ? 'last' : 'none', signal, true);
         if (all) parts.push(logits!);
         else if (isLast) last = logits;
       }
@@ -534,16 +534,17 @@ class Runner implements ModelRunner {
     this.busy = true;
     try {
       this.reset();
+      if (this.ig && infinigen && tokens > 0) {
+        // columns first, on the empty pool: each layer's import then builds its partial rows once, with them
+        this.ig.importSequence(infinigen);
+        this.ig.choosePartialColumns(this.pool);
+      }
       const section = new Uint8Array(this.pool.snapshotLayerBytes(tokens)); // one layer's packed rows, reused
       for (let l = 0; l < this.layers; l++) {
         await readLayer(l, section);
         this.pool.importLayer(l, tokens, section);
       }
       this.pos = tokens;
-      if (this.ig && infinigen) {
-        this.ig.importSequence(infinigen);
-        if (tokens > 0) this.ig.choosePartialColumns(this.pool);
-      }
     } catch (error) {
       this.busy = false;
       this.reset();
@@ -687,8 +688,8 @@ class Runner implements ModelRunner {
     return Math.min(1, this.vocabSize - 1);
   }
 
-  /** One chunk through every layer; returns logits of 'last' / 'all' rows, or nothing. */
-  private async runChunk(ids: readonly number[], rows: 'last' | 'all' | 'none', signal: AbortSignal | undefined): Promise<Float32Array | undefined> {
+  /** One chunk through every layer; returns logits of 'last' / 'all' rows, or nothing. `prompt`: a prefill chunk (InfiniGen folds its q/k into the column energies). */
+  private async runChunk(ids: readonly number[], rows: 'last' | 'all' | 'none', signal: AbortSignal | undefined, prompt = false): Promise<Float32Array | undefined> {
     this.checkIds(ids);
     const t0 = performance.now();
     const T = ids.length;
@@ -712,13 +713,14 @@ class Runner implements ModelRunner {
     // InfiniGen: a decode step once the columns are chosen speculates; prefill stays dense
     const ig = this.ig;
     const spec = this.spec;
-    const sparse = ig !== undefined && spec !== undefined && ig.ready && T === 1 && ig.calibrator === undefined;
+    // a prompt chunk is dense under every policy, even one of a single token (the re-run last token of a reused prompt)
+    const sparse = ig !== undefined && spec !== undefined && ig.ready && T === 1 && !prompt && ig.calibrator === undefined;
     const dense = ig?.settings.denseLayers ?? this.layers;
     const observe = ig !== undefined;
-    if (ig && !this.selfCalibrating) ig.startChunk(p0, T);
+    if (ig && prompt && !this.selfCalibrating) ig.startChunk(p0, T);
     const stepLayers: InfinigenLayerStats[] = [];
     const sp = this.sparse;
-    const spStep = sp !== undefined && T === 1;
+    const spStep = sp !== undefined && T === 1 && !prompt;
     for (let l = 0; l < this.layers; l++) {
       if (signal) {
         // session.run may finish without giving timers a turn: let an abort be delivered
