@@ -202,7 +202,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
    * snapshot shares more of the prompt than the cache does, restore it. A snapshot that cannot be
    * used is reported (its typed error) and the generation runs from the cache it found.
    */
-  async function restoreDocument(state: Loaded, document: string, prompt: readonly number[]): Promise<{ restored: boolean; restoreMs?: number; bytes?: number; error?: ErrorPayload } | undefined> {
+  async function restoreDocument(state: Loaded, document: string, prompt: readonly number[]): Promise<RestoreResult | undefined> {
     if (state.document === document) return undefined;
     const file = snapshots!.pathFor(document);
     if (!existsSync(file)) return undefined;
@@ -229,7 +229,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
   }
 
   /** After a generation for `document`: its cache saved as the document's snapshot, the folder kept under the cap. */
-  async function saveDocument(state: Loaded, document: string): Promise<{ saved: boolean; saveMs?: number; bytes?: number; error?: ErrorPayload }> {
+  async function saveDocument(state: Loaded, document: string): Promise<SaveResult> {
     const started = performance.now();
     state.document = document;
     try {
@@ -361,14 +361,14 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       const plan = state.sequence.reuse(ids, params.reusePrefix);
       const dropped = switched && !switched.cacheKept && cachedBefore > 0 && !restore?.restored ? 'policySwitch' : plan.dropped;
       yield { kind: 'prompt', ids, contextLength: state.runner.contextLength };
-      let saved: Awaited<ReturnType<typeof saveDocument>> | undefined;
+      let saved: SaveResult | undefined;
       const cacheReport = (): CacheReport => ({
         reusedTokens: plan.reused,
         // what the prefill computed (a cancelled one: the chunks that completed)
         prefilledTokens: Math.max(0, Math.min(ids.length, state.sequence.tokens.length) - plan.reused),
         source: plan.reused > 0 ? (restore?.restored ? 'snapshot' : 'memory') : 'none',
         ...(dropped ? { dropped } : {}),
-        ...(restore || saved ? { snapshot: { restored: false, saved: false, ...restore, ...saved, ...(restore?.error ?? saved?.error ? { error: restore?.error ?? saved?.error } : {}) } } : {}),
+        ...(restore || saved ? { snapshot: snapshotReport(restore, saved) } : {}),
       });
       const metrics = new StepMetricsSampler(state.runner, state.model.hyper, state.runner.policy);
       for await (const event of stream) {
@@ -391,6 +391,22 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         }
       }
     },
+  };
+}
+
+type RestoreResult = { restored: boolean; restoreMs?: number; bytes?: number; error?: ErrorPayload };
+type SaveResult = { saved: boolean; saveMs?: number; bytes?: number; error?: ErrorPayload };
+
+/** done.cache.snapshot: what the restore before and the save after did (the first error, if any). */
+function snapshotReport(restore: RestoreResult | undefined, saved: SaveResult | undefined): NonNullable<CacheReport['snapshot']> {
+  const error = restore?.error ?? saved?.error;
+  return {
+    restored: restore?.restored ?? false,
+    ...(restore?.restoreMs !== undefined ? { restoreMs: restore.restoreMs } : {}),
+    saved: saved?.saved ?? false,
+    ...(saved?.saveMs !== undefined ? { saveMs: saved.saveMs } : {}),
+    ...((saved?.bytes ?? restore?.bytes) !== undefined ? { bytes: saved?.bytes ?? restore?.bytes } : {}),
+    ...(error ? { error } : {}),
   };
 }
 
