@@ -7,12 +7,13 @@
 // reports what was reused and why a cache was dropped.
 //
 // KV policy per generation (ARCHITECTURE.md §6): a generate request may name a policy and knobs
-// other than the loaded ones. Every policy but InfiniGen builds the same stage graphs and pool, so
-// a switch among them keeps the onnxruntime sessions, the pool and the cached tokens (the policy's
-// own state is rebuilt from the pool); so does an InfiniGen switch that changes only alpha or the
-// fetch cap. Other switches (to or from InfiniGen: its graphs also output the next layer's
-// speculative query, its pool holds partial keys) rebuild the forward pass from the model already
-// in memory (the file is not read again) and drop the cache (done.cache.dropped 'policySwitch').
+// other than the loaded ones. A switch keeps the onnxruntime sessions, the pool and the cached
+// tokens whenever the graphs allow (the policy's own state is rebuilt from the pool): every policy
+// but InfiniGen runs on any stage graphs, InfiniGen's included (their extra speculative-query
+// outputs are ignored, their partial keys unused), and InfiniGen on its own graphs when only alpha or
+// the fetch cap change. Only a switch to InfiniGen on graphs built without it (or with other
+// denseLayers / r) rebuilds the forward pass from the model already in memory (the file is not read
+// again) and drops the cache (done.cache.dropped 'policySwitch'); after it, every switch keeps it.
 // `done` names the policy that ran and, when a switch happened, its time (timings.policySwitchMs).
 import { existsSync } from 'node:fs';
 import { availableParallelism, homedir } from 'node:os';

@@ -146,7 +146,7 @@ for (const c of CASES) {
       });
     }
 
-    it('infinigen: a continued prompt reuses the prompt (not the sparsely decoded tokens) and equals a fresh infinigen run; an edit cuts back to a column checkpoint', async () => {
+    it('infinigen: a continued prompt reuses the prompt (not the sparsely decoded tokens) and equals a fresh infinigen run; an edit cuts back to a column checkpoint; infinigen → full → infinigen keeps the cache', async () => {
       const { core, tokens } = await loaded({ policy: 'infinigen', infinigen: { fetchCap: 0.2 } });
       try {
         const P = tokens(c.text);
@@ -169,8 +169,23 @@ for (const c of CASES) {
         const cut = await run(core, edited);
         expect(cut.done.cache?.reusedTokens).toBe(128);
         expect(cut.ids).toEqual((await run(core, edited, { reusePrefix: false })).ids);
+        // full runs on InfiniGen's graphs (their speculative-query outputs ignored): the cache is kept,
+        // and the text is a freshly loaded full engine's
         const full = await run(core, P2, { policy: 'full' });
-        expect(full.done.cache).toMatchObject({ reusedTokens: 0, dropped: 'policySwitch' });
+        expect(full.done.cache?.dropped).toBeUndefined();
+        // the edited prompt shared P2's first 150 tokens; InfiniGen's (now dormant) column energies are exact at 128
+        expect(full.done.cache?.reusedTokens).toBe(128);
+        expect(full.done.timings.policySwitchMs).toBeLessThan(1000);
+        const plain = await loaded({ policy: 'full' });
+        try {
+          expect(full.ids).toEqual((await run(plain.core, P2)).ids);
+        } finally {
+          await plain.core.unload();
+        }
+        // and back: InfiniGen's column energies followed the prompt chunks full ran, so the cache stays exact
+        const back = await run(core, P2, { policy: 'infinigen' });
+        expect(back.done.cache).toMatchObject({ reusedTokens: P2.length - 1, source: 'memory' });
+        expect(back.ids).toEqual((await run(core, P2, { policy: 'infinigen', reusePrefix: false })).ids);
       } finally {
         await core.unload();
       }

@@ -302,8 +302,14 @@ class Runner implements ModelRunner {
   private readonly scratch: Float32Array;
   private readonly attnOne: Float32Array;
   private t: ForwardTimings = emptyTimings();
+  /** InfiniGen while it is the policy (it speculates) */
   private ig: InfinigenState | undefined;
   private spec: Speculator | undefined;
+  /**
+   * InfiniGen's sequence state while another policy runs on InfiniGen's graphs and pool: it still
+   * folds every prompt chunk's column energies, so switching back keeps the cache exact.
+   */
+  private dormantIg: InfinigenState | undefined;
   /** the self-generated calibration run is going on: its tokens are not the sequence's */
   private selfCalibrating = false;
   private lastStep: InfinigenStepStats | undefined;
@@ -419,7 +425,7 @@ class Runner implements ModelRunner {
       // An abort keeps the chunks that ran through every layer (pressing Continue again resumes
       // there), unless a calibration on this prompt was running: its skew would come from a part.
       const keep = error instanceof ForwardAbortedError && !this.ig?.calibrator ? this.pos : start;
-      this.ig?.discardChunk();
+      this.columnState?.discardChunk();
       if (this.ig?.calibrator) this.ig.calibrator = undefined;
       this.rollback(keep);
       throw error instanceof ForwardAbortedError && keep !== error.position ? new ForwardAbortedError(keep, { cause: error.cause }) : error;
@@ -434,7 +440,7 @@ class Runner implements ModelRunner {
     try {
       return (await this.runChunk([id], 'last', signal))!;
     } catch (error) {
-      this.ig?.discardChunk();
+      this.columnState?.discardChunk();
       this.rollback(start);
       throw error;
     } finally {
@@ -449,7 +455,7 @@ class Runner implements ModelRunner {
     this.evictedBefore.fill(0);
     this.spec?.clearStaging();
     this.sparse?.truncate(0);
-    this.ig?.clearSequence();
+    this.columnState?.clearSequence();
     this.pos = 0;
     this.lastStep = undefined;
   }
@@ -461,7 +467,7 @@ class Runner implements ModelRunner {
     this.pool.truncate(n);
     this.spec?.clearStaging();
     this.sparse?.truncate(n);
-    this.ig?.truncate(n);
+    this.columnState?.truncate(n);
     this.pos = n;
     this.lastStep = undefined;
   }
@@ -469,7 +475,8 @@ class Runner implements ModelRunner {
   resumePoint(n: number): number {
     if (!Number.isInteger(n) || n < 0 || n > this.pos) throw new RangeError(`resumePoint(${n}): the cache holds ${this.pos} tokens`);
     if (this.pool.evicting && this.pool.evictionsTotal() > 0) return 0;
-    return this.ig ? this.ig.resumePoint(n) : n;
+    // a dormant InfiniGen state counts too: cutting it between checkpoints would cost a switch back its exactness
+    return this.columnState ? this.columnState.resumePoint(n) : n;
   }
 
   tryAdoptPolicy(options: RunnerPolicyOptions): boolean {
@@ -481,8 +488,11 @@ class Runner implements ModelRunner {
     if (this.pool.evicting && policy !== 'full' && policy !== 'infinigen') return false;
     const ig = policy === 'infinigen' ? infinigenSettings(options.infinigen ?? {}, hyper.headDim, hyper.layers) : undefined;
     const speculates = stagesSpeculating(hyper.layers, ig);
-    if (speculates.some((f, s) => f !== this.cfg.speculates[s]) || (ig?.partialDim ?? 0) !== this.pool.partialDim) return false;
-    const old = this.ig?.settings;
+    // InfiniGen needs exactly its graphs and partial keys; every other policy runs on any graphs
+    // (InfiniGen's extra speculative-query outputs are ignored) and ignores partial keys
+    if (ig && (speculates.some((f, s) => f !== this.cfg.speculates[s]) || ig.partialDim !== this.pool.partialDim)) return false;
+    const kept = this.columnState;
+    const old = kept?.settings;
     // InfiniGen's sequence state (column energies, skew) holds only for the same sparse layers, r and skew source
     if (ig && (!old || old.denseLayers !== ig.denseLayers || old.partialRatio !== ig.partialRatio || old.cacheDir !== ig.cacheDir || ig.recalibrate)) return false;
     const sparseName = (SPARSE_POLICIES as readonly string[]).includes(policy) ? (policy as SparsePolicyName) : undefined;
@@ -491,12 +501,15 @@ class Runner implements ModelRunner {
     this.spec?.drain();
     if (ig) {
       const spec = createSpeculator(this.pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers });
-      this.spec!.free();
+      this.spec?.free();
       this.spec = spec;
-      this.ig!.settings = ig;
+      kept!.settings = ig;
+      this.ig = kept;
+      this.dormantIg = undefined;
     } else {
       this.spec?.free();
       this.spec = undefined;
+      this.dormantIg = kept;
       this.ig = undefined;
     }
     this.sparse = sparse;
@@ -607,6 +620,11 @@ class Runner implements ModelRunner {
 
   // ─── internals ──────────────────────────────────────────────────────────────────────────
 
+  /** Whichever InfiniGen state keeps the sequence's column energies: the active one or the dormant one. */
+  private get columnState(): InfinigenState | undefined {
+    return this.ig ?? this.dormantIg;
+  }
+
   private live(): void {
     if (this.disposed) throw new LonghandError('ENGINE_NOT_LOADED', 'the model runner has been disposed');
   }
@@ -625,7 +643,7 @@ class Runner implements ModelRunner {
     this.spec?.clearStaging();
     this.pool.truncate(start);
     this.sparse?.truncate(start);
-    this.ig?.truncate(start);
+    this.columnState?.truncate(start);
     this.pos = start;
   }
 
@@ -716,8 +734,8 @@ class Runner implements ModelRunner {
     // a prompt chunk is dense under every policy, even one of a single token (the re-run last token of a reused prompt)
     const sparse = ig !== undefined && spec !== undefined && ig.ready && T === 1 && !prompt && ig.calibrator === undefined;
     const dense = ig?.settings.denseLayers ?? this.layers;
-    const observe = ig !== undefined;
-    if (ig && prompt && !this.selfCalibrating) ig.startChunk(p0, T);
+    const columns = this.columnState;
+    if (columns && prompt && !this.selfCalibrating) columns.startChunk(p0, T);
     const stepLayers: InfinigenLayerStats[] = [];
     const sp = this.sparse;
     const spStep = sp !== undefined && T === 1 && !prompt;
@@ -731,7 +749,7 @@ class Runner implements ModelRunner {
       const k = out.k!.data as Float32Array;
       const v = out.v!.data as Float32Array;
       if (l > 0) residual = out.h_next!;
-      if (observe) ig.observe(l, q, k, T);
+      columns?.observe(l, q, k, T);
       // layer l+1's speculation and gather start now and run while the rest of layer l does
       if (sparse && l + 1 < this.layers && l + 1 >= dense) spec.begin(l + 1, out.q_spec!.data as Float32Array);
       // denseLayers 0: no layer before layer 0 to speculate from, so it selects with its own query
@@ -772,7 +790,7 @@ class Runner implements ModelRunner {
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
     this.pos = p0 + T;
-    ig?.commitChunk();
+    columns?.commitChunk();
     if (sparse || spStep) {
       this.lastStep = summarizeStep(p0, stepLayers);
       if (this.pool.evicting) {
