@@ -114,6 +114,8 @@ export const GenerateParamsSchema = z.strictObject({
    * another sequence, and saves the cache after the generation.
    */
   document: DocumentIdSchema().optional(),
+  /** Send each token's top-k log-probabilities under the model's own distribution (softmax of the raw logits; 0/absent = none). */
+  logprobs: z.int().min(0).max(20).optional(),
 });
 export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
 /** Generation parameters as a client writes them (defaults may be left out). */
@@ -288,6 +290,16 @@ export const LayerMetricsSchema = z.strictObject({
   attentionMs: z.number().nonnegative(),
   /** Selected token positions (for the heatmap), when the engine sends them. */
   positions: z.array(z.int().nonnegative()).optional(),
+  /**
+   * The oracle's recall at the same size: the true softmax mass of the current token plus, per query
+   * head, its KV head's selected count of past positions with the largest true scores (>= recall).
+   * Measured on the sampled step a snapshot reports, for every sparse policy.
+   */
+  oracleRecall: z.number().min(0).max(1).optional(),
+  /** Prefetch counters of `positions`' slots, index for index (pools with a byte budget only). */
+  counters: z.array(z.number().nonnegative()).optional(),
+  /** Positions this layer's pool evicted since the previous snapshot, each as [position, decode step (0-based)]. */
+  evicted: z.array(z.tuple([z.int().nonnegative(), z.int().nonnegative()])).optional(),
 });
 export type LayerMetrics = z.infer<typeof LayerMetricsSchema>;
 
@@ -330,8 +342,23 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('tokenized'), requestId, ids: z.array(tokenId) }),
   z.strictObject({ kind: z.literal('snapshots'), requestId, stats: SnapshotStatsSchema }),
   /** The prompt as token ids, sent once before the first token. */
-  z.strictObject({ kind: z.literal('prompt'), requestId, ids: z.array(tokenId), contextLength: positiveInt }),
-  z.strictObject({ kind: z.literal('token'), requestId, index: z.int().nonnegative(), id: tokenId, text: z.string() }),
+  z.strictObject({
+    kind: z.literal('prompt'),
+    requestId,
+    ids: z.array(tokenId),
+    contextLength: positiveInt,
+    /** Each prompt token's text as the stream decoder gives it (a character split over tokens shows on its last token). */
+    pieces: z.array(z.string()).optional(),
+  }),
+  z.strictObject({
+    kind: z.literal('token'),
+    requestId,
+    index: z.int().nonnegative(),
+    id: tokenId,
+    text: z.string(),
+    /** With params.logprobs = k: the k most likely ids at this step as [id, log-probability], most likely first. */
+    top: z.array(z.tuple([tokenId, z.number().max(0)])).optional(),
+  }),
   /** Sampled (at most ~10 per second) while a generation runs, and once at its end. */
   z.strictObject({ kind: z.literal('metrics'), requestId, metrics: StepMetricsSchema }),
   z.strictObject({
