@@ -1,10 +1,16 @@
 // Per-step metrics (ARCHITECTURE.md §7) for the inspector and /metrics, sampled so the cost
 // stays small: at most one snapshot per `intervalMs` while tokens stream, plus one at the end.
 // Each snapshot covers the decode steps since the previous one (timings are deltas).
+//
+// With a source that takes a probe (the model runner), the step a snapshot reports is measured:
+// once the interval has passed the sampler arms the probe for the next decode step and sends the
+// snapshot after it, with that step's recall and the oracle's recall at the same size per sparse
+// layer (app/engine/metrics/step-probe.ts). One measured step per snapshot bounds the cost.
 import type { LayerMetrics, StepMetrics } from '../../common/protocol.ts';
 import type { ForwardTimings, InfinigenStepStats } from '../forward/model-runner.ts';
 import type { ModelHyperparameters } from '../model/types.ts';
 import { kvRowBytes, type KvElementType } from '../model/memory-estimate.ts';
+import { InspectProbe, type StepProbe } from './step-probe.ts';
 
 /** What the sampler reads from the forward pass. */
 export interface MetricsSource {
@@ -22,6 +28,10 @@ export interface MetricsSource {
   readonly poolCapacityTokens?: number;
   /** The latest selection of a sparse layer as token positions (for the inspector's heatmap). */
   selectedPositions?(layer: number): number[] | undefined;
+  /** Attaches the sampler's probe (undefined detaches it). */
+  setProbe?(probe: StepProbe | undefined): void;
+  /** Bytes of partial key rows in the pool (InfiniGen). */
+  partialKeyBytes?(): number;
 }
 
 /** At most this many positions per layer go out in one snapshot (the heatmap buckets them). */
@@ -32,6 +42,9 @@ const ZERO_TIMINGS: ForwardTimings = { embedding: 0, layerGraphs: 0, headGraph: 
 export class StepMetricsSampler {
   private last: ForwardTimings;
   private lastAt = -Infinity;
+  private readonly probe: InspectProbe | undefined;
+  /** the probe is armed for the step the next snapshot reports */
+  private waiting = false;
 
   constructor(
     private readonly source: MetricsSource,
@@ -42,12 +55,28 @@ export class StepMetricsSampler {
     private readonly rss: () => number = () => process.memoryUsage.rss(),
   ) {
     this.last = { ...source.timings() };
+    if (source.setProbe) {
+      this.probe = new InspectProbe();
+      source.setProbe(this.probe);
+    }
+  }
+
+  /** Detaches the probe from the source (the generation ended). */
+  close(): void {
+    if (this.probe) this.source.setProbe?.(undefined);
   }
 
   /** A snapshot when the interval has passed since the last one, else undefined. */
   maybe(step: number): StepMetrics | undefined {
     const t = this.now();
     if (t - this.lastAt < this.intervalMs) return undefined;
+    if (this.probe && !this.waiting) {
+      // measure the next step, and report it
+      this.probe.arm();
+      this.waiting = true;
+      return undefined;
+    }
+    this.waiting = false;
     this.lastAt = t;
     return this.snapshot(step);
   }
@@ -78,6 +107,8 @@ export class StepMetricsSampler {
     const perCall = (ms: number) => (delta.calls > 0 ? ms / delta.calls : 0);
     const kvUsedBytes = pooledTokens * rowBytes * hyper.layers;
     const sparse = source.lastStepStats?.();
+    const probed = this.probe?.take();
+    const evicted = this.probe?.takeEvictions() ?? [];
     if (sparse) {
       // the last decode step's selection, per layer (InfiniGen and the other sparse policies)
       for (const stats of sparse.layers) {
@@ -94,10 +125,25 @@ export class StepMetricsSampler {
           gatherMs: stats.gatherMs,
           attentionMs: stats.attentionMs,
         });
-        const positions = source.selectedPositions?.(stats.layer);
-        if (positions && positions.length <= MAX_POSITIONS) layer.positions = positions;
+        const measured = probed?.layers.find((p) => p.layer === stats.layer);
+        if (measured) {
+          // the probe measured this very step (the sampler armed it): its recall, the oracle's, the positions and counters
+          if (layer.recall === null) layer.recall = measured.recall;
+          layer.oracleRecall = measured.oracleRecall;
+          if (measured.positions.length <= MAX_POSITIONS) {
+            layer.positions = measured.positions;
+            if (measured.counters) layer.counters = measured.counters;
+          }
+        } else {
+          const positions = source.selectedPositions?.(stats.layer);
+          if (positions && positions.length <= MAX_POSITIONS) layer.positions = positions;
+        }
       }
     }
+    evicted.forEach((list, l) => {
+      const layer = layers[l];
+      if (layer && list.length > 0) layer.evicted = list.slice(-MAX_POSITIONS);
+    });
     const sum = (pick: (l: LayerMetrics) => number) => layers.reduce((a, l) => a + pick(l), 0);
     const hits = sum((l) => l.reuseHits);
     const lookups = hits + sum((l) => l.reuseMisses);
@@ -125,8 +171,9 @@ export class StepMetricsSampler {
         poolBytes: source.poolBytes,
         poolBudgetBytes: source.poolBytes,
         kvUsedBytes,
-        partialKeyBytes: 0,
-        stagedBytes: 0,
+        partialKeyBytes: source.partialKeyBytes?.() ?? 0,
+        // rows gathered for the step's sparse layers (staged for the device; a CPU attends them in place)
+        stagedBytes: sparse ? sparse.layers.reduce((a, l) => a + (l.dense ? 0 : l.selected * rowBytes), 0) : 0,
         rssBytes: this.rss(),
       },
       layers,

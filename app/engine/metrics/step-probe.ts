@@ -1,0 +1,200 @@
+// What the inspector measures inside one decode step, on the steps the metrics sampler asks for
+// (one per snapshot, so the cost is one extra score pass per sparse layer per ~100 ms, not per
+// token). The forward pass calls measure() for every sparse layer of an armed step with the
+// layer's real query and the slots it attended; the probe computes, from the true logits over the
+// whole pool (native attentionScores):
+//
+//   recall        share of the true softmax mass that the selected slots + the current token cover
+//                 (mean over query heads; InfiniGen's Speculator.recall, for every policy)
+//   oracleRecall  the same for the oracle's set of the same size: per KV head, the current token plus
+//                 the n past slots with the most true softmax mass summed over the head's query heads,
+//                 n = that KV head's selection size. recall <= oracleRecall always (the oracle set
+//                 maximises the mass at that size), and the oracle policy's recall equals it.
+//
+// It also keeps, for every decode step (armed or not, O(layers) per step), the position each
+// layer's append evicted, so the inspector can say when a token left the pool.
+import { attentionScores, type KvPool } from '../../../native/index.js';
+
+export interface ProbeLayer {
+  layer: number;
+  recall: number;
+  oracleRecall: number;
+  /** Selected positions, union over KV heads, ascending (the current token not included). */
+  positions: number[];
+  /** Prefetch counters of those positions' slots (evicting pools only). */
+  counters?: number[];
+}
+
+/** Where the runner reports an armed step's sparse layers and every step's evictions. */
+export interface StepProbe {
+  /** true: the next decode step is measured. The runner reads it once per step. */
+  readonly armed: boolean;
+  /**
+   * One sparse layer of an armed decode step, after the current token was appended and attended.
+   * `lists[g]`: KV head g's selected slots (the current token not included).
+   */
+  measure(pool: KvPool, layer: number, q: Float32Array, heads: number, lists: readonly Int32Array[]): void;
+  /** After a decode step's append to `layer`: the position it evicted (−1: none). */
+  evicted(layer: number, position: number): void;
+  /** The decode step ended (its layers were reported). */
+  stepDone(): void;
+}
+
+/** The latest measured step, and the evictions seen since the last take(). */
+export interface ProbeReading {
+  layers: ProbeLayer[];
+}
+
+export class InspectProbe implements StepProbe {
+  private wanted = false;
+  private measuring: ProbeLayer[] = [];
+  private reading: ProbeReading | undefined;
+  private scores = new Float32Array(0);
+  private weights = new Float64Array(0);
+  /** [layer] evicted positions since the last takeEvictions(), with the decode step (counted by stepDone) */
+  private evictedSince: [number, number][][] = [];
+  private steps = 0;
+
+  get armed(): boolean {
+    return this.wanted;
+  }
+
+  /** Measure the next decode step. */
+  arm(): void {
+    this.wanted = true;
+  }
+
+  /** Decode steps seen since the probe was attached. */
+  get decodeSteps(): number {
+    return this.steps;
+  }
+
+  measure(pool: KvPool, layer: number, q: Float32Array, heads: number, lists: readonly Int32Array[]): void {
+    if (!this.wanted) return;
+    const T = pool.length(layer);
+    const current = pool.lastSlot(layer);
+    if (T <= 0 || current < 0) return;
+    if (this.scores.length < heads * T) {
+      this.scores = new Float32Array(heads * T * 2);
+      this.weights = new Float64Array(T * 2);
+    }
+    const scores = this.scores.subarray(0, heads * T);
+    attentionScores(pool, layer, q, heads, scores, T);
+    const m = measureRecall(scores, heads, T, current, lists, this.weights);
+    const positions = new Set<number>();
+    for (const list of lists) for (const slot of list) if (slot !== current) positions.add(pool.position(layer, slot));
+    const sorted = [...positions].sort((a, b) => a - b);
+    const entry: ProbeLayer = { layer, recall: m.recall, oracleRecall: m.oracleRecall, positions: sorted };
+    if (pool.evicting) {
+      // slot of each selected position (the union's order): first KV head that selected it
+      const slotOf = new Map<number, number>();
+      for (const list of lists) for (const slot of list) if (slot !== current) slotOf.set(pool.position(layer, slot), slot);
+      entry.counters = sorted.map((p) => pool.counter(layer, slotOf.get(p)!));
+    }
+    this.measuring.push(entry);
+  }
+
+  evicted(layer: number, position: number): void {
+    if (position < 0) return;
+    (this.evictedSince[layer] ??= []).push([position, this.steps]);
+  }
+
+  stepDone(): void {
+    this.steps += 1;
+    if (!this.wanted) return;
+    this.wanted = false;
+    this.reading = { layers: this.measuring };
+    this.measuring = [];
+  }
+
+  /** The measured step's figures (once: a second call returns undefined until another step is measured). */
+  take(): ProbeReading | undefined {
+    const r = this.reading;
+    this.reading = undefined;
+    return r;
+  }
+
+  /** [layer] positions evicted since the last call, each with the decode step (0-based) that evicted it. */
+  takeEvictions(): [number, number][][] {
+    const out = this.evictedSince;
+    this.evictedSince = [];
+    return out;
+  }
+}
+
+/**
+ * recall and oracleRecall of one layer from its true logits `scores` [heads, T] (see the file
+ * comment). Query head h belongs to KV head ⌊h / (heads / kvHeads)⌋ (kvHeads = lists.length); a KV
+ * head's oracle set is the n past slots with the largest softmax mass summed over its query heads
+ * (one selection serves the whole group, as every policy's does). `scratch` holds at least T doubles.
+ */
+export function measureRecall(scores: Float32Array, heads: number, T: number, current: number, lists: readonly Int32Array[], scratch = new Float64Array(T)): { recall: number; oracleRecall: number } {
+  const kvHeads = Math.max(1, lists.length);
+  const group = Math.max(1, Math.floor(heads / kvHeads));
+  let recall = 0;
+  let oracle = 0;
+  for (let g = 0; g < kvHeads; g++) {
+    const list = lists[g] ?? new Int32Array(0);
+    const mass = scratch.subarray(0, T);
+    mass.fill(0);
+    for (let h = g * group; h < Math.min(heads, (g + 1) * group); h++) {
+      const row = scores.subarray(h * T, (h + 1) * T);
+      let max = -Infinity;
+      for (let j = 0; j < T; j++) if (row[j]! > max) max = row[j]!;
+      let z = 0;
+      for (let j = 0; j < T; j++) z += Math.exp(row[j]! - max);
+      if (!(z > 0)) continue;
+      for (let j = 0; j < T; j++) mass[j] = mass[j]! + Math.exp(row[j]! - max) / z;
+    }
+    const self = mass[current]!;
+    let selected = self;
+    let n = 0;
+    let seen = -1;
+    for (const slot of list) {
+      // ascending lists: skip repeats and the current token
+      if (slot === current || slot === seen || slot < 0 || slot >= T) continue;
+      seen = slot;
+      selected += mass[slot]!;
+      n += 1;
+    }
+    // the oracle: the current token + the n past slots of largest group mass
+    mass[current] = mass[T - 1]!;
+    const top = sumLargest(mass.subarray(0, T - 1), n);
+    recall += selected;
+    oracle += self + top;
+  }
+  return { recall: Math.min(1, recall / heads), oracleRecall: Math.min(1, oracle / heads) };
+}
+
+/** Sum of the n largest values (reorders `values`; quickselect, O(length) on average). */
+export function sumLargest(values: Float64Array, n: number): number {
+  const len = values.length;
+  if (n <= 0 || len === 0) return 0;
+  if (n >= len) return values.reduce((a, v) => a + v, 0);
+  // put the n largest in values[0..n) (Hoare-style selection on descending order)
+  let lo = 0;
+  let hi = len - 1;
+  const want = n - 1;
+  while (lo < hi) {
+    const pivot = values[(lo + hi) >>> 1]!;
+    let i = lo;
+    let j = hi;
+    while (i <= j) {
+      while (values[i]! > pivot) i++;
+      while (values[j]! < pivot) j--;
+      if (i <= j) {
+        const t = values[i]!;
+        values[i] = values[j]!;
+        values[j] = t;
+        i++;
+        j--;
+      }
+    }
+    if (want <= j) hi = j;
+    else if (want >= i) lo = i;
+    else break;
+  }
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += values[i]!;
+  return sum;
+}
