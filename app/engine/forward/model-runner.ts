@@ -38,6 +38,7 @@ import { UsageError } from '../../common/errors.ts';
 import { attendCausal, attendSlots, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
 import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSequenceState, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
+import type { StepProbe } from '../metrics/step-probe.ts';
 import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyName, type SparsePolicyOptions } from './sparse-policies.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import { buildStage, type StageGraph } from './graphs.ts';
@@ -173,8 +174,12 @@ export interface ModelRunner extends TokenRunner {
   readonly policy: RunnerPolicy;
   /** Figures of the latest decode step under a sparse policy (undefined before one, or under 'full'). */
   lastStepStats(): InfinigenStepStats | undefined;
-  /** InfiniGen's latest selection for a sparse layer as token positions (undefined otherwise). */
+  /** The latest selection of a sparse layer as token positions, union over KV heads (InfiniGen and the comparison policies; undefined otherwise). */
   selectedPositions(layer: number): number[] | undefined;
+  /** The inspector's probe (app/engine/metrics/step-probe.ts): measures the decode steps it arms; undefined detaches it. */
+  setProbe(probe: StepProbe | undefined): void;
+  /** Bytes of InfiniGen's partial key rows for the tokens in the pool (0 without them). */
+  partialKeyBytes(): number;
   /** The comparison policy's state (its selections, snapkv's kept prompt), for tests; undefined under 'full' and 'infinigen'. */
   readonly sparsePolicy: SparsePolicyState | undefined;
   /** Where the skew matrices came from under 'infinigen' (undefined until the first prefill). */
@@ -313,6 +318,7 @@ class Runner implements ModelRunner {
   /** the self-generated calibration run is going on: its tokens are not the sequence's */
   private selfCalibrating = false;
   private lastStep: InfinigenStepStats | undefined;
+  private probe: StepProbe | undefined;
   /** [layer] evictions seen at the end of the previous step (for the per-step figure) */
   private evictedBefore: number[];
   /** [stage] start/end ns of the latest run of each stage (for the overlap figures) */
@@ -384,12 +390,27 @@ class Runner implements ModelRunner {
   }
 
   selectedPositions(layer: number): number[] | undefined {
-    // InfiniGen's latest selection of a sparse layer, as token positions (union over KV heads)
-    if (!this.spec || !this.lastStep || layer < 0 || layer >= this.layers) return undefined;
-    if (this.lastStep.layers[layer]?.dense !== false) return undefined;
+    // the latest selection of a sparse layer, as token positions (union over KV heads)
+    if ((!this.spec && !this.sparse) || !this.lastStep || layer < 0 || layer >= this.layers) return undefined;
+    if (this.lastStep.layers.find((s) => s.layer === layer)?.dense !== false) return undefined;
     const positions = new Set<number>();
-    for (let h = 0; h < this.pool.kvHeads; h++) for (const slot of this.spec.selected(layer, h)) positions.add(this.pool.position(layer, slot));
+    for (const list of this.selectionLists(layer)) for (const slot of list) positions.add(this.pool.position(layer, slot));
     return [...positions].sort((a, b) => a - b);
+  }
+
+  /** Per KV head the latest selected slots of a sparse layer (the current token not included). */
+  private selectionLists(layer: number): Int32Array[] {
+    if (this.spec) return Array.from({ length: this.pool.kvHeads }, (_, h) => this.spec!.selected(layer, h));
+    return this.sparse?.selection(layer) ?? [];
+  }
+
+  setProbe(probe: StepProbe | undefined): void {
+    this.probe = probe;
+  }
+
+  partialKeyBytes(): number {
+    const tokens = Math.min(this.pos, this.pool.capacityTokens);
+    return this.pool.partialDim * 2 * this.pool.kvHeads * this.layers * tokens;
   }
 
   async prefill(ids: readonly number[], signal?: AbortSignal, opts: PrefillOptions = {}): Promise<Float32Array> {
@@ -739,6 +760,9 @@ class Runner implements ModelRunner {
     const stepLayers: InfinigenLayerStats[] = [];
     const sp = this.sparse;
     const spStep = sp !== undefined && T === 1 && !prompt;
+    // the inspector's probe: evictions of every decode step, recall of the steps it arms
+    const probe = T === 1 && !prompt ? this.probe : undefined;
+    const measure = probe?.armed === true && (sparse || spStep);
     for (let l = 0; l < this.layers; l++) {
       if (signal) {
         // session.run may finish without giving timers a turn: let an abort be delivered
@@ -756,6 +780,7 @@ class Runner implements ModelRunner {
       if (sparse && l === 0 && dense === 0) spec.begin(0, q);
       let a = performance.now();
       this.pool.appendBatch(l, k, v, p0);
+      if (probe && T === 1 && this.pool.evicting) probe.evicted(l, this.pool.lastEvicted(l));
       const b = performance.now();
       this.t.append += b - a;
       const attn = T === 1 ? this.attnOne : new Float32Array(T * this.qw);
@@ -764,11 +789,13 @@ class Runner implements ModelRunner {
         const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
         const [stageStartNs, stageEndNs] = this.stageNs[l]!;
         stepLayers.push(layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }));
+        if (measure) probe.measure(this.pool, l, q, this.heads, this.selectionLists(l));
       } else if (spStep && l >= sp.settings.denseLayers) {
         const { lists, figures } = sp.select(l, q, p0);
         const { slots, offsets } = packSlotLists(lists, p0);
         attendSlots(this.pool, l, q, this.heads, slots, offsets, attn);
         sp.afterAttend(l, q, p0);
+        if (measure) probe.measure(this.pool, l, q, this.heads, lists);
         const rowBytes = kvRowBytes(this.kvType, this.model.hyper.headDim);
         const { selected, candidates, hits, misses } = figures;
         const zero = { speculationMs: 0, gatherMs: 0, waitMs: 0, attentionMs: 0 };
@@ -801,6 +828,7 @@ class Runner implements ModelRunner {
       }
     }
     if (this.pool.evicting) this.evictedBefore = this.evictions();
+    probe?.stepDone();
     const total = performance.now() - t0;
     this.t.total += total;
     this.t.tokens += T;
