@@ -31,6 +31,8 @@ import { peekSequenceSnapshot, restoreSequenceSnapshot, saveSequenceSnapshot, ty
 import { SnapshotStore } from './kv/snapshot-store.ts';
 import { ChatTemplate } from './model/chat-template.ts';
 import { StepMetricsSampler } from './metrics/step-metrics.ts';
+import { LogitTap } from './metrics/logit-tap.ts';
+import { promptPieces } from './metrics/prompt-pieces.ts';
 import { summariseWeights } from './model/inspect.ts';
 import { assertFits, estimateMemory } from './model/memory-estimate.ts';
 import { loadModel } from './model/load-model.ts';
@@ -354,14 +356,16 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       const switchMs = switched?.ms;
       const continuation = ids.some((id) => !state.tokenizer.isSpecial(id));
       // generate() checks the request eagerly: a bad one throws before the cache is cut back
-      const stream = generate(state.sequence, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
+      // the inspector's A/B: each token's top-k log-probabilities when asked
+      const tap = params.logprobs ? new LogitTap(state.sequence, params.logprobs) : undefined;
+      const stream = generate(tap ?? state.sequence, tokenizerDecoder(state.tokenizer, { continuation }), ids, params, signal);
       const document = params.document !== undefined && snapshots !== undefined && params.reusePrefix ? params.document : undefined;
       // a generation for no document (a Rewrite, a Compare) replaces the cached sequence: it is nobody's snapshot any more
       if (document === undefined) state.document = undefined;
       const restore = document !== undefined ? await restoreDocument(state, document, ids) : undefined;
       const plan = state.sequence.reuse(ids, params.reusePrefix);
       const dropped = switched && !switched.cacheKept && cachedBefore > 0 && !restore?.restored ? 'policySwitch' : plan.dropped;
-      yield { kind: 'prompt', ids, contextLength: state.runner.contextLength };
+      yield { kind: 'prompt', ids, contextLength: state.runner.contextLength, pieces: promptPieces(state.tokenizer, ids) };
       let saved: SaveResult | undefined;
       const cacheReport = (): CacheReport => ({
         reusedTokens: plan.reused,
@@ -372,24 +376,29 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         ...(restore || saved ? { snapshot: snapshotReport(restore, saved) } : {}),
       });
       const metrics = new StepMetricsSampler(state.runner, state.model.hyper, state.runner.policy);
-      for await (const event of stream) {
-        if (event.type === 'token') {
-          yield { kind: 'token', index: event.index, id: event.id, text: event.text };
-          const snapshot = metrics.maybe(event.index + 1);
-          if (snapshot) yield { kind: 'metrics', metrics: snapshot };
-        } else {
-          yield { kind: 'metrics', metrics: metrics.snapshot(event.completionTokens) };
-          if (document !== undefined) saved = await saveDocument(state, document);
-          const { type: _type, error, timings, ...rest } = event;
-          yield {
-            kind: 'done',
-            ...rest,
-            timings: { ...timings, ...(switchMs !== undefined ? { policySwitchMs: switchMs } : {}) },
-            policy: state.runner.policy,
-            cache: cacheReport(),
-            ...(error ? { error: { code: error.code, message: error.message, details: { ...error.details } } } : {}),
-          };
+      try {
+        for await (const event of stream) {
+          if (event.type === 'token') {
+            const top = tap?.take();
+            yield { kind: 'token', index: event.index, id: event.id, text: event.text, ...(top ? { top } : {}) };
+            const snapshot = metrics.maybe(event.index + 1);
+            if (snapshot) yield { kind: 'metrics', metrics: snapshot };
+          } else {
+            yield { kind: 'metrics', metrics: metrics.snapshot(event.completionTokens) };
+            if (document !== undefined) saved = await saveDocument(state, document);
+            const { type: _type, error, timings, ...rest } = event;
+            yield {
+              kind: 'done',
+              ...rest,
+              timings: { ...timings, ...(switchMs !== undefined ? { policySwitchMs: switchMs } : {}) },
+              policy: state.runner.policy,
+              cache: cacheReport(),
+              ...(error ? { error: { code: error.code, message: error.message, details: { ...error.details } } } : {}),
+            };
+          }
         }
+      } finally {
+        metrics.close();
       }
     },
   };
