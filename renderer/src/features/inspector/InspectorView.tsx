@@ -1,20 +1,28 @@
 // The cache inspector: live figures of every generation in this window (whichever view started
 // it), from the engine's step metrics — sparklines, a heatmap of the fetched positions, where
-// the memory goes, a per-layer table — plus a comparison of two policies and an export. For a
+// the memory goes, a per-layer table — and, per recorded run (a generation, live or loaded from
+// an export), the token map over its text, recall against the oracle, memory over time, and the
+// A/B of two policies on the same prompt; JSON lines export and load, PNG of the view. For a
 // remote endpoint (policy 'remote') there is no local cache to look into: the view shows what
 // the server reports instead (prefix-cache hit rate, KV-cache usage) and hides the heatmap,
 // memory stack and layer table, which would be empty.
-import { useCallback, useState } from 'react';
+import { useCallback, useRef, useState } from 'react';
 import type { StepMetrics } from '../../../../app/common/protocol.ts';
 import { formatBytes, formatRate } from '../../ui/format.ts';
 import { downloadText } from '../summarise/download.ts';
+import { AbView } from './AbView.tsx';
 import { Compare } from './Compare.tsx';
-import { toCsv, toJsonl, type HeatMode } from './data.ts';
+import { compareTokens, toCsv, toJsonl, type HeatMode } from './data.ts';
+import { MemoryChart } from './MemoryChart.tsx';
+import { viewPng } from './png.ts';
+import { RecallChart } from './RecallChart.tsx';
+import { runsToJsonl, type Run } from './runs.ts';
+import { TokenMap } from './TokenMap.tsx';
 import { Heatmap } from './Heatmap.tsx';
 import { LayerTable } from './LayerTable.tsx';
 import { MemoryStack } from './MemoryStack.tsx';
 import { Sparkline } from './Sparkline.tsx';
-import { snapshots, SNAPSHOT_CAPACITY, useInspectorStore } from './store.ts';
+import { currentRun, runById, runs, snapshots, SNAPSHOT_CAPACITY, useInspectorStore } from './store.ts';
 import './inspector.css';
 
 /** Samples the sparklines show. */
@@ -25,6 +33,11 @@ const pct = (v: number): string => `${(v * 100).toFixed(1)}%`;
 /** A remote's prefix-cache hit rate: what it reported, else the reuse hit rate it was sent as. */
 const prefixHitRate = (m: StepMetrics): number | null => m.remote?.prefixCacheHitRate ?? m.reuseHitRate;
 
+export const TABS = ['Live', 'Token map', 'Recall', 'Memory', 'A/B'] as const;
+export type Tab = (typeof TABS)[number];
+
+const runLabel = (r: Run): string => `${r.policy || '?'} · ${r.promptIds.length.toLocaleString('en-US')} prompt + ${r.tokens.length} tokens · ${r.samples.length} samples${r.loaded ? ' (file)' : ''} · ${r.requestId.slice(-6)}`;
+
 function exportName(ext: string): string {
   return `longhand-metrics-${new Date().toISOString().replace(/[:.]/g, '-')}.${ext}`;
 }
@@ -34,6 +47,22 @@ export function InspectorView() {
   const latest = useInspectorStore((s) => s.latest);
   const running = useInspectorStore((s) => s.running);
   const clear = useInspectorStore((s) => s.clear);
+  useInspectorStore((s) => s.runsVersion); // re-render as runs change
+  const selectedRun = useInspectorStore((s) => s.selectedRun);
+  const selectRun = useInspectorStore((s) => s.selectRun);
+  const loadRuns = useInspectorStore((s) => s.loadRuns);
+  const loadError = useInspectorStore((s) => s.loadError);
+  const compareResult = useInspectorStore((s) => s.compare.result);
+  const [tab, setTab] = useState<Tab>('Live');
+  const [abChoice, setAbChoice] = useState<{ a: string | null; b: string | null }>({ a: null, b: null });
+  const [pngError, setPngError] = useState<string | null>(null);
+  const panel = useRef<HTMLDivElement>(null);
+  const file = useRef<HTMLInputElement>(null);
+  const allRuns = runs();
+  const run = currentRun(selectedRun);
+  // A/B: the comparison's two runs, else the two newest (a loaded file's), unless chosen
+  const abA = runById(abChoice.a) ?? runById(compareResult?.a.requestId) ?? allRuns.at(-2);
+  const abB = runById(abChoice.b) ?? runById(compareResult?.b.requestId) ?? allRuns.at(-1);
   const [layerChoice, setLayerChoice] = useState<'all' | number>('all');
   const samples = useCallback(() => snapshots(), []);
 
@@ -55,9 +84,83 @@ export function InspectorView() {
         </span>
         <span className="grow" />
         <button type="button" onClick={() => downloadText(exportName('csv'), toCsv(snapshots()), 'text/csv;charset=utf-8')} disabled={count === 0}>Export CSV</button>
-        <button type="button" onClick={() => downloadText(exportName('jsonl'), toJsonl(snapshots()), 'application/x-ndjson')} disabled={count === 0}>Export JSON lines</button>
-        <button type="button" onClick={clear} disabled={count === 0}>Clear</button>
+        <button type="button" onClick={() => downloadText(exportName('jsonl'), allRuns.length > 0 ? runsToJsonl(allRuns) : toJsonl(snapshots()), 'application/x-ndjson')} disabled={count === 0 && allRuns.length === 0}>Export JSON lines</button>
+        <button type="button" onClick={() => file.current?.click()}>Load JSON lines</button>
+        <input
+          ref={file}
+          type="file"
+          accept=".jsonl,.ndjson,application/x-ndjson,application/json"
+          aria-label="JSON lines file"
+          hidden
+          onChange={(e) => {
+            const f = e.target.files?.[0];
+            e.target.value = '';
+            if (f) void f.text().then((text) => loadRuns(text));
+          }}
+        />
+        <button
+          type="button"
+          onClick={() => {
+            setPngError(null);
+            viewPng(panel.current, `Longhand inspector · ${tab}${run ? ` · ${run.policy}` : ''}`)
+              .then((blob) => downloadBlob(exportName('png'), blob))
+              .catch((e: unknown) => setPngError(e instanceof Error ? e.message : String(e)));
+          }}
+        >
+          Save PNG
+        </button>
+        <button type="button" onClick={clear} disabled={count === 0 && allRuns.length === 0}>Clear</button>
       </div>
+      {loadError && <p className="error" role="alert" aria-label="Load error">Could not load the file: {loadError}</p>}
+      {pngError && <p className="error" role="alert">Could not save the PNG: {pngError}</p>}
+      <div className="row tabs" role="tablist" aria-label="Inspector views">
+        {TABS.map((t) => (
+          <button key={t} type="button" role="tab" aria-selected={tab === t} className={tab === t ? 'tab active' : 'tab'} onClick={() => setTab(t)}>
+            {t}
+          </button>
+        ))}
+        <span className="grow" />
+        {tab !== 'Live' && tab !== 'A/B' && allRuns.length > 0 && (
+          <label>
+            <span className="field-label">Run</span>
+            <select aria-label="Run" value={run?.requestId ?? ''} onChange={(e) => selectRun(e.target.value || null)}>
+              {allRuns.map((r) => <option key={r.requestId} value={r.requestId}>{runLabel(r)}</option>)}
+            </select>
+          </label>
+        )}
+      </div>
+      <div ref={panel} role="tabpanel" aria-label={`${tab} view`}>
+      {tab !== 'Live' && (
+        <div className="panel">
+          {tab === 'A/B' ? (
+            <>
+              <Compare />
+              {allRuns.length >= 2 && (
+                <div className="row">
+                  {(['a', 'b'] as const).map((side) => (
+                    <label key={side}>
+                      <span className="field-label">Run {side.toUpperCase()}</span>
+                      <select aria-label={`A/B run ${side.toUpperCase()}`} value={(side === 'a' ? abA : abB)?.requestId ?? ''} onChange={(e) => setAbChoice((c) => ({ ...c, [side]: e.target.value }))}>
+                        {allRuns.map((r) => <option key={r.requestId} value={r.requestId}>{runLabel(r)}</option>)}
+                      </select>
+                    </label>
+                  ))}
+                </div>
+              )}
+              {abA && abB && abA !== abB ? <AbView a={abA} b={abB} comparison={compareTokens(abA.tokens.map((t) => t.id), abB.tokens.map((t) => t.id))} /> : <p className="muted">Run a comparison (or load a file with two runs) to see the A/B view.</p>}
+            </>
+          ) : !run ? (
+            <p className="placeholder">No run recorded yet: start a generation, or load an exported JSON lines file.</p>
+          ) : tab === 'Token map' ? (
+            <TokenMap key={run.requestId} run={run} />
+          ) : tab === 'Recall' ? (
+            <RecallChart key={run.requestId} run={run} />
+          ) : (
+            <MemoryChart key={run.requestId} run={run} />
+          )}
+        </div>
+      )}
+      {tab === 'Live' && (<>
 
       {m?.policy === 'remote' ? (
         <div className="panel">
@@ -118,8 +221,25 @@ export function InspectorView() {
           </div>
         </>
       )}
-
       <Compare />
+      </>)}
+      </div>
     </section>
   );
+}
+
+function downloadBlob(filename: string, blob: Blob): void {
+  const url = URL.createObjectURL(blob);
+  const link = document.createElement('a');
+  link.href = url;
+  link.download = filename;
+  link.rel = 'noopener';
+  link.style.display = 'none';
+  document.body.append(link);
+  try {
+    link.click();
+  } finally {
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  }
 }

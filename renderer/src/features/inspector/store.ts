@@ -9,14 +9,23 @@ import { useEngineStore } from '../../engine/store.ts';
 import { services } from '../../services.ts';
 import { compareTokens, type Snapshot, type TokenComparison } from './data.ts';
 import { RingBuffer } from './ring.ts';
+import { parseRunsJsonl, type Run } from './runs.ts';
 
 export const SNAPSHOT_CAPACITY = 600;
+/** Generations kept whole (prompt, tokens, every sample) for the token map, recall, memory and A/B views. */
+export const RUN_CAPACITY = 8;
+/** Samples kept per run (a long generation keeps its first ones; 10 a second for 6 minutes). */
+export const RUN_SAMPLE_CAPACITY = 4000;
+/** Top-k log-probabilities the comparison asks for on both sides (the engine's most). */
+export const COMPARE_LOGPROBS = 20;
 
 /** Policies the protocol names; each can be chosen per generation (a refusal comes back as the run's error). */
 export const POLICIES: readonly KvPolicy[] = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'];
 
 export interface CompareSide {
   policy: KvPolicy;
+  /** The generation's request id (its run in the inspector). */
+  requestId: string;
   /** The prompt as the engine tokenized it (B runs on A's). */
   promptIds: number[];
   tokens: number[];
@@ -52,6 +61,15 @@ export interface InspectorState {
   /** Request ids of generations in flight. */
   running: string[];
   compare: CompareState;
+  /** Bumps when a run changes (runs() reads them). */
+  runsVersion: number;
+  /** The run the views show (null: the newest). */
+  selectedRun: string | null;
+  /** Why the last file could not be loaded. */
+  loadError: string | null;
+  selectRun(requestId: string | null): void;
+  /** Replaces the runs with those of an exported JSON lines file (offline viewing). */
+  loadRuns(text: string): void;
   clear(): void;
   editCompare(patch: Partial<Pick<CompareState, 'prompt' | 'maxTokens' | 'policyA' | 'policyB'>>): void;
   runCompare(): Promise<void>;
@@ -60,6 +78,27 @@ export interface InspectorState {
 
 const ring = new RingBuffer<Snapshot>(SNAPSHOT_CAPACITY);
 let seq = 0;
+/** Runs by request id, oldest first (Map order). */
+const runMap = new Map<string, Run>();
+
+/** The recorded runs, oldest first. */
+export function runs(): Run[] {
+  return [...runMap.values()];
+}
+
+export function runById(requestId: string | null | undefined): Run | undefined {
+  return requestId ? runMap.get(requestId) : undefined;
+}
+
+/** The run the views show: the selected one, else the newest with samples, else the newest. */
+export function currentRun(selected: string | null): Run | undefined {
+  const all = runs();
+  return (selected ? runMap.get(selected) : undefined) ?? [...all].reverse().find((r) => r.samples.length > 0) ?? all.at(-1);
+}
+
+function touchRuns(): void {
+  useInspectorStore.setState((s) => ({ runsVersion: s.runsVersion + 1 }));
+}
 
 /** The collected samples, oldest first (the newest `n` when given). */
 export function snapshots(n?: number): Snapshot[] {
@@ -78,10 +117,34 @@ export const useInspectorStore = create<InspectorState>()((set, get) => ({
   latest: null,
   running: [],
   compare: initialCompare,
+  runsVersion: 0,
+  selectedRun: null,
+  loadError: null,
+
+  selectRun: (requestId) => set({ selectedRun: requestId }),
+
+  loadRuns: (text) => {
+    let loaded: Run[];
+    try {
+      loaded = parseRunsJsonl(text);
+    } catch (e) {
+      set({ loadError: message(e) });
+      return;
+    }
+    if (loaded.length === 0) {
+      set({ loadError: 'The file holds no runs or samples.' });
+      return;
+    }
+    runMap.clear();
+    for (const r of loaded) runMap.set(r.requestId, r);
+    const last = [...loaded].reverse().find((r) => r.samples.length > 0) ?? loaded.at(-1)!;
+    set((s) => ({ runsVersion: s.runsVersion + 1, selectedRun: last.requestId, loadError: null }));
+  },
 
   clear: () => {
     ring.clear();
-    set((s) => ({ version: s.version + 1, latest: null }));
+    runMap.clear();
+    set((s) => ({ version: s.version + 1, latest: null, runsVersion: s.runsVersion + 1, selectedRun: null }));
   },
 
   editCompare: (patch) => set((s) => ({ compare: { ...s.compare, ...patch, error: null } })),
@@ -102,6 +165,7 @@ export const useInspectorStore = create<InspectorState>()((set, get) => ({
       // A's tokens), so B reuses the whole prompt prefix when the policy switch keeps the cache.
       update({ phase: `Generating ${compare.maxTokens} tokens greedily with ${compare.policyA} (A)…` });
       const a = await generateGreedy(engine, { text: compare.prompt }, compare.maxTokens, compare.policyA, (cancel) => (compareStop = cancel));
+      set({ selectedRun: a.requestId });
       if (compareStopped) throw new Error('stopped');
       update({ phase: `Generating ${compare.maxTokens} tokens greedily with ${compare.policyB} (B), from A's cached prompt…` });
       const b = await generateGreedy(engine, a.promptIds.length > 0 ? { ids: a.promptIds } : { text: compare.prompt }, compare.maxTokens, compare.policyB, (cancel) => (compareStop = cancel));
@@ -134,14 +198,14 @@ async function generateGreedy(engine: EngineClient, prompt: Prompt, maxTokens: n
     else if (event.kind === 'prompt') promptIds = event.ids;
   });
   try {
-    const generation = engine.generate(prompt, { maxTokens, stopOnEos: false, policy, sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } });
+    const generation = engine.generate(prompt, { maxTokens, stopOnEos: false, policy, logprobs: COMPARE_LOGPROBS, sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } });
     requestId = generation.requestId;
     onCancel(() => generation.cancel());
     const result = await generation.result;
     if (result.stopReason === 'cancelled') throw new Error('stopped');
     if (result.stopReason === 'error') throw new Error(result.metrics.error?.message ?? `the ${policy} run failed`);
     const { metrics } = result;
-    return { policy, promptIds, tokens: tokens.filter((t) => t !== undefined), text: result.text, tokensPerS: metrics.tokensPerS, ttftMs: metrics.ttftMs, promptTokens: metrics.promptTokens, cache: metrics.cache };
+    return { policy, requestId: generation.requestId, promptIds, tokens: tokens.filter((t) => t !== undefined), text: result.text, tokensPerS: metrics.tokensPerS, ttftMs: metrics.ttftMs, promptTokens: metrics.promptTokens, cache: metrics.cache };
   } finally {
     off();
   }
@@ -157,11 +221,37 @@ function attach(client: EngineClient): void {
     seq += 1;
     const snapshot: Snapshot = { seq, requestId, receivedAt: Date.now(), metrics };
     ring.push(snapshot);
-    useInspectorStore.setState((s) => ({ version: s.version + 1, latest: snapshot }));
+    const run = runMap.get(requestId);
+    if (run && run.samples.length < RUN_SAMPLE_CAPACITY) {
+      run.samples.push(metrics);
+      run.policy ||= metrics.policy;
+    }
+    useInspectorStore.setState((s) => ({ version: s.version + 1, latest: snapshot, runsVersion: run ? s.runsVersion + 1 : s.runsVersion }));
   });
   const offEvents = client.onGenerationEvent((event) => {
-    if (event.kind === 'prompt') useInspectorStore.setState((s) => (s.running.includes(event.requestId) ? {} : { running: [...s.running, event.requestId] }));
-    else if (event.kind === 'done') useInspectorStore.setState((s) => ({ running: s.running.filter((id) => id !== event.requestId) }));
+    if (event.kind === 'prompt') {
+      // a live generation replaces what a loaded file showed
+      if ([...runMap.values()].some((r) => r.loaded)) runMap.clear();
+      runMap.set(event.requestId, { requestId: event.requestId, policy: '', contextLength: event.contextLength, promptIds: event.ids, pieces: event.pieces ?? [], tokens: [], samples: [] });
+      while (runMap.size > RUN_CAPACITY) runMap.delete(runMap.keys().next().value!);
+      touchRuns();
+      useInspectorStore.setState((s) => (s.running.includes(event.requestId) ? {} : { running: [...s.running, event.requestId] }));
+    } else if (event.kind === 'token') {
+      const run = runMap.get(event.requestId);
+      if (run) run.tokens[event.index] = event.top ? { id: event.id, text: event.text, top: event.top } : { id: event.id, text: event.text };
+    } else if (event.kind === 'done') {
+      const run = runMap.get(event.requestId);
+      if (run) {
+        if (event.policy) run.policy = event.policy;
+        if (event.text && run.tokens.length > 0) {
+          // text the stop matcher or UTF-8 decoder held back belongs to the last token
+          const last = run.tokens[run.tokens.length - 1]!;
+          run.tokens[run.tokens.length - 1] = { ...last, text: last.text + event.text };
+        }
+        touchRuns();
+      }
+      useInspectorStore.setState((s) => ({ running: s.running.filter((id) => id !== event.requestId) }));
+    }
   });
   const offStatus = client.onStatus((status) => {
     if (status.state === 'crashed' || status.state === 'restarting') useInspectorStore.setState({ running: [] });
@@ -177,8 +267,9 @@ onEngineClientCreated(attach);
 
 export function resetInspectorStore(): void {
   ring.clear();
+  runMap.clear();
   seq = 0;
   compareStop = null;
   compareStopped = false;
-  useInspectorStore.setState({ version: 0, latest: null, running: [], compare: initialCompare });
+  useInspectorStore.setState({ version: 0, latest: null, running: [], compare: initialCompare, runsVersion: 0, selectedRun: null, loadError: null });
 }
