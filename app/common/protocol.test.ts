@@ -9,7 +9,7 @@ describe('engine protocol', () => {
       requestId: 'g1',
       prompt: { text: 'Once' },
       params: {
-        maxTokens: 256, stopStrings: [], stopOnEos: true,
+        maxTokens: 256, stopStrings: [], stopOnEos: true, reusePrefix: true,
         sampling: { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0, penaltyLastN: 64 },
       },
     });
@@ -25,6 +25,8 @@ describe('engine protocol', () => {
     [{ kind: 'generate', requestId: 'g', prompt: { text: 'x' }, extra: 1 }, /extra|Unrecognized/],
     [{ kind: 'load', requestId: 'l', options: { modelPath: '/m', device: 'tpu' } }, /options\.device/],
     [{ kind: 'cancel', requestId: 'c' }, /target/],
+    [{ kind: 'generate', requestId: 'g', prompt: { text: 'x' }, params: { document: '../etc/passwd' } }, /params\.document/],
+    [{ kind: 'sessionFile', requestId: 's', action: 'save', path: '/tmp/x' }, /kind/], // only hosts started by the CLI parse it
     [{ kind: 'explode', requestId: 'x' }, /kind/],
     ['not an object', /bad request/],
   ])('rejects %j naming the field', (message, pattern) => {
