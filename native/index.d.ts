@@ -183,7 +183,8 @@ export declare function attendCausalReference(pool: KvPool, layer: number, q: Fl
 
 /**
  * Single-query decode attention over explicit per-KV-head slot lists (policies streaming, h2o,
- * quest, oracle): KV head g's query heads attend slots[offsets[g] .. offsets[g+1]) of `layer`
+ * quest, snapkv, oracle), reading the listed pool rows in place (nothing is copied; the same bits as
+ * gathering them first): KV head g's query heads attend slots[offsets[g] .. offsets[g+1]) of `layer`
  * (each < length(layer); the caller includes the current token). offsets: [kvHeads + 1], starting
  * at 0, strictly increasing (no empty list). Lists holding every slot ascending give exactly attend().
  * q, out: fp32 [heads * headDim], not sharing memory.

@@ -5,6 +5,8 @@
 // Input: pool shape, tokens, heads, slot lists (any order, repeats, or bad: negative, past the
 // length, empty), q data.
 // Invariants:
+//   - lh_attention_slots (rows read in place) gives the bits of lh_attention_slots_gathered (rows
+//     copied into scratch) for every valid list, and refuses the same bad lists (it needs no scratch);
 //   - valid lists: the output equals the scalar reference over the same rows gathered by hand
 //     (lh_attention_decode_ref on a packed block), within attention_check.h's bound; a list of
 //     every slot in order equals lh_attention_decode over the layer bit for bit;
@@ -66,19 +68,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (bad == 3 && scratch_bytes > 0) scratch_bytes -= 1;  // a caller with too little scratch
   Guarded<uint8_t> scratch(scratch_bytes + 1);
   Guarded<float> out(qw);
-  const lh_status st = lh_attention_slots(&pool, layer, q.data(), heads, slots.data(), off.data(), scratch.data(), scratch_bytes, scale,
-                                          out.data());
-  FUZZ_CHECK(scratch.guards_intact(), "attention_slots wrote outside its scratch");
-  FUZZ_CHECK(out.guards_intact(), "attention_slots wrote outside out");
+  const lh_status st = lh_attention_slots_gathered(&pool, layer, q.data(), heads, slots.data(), off.data(), scratch.data(), scratch_bytes,
+                                                   scale, out.data());
+  FUZZ_CHECK(scratch.guards_intact(), "attention_slots_gathered wrote outside its scratch");
+  FUZZ_CHECK(out.guards_intact(), "attention_slots_gathered wrote outside out");
+  // in place (what attendSlots calls): needs no scratch, so case 3 is valid for it
+  Guarded<float> in_place(qw);
+  const lh_status sp = lh_attention_slots(&pool, layer, q.data(), heads, slots.data(), off.data(), scale, in_place.data());
+  FUZZ_CHECK(in_place.guards_intact(), "attention_slots wrote outside out");
   bool valid = off[0] == 0 && bad != 3;
   for (uint32_t g = 0; g < kvh && valid; ++g) {
     valid = off[g + 1] > off[g];
     for (uint32_t i = off[g]; valid && i < off[g + 1]; ++i) valid = slots[i] >= 0 && static_cast<uint32_t>(slots[i]) < tokens;
   }
+  if (!valid && bad != 3) {
+    FUZZ_CHECK(sp == LH_BAD_ARGUMENT && in_place.untouched(), "bad slot lists (case %u) accepted in place or wrote out: status %d", bad, sp);
+  } else {
+    FUZZ_CHECK(sp == LH_OK, "valid slot lists refused in place: %d", sp);
+  }
   if (!valid) {
     FUZZ_CHECK(st == LH_BAD_ARGUMENT && out.untouched(), "bad slot lists (case %u) accepted or wrote out: status %d", bad, st);
   } else {
     FUZZ_CHECK(st == LH_OK, "valid slot lists refused: %d", st);
+    for (size_t e = 0; e < qw; ++e)
+      FUZZ_CHECK(lh_f32_bits(in_place.data()[e]) == lh_f32_bits(out.data()[e]) || (std::isnan(in_place.data()[e]) && std::isnan(out.data()[e])),
+                 "in place differs from gathered at %zu: %a vs %a", e, static_cast<double>(in_place.data()[e]), static_cast<double>(out.data()[e]));
     // reference: gather each head's listed rows by hand, then the scalar reference over the block
     std::vector<float> krow(d), vrow(d);
     for (uint32_t g = 0; g < kvh; ++g) {

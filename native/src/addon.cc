@@ -768,20 +768,16 @@ Napi::Value AttendSlots(const Napi::CallbackInfo& info) {
     if (offsets.ElementLength() != p->kv_heads + 1) fail(env, LH_BAD_ARGUMENT, "offsets must have kvHeads + 1 elements");
     Napi::Float32Array out = f32_arg(env, info[6], "out", width);
     std::vector<uint32_t> off(p->kv_heads + 1);
-    uint32_t longest = 0;
     for (uint32_t g = 0; g <= p->kv_heads; ++g) {
       const int32_t o = offsets[g];
       if (o < 0 || static_cast<size_t>(o) > slots.ElementLength() || (g > 0 && o <= static_cast<int32_t>(off[g - 1])))
         fail(env, LH_BAD_ARGUMENT, "offsets must start at 0, increase strictly (no empty list) and end within slots");
       off[g] = static_cast<uint32_t>(o);
-      if (g > 0) longest = std::max(longest, off[g] - off[g - 1]);
     }
     if (off[0] != 0) fail(env, LH_BAD_ARGUMENT, "offsets[0] must be 0");
-    static thread_local std::vector<uint8_t> scratch;  // grows to the longest list seen, then stays
-    const size_t need = 2 * static_cast<size_t>(longest) * lh_kv_pool_row_bytes(p);  // rows (and int8 scales)
-    if (scratch.size() < need) scratch.resize(need);
-    const lh_status st = lh_attention_slots(p, layer, q.Data(), heads, slots.Data(), off.data(), scratch.data(), scratch.size(),
-                                            1.0f / std::sqrt(static_cast<float>(p->head_dim)), out.Data());
+    // the listed rows are read in place (no scratch)
+    const lh_status st = lh_attention_slots(p, layer, q.Data(), heads, slots.Data(), off.data(), 1.0f / std::sqrt(static_cast<float>(p->head_dim)),
+                                            out.Data());
     if (st != LH_OK) fail(env, st, "attendSlots: a slot outside the layer's tokens, or q and out share memory");
     return env.Undefined();
   });

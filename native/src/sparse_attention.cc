@@ -15,6 +15,46 @@ bool shape_ok(const lh_kv_pool* pool, uint32_t layer, uint32_t heads) {
 }  // namespace
 
 lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
+                             const uint32_t* offsets, float scale, float* out) {
+  if (!shape_ok(pool, layer, heads) || q == nullptr || slots == nullptr || offsets == nullptr || out == nullptr) return LH_BAD_ARGUMENT;
+  const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
+  const uint32_t len = lh_kv_pool_length(pool, layer);
+  if (offsets[0] != 0) return LH_BAD_ARGUMENT;
+  for (uint32_t g = 0; g < kvh; ++g) {
+    if (offsets[g + 1] <= offsets[g]) return LH_BAD_ARGUMENT;
+    for (uint32_t i = offsets[g]; i < offsets[g + 1]; ++i)
+      if (slots[i] < 0 || static_cast<uint32_t>(slots[i]) >= len) return LH_BAD_ARGUMENT;
+  }
+  const size_t eb = pool->elem_bytes, stride = lh_kv_pool_head_stride(pool);
+  const auto* k_rows = static_cast<const uint8_t*>(lh_kv_pool_k_rows(pool, layer));
+  const auto* v_rows = static_cast<const uint8_t*>(lh_kv_pool_v_rows(pool, layer));
+  const float* k_scales = lh_kv_pool_k_scales(pool, layer);  // int8: (kv_head, capacity); else null
+  const float* v_scales = lh_kv_pool_v_scales(pool, layer);
+  for (uint32_t g = 0; g < kvh; ++g) {
+    // KV head g alone: its rows (capacity, head_dim) in place, its list as the row list
+    lh_attention_args a{};
+    a.q = q + static_cast<size_t>(g) * group * d;
+    a.k = k_rows + g * stride * eb;
+    a.v = v_rows + g * stride * eb;
+    a.out = out + static_cast<size_t>(g) * group * d;
+    a.head_stride = stride;
+    a.tokens = offsets[g + 1] - offsets[g];
+    a.heads = group;
+    a.kv_heads = 1;
+    a.head_dim = d;
+    a.scale = scale;
+    a.kv_type = pool->kv_type;
+    a.rows = slots + offsets[g];
+    a.rows_stride = a.tokens;
+    a.k_scale = k_scales != nullptr ? k_scales + static_cast<size_t>(g) * pool->capacity : nullptr;  // (capacity), indexed like the rows
+    a.v_scale = v_scales != nullptr ? v_scales + static_cast<size_t>(g) * pool->capacity : nullptr;
+    const lh_status st = lh_attention_decode(&a);
+    if (st != LH_OK) return st;
+  }
+  return LH_OK;
+}
+
+lh_status lh_attention_slots_gathered(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
                              const uint32_t* offsets, void* scratch, size_t scratch_bytes, float scale, float* out) {
   if (!shape_ok(pool, layer, heads) || q == nullptr || slots == nullptr || offsets == nullptr || out == nullptr) return LH_BAD_ARGUMENT;
   const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
@@ -78,27 +118,10 @@ lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const floa
                               float* scores) {
   if (!shape_ok(pool, layer, heads) || q == nullptr || scores == nullptr) return LH_BAD_ARGUMENT;
   if (tokens > lh_kv_pool_length(pool, layer)) return LH_BAD_ARGUMENT;
-  const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
-  const size_t stride = lh_kv_pool_head_stride(pool);
-  const uint32_t type = pool->kv_type;
-  const auto* k16 = static_cast<const uint16_t*>(lh_kv_pool_k_rows(pool, layer));
-  const auto* k32 = static_cast<const float*>(lh_kv_pool_k_rows(pool, layer));
-  const auto* k8 = static_cast<const int8_t*>(lh_kv_pool_k_rows(pool, layer));
-  const float* ks = lh_kv_pool_k_scales(pool, layer);  // int8: (kv_head, capacity)
+  const uint32_t d = pool->head_dim, group = heads / pool->kv_heads;
   for (uint32_t h = 0; h < heads; ++h) {
-    const uint32_t g = h / group;
     const float* qh = q + static_cast<size_t>(h) * d;
-    for (uint32_t t = 0; t < tokens; ++t) {
-      const size_t at = g * stride + static_cast<size_t>(t) * d;
-      float s = 0.0f;
-      if (type == LH_KV_I8) {
-        for (uint32_t i = 0; i < d; ++i) s += qh[i] * static_cast<float>(k8[at + i]);
-        s *= ks[g * pool->capacity + t];  // the row means scale * int8 values
-      } else {
-        for (uint32_t i = 0; i < d; ++i) s += qh[i] * (type == LH_KV_F16 ? lh_fp16_to_fp32(k16[at + i]) : k32[at + i]);
-      }
-      scores[static_cast<size_t>(h) * tokens + t] = scale * s;
-    }
+    for (uint32_t t = 0; t < tokens; ++t) scores[static_cast<size_t>(h) * tokens + t] = lh_attention_score(pool, layer, qh, h / group, t, scale);
   }
   return LH_OK;
 }

@@ -1,7 +1,8 @@
 // Decode attention over explicit per-KV-head slot lists, and the full attention logits of one
-// query: what the comparison policies (streaming, h2o, quest, oracle; ARCHITECTURE.md §6) need.
-// Their selection runs in JS right before a layer's attention with the real query; the rows are
-// then gathered here and the ordinary decode kernel (attention.h) attends over them.
+// query: what the comparison policies (streaming, h2o, quest, snapkv, oracle; ARCHITECTURE.md §6)
+// need. Their selection runs right before a layer's attention with the real query (policy_select.h);
+// the ordinary decode kernel (attention.h) then reads the listed pool rows in place through its row
+// list (lh_attention_args.rows), as InfiniGen's attention does: nothing is copied.
 //
 // Shapes (elements):
 //   q       : (heads, head_dim)                       fp32, post-RoPE
@@ -9,8 +10,8 @@
 //             slots[offsets[g] .. offsets[g+1]) — each < length(layer), in the order attended
 //   offsets : (kv_heads + 1)                          uint32, offsets[0] = 0, non-decreasing,
 //             every list non-empty (the caller always attends the current token)
-//   scratch : >= 2 * max list length * lh_kv_pool_row_bytes(pool) bytes (int8: K and V scales, then
-//             K then V rows of one head; fp16/fp32: K then V rows)
+//   scratch : (lh_attention_slots_gathered only) >= 2 * max list length * lh_kv_pool_row_bytes(pool)
+//             bytes (int8: K and V scales, then K then V rows of one head; fp16/fp32: K then V rows)
 //   out     : (heads, head_dim)                       fp32
 //   scores  : (heads, tokens)                         fp32, scale * q[h] · K[g][t]
 // Nothing here allocates; outputs are written only on LH_OK.
@@ -19,14 +20,45 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fp16.h"
 #include "kv_pool.h"
 #include "status.h"
 
-// Attention of q over each KV head's own slot list. A list that holds every slot of the layer in
-// ascending order gives exactly lh_attention_decode over the layer (same kernel, same row order).
-// LH_BAD_ARGUMENT: bad layer/heads, a slot out of range, an empty list, scratch too small.
+// Attention of q over each KV head's own slot list, reading the listed rows in place (one decode
+// call per KV head with its list as the row list). A list that holds every slot of the layer in
+// ascending order gives exactly lh_attention_decode over the layer (same kernel, same row order),
+// and any list gives exactly the bits of lh_attention_slots_gathered (same arithmetic in the same
+// order; only where the rows are read from differs).
+// LH_BAD_ARGUMENT: bad layer/heads, a slot out of range, an empty list.
 lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
-                             const uint32_t* offsets, void* scratch, size_t scratch_bytes, float scale, float* out);
+                             const uint32_t* offsets, float scale, float* out);
+
+// The previous way, kept as the tests' oracle: copy each head's listed rows (and int8 scales) into
+// scratch, then the decode kernel over the packed block. Same contract; LH_BAD_ARGUMENT also when
+// scratch is too small.
+lh_status lh_attention_slots_gathered(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
+                                      const uint32_t* offsets, void* scratch, size_t scratch_bytes, float scale, float* out);
+
+// One scaled logit: scale * (qh · K[g][slot]) with fp32 products summed in element order (int8 rows:
+// the sum times the row's scale, then scale). lh_attention_scores and the policies' selection
+// (policy_select.h) both use it, so their logits are the same bits. No checks: the caller's.
+inline float lh_attention_score(const lh_kv_pool* pool, uint32_t layer, const float* qh, uint32_t g, uint32_t slot, float scale) {
+  const uint32_t d = pool->head_dim;
+  const size_t at = (static_cast<size_t>(layer) * pool->kv_heads + g) * lh_kv_pool_head_stride(pool) + static_cast<size_t>(slot) * d;
+  float s = 0.0f;
+  if (pool->kv_type == LH_KV_I8) {
+    const auto* k8 = static_cast<const int8_t*>(pool->k) + at;
+    for (uint32_t i = 0; i < d; ++i) s += qh[i] * static_cast<float>(k8[i]);
+    s *= pool->ks[(static_cast<size_t>(layer) * pool->kv_heads + g) * pool->capacity + slot];  // the row means scale * int8 values
+  } else if (pool->kv_type == LH_KV_F16) {
+    const auto* k16 = static_cast<const uint16_t*>(pool->k) + at;
+    for (uint32_t i = 0; i < d; ++i) s += qh[i] * lh_fp16_to_fp32(k16[i]);
+  } else {
+    const auto* k32 = static_cast<const float*>(pool->k) + at;
+    for (uint32_t i = 0; i < d; ++i) s += qh[i] * k32[i];
+  }
+  return scale * s;
+}
 
 // Scaled logits of q against the first `tokens` slots of the layer (plain loops, fp32 math; int8
 // rows: scale_k * sum q_i k_i, as attention computes them).

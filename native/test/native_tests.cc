@@ -1164,7 +1164,7 @@ void test_attention_slots() {
     }
     lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), r.data(), lh_kv_pool_head_stride(&p), T, heads, H, D, scale, kv_type};
     bool ok = lh_attention_decode(&a) == LH_OK &&
-              lh_attention_slots(&p, 1, q.data(), heads, all.data(), off.data(), scratch.data(), scratch.size(), scale, o.data()) == LH_OK;
+              lh_attention_slots(&p, 1, q.data(), heads, all.data(), off.data(), scale, o.data()) == LH_OK;
     bool same = ok;
     for (size_t i = 0; i < o.size(); ++i) same = same && same_bits_or_both_nan(o[i], r[i]);
     check(same, kv_type == LH_KV_F16 ? "slots: every slot == decode over the layer (fp16)" : "slots: every slot == decode over the layer (fp32)");
@@ -1177,7 +1177,7 @@ void test_attention_slots() {
         if (t == T - 1 || rng.uniform() < 0.2f + 0.2f * g) sub.push_back(static_cast<int32_t>(t));
       soff.push_back(static_cast<uint32_t>(sub.size()));
     }
-    ok = lh_attention_slots(&p, 1, q.data(), heads, sub.data(), soff.data(), scratch.data(), scratch.size(), scale, o.data()) == LH_OK;
+    ok = lh_attention_slots(&p, 1, q.data(), heads, sub.data(), soff.data(), scale, o.data()) == LH_OK;
     double worst = 0;
     for (uint32_t g = 0; g < H; ++g) {
       const uint32_t n = soff[g + 1] - soff[g];
@@ -1209,13 +1209,62 @@ void test_attention_slots() {
     bad[5] = static_cast<int32_t>(T);
     std::vector<uint32_t> empty = off;
     empty[1] = 0;
-    check(lh_attention_slots(&p, 1, q.data(), heads, bad.data(), off.data(), scratch.data(), scratch.size(), scale, o.data()) == LH_BAD_ARGUMENT &&
-              lh_attention_slots(&p, 1, q.data(), heads, all.data(), empty.data(), scratch.data(), scratch.size(), scale, o.data()) == LH_BAD_ARGUMENT &&
-              lh_attention_slots(&p, 1, q.data(), heads, all.data(), off.data(), scratch.data(), 8, scale, o.data()) == LH_BAD_ARGUMENT &&
+    check(lh_attention_slots(&p, 1, q.data(), heads, bad.data(), off.data(), scale, o.data()) == LH_BAD_ARGUMENT &&
+              lh_attention_slots(&p, 1, q.data(), heads, all.data(), empty.data(), scale, o.data()) == LH_BAD_ARGUMENT &&
+              lh_attention_slots_gathered(&p, 1, q.data(), heads, all.data(), off.data(), scratch.data(), 8, scale, o.data()) == LH_BAD_ARGUMENT &&
               lh_attention_scores(&p, 1, q.data(), heads, T + 1, scale, sc.data()) == LH_BAD_ARGUMENT,
           "slots/scores: a slot out of range, an empty list, small scratch, too many tokens are refused");
     lh_kv_pool_free(&p);
   }
+}
+
+// In-place listed rows vs the previous gather-into-scratch path: the same bits for fp16/fp32/int8
+// pools, GQA 1/2/4, lists of any length (1, not a multiple of the kernel's tile of 32, repeats,
+// any order), contexts 1..1000; outputs guarded on both sides; NaN rows agree too.
+void test_attention_slots_in_place() {
+  Rng rng(4242);
+  bool same = true, guards = true, ran = true;
+  int cases = 0;
+  for (uint32_t kv_type : {LH_KV_F16, LH_KV_F32, LH_KV_I8})
+    for (uint32_t group : {1u, 2u, 4u})
+      for (uint32_t T : {1u, 31u, 33u, 257u, 1000u}) {
+        const uint32_t H = 1 + static_cast<uint32_t>(rng.next() % 3), D = (rng.next() % 2) ? 64 : 24, heads = H * group;
+        lh_kv_pool_config cfg{static_cast<uint64_t>(T + 8) * 2 * H * (2 * D * 4 + 16) + 4096, 2, H, D, kv_type, 0};
+        lh_kv_pool p;
+        if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
+          ran = false;
+          continue;
+        }
+        std::vector<float> k(static_cast<size_t>(T) * H * D), v(k.size());
+        for (auto& x : k) x = rng.normal();
+        for (auto& x : v) x = rng.normal();
+        if (T > 40) k[(static_cast<size_t>(37) * H) * D + 3] = NAN;  // one non-finite row of KV head 0
+        lh_kv_pool_append_batch(&p, 1, k.data(), v.data(), T, 0, nullptr);
+        std::vector<float> q(static_cast<size_t>(heads) * D);
+        for (auto& x : q) x = rng.normal();
+        std::vector<int32_t> slots;
+        std::vector<uint32_t> off{0};
+        uint32_t longest = 0;
+        for (uint32_t g = 0; g < H; ++g) {
+          const uint32_t n = 1 + static_cast<uint32_t>(rng.next() % (T + 3));
+          for (uint32_t i = 0; i < n; ++i) slots.push_back(static_cast<int32_t>(rng.next() % T));
+          off.push_back(static_cast<uint32_t>(slots.size()));
+          longest = std::max(longest, n);
+        }
+        const size_t w = static_cast<size_t>(heads) * D, guard = 16;
+        std::vector<float> a(w + 2 * guard, 12345.0f), b(w + 2 * guard, 12345.0f);
+        std::vector<uint8_t> scratch(2 * static_cast<size_t>(longest) * lh_kv_pool_row_bytes(&p));
+        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+        ran = ran && lh_attention_slots(&p, 1, q.data(), heads, slots.data(), off.data(), scale, a.data() + guard) == LH_OK &&
+              lh_attention_slots_gathered(&p, 1, q.data(), heads, slots.data(), off.data(), scratch.data(), scratch.size(), scale, b.data() + guard) == LH_OK;
+        for (size_t i = 0; i < w; ++i) same = same && same_bits_or_both_nan(a[guard + i], b[guard + i]);
+        for (size_t i = 0; i < guard; ++i)
+          guards = guards && a[i] == 12345.0f && a[guard + w + i] == 12345.0f;
+        ++cases;
+        lh_kv_pool_free(&p);
+      }
+  check(ran && same, "slots in place == gathered into scratch, bit for bit (fp16/fp32/int8, GQA 1/2/4, 45 shapes)", "ran %d cases", cases);
+  check(guards, "slots in place: nothing written outside out");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1613,8 +1662,8 @@ void test_kv_int8() {
     offs.push_back(static_cast<uint32_t>(all.size()));
   }
   std::vector<uint8_t> scratch(2 * T * lh_kv_pool_row_bytes(&p));
-  const lh_status ss = lh_attention_slots(&p, 1, q.data(), heads, all.data(), offs.data(), scratch.data(), scratch.size(), scale, os.data());
-  const lh_status small = lh_attention_slots(&p, 1, q.data(), heads, all.data(), offs.data(), scratch.data(), 2 * T * D, scale, os.data());
+  const lh_status ss = lh_attention_slots(&p, 1, q.data(), heads, all.data(), offs.data(), scale, os.data());
+  const lh_status small = lh_attention_slots_gathered(&p, 1, q.data(), heads, all.data(), offs.data(), scratch.data(), 2 * T * D, scale, os.data());
   bool same = ss == LH_OK && small == LH_BAD_ARGUMENT;
   for (size_t i = 0; i < o.size(); ++i) same = same && lh_f32_bits(o[i]) == lh_f32_bits(os[i]);
   const lh_status sst = lh_attention_scores(&p, 1, q.data(), heads, T, scale, sc.data());
@@ -1954,6 +2003,7 @@ int main(int argc, char** argv) {
   test_speculator();
   test_speculator_reuse();
   test_attention_slots();
+  test_attention_slots_in_place();
   test_kv_eviction();
   test_int8_quantize();
   test_attention_int8(LH_ATTN_PORTABLE);
