@@ -71,6 +71,12 @@ export interface KvPoolOptions {
    * The budget must hold more than sinks + recent tokens. truncate(n) then forgets positions >= n.
    */
   eviction?: { sinks: number; recent: number; ageEvery: number };
+  /**
+   * Default true: on Linux a pool of 2 MiB or more starts on a 2 MiB boundary and is advised
+   * madvise(MADV_HUGEPAGE), so with transparent huge pages in 'madvise' (or 'always') mode its rows sit
+   * on 2 MiB pages and scattered row reads miss the TLB far less. false: plain 4 KiB pages (benchmarks).
+   */
+  hugePages?: boolean;
 }
 
 export type KvType = 'fp16' | 'fp32' | 'int8';
@@ -143,6 +149,8 @@ export interface KvPool {
   importLayer(layer: number, tokens: number, data: Uint8Array): void;
   /** Created with `eviction`. */
   readonly evicting: boolean;
+  /** The mapping is 2 MiB aligned and the kernel accepted madvise(MADV_HUGEPAGE) (whether THP then backs it is the kernel's choice). */
+  readonly hugePages: boolean;
   /** Tokens evicted from `layer` since creation/reset (evicting pools). */
   evictions(layer: number): number;
   /** Sum of evictions over layers (0 for a pool without eviction). */

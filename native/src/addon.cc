@@ -32,7 +32,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 8;
+constexpr int kAbiVersion = 9;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -176,6 +176,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                            InstanceMethod<&KvPool::ExportLayer>("exportLayer"),
                            InstanceMethod<&KvPool::ImportLayer>("importLayer"),
                            InstanceAccessor<&KvPool::Evicting>("evicting"),
+                           InstanceAccessor<&KvPool::HugePages>("hugePages"),
                            InstanceMethod<&KvPool::Evictions>("evictions"),
                            InstanceMethod<&KvPool::EvictionsTotal>("evictionsTotal"),
                            InstanceMethod<&KvPool::LastSlot>("lastSlot"),
@@ -217,6 +218,12 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
         cfg.sinks = u32_arg(env_, e.Get("sinks"), "eviction.sinks", 0, 0x7fffffffu);
         cfg.recent = u32_arg(env_, e.Get("recent"), "eviction.recent", 0, 0x7fffffffu);
         cfg.age_every = u32_arg(env_, e.Get("ageEvery"), "eviction.ageEvery", 1, 0x7fffffffu);
+      }
+      cfg.no_huge_pages = 0;
+      const Napi::Value hp = o.Get("hugePages");
+      if (!hp.IsUndefined()) {
+        if (!hp.IsBoolean()) fail(env_, LH_BAD_ARGUMENT, "hugePages must be a boolean, got " + describe(hp));
+        cfg.no_huge_pages = hp.As<Napi::Boolean>().Value() ? 0 : 1;
       }
       const lh_status st = lh_kv_pool_init(&pool_, &cfg);
       if (st == LH_BAD_ARGUMENT && cfg.evict != 0)
@@ -386,6 +393,8 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
   Napi::Value ReadV(const Napi::CallbackInfo& info) { return Read(info, LH_KV_VALUE); }
 
   Napi::Value Evicting(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, pool_.evict != 0); }
+  // hugePages: the mapping is 2 MiB aligned and madvise(MADV_HUGEPAGE) was accepted
+  Napi::Value HugePages(const Napi::CallbackInfo& info) { return Napi::Boolean::New(env_, pool_.huge_pages != 0); }
 
   const lh_kv_evict_layer* EvictState(const Napi::CallbackInfo& info, lh_kv_pool* p) {
     if (p->evict == 0) fail(env_, LH_BAD_ARGUMENT, "this KV pool was created without eviction");

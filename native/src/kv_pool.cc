@@ -67,6 +67,34 @@ uint64_t physical_memory_bytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
 }
 
+// Maps `total` bytes of zeroed anonymous memory. With `huge`, on Linux, a mapping of at least 2 MiB
+// is placed on a 2 MiB boundary (over-mapped by 2 MiB, the ends unmapped again: THP backs only
+// aligned 2 MiB ranges) and advised MADV_HUGEPAGE; *advised says whether the advice was taken. The
+// result is always exactly `total` bytes long, so munmap(base, total) frees it.
+void* map_pool(size_t total, bool huge, uint32_t* advised) {
+  *advised = 0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (huge && total >= kHuge && total <= SIZE_MAX - kHuge) {
+    void* raw = mmap(nullptr, total + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw != MAP_FAILED) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(raw);
+      const uintptr_t b = (a + kHuge - 1) & ~static_cast<uintptr_t>(kHuge - 1);
+      if (b > a) munmap(raw, b - a);
+      const size_t tail = (a + total + kHuge) - (b + total);
+      if (tail > 0) munmap(reinterpret_cast<void*>(b + total), tail);
+      void* base = reinterpret_cast<void*>(b);
+      if (madvise(base, total, MADV_HUGEPAGE) == 0) *advised = 1;
+      return base;
+    }
+  }
+#else
+  (void)huge;
+#endif
+  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return base == MAP_FAILED ? nullptr : base;
+}
+
 }  // namespace
 
 lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length) {
@@ -93,8 +121,9 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
   const lh_status st = lh_kv_pool_plan(cfg, &capacity, &total);
   if (st != LH_OK) return st;
   if (total > SIZE_MAX) return LH_OUT_OF_MEMORY;
-  void* base = mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return LH_OUT_OF_MEMORY;
+  uint32_t advised = 0;
+  void* base = map_pool(static_cast<size_t>(total), cfg->no_huge_pages == 0, &advised);
+  if (base == nullptr) return LH_OUT_OF_MEMORY;
   const Layout l = layout_for(cfg, capacity);
   char* b = static_cast<char*>(base);
   pool->layers = cfg->layers;
@@ -105,6 +134,7 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
   pool->elem_bytes = lh_kv_type_bytes(cfg->kv_type);
   pool->bytes_per_token = per_token_bytes(cfg);
   pool->byte_length = total;
+  pool->huge_pages = advised;
   pool->base = base;
   pool->length = reinterpret_cast<uint32_t*>(b + l.length_off);  // anonymous pages are zero
   pool->k = b + l.k_off;

@@ -93,6 +93,9 @@ struct lh_kv_pool_config {
   uint32_t sinks;         // protected first positions (evict; the runner's default 4)
   uint32_t recent;        // protected newest tokens per layer (evict; the runner's default 64)
   uint32_t age_every;     // counters halve every age_every noted steps (evict; >= 1, the runner's default 32)
+  uint32_t no_huge_pages; // 0 (default): a pool of >= 2 MiB starts on a 2 MiB boundary and is advised
+                          // MADV_HUGEPAGE (Linux; THP 'madvise' mode backs it with 2 MiB pages, so scattered
+                          // row reads miss the TLB far less); nonzero: plain 4 KiB pages (for A/B benchmarks)
 };
 
 // Per-layer eviction bookkeeping (in the pool's allocation).
@@ -117,6 +120,7 @@ struct lh_kv_pool {
   uint32_t elem_bytes;        // 2 (fp16), 4 (fp32) or 1 (int8)
   uint64_t bytes_per_token;   // bytes one token costs across all layers and heads (scales included)
   uint64_t byte_length;       // bytes of the allocation (<= budget)
+  uint32_t huge_pages;        // 1 when the mapping was 2 MiB aligned and madvise(MADV_HUGEPAGE) succeeded
 
   // the one allocation; null when the pool is not initialised or has been freed
   void* base;
@@ -143,7 +147,9 @@ struct lh_kv_pool {
 // machine's physical memory.
 lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length);
 
-// Plans and maps the pool (MAP_PRIVATE|MAP_ANONYMOUS; pages are touched only when written).
+// Plans and maps the pool (MAP_PRIVATE|MAP_ANONYMOUS; pages are touched only when written); see
+// no_huge_pages for the 2 MiB alignment and MADV_HUGEPAGE advice (advice only: a kernel that refuses
+// it leaves huge_pages 0 and the pool works the same).
 // On failure *pool is zeroed and nothing is allocated.
 lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg);
 

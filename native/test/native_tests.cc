@@ -1267,6 +1267,76 @@ void test_attention_slots_in_place() {
   check(guards, "slots in place: nothing written outside out");
 }
 
+// Huge pages for the pool (kv_pool.h, no_huge_pages): a pool of >= 2 MiB starts on a 2 MiB boundary
+// and, where THP is not 'never', the kernel took the MADV_HUGEPAGE advice; the smaps line of the
+// mapping then shows AnonHugePages once rows are written. no_huge_pages = 1 maps plain pages. Both
+// pools store and read back the same rows, and free() unmaps exactly what was mapped.
+std::string read_text(const char* path) {
+  std::string out;
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+
+// kB of AnonHugePages in the smaps entry of the mapping that starts at `base` (-1: not found)
+long anon_huge_kb(const void* base) {
+  const std::string smaps = read_text("/proc/self/smaps");
+  char head[32];
+  std::snprintf(head, sizeof head, "%lx-", static_cast<unsigned long>(reinterpret_cast<uintptr_t>(base)));
+  size_t at = smaps.find(head);
+  while (at != std::string::npos && at != 0 && smaps[at - 1] != '\n') at = smaps.find(head, at + 1);
+  if (at == std::string::npos) return -1;
+  const size_t key = smaps.find("AnonHugePages:", at);
+  if (key == std::string::npos) return -1;
+  return std::strtol(smaps.c_str() + key + 14, nullptr, 10);
+}
+
+void test_kv_pool_huge_pages() {
+#if defined(__linux__)
+  const std::string thp = read_text("/sys/kernel/mm/transparent_hugepage/enabled");
+  const bool thp_on = !thp.empty() && thp.find("[never]") == std::string::npos;
+  const uint32_t L = 2, H = 4, D = 64, T = 4096;  // 2 * 2 * 4 * 4096 * 64 * 2 B = 16 MiB of rows
+  lh_kv_pool_config cfg{static_cast<uint64_t>(T) * L * H * (2 * D * 2 + 4) + 4096, L, H, D, LH_KV_F16, 0};
+  lh_kv_pool a, b;
+  cfg.no_huge_pages = 0;
+  const bool ia = lh_kv_pool_init(&a, &cfg) == LH_OK;
+  cfg.no_huge_pages = 1;
+  const bool ib = lh_kv_pool_init(&b, &cfg) == LH_OK;
+  if (!ia || !ib) {
+    check(false, "huge pages: pool init", "init failed");
+    return;
+  }
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.base) & ((uintptr_t{2} << 20) - 1)) == 0;
+  check(aligned && (a.huge_pages == 1) == thp_on && b.huge_pages == 0, "huge pages: a 16 MiB pool is 2 MiB aligned and advised (THP not 'never'); no_huge_pages maps plain pages",
+        "aligned %d, advised %u (THP %s), plain pool advised %u", aligned, a.huge_pages, thp_on ? "on" : "never", b.huge_pages);
+  Rng rng(99);
+  std::vector<float> k(static_cast<size_t>(T) * H * D), v(k.size());
+  for (auto& x : k) x = rng.normal();
+  for (auto& x : v) x = rng.normal();
+  bool same = lh_kv_pool_append_batch(&a, 1, k.data(), v.data(), T, 0, nullptr) == LH_OK &&
+              lh_kv_pool_append_batch(&b, 1, k.data(), v.data(), T, 0, nullptr) == LH_OK;
+  std::vector<float> ra(D), rb(D);
+  for (uint32_t t = 0; t < T && same; t += 97)
+    for (uint32_t g = 0; g < H; ++g) {
+      lh_kv_pool_read(&a, LH_KV_VALUE, 1, g, t, ra.data(), nullptr);
+      lh_kv_pool_read(&b, LH_KV_VALUE, 1, g, t, rb.data(), nullptr);
+      same = same && std::memcmp(ra.data(), rb.data(), D * sizeof(float)) == 0 && ra[0] == lh_fp16_to_fp32(lh_fp32_to_fp16(v[(static_cast<size_t>(t) * H + g) * D]));
+    }
+  check(same, "huge pages: both pools store and read back the same rows");
+  const long huge_kb = anon_huge_kb(a.base), plain_kb = anon_huge_kb(b.base);
+  // the kernel may lack free 2 MiB pages at this moment; then it falls back to 4 KiB ones: say so, do not fail
+  std::printf("info  huge pages: AnonHugePages %ld kB in the advised pool, %ld kB in the plain one\n", huge_kb, plain_kb);
+  check(plain_kb <= 0, "huge pages: the plain pool has no huge pages", "%ld kB", plain_kb);
+  lh_kv_pool_free(&a);
+  lh_kv_pool_free(&b);
+  check(a.base == nullptr && b.base == nullptr, "huge pages: free() zeroes both pools");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Eviction under a byte budget (ARCHITECTURE.md §5): 5,000 tokens through a pool that holds ~300
 // ---------------------------------------------------------------------------------------------
@@ -2004,6 +2074,7 @@ int main(int argc, char** argv) {
   test_speculator_reuse();
   test_attention_slots();
   test_attention_slots_in_place();
+  test_kv_pool_huge_pages();
   test_kv_eviction();
   test_int8_quantize();
   test_attention_int8(LH_ATTN_PORTABLE);
