@@ -116,6 +116,11 @@ export const GenerateParamsSchema = z.strictObject({
   document: DocumentIdSchema().optional(),
   /** Send each token's top-k log-probabilities under the model's own distribution (softmax of the raw logits; 0/absent = none). */
   logprobs: z.int().min(0).max(20).optional(),
+  /**
+   * Metrics every N decode steps (each a measured step: recall, oracle recall, positions) instead of
+   * at most every 100 ms — the inspector's own runs (Compare), for a denser recall chart and token map.
+   */
+  inspectEvery: z.int().min(1).max(4096).optional(),
 });
 export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
 /** Generation parameters as a client writes them (defaults may be left out). */
