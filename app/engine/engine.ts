@@ -376,6 +376,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         ...(restore || saved ? { snapshot: snapshotReport(restore, saved) } : {}),
       });
       const metrics = new StepMetricsSampler(state.runner, state.model.hyper, state.runner.policy);
+      if (params.inspectEvery !== undefined) metrics.sampleEvery(params.inspectEvery);
       try {
         for await (const event of stream) {
           if (event.type === 'token') {

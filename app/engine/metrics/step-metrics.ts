@@ -45,6 +45,8 @@ export class StepMetricsSampler {
   private readonly probe: InspectProbe | undefined;
   /** the probe is armed for the step the next snapshot reports */
   private waiting = false;
+  /** sampleEvery(): snapshots by step count instead of by time */
+  private everySteps: number | undefined;
 
   constructor(
     private readonly source: MetricsSource,
@@ -61,6 +63,12 @@ export class StepMetricsSampler {
     }
   }
 
+  /** Snapshots every `steps` decode steps (each one measured by the probe) instead of by time. */
+  sampleEvery(steps: number): void {
+    if (!Number.isInteger(steps) || steps < 1) throw new RangeError(`sampleEvery needs a positive integer, got ${steps}`);
+    this.everySteps = steps;
+  }
+
   /** Detaches the probe from the source (the generation ended). */
   close(): void {
     if (this.probe) this.source.setProbe?.(undefined);
@@ -69,12 +77,15 @@ export class StepMetricsSampler {
   /** A snapshot when the interval has passed since the last one, else undefined. */
   maybe(step: number): StepMetrics | undefined {
     const t = this.now();
-    if (t - this.lastAt < this.intervalMs) return undefined;
-    if (this.probe && !this.waiting) {
-      // measure the next step, and report it
-      this.probe.arm();
-      this.waiting = true;
-      return undefined;
+    if (!this.waiting) {
+      const due = this.everySteps !== undefined ? step % this.everySteps === 0 : t - this.lastAt >= this.intervalMs;
+      if (!due) return undefined;
+      if (this.probe) {
+        // measure the next step, and report it
+        this.probe.arm();
+        this.waiting = true;
+        return undefined;
+      }
     }
     this.waiting = false;
     this.lastAt = t;

@@ -223,6 +223,21 @@ describe.skipIf(!have)('the probe on kjv-llama-hd64', () => {
     // first call arms (step 1), reports step 2; then every 100 ms of the 30 ms clock: arm at +120, report at +150
     expect(reports).toEqual([2, 7, 12, 17]);
     sampler.close();
+    // every 4 steps (the inspector's Compare): arm at steps 4, 8, 12, …, report the step after, whatever the clock
+    const every = new StepMetricsSampler(runner, model.hyper, 'streaming', 100, () => 0);
+    every.sampleEvery(4);
+    const stepped: number[] = [];
+    for (let t = 120; t < 137; t++) {
+      await runner.decode(ids[t]!);
+      const snapshot = every.maybe(t - 119);
+      if (snapshot) {
+        stepped.push(snapshot.step);
+        expect(snapshot.layers[2]!.oracleRecall).toBeGreaterThan(0);
+      }
+    }
+    expect(stepped).toEqual([5, 9, 13, 17]);
+    expect(() => every.sampleEvery(0)).toThrow(RangeError);
+    every.close();
     await runner.dispose();
   });
 
