@@ -258,7 +258,9 @@ export class EngineClient {
           this.broadcast(event);
           live();
         } else if (event.kind === 'metrics') {
-          stepThrottle.push({ requestId, metrics: event.metrics });
+          // a generation that asked for metrics every N steps (the inspector's) gets each of them
+          if (params.inspectEvery !== undefined) this.emitStepMetrics({ requestId, metrics: event.metrics }, callbacks);
+          else stepThrottle.push({ requestId, metrics: event.metrics });
         } else if (event.kind === 'done') {
           text += event.text;
           batcher.push(event.text);
