@@ -4,10 +4,10 @@
 // the sampled steps (selected / not / evicted). Below, the context's text token by token, coloured
 // by the same frequency: the window of tokens around the column under the pointer (or clicked).
 // Hovering a token shows its id, position, per-layer fetch counts, prefetch counter and eviction.
-import { useEffect, useMemo, useRef, useState } from 'react';
+import { memo, useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { sanitiseText } from '../../ui/SafeText.tsx';
 import { heatColor } from './data.ts';
-import { bucketRange, contextTokens, fetchFrequency, fetchStats, mapGrid, tokenInfo, type MapMode, type Run, type TokenInfo } from './runs.ts';
+import { bucketRange, contextTokens, fetchFrequency, fetchStats, mapGrid, tokenInfo, type ContextToken, type FetchStats, type MapMode, type Run, type TokenInfo } from './runs.ts';
 
 /** Tokens of text shown at once around the focus. */
 export const TEXT_WINDOW = 480;
@@ -57,8 +57,8 @@ export function TokenMap({ run }: { run: Run }) {
 
   const center = focus ?? Math.max(0, P - Math.floor(TEXT_WINDOW / 2));
   const from = Math.max(0, Math.min(center - Math.floor(TEXT_WINDOW / 2), P - TEXT_WINDOW));
-  const shown = tokens.slice(from, from + TEXT_WINDOW);
-  const evictedAny = (p: number) => stats.evictedAt.some((e) => (e[p] ?? -1) >= 0);
+  const onHover = useCallback((p: number | null) => setHover(p === null ? null : tokenInfo(run, stats, p)), [run, stats]);
+  const shown = useMemo(() => tokens.slice(from, from + TEXT_WINDOW), [tokens, from]);
 
   const cellAt = (e: React.MouseEvent<HTMLCanvasElement>) => {
     const rect = e.currentTarget.getBoundingClientRect();
@@ -106,26 +106,34 @@ export function TokenMap({ run }: { run: Run }) {
         <span className="swatch" style={{ background: 'rgb(253,231,37)' }} /> fetched in every sampled step · <span className="swatch" style={{ background: 'rgb(33,145,140)' }} /> in some · <span className="swatch" style={{ background: 'rgb(20,18,40)' }} /> never ·{' '}
         <span className="swatch" style={{ background: `rgb(${EVICTED.join(',')})` }} /> evicted · <span className="swatch" style={{ background: `rgb(${EMPTY.join(',')})` }} /> not in the context yet. Generated tokens are underlined.
       </p>
-      <div
-        className="token-text"
-        aria-label="Context text"
-        onMouseOver={(e) => {
-          const p = Number((e.target as HTMLElement).dataset.pos);
-          if (Number.isInteger(p)) setHover(tokenInfo(run, stats, p));
-        }}
-        onMouseLeave={() => setHover(null)}
-      >
-        {from > 0 && <span className="muted">… {from.toLocaleString('en-US')} tokens before · </span>}
-        {shown.map((t) => (
-          <span key={t.position} data-pos={t.position} className={t.generated ? 'tok gen' : 'tok'} style={{ background: tokenBackground(freq[t.position] ?? Number.NaN, evictedAny(t.position)) }}>
-            {visible(t.text) || '∅'}
-          </span>
-        ))}
-      </div>
+      <TokenText tokens={shown} from={from} freq={freq} stats={stats} onHover={onHover} />
       {hover && <TokenTooltip info={hover} />}
     </div>
   );
 }
+
+/** The text window, its own component so a pointer over the map (a new cell, every frame) does not re-render 480 spans. */
+const TokenText = memo(function TokenText({ tokens, from, freq, stats, onHover }: { tokens: ContextToken[]; from: number; freq: Float32Array; stats: FetchStats; onHover: (position: number | null) => void }) {
+  const evictedAny = (p: number) => stats.evictedAt.some((e) => (e[p] ?? -1) >= 0);
+  return (
+    <div
+      className="token-text"
+      aria-label="Context text"
+      onMouseOver={(e) => {
+        const p = Number((e.target as HTMLElement).dataset.pos);
+        if (Number.isInteger(p)) onHover(p);
+      }}
+      onMouseLeave={() => onHover(null)}
+    >
+      {from > 0 && <span className="muted">… {from.toLocaleString('en-US')} tokens before · </span>}
+      {tokens.map((t) => (
+        <span key={t.position} data-pos={t.position} className={t.generated ? 'tok gen' : 'tok'} style={{ background: tokenBackground(freq[t.position] ?? Number.NaN, evictedAny(t.position)) }}>
+          {visible(t.text) || '∅'}
+        </span>
+      ))}
+    </div>
+  );
+});
 
 export function TokenTooltip({ info }: { info: TokenInfo }) {
   return (

@@ -18,6 +18,9 @@ export const RUN_CAPACITY = 8;
 export const RUN_SAMPLE_CAPACITY = 4000;
 /** Top-k log-probabilities the comparison asks for on both sides (the engine's most). */
 export const COMPARE_LOGPROBS = 20;
+/** Measured samples a comparison asks for per side: one every N decode steps, about this many over the run. */
+export const COMPARE_SAMPLES = 150;
+export const compareSampleEvery = (maxTokens: number): number => Math.max(1, Math.ceil(maxTokens / COMPARE_SAMPLES));
 
 /** Policies the protocol names; each can be chosen per generation (a refusal comes back as the run's error). */
 export const POLICIES: readonly KvPolicy[] = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'];
@@ -198,7 +201,7 @@ async function generateGreedy(engine: EngineClient, prompt: Prompt, maxTokens: n
     else if (event.kind === 'prompt') promptIds = event.ids;
   });
   try {
-    const generation = engine.generate(prompt, { maxTokens, stopOnEos: false, policy, logprobs: COMPARE_LOGPROBS, sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } });
+    const generation = engine.generate(prompt, { maxTokens, stopOnEos: false, policy, logprobs: COMPARE_LOGPROBS, inspectEvery: compareSampleEvery(maxTokens), sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } });
     requestId = generation.requestId;
     onCancel(() => generation.cancel());
     const result = await generation.result;

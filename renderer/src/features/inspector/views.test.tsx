@@ -7,7 +7,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { LayerMetrics, StepMetrics } from '../../../../app/common/protocol.ts';
 import { resetEngineStore } from '../../engine/store.ts';
 import { installServices, uninstallServices } from '../../services.ts';
-import { FakeApi, timeoutFrames } from '../../test/fake-api.ts';
+import { FakeApi, stepMetrics, timeoutFrames } from '../../test/fake-api.ts';
+import { useEngineStore } from '../../engine/store.ts';
+import { services } from '../../services.ts';
 import { formatBytes } from '../../ui/format.ts';
 import { AbView } from './AbView.tsx';
 import { compareTokens } from './data.ts';
@@ -16,7 +18,7 @@ import { InspectorView } from './InspectorView.tsx';
 import { MemoryChart } from './MemoryChart.tsx';
 import { RecallChart } from './RecallChart.tsx';
 import { fetchStats, JsonlError, klLowerBound, mapGrid, parseRunsJsonl, runsToJsonl, stepCompare, type Run } from './runs.ts';
-import { resetInspectorStore, runs, useInspectorStore } from './store.ts';
+import { compareSampleEvery, COMPARE_LOGPROBS, resetInspectorStore, runs, useInspectorStore } from './store.ts';
 import { TokenMap } from './TokenMap.tsx';
 
 interface RawRun { requestId: string; policy: string; promptIds: number[]; pieces: string[]; tokens: [number, string, [number, number][]?][] }
@@ -220,5 +222,32 @@ describe('A/B', () => {
       expect(bound).toBeGreaterThanOrEqual(0);
       expect(klLowerBound(top(p), top(p))).toBeCloseTo(0, 12);
     }
+  });
+});
+
+describe('live runs', () => {
+  it('a comparison asks for top-20 logprobs and a measured sample every N steps; each of its samples and tokens lands in its run', async () => {
+    const api = new FakeApi();
+    installServices(api, { schedule: timeoutFrames });
+    const model = await services().engine.load({ modelPath: '/m.gguf', policy: 'full', contextLength: 1024 });
+    act(() => useEngineStore.getState().setModel(model));
+    act(() => useInspectorStore.getState().editCompare({ maxTokens: 300, policyA: 'infinigen', policyB: 'h2o' }));
+    void useInspectorStore.getState().runCompare();
+    await new Promise((r) => setTimeout(r, 0));
+    const g = api.lastGeneration();
+    expect(g.params).toMatchObject({ logprobs: COMPARE_LOGPROBS, inspectEvery: compareSampleEvery(300), policy: 'infinigen' });
+    expect(compareSampleEvery(300)).toBe(2);
+    act(() => {
+      api.emit({ kind: 'prompt', requestId: g.requestId, ids: [1, 5, 6], contextLength: 1024, pieces: ['<s>', ' In', ' the'] });
+      api.emit({ kind: 'token', requestId: g.requestId, index: 0, id: 9, text: ' beginning', top: [[9, -0.1], [4, -2.5]] });
+      // three samples at once: none is dropped by the 10-a-second throttle
+      for (const step of [1, 2, 3]) api.metrics(g.requestId, stepMetrics({ step, contextTokens: 3 + step }, [{}, {}, { positions: [0, 1], oracleRecall: 0.9, recall: 0.8 }]));
+    });
+    const run = runs().find((r) => r.requestId === g.requestId)!;
+    expect(run.samples.map((s) => s.step)).toEqual([1, 2, 3]);
+    expect(run.pieces).toEqual(['<s>', ' In', ' the']);
+    expect(run.tokens[0]).toEqual({ id: 9, text: ' beginning', top: [[9, -0.1], [4, -2.5]] });
+    expect(fetchStats(run).counts[0]![1]).toBe(3);
+    useInspectorStore.getState().stopCompare();
   });
 });
