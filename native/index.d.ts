@@ -205,6 +205,48 @@ export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array
  */
 export declare function attentionScores(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, tokens?: number): void;
 
+// ─── Comparison policies' selection over the pool (native/src/policy_select.h) ─────────────────
+// The rules of app/engine/kv/policies-reference.ts (the tests' oracle) in C++: the same inputs give
+// the same slots (ties: the lower slot; NaN ranks below everything). The state kept across steps is
+// the caller's typed arrays. Selections write per KV head an ascending list into `slots` at
+// offsets[g] .. offsets[g+1] (offsets: Int32Array [kvHeads + 1]) and return the total; a list may be
+// empty; the current token is never in it.
+
+/** streaming: sinks [0, min(sinks, N)) + the recent window [N − window, N) into out (≥ N elements); returns the count. */
+export declare function selectStreaming(N: number, sinks: number, window: number, out: Int32Array): number;
+
+/**
+ * h2o, one step: acc Float32Array [kvHeads, C] (accumulated mass), live Uint8Array [kvHeads, C]
+ * (1 = still held). Per KV head: the live recent slots (j ≥ N − recent) + the (budget − their count)
+ * older live slots of largest acc; every older slot not kept gets live = 0 for good. recent ≤ budget ≤ N ≤ C.
+ * slots: ≥ kvHeads·budget elements.
+ */
+export declare function selectH2o(acc: Float32Array, live: Uint8Array, kvHeads: number, C: number, N: number, budget: number, recent: number, slots: Int32Array, offsets: Int32Array): number;
+
+/**
+ * h2o, one query's mass: per query head, softmax of its logits over its KV head's list
+ * (slots/offsets as attendSlots takes them, the current token included; empty lists allowed), or
+ * over every slot < n without lists (prefill), added to acc [kvHeads, C] (double(acc) + e / sum, rounded to fp32).
+ */
+export declare function h2oAccumulate(pool: KvPool, layer: number, q: Float32Array, heads: number, acc: Float32Array, C: number, n: number, slots?: Int32Array, offsets?: Int32Array): void;
+
+/** quest: extends pageMin / pageMax [kvHeads, maxPages, headDim] (JS min/max) with the stored key rows of slots from..to−1 (page j / pageSize). */
+export declare function questExtendBounds(pool: KvPool, layer: number, pageMin: Float32Array, pageMax: Float32Array, maxPages: number, pageSize: number, from: number, to: number): void;
+
+/**
+ * quest, one step: q [heads, d]; bounds [kvHeads, maxPages, d]; the ⌈N / pageSize⌉ pages ranked per
+ * KV head by max over the group of (U − max U), U = Σ max(q·min, q·max); the top `topPages` pages'
+ * slots < N. slots: ≥ kvHeads·min(N, topPages·pageSize) elements.
+ */
+export declare function selectQuest(q: Float32Array, heads: number, kvHeads: number, d: number, pageMin: Float32Array, pageMax: Float32Array, maxPages: number, N: number, pageSize: number, topPages: number, slots: Int32Array, offsets: Int32Array): number;
+
+/**
+ * snapkv, once per prompt of P tokens: obsQ [window, heads, headDim], row i the query of position
+ * P − window + i; per KV head the top (budget − window) prefix slots by the pooled votes (max-pool,
+ * odd kernel) + the window. window ≤ budget < P ≤ length(layer). slots: ≥ kvHeads·budget elements.
+ */
+export declare function snapkvCompress(pool: KvPool, layer: number, obsQ: Float32Array, heads: number, P: number, window: number, budget: number, kernel: number, slots: Int32Array, offsets: Int32Array): number;
+
 /**
  * InfiniGen's column energies (ARCHITECTURE.md §4.2) of one layer for a run of `tokens` tokens: for t
  * in order, for each KV head g, qEnergy[g·d + j] += Σ over g's query heads |(q[t, h] · A_g)[j]| and

@@ -139,6 +139,39 @@ export function attentionScores(pool, layer, q, heads, out, tokens) {
   else loadAddon().attentionScores(pool, layer, q, heads, out, tokens);
 }
 
+// ─── the comparison policies' selection over the pool (native/src/policy_select.h; see index.d.ts) ───
+
+/** streaming: sinks + recent window of N slots into out; returns the count. */
+export function selectStreaming(N, sinks, window, out) {
+  return loadAddon().selectStreaming(N, sinks, window, out);
+}
+
+/** h2o: per KV head recent + heavy hitters by acc among live slots, evicting the older ones not kept; returns the total. */
+export function selectH2o(acc, live, kvHeads, C, N, budget, recent, slots, offsets) {
+  return loadAddon().selectH2o(acc, live, kvHeads, C, N, budget, recent, slots, offsets);
+}
+
+/** h2o: adds one query's softmax mass over each KV head's list (or every slot < n) to acc. */
+export function h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets) {
+  if (slots === undefined) loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n);
+  else loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets);
+}
+
+/** quest: extends the page bounds with the stored keys of slots from..to−1. */
+export function questExtendBounds(pool, layer, pageMin, pageMax, maxPages, pageSize, from, to) {
+  loadAddon().questExtendBounds(pool, layer, pageMin, pageMax, maxPages, pageSize, from, to);
+}
+
+/** quest: per KV head the slots of the top pages; returns the total. */
+export function selectQuest(q, heads, kvHeads, d, pageMin, pageMax, maxPages, N, pageSize, topPages, slots, offsets) {
+  return loadAddon().selectQuest(q, heads, kvHeads, d, pageMin, pageMax, maxPages, N, pageSize, topPages, slots, offsets);
+}
+
+/** snapkv: the kept prompt slots per KV head for a prompt of P tokens voted by the window's queries; returns the total. */
+export function snapkvCompress(pool, layer, obsQ, heads, P, window, budget, kernel, slots, offsets) {
+  return loadAddon().snapkvCompress(pool, layer, obsQ, heads, P, window, budget, kernel, slots, offsets);
+}
+
 /** InfiniGen's column energies of one layer for a run of tokens (see index.d.ts); adds to qEnergy / kEnergy. */
 export function skewEnergy(q, k, tokens, heads, kvHeads, headDim, a, qEnergy, kEnergy, reference = false) {
   loadAddon().skewEnergy(q, k, tokens, heads, kvHeads, headDim, a, qEnergy, kEnergy, reference);

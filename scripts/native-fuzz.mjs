@@ -30,6 +30,7 @@ const CORE = [
   'src/attention.cc',
   'src/infinigen.cc',
   'src/sparse_attention.cc',
+  'src/policy_select.cc',
   'src/reference/attention_ref.cc',
   'src/reference/infinigen_ref.cc',
 ];

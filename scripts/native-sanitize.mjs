@@ -27,6 +27,7 @@ const SOURCES = [
   'src/bandwidth.cc',
   'src/infinigen.cc',
   'src/sparse_attention.cc',
+  'src/policy_select.cc',
   'src/reference/attention_ref.cc',
   'src/reference/infinigen_ref.cc',
   'test/native_tests.cc',

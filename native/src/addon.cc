@@ -25,6 +25,7 @@
 #include "infinigen.h"
 #include "kv_pool.h"
 #include "mapped_file.h"
+#include "policy_select.h"
 #include "skew_energy.h"
 #include "sparse_attention.h"
 #include "status.h"
@@ -811,6 +812,195 @@ Napi::Value AttentionScores(const Napi::CallbackInfo& info) {
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// Comparison policies: selection over the pool (policy_select.h). Outputs: slots (Int32Array, room
+// for every head's list) and offsets (Int32Array, kvHeads + 1); each returns the total count.
+// ---------------------------------------------------------------------------------------------
+template <class A>
+A typed_arg(Napi::Env env, const Napi::Value& v, const char* name, napi_typedarray_type type, const char* type_name, size_t min_length) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != type)
+    fail(env, LH_BAD_ARGUMENT, std::string(name) + " must be a" + type_name + ", got " + describe(v));
+  A a = v.As<A>();
+  if (a.ElementLength() < min_length)
+    fail(env, LH_BAD_ARGUMENT, std::string(name) + " must have at least " + std::to_string(min_length) + " elements, has " + std::to_string(a.ElementLength()));
+  return a;
+}
+Napi::Int32Array i32_out(Napi::Env env, const Napi::Value& v, const char* name, size_t min_length) {
+  return typed_arg<Napi::Int32Array>(env, v, name, napi_int32_array, "n Int32Array", min_length);
+}
+
+// An output array's data, or a stand-in where it is empty (an empty typed array has no data pointer,
+// and a selection that writes nothing must not be refused for it).
+int32_t* out_data(Napi::Int32Array a) {
+  static thread_local int32_t none[1];
+  return a.ElementLength() > 0 ? a.Data() : none;
+}
+
+// scratch of the selection functions: grows to the largest N seen on this thread, then stays
+uint8_t* select_scratch(size_t n, size_t* bytes) {
+  static thread_local std::vector<uint8_t> scratch;
+  const size_t need = lh_select_scratch_bytes(n);
+  if (scratch.size() < need) scratch.resize(need);
+  *bytes = scratch.size();
+  return scratch.data();
+}
+
+// offsets (kv_heads + 1, uint32) -> the caller's Int32Array
+void copy_offsets(const std::vector<uint32_t>& off, Napi::Int32Array out) {
+  for (size_t g = 0; g < off.size(); ++g) out[g] = static_cast<int32_t>(off[g]);
+}
+
+// selectStreaming(N, sinks, window, out: Int32Array (>= N)) -> count
+Napi::Value SelectStreaming(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint32_t N = u32_arg(env, info[0], "N", 0, LH_MAX_TOKENS);
+    const uint32_t sinks = u32_arg(env, info[1], "sinks", 0, LH_MAX_TOKENS);
+    const uint32_t window = u32_arg(env, info[2], "window", 0, LH_MAX_TOKENS);
+    Napi::Int32Array out = i32_out(env, info[3], "out", N);
+    return Napi::Number::New(env, static_cast<double>(lh_select_streaming(N, sinks, window, out_data(out))));
+  });
+}
+
+// selectH2o(acc: Float32Array (kvHeads*C), live: Uint8Array (kvHeads*C), kvHeads, C, N, budget, recent, slots (>= kvHeads*budget), offsets)
+Napi::Value SelectH2o(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint32_t kvh = u32_arg(env, info[2], "kvHeads", 1, LH_MAX_KV_HEADS);
+    const uint32_t C = u32_arg(env, info[3], "C", 1, LH_MAX_TOKENS);
+    const uint32_t N = u32_arg(env, info[4], "N", 0, C);
+    const uint32_t budget = u32_arg(env, info[5], "budget", 0, N);
+    const uint32_t recent = u32_arg(env, info[6], "recent", 0, budget);
+    const size_t cells = static_cast<size_t>(kvh) * C;
+    const Napi::Float32Array acc = f32_arg(env, info[0], "acc", cells);
+    Napi::Uint8Array live = typed_arg<Napi::Uint8Array>(env, info[1], "live", napi_uint8_array, " Uint8Array", cells);
+    if (live.ElementLength() != cells) fail(env, LH_BAD_ARGUMENT, "live must have kvHeads * C elements");
+    Napi::Int32Array slots = i32_out(env, info[7], "slots", static_cast<size_t>(kvh) * budget);
+    Napi::Int32Array offsets = i32_out(env, info[8], "offsets", kvh + 1);
+    std::vector<uint32_t> off(kvh + 1);
+    size_t bytes = 0;
+    uint8_t* scratch = select_scratch(N, &bytes);
+    const lh_status st = lh_select_h2o(acc.Data(), live.Data(), kvh, C, N, budget, recent, out_data(slots), off.data(), scratch, bytes);
+    if (st != LH_OK) fail(env, st, "selectH2o: bad arguments");
+    copy_offsets(off, offsets);
+    return Napi::Number::New(env, off[kvh]);
+  });
+}
+
+// h2oAccumulate(pool, layer, q (heads*headDim), heads, acc: Float32Array (kvHeads*C), C, n, slots?: Int32Array, offsets?: Int32Array)
+Napi::Value H2oAccumulate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    KvPool* wrap = KvPool::FromValue(env, info[0], "pool");
+    lh_kv_pool* p = wrap->Live();
+    const uint32_t layer = u32_arg(env, info[1], "layer", 0, p->layers - 1);
+    const uint32_t heads = u32_arg(env, info[3], "heads", 1, LH_MAX_HEADS);
+    if (heads % p->kv_heads != 0) fail(env, LH_BAD_ARGUMENT, "heads must be a multiple of kvHeads");
+    const Napi::Float32Array q = f32_arg(env, info[2], "q", static_cast<size_t>(heads) * p->head_dim);
+    const uint32_t C = u32_arg(env, info[5], "C", 1, LH_MAX_TOKENS);
+    Napi::Float32Array acc = f32_arg(env, info[4], "acc", static_cast<size_t>(p->kv_heads) * C);
+    const uint32_t n = u32_arg(env, info[6], "n", 0, std::min(C, lh_kv_pool_length(p, layer)));
+    const int32_t* slots = nullptr;
+    std::vector<uint32_t> off;
+    if (!info[7].IsUndefined()) {
+      const Napi::Int32Array sl = i32_out(env, info[7], "slots", 0);
+      const Napi::Int32Array of = i32_out(env, info[8], "offsets", p->kv_heads + 1);
+      if (of.ElementLength() != p->kv_heads + 1) fail(env, LH_BAD_ARGUMENT, "offsets must have kvHeads + 1 elements");
+      off.resize(p->kv_heads + 1);
+      for (uint32_t g = 0; g <= p->kv_heads; ++g) {
+        const int32_t o = of[g];
+        if (o < 0 || static_cast<size_t>(o) > sl.ElementLength() || (g > 0 && o < static_cast<int32_t>(off[g - 1])) || (g == 0 && o != 0))
+          fail(env, LH_BAD_ARGUMENT, "offsets must start at 0, not decrease and end within slots");
+        off[g] = static_cast<uint32_t>(o);
+      }
+      slots = sl.Data();
+    }
+    const lh_status st = lh_h2o_accumulate(p, layer, q.Data(), heads, acc.Data(), C, n, slots, slots == nullptr ? nullptr : off.data(),
+                                           1.0f / std::sqrt(static_cast<float>(p->head_dim)));
+    if (st != LH_OK) fail(env, st, "h2oAccumulate: a slot outside the layer's tokens or C");
+    return env.Undefined();
+  });
+}
+
+// questExtendBounds(pool, layer, pageMin, pageMax (kvHeads*maxPages*headDim), maxPages, pageSize, from, to)
+Napi::Value QuestExtendBounds(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    KvPool* wrap = KvPool::FromValue(env, info[0], "pool");
+    lh_kv_pool* p = wrap->Live();
+    const uint32_t layer = u32_arg(env, info[1], "layer", 0, p->layers - 1);
+    const uint32_t max_pages = u32_arg(env, info[4], "maxPages", 1, LH_MAX_TOKENS);
+    const uint32_t page_size = u32_arg(env, info[5], "pageSize", 1, LH_MAX_TOKENS);
+    const uint32_t to = u32_arg(env, info[7], "to", 0, lh_kv_pool_length(p, layer));
+    const uint32_t from = u32_arg(env, info[6], "from", 0, to);
+    const size_t n = static_cast<size_t>(p->kv_heads) * max_pages * p->head_dim;
+    Napi::Float32Array mn = f32_arg(env, info[2], "pageMin", n);
+    Napi::Float32Array mx = f32_arg(env, info[3], "pageMax", n);
+    const lh_status st = lh_quest_extend_bounds(p, layer, mn.Data(), mx.Data(), max_pages, page_size, from, to);
+    if (st != LH_OK) fail(env, st, "questExtendBounds: a slot's page beyond maxPages");
+    return env.Undefined();
+  });
+}
+
+// selectQuest(q (heads*d), heads, kvHeads, d, pageMin, pageMax (kvHeads*maxPages*d), maxPages, N, pageSize, topPages, slots, offsets)
+Napi::Value SelectQuest(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint32_t heads = u32_arg(env, info[1], "heads", 1, LH_MAX_HEADS);
+    const uint32_t kvh = u32_arg(env, info[2], "kvHeads", 1, LH_MAX_KV_HEADS);
+    const uint32_t d = u32_arg(env, info[3], "d", 1, LH_MAX_HEAD_DIM);
+    if (heads % kvh != 0) fail(env, LH_BAD_ARGUMENT, "heads must be a multiple of kvHeads");
+    const uint32_t max_pages = u32_arg(env, info[6], "maxPages", 1, LH_MAX_TOKENS);
+    const uint32_t page_size = u32_arg(env, info[8], "pageSize", 1, LH_MAX_TOKENS);
+    const uint64_t cap = static_cast<uint64_t>(max_pages) * page_size;
+    const uint32_t N = u32_arg(env, info[7], "N", 0, static_cast<uint32_t>(std::min<uint64_t>(cap, LH_MAX_TOKENS)));
+    const uint32_t top_pages = u32_arg(env, info[9], "topPages", 0, LH_MAX_TOKENS);
+    const Napi::Float32Array q = f32_arg(env, info[0], "q", static_cast<size_t>(heads) * d);
+    const size_t n = static_cast<size_t>(kvh) * max_pages * d;
+    const Napi::Float32Array mn = f32_arg(env, info[4], "pageMin", n);
+    const Napi::Float32Array mx = f32_arg(env, info[5], "pageMax", n);
+    const uint64_t per = std::min<uint64_t>(N, static_cast<uint64_t>(top_pages) * page_size);
+    Napi::Int32Array slots = i32_out(env, info[10], "slots", static_cast<size_t>(kvh * per));
+    Napi::Int32Array offsets = i32_out(env, info[11], "offsets", kvh + 1);
+    std::vector<uint32_t> off(kvh + 1);
+    size_t bytes = 0;
+    uint8_t* scratch = select_scratch(N / page_size + 1, &bytes);
+    const lh_status st = lh_select_quest(q.Data(), heads, kvh, d, mn.Data(), mx.Data(), max_pages, N, page_size, top_pages, out_data(slots), off.data(),
+                                         scratch, bytes);
+    if (st != LH_OK) fail(env, st, "selectQuest: bad arguments");
+    copy_offsets(off, offsets);
+    return Napi::Number::New(env, off[kvh]);
+  });
+}
+
+// snapkvCompress(pool, layer, obsQ (window*heads*headDim), heads, P, window, budget, kernel, slots (>= kvHeads*budget), offsets)
+Napi::Value SnapkvCompress(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    KvPool* wrap = KvPool::FromValue(env, info[0], "pool");
+    lh_kv_pool* p = wrap->Live();
+    const uint32_t layer = u32_arg(env, info[1], "layer", 0, p->layers - 1);
+    const uint32_t heads = u32_arg(env, info[3], "heads", 1, LH_MAX_HEADS);
+    if (heads % p->kv_heads != 0) fail(env, LH_BAD_ARGUMENT, "heads must be a multiple of kvHeads");
+    const uint32_t P = u32_arg(env, info[4], "P", 1, lh_kv_pool_length(p, layer));
+    const uint32_t budget = u32_arg(env, info[6], "budget", 1, P - 1);
+    const uint32_t window = u32_arg(env, info[5], "window", 1, budget);
+    const uint32_t kernel = u32_arg(env, info[7], "kernel", 1, 1u << 20);
+    if (kernel % 2 != 1) fail(env, LH_BAD_ARGUMENT, "kernel must be odd");
+    const Napi::Float32Array obs = f32_arg(env, info[2], "obsQ", static_cast<size_t>(window) * heads * p->head_dim);
+    Napi::Int32Array slots = i32_out(env, info[8], "slots", static_cast<size_t>(p->kv_heads) * budget);
+    Napi::Int32Array offsets = i32_out(env, info[9], "offsets", p->kv_heads + 1);
+    std::vector<uint32_t> off(p->kv_heads + 1);
+    size_t bytes = 0;
+    uint8_t* scratch = select_scratch(P, &bytes);
+    const lh_status st = lh_snapkv_compress(p, layer, obs.Data(), heads, P, window, budget, kernel, 1.0f / std::sqrt(static_cast<float>(p->head_dim)),
+                                            slots.Data(), off.data(), scratch, bytes);
+    if (st != LH_OK) fail(env, st, "snapkvCompress: bad arguments");
+    copy_offsets(off, offsets);
+    return Napi::Number::New(env, off[p->kv_heads]);
+  });
+}
+
 // skewEnergy(q (tokens*heads*d), k (tokens*kvHeads*d), tokens, heads, kvHeads, d, a (kvHeads*d*d),
 //            qEnergy (kvHeads*d, Float64Array, added to), kEnergy (same), reference = false)
 Napi::Value SkewEnergy(const Napi::CallbackInfo& info) {
@@ -1135,6 +1325,12 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attendSlots", Napi::Function::New(env, AttendSlots, "attendSlots"));
   exports.Set("attentionScores", Napi::Function::New(env, AttentionScores, "attentionScores"));
   exports.Set("skewEnergy", Napi::Function::New(env, SkewEnergy, "skewEnergy"));
+  exports.Set("selectStreaming", Napi::Function::New(env, SelectStreaming, "selectStreaming"));
+  exports.Set("selectH2o", Napi::Function::New(env, SelectH2o, "selectH2o"));
+  exports.Set("h2oAccumulate", Napi::Function::New(env, H2oAccumulate, "h2oAccumulate"));
+  exports.Set("questExtendBounds", Napi::Function::New(env, QuestExtendBounds, "questExtendBounds"));
+  exports.Set("selectQuest", Napi::Function::New(env, SelectQuest, "selectQuest"));
+  exports.Set("snapkvCompress", Napi::Function::New(env, SnapkvCompress, "snapkvCompress"));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   if (test_faults_enabled()) exports.Set("testFault", Napi::Function::New(env, TestFault, "testFault"));

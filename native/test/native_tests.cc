@@ -25,6 +25,7 @@
 #include "../src/infinigen.h"
 #include "../src/kv_pool.h"
 #include "../src/mapped_file.h"
+#include "../src/policy_select.h"
 #include "../src/sparse_attention.h"
 #include "../src/status.h"
 
@@ -1338,6 +1339,255 @@ void test_kv_pool_huge_pages() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Comparison policies' selection (policy_select.h) against plain references written here: a full
+// std::sort by (key desc, slot asc) with NaN as -inf, double softmax, every candidate scanned.
+// Scores are drawn from a few values (ties everywhere), with NaN and -inf among them; GQA 1/2/4;
+// lengths that are not a multiple of the page size; guard values after every output list.
+// ---------------------------------------------------------------------------------------------
+std::vector<int32_t> ref_top(const std::vector<double>& score, const std::vector<int32_t>& cand, size_t k) {
+  std::vector<int32_t> c = cand;
+  std::sort(c.begin(), c.end(), [&](int32_t a, int32_t b) {
+    const double ka = std::isnan(score[a]) ? -INFINITY : score[a], kb = std::isnan(score[b]) ? -INFINITY : score[b];
+    if (ka != kb) return ka > kb;
+    return a < b;
+  });
+  if (c.size() > k) c.resize(k);
+  std::sort(c.begin(), c.end());
+  return c;
+}
+
+double tie_value(Rng& rng) {
+  const uint64_t r = rng.next() % 16;
+  if (r == 0) return NAN;
+  if (r == 1) return -INFINITY;
+  return static_cast<double>(r % 5) * 0.25;  // five values: many ties
+}
+
+bool same_list(const int32_t* got, size_t n, const std::vector<int32_t>& want) {
+  return n == want.size() && std::equal(want.begin(), want.end(), got);
+}
+
+void test_policy_select() {
+  Rng rng(777);
+  constexpr int32_t kGuard = 0x5eed;
+  // top-k
+  bool top_ok = true;
+  for (int c = 0; c < 300 && top_ok; ++c) {
+    const size_t n = rng.next() % 200, k = rng.next() % (n + 3);
+    std::vector<double> sc(n);
+    std::vector<uint8_t> mask(n);
+    std::vector<int32_t> cand;
+    const bool masked = rng.next() % 2;
+    for (size_t j = 0; j < n; ++j) {
+      sc[j] = tie_value(rng);
+      mask[j] = masked ? (rng.next() % 3 != 0) : 1;
+      if (mask[j]) cand.push_back(static_cast<int32_t>(j));
+    }
+    std::vector<int32_t> idx(n + 1), out(n + 2, kGuard);
+    const size_t got = lh_top_indices(sc.data(), n, k, masked ? mask.data() : nullptr, idx.data(), out.data());
+    top_ok = same_list(out.data(), got, ref_top(sc, cand, k)) && out[got] == kGuard;
+  }
+  check(top_ok, "policy top-k == full sort (ties: lower slot; NaN as -inf; masks; 300 cases)");
+
+  // streaming
+  bool st_ok = true;
+  for (uint32_t N = 0; N < 70 && st_ok; ++N)
+    for (uint32_t sinks : {0u, 4u, 80u})
+      for (uint32_t window : {0u, 1u, 13u, 100u}) {
+        std::vector<int32_t> want, out(N + 1, kGuard);
+        for (uint32_t j = 0; j < N; ++j)
+          if (j < sinks || j + window >= N) want.push_back(static_cast<int32_t>(j));
+        const size_t got = lh_select_streaming(N, sinks, window, out.data());
+        st_ok = st_ok && same_list(out.data(), got, want) && out[got] == kGuard;
+      }
+  check(st_ok, "streaming == sinks + recent window for every N < 70");
+
+  // h2o: selection + permanent eviction, and the mass accumulated over lists / over every slot
+  bool h2o_ok = true, acc_ok = true;
+  for (uint32_t group : {1u, 2u, 4u})
+    for (int c = 0; c < 12; ++c) {
+      const uint32_t kvh = 1 + static_cast<uint32_t>(rng.next() % 3), C = 150, N = static_cast<uint32_t>(rng.next() % C);
+      const uint32_t budget = N == 0 ? 0 : static_cast<uint32_t>(rng.next() % (N + 1)), recent = budget == 0 ? 0 : static_cast<uint32_t>(rng.next() % (budget + 1));
+      std::vector<float> acc(static_cast<size_t>(kvh) * C);
+      std::vector<uint8_t> live(acc.size()), live_ref;
+      for (size_t i = 0; i < acc.size(); ++i) {
+        acc[i] = static_cast<float>(tie_value(rng));
+        live[i] = rng.next() % 5 != 0;
+      }
+      live_ref = live;
+      std::vector<int32_t> slots(static_cast<size_t>(kvh) * budget + 1, kGuard);
+      std::vector<uint32_t> off(kvh + 1);
+      std::vector<uint8_t> scratch(lh_select_scratch_bytes(N));
+      h2o_ok = h2o_ok && lh_select_h2o(acc.data(), live.data(), kvh, C, N, budget, recent, slots.data(), off.data(), scratch.data(), scratch.size()) == LH_OK;
+      for (uint32_t g = 0; g < kvh && h2o_ok; ++g) {
+        const uint32_t rs = N > recent ? N - recent : 0;
+        std::vector<double> key(N);
+        std::vector<int32_t> older, rec;
+        for (uint32_t j = 0; j < N; ++j) {
+          key[j] = acc[g * C + j];
+          if (!live_ref[g * C + j]) continue;
+          (j < rs ? older : rec).push_back(static_cast<int32_t>(j));
+        }
+        std::vector<int32_t> want = ref_top(key, older, budget - rec.size());
+        std::vector<uint8_t> keep(N);
+        for (int32_t j : want) keep[j] = 1;
+        for (uint32_t j = 0; j < rs; ++j)
+          if (!keep[j]) live_ref[g * C + j] = 0;
+        want.insert(want.end(), rec.begin(), rec.end());
+        h2o_ok = same_list(slots.data() + off[g], off[g + 1] - off[g], want);
+      }
+      h2o_ok = h2o_ok && live == live_ref && slots[off[kvh]] == kGuard;
+    }
+  check(h2o_ok, "h2o == recent + heavy hitters by full sort; older slots not kept are evicted for good (GQA 1/2/4, ties, NaN)");
+
+  for (uint32_t kv_type : {LH_KV_F16, LH_KV_F32, LH_KV_I8})
+    for (uint32_t group : {1u, 2u, 4u}) {
+      const uint32_t H = 2, D = 24, T = 101, heads = H * group, C = 128;
+      lh_kv_pool_config cfg{static_cast<uint64_t>(T + 8) * 2 * H * (2 * D * 4 + 16) + 4096, 2, H, D, kv_type, 0};
+      lh_kv_pool p;
+      if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
+        acc_ok = false;
+        continue;
+      }
+      std::vector<float> k(static_cast<size_t>(T) * H * D), v(k.size()), q(static_cast<size_t>(heads) * D);
+      for (auto& x : k) x = rng.normal();
+      for (auto& x : v) x = rng.normal();
+      for (auto& x : q) x = rng.normal();
+      lh_kv_pool_append_batch(&p, 1, k.data(), v.data(), T, 0, nullptr);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      std::vector<int32_t> sl;
+      std::vector<uint32_t> off{0};
+      for (uint32_t g = 0; g < H; ++g) {
+        for (uint32_t j = 0; j < T; ++j)
+          if (rng.next() % 3 == 0 || j == T - 1) sl.push_back(static_cast<int32_t>(j));
+        off.push_back(static_cast<uint32_t>(sl.size()));
+      }
+      std::vector<float> acc(static_cast<size_t>(H) * C, 0.5f), ref = acc, sc(static_cast<size_t>(heads) * T);
+      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T, sl.data(), off.data(), scale) == LH_OK &&
+               lh_attention_scores(&p, 1, q.data(), heads, T, scale, sc.data()) == LH_OK;
+      for (uint32_t h = 0; h < heads; ++h) {
+        const uint32_t g = h / group;
+        double mx = -INFINITY, sum = 0;
+        for (uint32_t i = off[g]; i < off[g + 1]; ++i) mx = std::max(mx, static_cast<double>(sc[h * T + sl[i]]));
+        for (uint32_t i = off[g]; i < off[g + 1]; ++i) sum += std::exp(static_cast<double>(sc[h * T + sl[i]]) - mx);
+        for (uint32_t i = off[g]; i < off[g + 1]; ++i)
+          ref[g * C + sl[i]] = static_cast<float>(ref[g * C + sl[i]] + std::exp(static_cast<double>(sc[h * T + sl[i]]) - mx) / sum);
+      }
+      // over every slot (prefill): n = 57 < T
+      for (uint32_t h = 0; h < heads; ++h) {
+        const uint32_t g = h / group, n = 57;
+        double mx = -INFINITY, sum = 0;
+        for (uint32_t j = 0; j < n; ++j) mx = std::max(mx, static_cast<double>(sc[h * T + j]));
+        for (uint32_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(sc[h * T + j]) - mx);
+        for (uint32_t j = 0; j < n; ++j) ref[g * C + j] = static_cast<float>(ref[g * C + j] + std::exp(static_cast<double>(sc[h * T + j]) - mx) / sum);
+      }
+      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, 57, nullptr, nullptr, scale) == LH_OK;
+      for (size_t i = 0; i < acc.size(); ++i) acc_ok = acc_ok && lh_f32_bits(acc[i]) == lh_f32_bits(ref[i]);
+      std::vector<int32_t> bad = sl;
+      bad[0] = static_cast<int32_t>(T);
+      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T, bad.data(), off.data(), scale) == LH_BAD_ARGUMENT &&
+               lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T + 1, nullptr, nullptr, scale) == LH_BAD_ARGUMENT;
+
+      // quest: bounds from the stored rows, then pages by the group's bound
+      const uint32_t ps = 16, max_pages = (C + ps - 1) / ps;
+      std::vector<float> mn(static_cast<size_t>(H) * max_pages * D, INFINITY), mxb(mn.size(), -INFINITY);
+      acc_ok = acc_ok && lh_quest_extend_bounds(&p, 1, mn.data(), mxb.data(), max_pages, ps, 0, 40) == LH_OK &&
+               lh_quest_extend_bounds(&p, 1, mn.data(), mxb.data(), max_pages, ps, 40, T) == LH_OK &&
+               lh_quest_extend_bounds(&p, 1, mn.data(), mxb.data(), max_pages, ps, 0, T + 1) == LH_BAD_ARGUMENT;
+      bool bounds_ok = true;
+      std::vector<float> row(D);
+      for (uint32_t g = 0; g < H; ++g)
+        for (uint32_t P = 0; P * ps < T; ++P)
+          for (uint32_t i = 0; i < D; ++i) {
+            float lo = INFINITY, hi = -INFINITY;
+            for (uint32_t j = P * ps; j < std::min(T, (P + 1) * ps); ++j) {
+              lh_kv_pool_read(&p, LH_KV_KEY, 1, g, j, row.data(), nullptr);
+              lo = std::min(lo, row[i]);
+              hi = std::max(hi, row[i]);
+            }
+            const size_t at = (static_cast<size_t>(g) * max_pages + P) * D + i;
+            bounds_ok = bounds_ok && mn[at] == lo && mxb[at] == hi;
+          }
+      bool quest_ok = bounds_ok;
+      for (uint32_t N : {1u, 15u, 16u, 17u, 100u, T}) {
+        const uint32_t pages = (N + ps - 1) / ps, top = 1 + static_cast<uint32_t>(rng.next() % (pages + 1));
+        std::vector<int32_t> qs(static_cast<size_t>(H) * std::min(N, top * ps) + 1, kGuard);
+        std::vector<uint32_t> qo(H + 1);
+        std::vector<uint8_t> scratch(lh_select_scratch_bytes(pages));
+        quest_ok = quest_ok && lh_select_quest(q.data(), heads, H, D, mn.data(), mxb.data(), max_pages, N, ps, top, qs.data(), qo.data(), scratch.data(), scratch.size()) == LH_OK;
+        for (uint32_t g = 0; g < H && quest_ok; ++g) {
+          std::vector<double> comb(pages, -INFINITY), u(pages);
+          for (uint32_t h = g * group; h < (g + 1) * group; ++h) {
+            double m = -INFINITY;
+            for (uint32_t P = 0; P < pages; ++P) {
+              double s = 0;
+              for (uint32_t i = 0; i < D; ++i) {
+                const size_t at = (static_cast<size_t>(g) * max_pages + P) * D + i;
+                s += std::max(static_cast<double>(q[h * D + i]) * mn[at], static_cast<double>(q[h * D + i]) * mxb[at]);
+              }
+              u[P] = s;
+              m = std::max(m, s);
+            }
+            for (uint32_t P = 0; P < pages; ++P) comb[P] = std::max(comb[P], u[P] - m);
+          }
+          std::vector<int32_t> all_pages;
+          for (uint32_t P = 0; P < pages; ++P) all_pages.push_back(static_cast<int32_t>(P));
+          std::vector<int32_t> want;
+          for (int32_t P : ref_top(comb, all_pages, top))
+            for (uint32_t j = P * ps; j < std::min(N, (P + 1) * ps); ++j) want.push_back(static_cast<int32_t>(j));
+          quest_ok = same_list(qs.data() + qo[g], qo[g + 1] - qo[g], want);
+        }
+        quest_ok = quest_ok && qs[qo[H]] == kGuard;
+      }
+      acc_ok = acc_ok && quest_ok;
+
+      // snapkv over a prompt of P = T slots, window 5, kernel 7 and 1
+      for (uint32_t kernel : {1u, 7u}) {
+        const uint32_t P = T, w = 5, budget = 30;
+        std::vector<float> obs(static_cast<size_t>(w) * heads * D);
+        for (auto& x : obs) x = rng.normal();
+        std::vector<int32_t> ks(static_cast<size_t>(H) * budget + 1, kGuard);
+        std::vector<uint32_t> ko(H + 1);
+        std::vector<uint8_t> scratch(lh_select_scratch_bytes(P));
+        bool snap_ok = lh_snapkv_compress(&p, 1, obs.data(), heads, P, w, budget, kernel, scale, ks.data(), ko.data(), scratch.data(), scratch.size()) == LH_OK;
+        const uint32_t prefix = P - w, half = kernel / 2;
+        for (uint32_t g = 0; g < H && snap_ok; ++g) {
+          std::vector<double> gv(prefix, 0.0);
+          for (uint32_t h = g * group; h < (g + 1) * group; ++h) {
+            std::vector<double> vote(prefix, 0.0);
+            for (uint32_t i = 0; i < w; ++i) {
+              std::vector<float> srow(heads * P);
+              lh_attention_scores(&p, 1, obs.data() + static_cast<size_t>(i) * heads * D, heads, P, scale, srow.data());
+              double m = -INFINITY, sum = 0;
+              for (uint32_t j = 0; j <= prefix + i; ++j) m = std::max(m, static_cast<double>(srow[h * P + j]));
+              for (uint32_t j = 0; j <= prefix + i; ++j) sum += std::exp(srow[h * P + j] - m);
+              for (uint32_t j = 0; j < prefix; ++j) vote[j] += std::exp(srow[h * P + j] - m) / sum;
+            }
+            for (uint32_t j = 0; j < prefix; ++j) {
+              double a = -INFINITY;
+              for (int64_t t = static_cast<int64_t>(j) - half; t <= static_cast<int64_t>(j + half); ++t)
+                if (t >= 0 && t < prefix) a = std::max(a, vote[t]);
+              gv[j] += a;
+            }
+          }
+          std::vector<int32_t> cand;
+          for (uint32_t j = 0; j < prefix; ++j) cand.push_back(static_cast<int32_t>(j));
+          std::vector<int32_t> want = ref_top(gv, cand, budget - w);
+          for (uint32_t j = prefix; j < P; ++j) want.push_back(static_cast<int32_t>(j));
+          snap_ok = same_list(ks.data() + ko[g], ko[g + 1] - ko[g], want);
+        }
+        snap_ok = snap_ok && ks[ko[H]] == kGuard &&
+                  lh_snapkv_compress(&p, 1, obs.data(), heads, P, w, P, kernel, scale, ks.data(), ko.data(), scratch.data(), scratch.size()) == LH_BAD_ARGUMENT &&
+                  lh_snapkv_compress(&p, 1, obs.data(), heads, P, budget + 1, budget, kernel, scale, ks.data(), ko.data(), scratch.data(), scratch.size()) == LH_BAD_ARGUMENT &&
+                  lh_snapkv_compress(&p, 1, obs.data(), heads, P, w, budget, kernel, scale, ks.data(), ko.data(), scratch.data(), 16) == LH_BAD_ARGUMENT;
+        acc_ok = acc_ok && snap_ok;
+      }
+      lh_kv_pool_free(&p);
+    }
+  check(acc_ok, "h2o mass (lists and every slot), quest bounds and pages, snapkv votes == plain references (fp16/fp32/int8, GQA 1/2/4, N not a multiple of 16)");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Eviction under a byte budget (ARCHITECTURE.md §5): 5,000 tokens through a pool that holds ~300
 // ---------------------------------------------------------------------------------------------
 void test_kv_eviction() {
@@ -2075,6 +2325,7 @@ int main(int argc, char** argv) {
   test_attention_slots();
   test_attention_slots_in_place();
   test_kv_pool_huge_pages();
+  test_policy_select();
   test_kv_eviction();
   test_int8_quantize();
   test_attention_int8(LH_ATTN_PORTABLE);

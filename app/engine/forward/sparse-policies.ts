@@ -3,28 +3,32 @@
 //
 //   decode step, layer ℓ >= denseLayers:  append the current token ─► select(ℓ, q, N) with the REAL
 //   query (these policies do not speculate) ─► per KV head a slot list over the N past tokens
-//   ─► attendSlots over [list, current token] (native gather + the ordinary decode kernel)
+//   ─► attendSlots over [list, current token] (the decode kernel reads the listed pool rows in place)
 //   ─► afterAttend: H2O adds the step's attention mass to each kept slot's account.
 //
-// The selection rules are the plain references of app/engine/kv/policies-reference.ts, called on
-// the pool's data: streaming needs nothing; quest the element-wise page bounds of the stored keys
-// (kept incrementally here, extended to the N candidates before each selection); oracle the full
-// logits (native attentionScores); h2o the accumulated softmax mass per KV head (prefill's causal
-// attention included), with evictions made permanent per KV head (an evicted slot never returns);
-// snapkv the last `window` queries of the context (kept here from observePrefill, and from select
-// for decoded tokens, so a second prefill shorter than the window still has a full window): at the
-// first decode step after a prefill, per layer, their native logits over the whole context go
-// through the reference rule once; then every step attends the kept prompt slots + every token
-// after the prompt. A later prefill (a continued conversation) recomputes over the whole context;
-// a truncate into the prompt invalidates the kept set.
+// The selection of streaming, h2o, quest and snapkv runs natively over the pool (native/src/
+// policy_select.h) by exactly the rules of the plain references of app/engine/kv/policies-reference.ts,
+// which stay the oracle of the tests (sparse-policies.test.ts: the same slots on random and real
+// inputs); oracle still calls its reference (measurement only). The state kept across steps lives in
+// typed arrays here: streaming needs nothing; quest the element-wise page bounds of the stored keys
+// (extended natively to the N candidates before each selection); h2o the accumulated softmax mass per
+// KV head (prefill's causal attention included; natively from the logits of the listed slots only),
+// with evictions made permanent per KV head (an evicted slot never returns); snapkv the last `window`
+// queries of the context (kept here from observePrefill, and from select for decoded tokens, so a
+// second prefill shorter than the window still has a full window): at the first decode step after a
+// prefill, per layer, their logits over the whole context go through the rule once (natively); then
+// every step attends the kept prompt slots + every token after the prompt. A later prefill (a
+// continued conversation) recomputes over the whole context; a truncate into the prompt invalidates
+// the kept set. Each layer's lists are views of two buffers that alternate step by step (this step's
+// and the previous one's, for the reuse-cache figures), grown when a longer context needs it.
 //
 // Budget parity with InfiniGen: unless a fixed `budget` is given, each step keeps ⌊fetchCap·N⌋
 // tokens per KV head (at least 1), the same cap InfiniGen's n is clipped to. snapkv spends that
 // budget once, on the prompt (N = prompt length, the observation window included); tokens
 // generated after the prompt are always attended, as in the SnapKV paper.
 import { UsageError } from '../../common/errors.ts';
-import { attentionScores, type KvPool } from '../../../native/index.js';
-import { h2o, oracle, pageCount, quest, snapkv, streaming } from '../kv/policies-reference.ts';
+import { attentionScores, h2oAccumulate, questExtendBounds, selectH2o, selectQuest, selectStreaming, snapkvCompress, type KvPool } from '../../../native/index.js';
+import { oracle, pageCount } from '../kv/policies-reference.ts';
 import { fractionOf } from '../kv/topk.ts';
 
 export const SPARSE_POLICIES = ['streaming', 'h2o', 'quest', 'oracle', 'snapkv'] as const;
@@ -115,6 +119,8 @@ export interface SelectionFigures {
 /** Per-runner state of a comparison policy; all arrays are sized once for the context. */
 export class SparsePolicyState {
   readonly settings: SparseSettings;
+  /** Milliseconds spent in select() and afterAttend() since construction (the bench's per-step breakdown). */
+  selectMs = 0;
   private readonly group: number;
   /** h2o: [layer] accumulated softmax mass [kvHeads, contextLength], summed over the group */
   private readonly acc: Float32Array[] = [];
@@ -137,8 +143,12 @@ export class SparsePolicyState {
   private readonly kept: Int32Array[][] = [];
   private readonly keptFor: number[] = [];
   private readonly obsWindow: number;
-  /** [heads, contextLength] scratch for logits */
+  /** [heads, contextLength] scratch for logits (oracle) */
   private readonly scores: Float32Array;
+  /** [layer] two output buffers that alternate (this step's lists, the previous step's), and offsets [kvHeads + 1] */
+  private readonly outBuf: Int32Array[][] = [];
+  private readonly outFlip: number[] = [];
+  private readonly offsets: Int32Array;
   private readonly maxPages: number;
 
   constructor(
@@ -152,12 +162,15 @@ export class SparsePolicyState {
     this.group = shape.heads / shape.kvHeads;
     const C = shape.contextLength;
     this.maxPages = pageCount(C, this.settings.pageSize);
-    this.scores = new Float32Array(name === 'h2o' || name === 'oracle' || name === 'snapkv' ? shape.heads * C : 0);
+    this.scores = new Float32Array(name === 'oracle' ? shape.heads * C : 0);
+    this.offsets = new Int32Array(shape.kvHeads + 1);
     this.obsWindow = name === 'snapkv' ? (this.settings.window ?? SNAPKV_WINDOW) : 0;
     if (name === 'snapkv' && this.obsWindow < 1) throw new UsageError(`snapkv: window must be ≥ 1, got ${this.obsWindow}`, { field: 'window' });
     for (let l = 0; l < shape.layers; l++) {
       this.previous.push(Array.from({ length: shape.kvHeads }, () => new Int32Array(0)));
       this.latest.push([]);
+      this.outBuf.push([new Int32Array(0), new Int32Array(0)]);
+      this.outFlip.push(0);
       if (name === 'h2o') {
         this.acc.push(new Float32Array(shape.kvHeads * C));
         this.live.push(new Uint8Array(shape.kvHeads * C).fill(1));
@@ -201,42 +214,34 @@ export class SparsePolicyState {
     }
     if (this.name !== 'h2o') return;
     const w = this.shape.heads * this.shape.headDim;
-    for (let i = 0; i < T; i++) {
-      const n = p0 + i + 1;
-      attentionScores(this.pool, layer, q.subarray(i * w, (i + 1) * w), this.shape.heads, this.scores.subarray(0, this.shape.heads * n), n);
-      this.accumulate(layer, n, undefined);
-    }
+    for (let i = 0; i < T; i++) h2oAccumulate(this.pool, layer, q.subarray(i * w, (i + 1) * w), this.shape.heads, this.acc[layer]!, this.shape.contextLength, p0 + i + 1);
   }
 
   /** Per KV head the slots among 0..N−1 that layer ℓ attends this step (q: [heads·d], the real query). */
   select(layer: number, q: Float32Array, N: number): { lists: Int32Array[]; figures: SelectionFigures } {
+    const t0 = performance.now();
     const { heads, kvHeads, headDim: d, contextLength: C } = this.shape;
     const budget = this.budgetFor(N);
     const s = this.settings;
+    const off = this.offsets;
     let lists: Int32Array[];
     switch (this.name) {
       case 'streaming': {
         const window = s.window ?? Math.max(0, budget - Math.min(s.sinks, budget));
-        const one = streaming(N, { sinks: s.sinks, window });
+        const out = this.output(layer, N);
+        const one = out.subarray(0, selectStreaming(N, s.sinks, window, out));
         lists = Array.from({ length: kvHeads }, () => one);
         break;
       }
       case 'quest': {
-        this.extendBounds(layer, N);
+        const maxPages = this.maxPages;
+        questExtendBounds(this.pool, layer, this.pageMin[layer]!, this.pageMax[layer]!, maxPages, s.pageSize, Math.min(this.bounded[layer]!, N), N);
+        this.bounded[layer] = Math.max(this.bounded[layer]!, N);
         const pages = pageCount(N, s.pageSize);
         const topPages = s.topPages ?? (budget >= N ? pages : Math.max(1, Math.round(budget / s.pageSize)));
-        lists = [];
-        for (let g = 0; g < kvHeads; g++) {
-          const at = g * this.maxPages * d;
-          const [one] = quest(
-            q.subarray(g * this.group * d, (g + 1) * this.group * d),
-            this.pageMin[layer]!.subarray(at, at + pages * d),
-            this.pageMax[layer]!.subarray(at, at + pages * d),
-            { heads: this.group, kvHeads: 1, headDim: d, N },
-            { pageSize: s.pageSize, topPages },
-          );
-          lists.push(one!);
-        }
+        const out = this.output(layer, kvHeads * Math.min(N, topPages * s.pageSize));
+        selectQuest(q, heads, kvHeads, d, this.pageMin[layer]!, this.pageMax[layer]!, maxPages, N, s.pageSize, topPages, out, off);
+        lists = this.views(out);
         break;
       }
       case 'oracle': {
@@ -246,43 +251,46 @@ export class SparsePolicyState {
         break;
       }
       case 'h2o': {
+        // H2O evicts for good: selectH2o clears `live` of every older slot it does not keep
         const recent = Math.min(budget, s.window ?? Math.floor(budget / 2));
-        lists = [];
-        const acc = this.acc[layer]!;
-        const live = this.live[layer]!;
-        for (let g = 0; g < kvHeads; g++) {
-          const mask = live.subarray(g * C, g * C + N);
-          const [one] = h2o(acc.subarray(g * C, g * C + N), 1, N, { budget, recent }, mask);
-          // H2O evicts for good: every older slot not kept now is gone
-          const keep = new Uint8Array(N);
-          for (const j of one!) keep[j] = 1;
-          for (let j = 0; j < N - recent; j++) if (!keep[j]) mask[j] = 0;
-          lists.push(one!);
-        }
+        const out = this.output(layer, kvHeads * budget);
+        selectH2o(this.acc[layer]!, this.live[layer]!, kvHeads, C, N, budget, recent, out, off);
+        lists = this.views(out);
         break;
       }
       case 'snapkv': {
         const P = this.promptEnd[layer]!;
         if (this.keptFor[layer] !== P) this.compressPrompt(layer, P);
         this.keepQuery(layer, q, 0, N); // a later, shorter prefill's window may reach back to here
-        lists = this.kept[layer]!.map((prompt) => {
-          const one = new Int32Array(prompt.length + Math.max(0, N - P));
-          one.set(prompt);
-          for (let j = P, o = prompt.length; j < N; j++, o++) one[o] = j;
-          return one;
-        });
+        const kept = this.kept[layer]!;
+        const after = Math.max(0, N - P);
+        let total = 0;
+        for (const prompt of kept) total += prompt.length + after;
+        const out = this.output(layer, total);
+        lists = [];
+        let o = 0;
+        for (const prompt of kept) {
+          out.set(prompt, o);
+          for (let j = P, i = o + prompt.length; j < N; j++, i++) out[i] = j;
+          lists.push(out.subarray(o, o + prompt.length + after));
+          o += prompt.length + after;
+        }
         break;
       }
     }
     this.latest[layer] = lists;
-    return { lists, figures: this.figures(layer, lists, N) };
+    const figures = this.figures(layer, lists, N);
+    this.selectMs += performance.now() - t0;
+    return { lists, figures };
   }
 
   /** After layer ℓ attended [lists, current slot N]: H2O adds this step's mass to the kept slots. */
   afterAttend(layer: number, q: Float32Array, N: number): void {
     if (this.name !== 'h2o') return;
-    attentionScores(this.pool, layer, q, this.shape.heads, this.scores.subarray(0, this.shape.heads * (N + 1)), N + 1);
-    this.accumulate(layer, N + 1, this.latest[layer]);
+    const t0 = performance.now();
+    const { slots, offsets } = packSlotLists(this.latest[layer]!, N);
+    h2oAccumulate(this.pool, layer, q, this.shape.heads, this.acc[layer]!, this.shape.contextLength, N + 1, slots, offsets);
+    this.selectMs += performance.now() - t0;
   }
 
   /** The cache keeps its first n tokens: forget what the later slots contributed. */
@@ -371,57 +379,33 @@ export class SparsePolicyState {
       if (w === 0) kept = Array.from({ length: kvHeads }, () => all.slice(P - budget));
       else {
         const width = heads * d;
-        const sc = this.scores.subarray(0, heads * P); // [heads, P] one window query's logits
-        const obs = new Float32Array(heads * w * P); // [heads, w, P] the reference's layout
+        const obs = new Float32Array(w * width); // [w, heads·d] the window's queries, oldest first
         for (let i = 0; i < w; i++) {
           const at = (P - w + i) % this.obsWindow;
-          attentionScores(this.pool, layer, this.obsQ[layer]!.subarray(at * width, (at + 1) * width), heads, sc, P);
-          for (let h = 0; h < heads; h++) obs.set(sc.subarray(h * P, (h + 1) * P), (h * w + i) * P);
+          obs.set(this.obsQ[layer]!.subarray(at * width, (at + 1) * width), i * width);
         }
-        kept = snapkv(obs, { heads, kvHeads, N: P }, { budget, window: w, kernel: this.settings.poolKernel, pooling: 'max' });
+        const slots = new Int32Array(kvHeads * budget);
+        const off = new Int32Array(kvHeads + 1);
+        snapkvCompress(this.pool, layer, obs, heads, P, w, budget, this.settings.poolKernel, slots, off);
+        kept = Array.from({ length: kvHeads }, (_, g) => slots.slice(off[g]!, off[g + 1]!));
       }
     }
     this.kept[layer] = kept;
     this.keptFor[layer] = P;
   }
 
-  /** Adds softmax(scores[h, 0..n)) restricted to `lists` (+ slot n−1, the current token) to each KV head's account; all slots when lists is undefined. */
-  private accumulate(layer: number, n: number, lists: Int32Array[] | undefined): void {
-    const { heads, contextLength: C } = this.shape;
-    const acc = this.acc[layer]!;
-    const sc = this.scores;
-    for (let h = 0; h < heads; h++) {
-      const g = Math.floor(h / this.group);
-      const row = h * n;
-      const slots = lists ? [...lists[g]!, n - 1] : undefined;
-      let max = -Infinity;
-      if (slots) for (const j of slots) max = Math.max(max, sc[row + j]!);
-      else for (let j = 0; j < n; j++) max = Math.max(max, sc[row + j]!);
-      let sum = 0;
-      if (slots) for (const j of slots) sum += Math.exp(sc[row + j]! - max);
-      else for (let j = 0; j < n; j++) sum += Math.exp(sc[row + j]! - max);
-      if (slots) for (const j of slots) acc[g * C + j] = acc[g * C + j]! + Math.exp(sc[row + j]! - max) / sum;
-      else for (let j = 0; j < n; j++) acc[g * C + j] = acc[g * C + j]! + Math.exp(sc[row + j]! - max) / sum;
-    }
+  /** This step's output buffer of a layer (the other one holds the previous step's lists), at least `need` long. */
+  private output(layer: number, need: number): Int32Array {
+    const flip = (this.outFlip[layer] = 1 - this.outFlip[layer]!);
+    const bufs = this.outBuf[layer]!;
+    if (bufs[flip]!.length < need) bufs[flip] = new Int32Array(Math.max(need, Math.ceil(bufs[flip]!.length * 1.5)));
+    return bufs[flip]!;
   }
 
-  /** Quest: extends the page bounds of `layer` to cover slots 0..N−1 (the stored, rounded keys). */
-  private extendBounds(layer: number, N: number): void {
-    const { kvHeads, headDim: d } = this.shape;
-    const min = this.pageMin[layer]!;
-    const max = this.pageMax[layer]!;
-    for (let j = this.bounded[layer]!; j < N; j++) {
-      const P = Math.floor(j / this.settings.pageSize);
-      for (let g = 0; g < kvHeads; g++) {
-        const k = this.pool.readK(layer, g, j);
-        const at = (g * this.maxPages + P) * d;
-        for (let i = 0; i < d; i++) {
-          min[at + i] = Math.min(min[at + i]!, k[i]!);
-          max[at + i] = Math.max(max[at + i]!, k[i]!);
-        }
-      }
-    }
-    this.bounded[layer] = Math.max(this.bounded[layer]!, N);
+  /** Per KV head views of `out` by this.offsets. */
+  private views(out: Int32Array): Int32Array[] {
+    const off = this.offsets;
+    return Array.from({ length: this.shape.kvHeads }, (_, g) => out.subarray(off[g]!, off[g + 1]!));
   }
 
   private figures(layer: number, lists: Int32Array[], N: number): SelectionFigures {
@@ -429,10 +413,19 @@ export class SparsePolicyState {
     let total = 0;
     const prev = this.previous[layer]!;
     for (let g = 0; g < lists.length; g++) {
-      const was = new Set(prev[g]);
-      for (const j of lists[g]!) if (was.has(j)) hits++;
-      total += lists[g]!.length;
-      prev[g] = lists[g]!;
+      // both ascending: a merge counts the slots in both
+      const a = lists[g]!;
+      const b = prev[g]!;
+      for (let i = 0, k = 0; i < a.length && k < b.length; ) {
+        if (a[i]! === b[k]!) {
+          hits++;
+          i++;
+          k++;
+        } else if (a[i]! < b[k]!) i++;
+        else k++;
+      }
+      total += a.length;
+      prev[g] = a;
     }
     return { selected: lists.length > 0 ? total / lists.length : 0, candidates: N, hits, misses: total - hits };
   }

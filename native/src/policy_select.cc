@@ -1,0 +1,263 @@
+// The comparison policies' selection over the pool. See policy_select.h for the rules; each function
+// follows its TypeScript reference (app/engine/kv/policies-reference.ts) step by step, in the same
+// order of operations, so that the same inputs give the same slots.
+#include "policy_select.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attention.h"
+#include "sparse_attention.h"
+
+namespace {
+
+// Math.max / Math.min of JS: NaN if either is NaN; −0 < +0.
+inline double js_max(double a, double b) {
+  if (a != a || b != b) return NAN;
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+inline double js_min(double a, double b) {
+  if (a != a || b != b) return NAN;
+  if (a == b) return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+
+// The ranking key of topk.ts: NaN ranks as −inf.
+inline double rank_key(double s) { return s != s ? -INFINITY : s; }
+
+// Carves aligned pieces out of the caller's scratch.
+struct Carver {
+  uint8_t* at;
+  size_t left;
+  template <class T>
+  T* take(size_t n) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(at);
+    const size_t pad = (alignof(T) - p % alignof(T)) % alignof(T);
+    const size_t need = pad + n * sizeof(T);
+    if (need > left) return nullptr;
+    T* out = reinterpret_cast<T*>(at + pad);
+    at += need;
+    left -= need;
+    return out;
+  }
+};
+
+bool pool_shape_ok(const lh_kv_pool* pool, uint32_t layer, uint32_t heads) {
+  return lh_kv_pool_live(pool) && layer < pool->layers && heads >= 1 && heads <= LH_MAX_HEADS && heads % pool->kv_heads == 0;
+}
+
+}  // namespace
+
+size_t lh_top_indices(const double* scores, size_t n, size_t k, const uint8_t* mask, int32_t* idx, int32_t* out) {
+  size_t c = 0;
+  for (size_t j = 0; j < n; ++j)
+    if (mask == nullptr || mask[j] != 0) idx[c++] = static_cast<int32_t>(j);
+  if (k >= c) {
+    std::memcpy(out, idx, c * sizeof(int32_t));
+    return c;
+  }
+  if (k == 0) return 0;
+  // a strict total order: larger key first, then the lower slot
+  auto before = [scores](int32_t a, int32_t b) {
+    const double ka = rank_key(scores[a]), kb = rank_key(scores[b]);
+    return ka == kb ? a < b : ka > kb;
+  };
+  std::nth_element(idx, idx + (k - 1), idx + c, before);
+  std::memcpy(out, idx, k * sizeof(int32_t));
+  std::sort(out, out + k);
+  return k;
+}
+
+size_t lh_select_streaming(uint32_t N, uint32_t sinks, uint32_t window, int32_t* out) {
+  const uint32_t s = std::min(sinks, N);
+  const uint32_t from = window >= N ? 0 : N - window;  // the recent window [N − window, N)
+  size_t c = 0;
+  for (uint32_t j = 0; j < s; ++j) out[c++] = static_cast<int32_t>(j);
+  for (uint32_t j = std::max(s, from); j < N; ++j) out[c++] = static_cast<int32_t>(j);
+  return c;
+}
+
+lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size_t C, uint32_t N, uint32_t budget, uint32_t recent,
+                        int32_t* slots, uint32_t* offsets, void* scratch, size_t scratch_bytes) {
+  if (acc == nullptr || live == nullptr || slots == nullptr || offsets == nullptr || scratch == nullptr || kv_heads == 0) return LH_BAD_ARGUMENT;
+  if (recent > budget || N > C) return LH_BAD_ARGUMENT;
+  Carver cv{static_cast<uint8_t*>(scratch), scratch_bytes};
+  double* key = cv.take<double>(N);       // (N) one head's accumulated mass
+  int32_t* idx = cv.take<int32_t>(N);     // (N) top-k scratch
+  uint8_t* older = cv.take<uint8_t>(N);   // (N) live slots before the recent window
+  if (N > 0 && (key == nullptr || idx == nullptr || older == nullptr)) return LH_BAD_ARGUMENT;
+  const uint32_t recent_start = N > recent ? N - recent : 0;
+  offsets[0] = 0;
+  size_t total = 0;
+  for (uint32_t g = 0; g < kv_heads; ++g) {
+    const float* a = acc + g * C;
+    uint8_t* m = live + g * C;
+    uint32_t live_recent = 0;
+    for (uint32_t j = recent_start; j < N; ++j) live_recent += m[j] != 0 ? 1 : 0;
+    for (uint32_t j = 0; j < recent_start; ++j) {
+      older[j] = m[j] != 0 ? 1 : 0;
+      key[j] = static_cast<double>(a[j]);
+    }
+    // heavy hitters among the older live slots, then the live recent slots: disjoint and ascending
+    int32_t* out = slots + total;
+    size_t c = lh_top_indices(key, recent_start, budget - live_recent, older, idx, out);
+    // evict for good every older slot not kept now (its list is ascending: a merge)
+    size_t h = 0;
+    for (uint32_t j = 0; j < recent_start; ++j) {
+      if (h < c && out[h] == static_cast<int32_t>(j)) ++h;
+      else m[j] = 0;
+    }
+    for (uint32_t j = recent_start; j < N; ++j)
+      if (m[j] != 0) out[c++] = static_cast<int32_t>(j);
+    total += c;
+    offsets[g + 1] = static_cast<uint32_t>(total);
+  }
+  return LH_OK;
+}
+
+lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
+                            const int32_t* slots, const uint32_t* offsets, float scale) {
+  if (!pool_shape_ok(pool, layer, heads) || q == nullptr || acc == nullptr) return LH_BAD_ARGUMENT;
+  const uint32_t len = lh_kv_pool_length(pool, layer), kvh = pool->kv_heads, group = heads / kvh, d = pool->head_dim;
+  if (slots == nullptr) {
+    if (n > len || n > C) return LH_BAD_ARGUMENT;
+  } else {
+    if (offsets == nullptr || offsets[0] != 0) return LH_BAD_ARGUMENT;
+    for (uint32_t g = 0; g < kvh; ++g) {
+      if (offsets[g + 1] < offsets[g]) return LH_BAD_ARGUMENT;
+      for (uint32_t i = offsets[g]; i < offsets[g + 1]; ++i)
+        if (slots[i] < 0 || static_cast<uint32_t>(slots[i]) >= len || static_cast<size_t>(slots[i]) >= C) return LH_BAD_ARGUMENT;
+    }
+  }
+  for (uint32_t h = 0; h < heads; ++h) {
+    const uint32_t g = h / group;
+    const float* qh = q + static_cast<size_t>(h) * d;
+    float* a = acc + g * C;
+    const uint32_t count = slots == nullptr ? n : offsets[g + 1] - offsets[g];
+    const int32_t* list = slots == nullptr ? nullptr : slots + offsets[g];
+    auto slot_at = [&](uint32_t i) { return list == nullptr ? i : static_cast<uint32_t>(list[i]); };
+    // as sparse-policies.ts accumulate(): max, sum of exp(s − max) in list order, then += e / sum
+    double mx = -INFINITY;
+    for (uint32_t i = 0; i < count; ++i) mx = js_max(mx, lh_attention_score(pool, layer, qh, g, slot_at(i), scale));
+    double sum = 0;
+    for (uint32_t i = 0; i < count; ++i) sum += std::exp(static_cast<double>(lh_attention_score(pool, layer, qh, g, slot_at(i), scale)) - mx);
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint32_t j = slot_at(i);
+      const double e = std::exp(static_cast<double>(lh_attention_score(pool, layer, qh, g, j, scale)) - mx);
+      a[j] = static_cast<float>(static_cast<double>(a[j]) + e / sum);
+    }
+  }
+  return LH_OK;
+}
+
+lh_status lh_quest_extend_bounds(const lh_kv_pool* pool, uint32_t layer, float* page_min, float* page_max, uint32_t max_pages,
+                                 uint32_t page_size, uint32_t from, uint32_t to) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers || page_min == nullptr || page_max == nullptr || page_size == 0) return LH_BAD_ARGUMENT;
+  if (to > lh_kv_pool_length(pool, layer) || (to > from && (to - 1) / page_size >= max_pages)) return LH_BAD_ARGUMENT;
+  const uint32_t d = pool->head_dim;
+  float row[LH_MAX_HEAD_DIM];
+  for (uint32_t j = from; j < to; ++j) {
+    const size_t P = j / page_size;
+    for (uint32_t g = 0; g < pool->kv_heads; ++g) {
+      lh_kv_pool_read(pool, LH_KV_KEY, layer, g, j, row, nullptr);  // what readK returns
+      const size_t at = (g * static_cast<size_t>(max_pages) + P) * d;
+      for (uint32_t i = 0; i < d; ++i) {
+        page_min[at + i] = static_cast<float>(js_min(page_min[at + i], row[i]));
+        page_max[at + i] = static_cast<float>(js_max(page_max[at + i], row[i]));
+      }
+    }
+  }
+  return LH_OK;
+}
+
+lh_status lh_select_quest(const float* q, uint32_t heads, uint32_t kv_heads, uint32_t d, const float* page_min, const float* page_max,
+                          uint32_t max_pages, uint32_t N, uint32_t page_size, uint32_t top_pages, int32_t* slots, uint32_t* offsets,
+                          void* scratch, size_t scratch_bytes) {
+  if (q == nullptr || page_min == nullptr || page_max == nullptr || slots == nullptr || offsets == nullptr || scratch == nullptr) return LH_BAD_ARGUMENT;
+  if (kv_heads == 0 || heads == 0 || heads % kv_heads != 0 || d == 0 || page_size == 0) return LH_BAD_ARGUMENT;
+  const uint32_t pages = N / page_size + (N % page_size != 0 ? 1 : 0), group = heads / kv_heads;
+  if (pages > max_pages) return LH_BAD_ARGUMENT;
+  Carver cv{static_cast<uint8_t*>(scratch), scratch_bytes};
+  double* bound = cv.take<double>(pages);     // (pages) U of one head
+  double* combined = cv.take<double>(pages);  // (pages) over the group
+  int32_t* idx = cv.take<int32_t>(pages);
+  int32_t* chosen = cv.take<int32_t>(pages);
+  if (pages > 0 && (bound == nullptr || combined == nullptr || idx == nullptr || chosen == nullptr)) return LH_BAD_ARGUMENT;
+  // every page holds a candidate (no mask in the decode path): all pages are live
+  offsets[0] = 0;
+  size_t total = 0;
+  for (uint32_t g = 0; g < kv_heads; ++g) {
+    for (uint32_t P = 0; P < pages; ++P) combined[P] = -INFINITY;
+    for (uint32_t h = g * group; h < (g + 1) * group; ++h) {
+      double mx = -INFINITY;
+      for (uint32_t P = 0; P < pages; ++P) {
+        double u = 0;
+        const size_t at = (g * static_cast<size_t>(max_pages) + P) * d;
+        for (uint32_t i = 0; i < d; ++i) {
+          const double qi = q[static_cast<size_t>(h) * d + i];
+          u += js_max(qi * page_min[at + i], qi * page_max[at + i]);
+        }
+        bound[P] = u;
+        mx = js_max(mx, u);
+      }
+      for (uint32_t P = 0; P < pages; ++P) combined[P] = js_max(combined[P], bound[P] - mx);
+    }
+    const size_t c = lh_top_indices(combined, pages, top_pages, nullptr, idx, chosen);
+    for (size_t i = 0; i < c; ++i) {
+      const uint32_t P = static_cast<uint32_t>(chosen[i]);
+      for (uint32_t j = P * page_size; j < std::min(N, (P + 1) * page_size); ++j) slots[total++] = static_cast<int32_t>(j);
+    }
+    offsets[g + 1] = static_cast<uint32_t>(total);
+  }
+  return LH_OK;
+}
+
+lh_status lh_snapkv_compress(const lh_kv_pool* pool, uint32_t layer, const float* obs_q, uint32_t heads, uint32_t P, uint32_t window,
+                             uint32_t budget, uint32_t kernel, float scale, int32_t* slots, uint32_t* offsets, void* scratch,
+                             size_t scratch_bytes) {
+  if (!pool_shape_ok(pool, layer, heads) || obs_q == nullptr || slots == nullptr || offsets == nullptr || scratch == nullptr) return LH_BAD_ARGUMENT;
+  if (window < 1 || window > budget || budget >= P || P > lh_kv_pool_length(pool, layer) || kernel < 1 || kernel % 2 != 1) return LH_BAD_ARGUMENT;
+  const uint32_t kvh = pool->kv_heads, group = heads / kvh, d = pool->head_dim, prefix = P - window, half = (kernel - 1) / 2;
+  Carver cv{static_cast<uint8_t*>(scratch), scratch_bytes};
+  double* vote = cv.take<double>(prefix);        // (prefix) one head's summed mass
+  double* pooled = cv.take<double>(prefix);      // (prefix) one head's pooled votes
+  double* group_vote = cv.take<double>(prefix);  // (prefix) over the group
+  float* sc = cv.take<float>(P);                 // (P) one row's logits
+  int32_t* idx = cv.take<int32_t>(prefix);
+  if (vote == nullptr || pooled == nullptr || group_vote == nullptr || sc == nullptr || idx == nullptr) return LH_BAD_ARGUMENT;
+  offsets[0] = 0;
+  size_t total = 0;
+  for (uint32_t g = 0; g < kvh; ++g) {
+    for (uint32_t j = 0; j < prefix; ++j) group_vote[j] = 0;
+    for (uint32_t h = g * group; h < (g + 1) * group; ++h) {
+      for (uint32_t j = 0; j < prefix; ++j) vote[j] = 0;
+      for (uint32_t i = 0; i < window; ++i) {
+        const float* qh = obs_q + (static_cast<size_t>(i) * heads + h) * d;
+        const uint32_t seen = prefix + i + 1;  // causal: the row sees slots 0 .. prefix + i
+        double mx = -INFINITY;
+        for (uint32_t j = 0; j < seen; ++j) {
+          sc[j] = lh_attention_score(pool, layer, qh, g, j, scale);
+          mx = js_max(mx, sc[j]);
+        }
+        if (mx == -INFINITY) continue;  // softmaxRows leaves such a row at 0
+        double sum = 0;
+        for (uint32_t j = 0; j < seen; ++j) sum += std::exp(static_cast<double>(sc[j]) - mx);
+        for (uint32_t j = 0; j < prefix; ++j) vote[j] = vote[j] + std::exp(static_cast<double>(sc[j]) - mx) / sum;
+      }
+      for (uint32_t j = 0; j < prefix; ++j) {
+        double a = -INFINITY;
+        const int64_t lo = static_cast<int64_t>(j) - half, hi = static_cast<int64_t>(j) + half;
+        for (int64_t t = lo; t <= hi; ++t) a = js_max(a, t >= 0 && t < prefix ? vote[t] : -INFINITY);
+        pooled[j] = a;
+      }
+      for (uint32_t j = 0; j < prefix; ++j) group_vote[j] = group_vote[j] + pooled[j];
+    }
+    size_t c = lh_top_indices(group_vote, prefix, budget - window, nullptr, idx, slots + total);
+    for (uint32_t j = prefix; j < P; ++j) slots[total + c++] = static_cast<int32_t>(j);
+    total += c;
+    offsets[g + 1] = static_cast<uint32_t>(total);
+  }
+  return LH_OK;
+}
