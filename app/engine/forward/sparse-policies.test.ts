@@ -216,6 +216,20 @@ describe('snapkv on the pool == the reference rule', () => {
     expect(lists(s.select(2, query(g), 18).lists)).toEqual([0, 1].map(() => Array.from({ length: 18 }, (_, j) => j)));
   });
 
+  it('rows appended without a forward pass (the benchmark) are prompt without queries: the newest budget tokens are kept', () => {
+    const pool = randomPool(150, 15);
+    const g = new Gaussian(16);
+    const s = new SparsePolicyState('snapkv', { fetchCap: 0.1, window: 8 }, shape, pool);
+    s.observePrefill(2, Float32Array.from(g.fill(40 * 32, 2)), 0, 40);
+    s.appendedForBenchmark(130); // 90 random rows after a 40-token prompt
+    const newest = Array.from({ length: 13 }, (_, i) => 117 + i); // ⌊0.1·130⌋ = 13
+    expect(lists(s.select(2, query(g), 131).lists)).toEqual([0, 1].map(() => [...newest, 130]));
+    expect(s.keptPrompt(2)!.promptEnd).toBe(130);
+    const streaming = new SparsePolicyState('streaming', { fetchCap: 0.1 }, shape, pool);
+    streaming.appendedForBenchmark(130); // other policies: nothing to do
+    expect(lists(streaming.select(2, query(g), 130).lists)[0]!.length).toBe(13);
+  });
+
   it('budget parity: ⌊fetchCap·prompt⌋ tokens (window ≤ budget), default window 32 and kernel 7; bad knobs are refused', () => {
     const pool = randomPool(150, 13);
     const g = new Gaussian(14);

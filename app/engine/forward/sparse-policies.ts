@@ -330,6 +330,19 @@ export class SparsePolicyState {
     }
   }
 
+  /**
+   * The pool now holds N tokens appended without a forward pass (the benchmark's random rows): for
+   * snapkv they are prompt with no stored queries, so the next step keeps the newest budget tokens
+   * of 0..N−1 (the rule's case without a window) instead of attending every one of them.
+   */
+  appendedForBenchmark(N: number): void {
+    if (this.name !== 'snapkv') return;
+    for (let l = 0; l < this.shape.layers; l++) {
+      this.promptEnd[l] = N;
+      this.keptFor[l] = -1;
+    }
+  }
+
   /** snapkv: the kept prompt slots of a layer per KV head (ascending), once computed. */
   keptPrompt(layer: number): { promptEnd: number; window: number; kept: Int32Array[] } | undefined {
     if (this.name !== 'snapkv' || this.keptFor[layer] !== this.promptEnd[layer]) return undefined;
