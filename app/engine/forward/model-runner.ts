@@ -621,6 +621,7 @@ class Runner implements ModelRunner {
     }
     this.spec?.clearStaging();
     this.pos += tokens;
+    this.sparse?.appendedForBenchmark(this.pos);
   }
 
   timings(): ForwardTimings {
