@@ -2,7 +2,7 @@
 // kjv-llama-hd64 (head dim 64; --model ../shared/models/kjv-llama-hd64.gguf). Not part of `npm test`.
 //
 //   node --import tsx bench/accuracy.mjs [--model PATH] [--ratios 0.05,0.1,0.2] [--alphas 2,3,4,5,6,8]
-//        [--partial 0.3] [--dense 2] [--policies infinigen,h2o,streaming,quest,oracle,snapkv]
+//        [--partial 0.3] [--ig-caps 0.5] [--dense 2] [--policies infinigen,h2o,streaming,quest,oracle,snapkv]
 //        [--generated 8] [--tokens 450] [--prefill 8] [--context 512] [--texts stories|kjv|none] [--inspect] [--json FILE]
 //
 // Texts: `--generated` texts the model writes itself from BOS (temperature 0.8, seeds 1001, 1002, …;
@@ -18,7 +18,8 @@
 // attends every token after the prompt, so with the default 8-token prefill it keeps nearly
 // everything: `--prefill 256` compares it on a long prompt. `--dense 0,1,2`: the grid is repeated
 // for each denseLayers value, the same for every policy of a block. `--partial 0.3,0.2`: InfiniGen's
-// r (partial columns ⌊r·d⌋). `--inspect`: InfiniGen also reports per-layer attention recall (the
+// r (partial columns ⌊r·d⌋). `--ig-caps 0.5`: InfiniGen also with these caps (α alone then sets the
+// fetch ratio below the cap, per layer and step). `--inspect`: InfiniGen also reports per-layer attention recall (the
 // share of the true softmax mass its attended set covers) and fetch ratio.
 // Metrics pooled over all positions of all texts: top-1 agreement with full, perplexity ratio
 // exp(mean(NLL_policy − NLL_full)), mean KL(full ‖ policy), and the average fetch ratio: per decode
@@ -52,6 +53,7 @@ const { values } = parseArgs({
     ratios: { type: 'string', default: '0.05,0.1,0.2' },
     alphas: { type: 'string', default: '2,3,4,5,6,8' },
     partial: { type: 'string', default: '0.3' },
+    'ig-caps': { type: 'string', default: '' },
     dense: { type: 'string', default: '2' },
     texts: { type: 'string' },
     inspect: { type: 'boolean', default: false },
@@ -68,6 +70,8 @@ const ratios = list(values.ratios);
 const alphas = list(values.alphas);
 const policies = values.policies.split(',');
 const partials = list(values.partial);
+// extra InfiniGen caps: α alone decides the fetch below them, so the average lands where α puts it
+const igCaps = values['ig-caps'] ? list(values['ig-caps']) : [];
 const denses = list(values.dense);
 const prefillTokens = Number(values.prefill);
 const kjv = basename(values.model).startsWith('kjv');
@@ -121,6 +125,9 @@ for (const dense of denses) {
       } else if (p === 'snapkv') settings.push({ policy: p, dense, ratio, label: `prompt budget ${ratio}·P, window ≤ 32`, knobs: { fetchCap: ratio, denseLayers: dense } });
       else settings.push({ policy: p, dense, ratio, label: `budget ${ratio}·N`, knobs: { fetchCap: ratio, denseLayers: dense } });
     }
+  }
+  if (policies.includes('infinigen')) {
+    for (const c of igCaps) for (const r of partials) for (const alpha of alphas) settings.push({ policy: 'infinigen', dense, ratio: c, label: `α ${alpha}, r ${r}, cap ${c}`, knobs: { alpha, partialRatio: r, fetchCap: c, denseLayers: dense, cacheDir } });
   }
 }
 const rows = [];
