@@ -12,12 +12,11 @@ import { UChart } from './UChart.tsx';
 
 const ONLY_A: [number, number, number] = [242, 142, 43];
 const ONLY_B: [number, number, number] = [78, 121, 167];
-const BOTH: [number, number, number] = [120, 120, 128];
 const NEITHER: [number, number, number] = [28, 26, 40];
 
-export function AbView({ a, b, comparison }: { a: Run; b: Run; comparison: TokenComparison }) {
-  const diff = useMemo(() => fetchDiff(a, b), [a, b, a.samples.length, b.samples.length]);
-  const steps = useMemo(() => stepCompare(a, b, comparison.firstDivergence), [a, b, comparison, a.tokens.length, b.tokens.length]);
+export function AbView({ a, b, comparison, rev = 0 }: { a: Run; b: Run; comparison: TokenComparison; rev?: number }) {
+  const diff = useMemo(() => fetchDiff(a, b), [a, b, rev]);
+  const steps = useMemo(() => stepCompare(a, b, comparison.firstDivergence), [a, b, comparison.firstDivergence, rev]);
   const canvas = useRef<HTMLCanvasElement>(null);
   const P = diff[0]?.positions ?? 0;
   const columns = mapColumns(P);
@@ -27,24 +26,15 @@ export function AbView({ a, b, comparison }: { a: Run; b: Run; comparison: Token
     if (!ctx || diff.length === 0) return;
     const px = new Uint8ClampedArray(columns * diff.length * 4);
     diff.forEach((d, row) => {
-      const onlyA = new Uint8Array(P);
-      const onlyB = new Uint8Array(P);
-      for (const p of d.onlyA) onlyA[p] = 1;
-      for (const p of d.onlyB) onlyB[p] = 1;
       for (let c = 0; c < columns; c++) {
         const [lo, hi] = bucketRange(c, P, columns);
-        let sa = 0;
-        let sb = 0;
-        for (let p = lo; p < hi; p++) {
-          sa += onlyA[p]!;
-          sb += onlyB[p]!;
-        }
-        // a bucket shows who fetched more of it alone; grey where both fetched the same
-        const colour = sa > sb ? ONLY_A : sb > sa ? ONLY_B : sa > 0 ? BOTH : d.both > 0 ? NEITHER : NEITHER;
+        // the bucket's strongest lean: orange where A fetched it alone more often, blue for B
+        let lean = 0;
+        for (let p = lo; p < hi; p++) if (Math.abs(d.balance[p]!) > Math.abs(lean)) lean = d.balance[p]!;
+        const target = lean > 0 ? ONLY_A : ONLY_B;
+        const t = Math.min(1, Math.abs(lean) * 2);
         const i = (row * columns + c) * 4;
-        px[i] = colour[0];
-        px[i + 1] = colour[1];
-        px[i + 2] = colour[2];
+        for (let k = 0; k < 3; k++) px[i + k] = Math.round(NEITHER[k]! + (target[k]! - NEITHER[k]!) * t);
         px[i + 3] = 255;
       }
     });
@@ -88,22 +78,22 @@ export function AbView({ a, b, comparison }: { a: Run; b: Run; comparison: Token
 
   return (
     <div className="ab" aria-label="A/B view">
-      <h3>Fetched positions: {a.policy} (A) vs {b.policy} (B) over the shared prompt ({P.toLocaleString('en-US')} positions)</h3>
+      <h3>Fetched positions: {a.policy} (A) vs {b.policy} (B), step by step ({P.toLocaleString('en-US')} positions, {diff[0]?.steps ?? 0} sampled steps both measured)</h3>
       {diff.length === 0 ? (
         <p className="muted">One side sent no selected positions (policy full, or no sampled decode step): nothing to compare.</p>
       ) : (
         <>
           <canvas ref={canvas} className="token-heat" width={columns} height={diff.length} role="img" aria-label={`Positions fetched by only ${a.policy} or only ${b.policy}, per sparse layer`} style={{ height: `${Math.max(72, diff.length * 24)}px` }} />
           <p className="muted legend">
-            rows: sparse layers {diff.map((d) => d.layer).join(', ')} (top to bottom) · <span className="swatch" style={{ background: `rgb(${ONLY_A.join(',')})` }} /> only {a.policy} (A) fetched ·{' '}
-            <span className="swatch" style={{ background: `rgb(${ONLY_B.join(',')})` }} /> only {b.policy} (B) · dark: both or neither · over each run&apos;s sampled steps
+            rows: sparse layers {diff.map((d) => d.layer).join(', ')} (top to bottom) · <span className="swatch" style={{ background: `rgb(${ONLY_A.join(',')})` }} /> {a.policy} (A) fetched it when {b.policy} did not ·{' '}
+            <span className="swatch" style={{ background: `rgb(${ONLY_B.join(',')})` }} /> the reverse · dark: both or neither · brighter: at more of the sampled steps
           </p>
           <table className="library" aria-label="Fetched by one side only">
-            <thead><tr><th>Layer</th><th>Only {a.policy} (A)</th><th>Only {b.policy} (B)</th><th>Both</th></tr></thead>
+            <thead><tr><th>Layer</th><th>Only {a.policy} (A), per step</th><th>Only {b.policy} (B), per step</th><th>Both, per step</th><th>Steps</th></tr></thead>
             <tbody>
               {diff.map((d) => (
                 <tr key={d.layer} aria-label={`AB layer ${d.layer}`}>
-                  <td>{d.layer}</td><td data-ab="onlyA">{d.onlyA.length}</td><td data-ab="onlyB">{d.onlyB.length}</td><td data-ab="both">{d.both}</td>
+                  <td>{d.layer}</td><td data-ab="onlyA">{d.meanOnlyA.toFixed(1)}</td><td data-ab="onlyB">{d.meanOnlyB.toFixed(1)}</td><td data-ab="both">{d.meanBoth.toFixed(1)}</td><td>{d.steps}</td>
                 </tr>
               ))}
             </tbody>

@@ -6,7 +6,7 @@
 // remote endpoint (policy 'remote') there is no local cache to look into: the view shows what
 // the server reports instead (prefix-cache hit rate, KV-cache usage) and hides the heatmap,
 // memory stack and layer table, which would be empty.
-import { useCallback, useRef, useState } from 'react';
+import { useCallback, useEffect, useRef, useState } from 'react';
 import type { StepMetrics } from '../../../../app/common/protocol.ts';
 import { formatBytes, formatRate } from '../../ui/format.ts';
 import { downloadText } from '../summarise/download.ts';
@@ -33,6 +33,24 @@ const pct = (v: number): string => `${(v * 100).toFixed(1)}%`;
 /** A remote's prefix-cache hit rate: what it reported, else the reuse hit rate it was sent as. */
 const prefixHitRate = (m: StepMetrics): number | null => m.remote?.prefixCacheHitRate ?? m.reuseHitRate;
 
+/** A streaming run's views are recomputed at most this often. */
+export const RUN_VIEW_MS = 500;
+
+/** `value`, changing at most once per `ms` (the latest value always arrives). */
+function useThrottled<T>(value: T, ms: number): T {
+  const [shown, setShown] = useState(value);
+  const last = useRef(0);
+  useEffect(() => {
+    const wait = Math.max(0, last.current + ms - Date.now());
+    const id = setTimeout(() => {
+      last.current = Date.now();
+      setShown(value);
+    }, wait);
+    return () => clearTimeout(id);
+  }, [value, ms]);
+  return shown;
+}
+
 export const TABS = ['Live', 'Token map', 'Recall', 'Memory', 'A/B'] as const;
 export type Tab = (typeof TABS)[number];
 
@@ -47,7 +65,9 @@ export function InspectorView() {
   const latest = useInspectorStore((s) => s.latest);
   const running = useInspectorStore((s) => s.running);
   const clear = useInspectorStore((s) => s.clear);
-  useInspectorStore((s) => s.runsVersion); // re-render as runs change
+  const runsVersion = useInspectorStore((s) => s.runsVersion);
+  // the run views recompute at most every RUN_VIEW_MS while a run streams (their work grows with the run; the engine shares the CPU)
+  const rev = useThrottled(runsVersion, RUN_VIEW_MS);
   const selectedRun = useInspectorStore((s) => s.selectedRun);
   const selectRun = useInspectorStore((s) => s.selectRun);
   const loadRuns = useInspectorStore((s) => s.loadRuns);
@@ -147,16 +167,16 @@ export function InspectorView() {
                   ))}
                 </div>
               )}
-              {abA && abB && abA !== abB ? <AbView a={abA} b={abB} comparison={compareTokens(abA.tokens.map((t) => t.id), abB.tokens.map((t) => t.id))} /> : <p className="muted">Run a comparison (or load a file with two runs) to see the A/B view.</p>}
+              {abA && abB && abA !== abB ? <AbView a={abA} b={abB} rev={rev} comparison={compareTokens(abA.tokens.map((t) => t.id), abB.tokens.map((t) => t.id))} /> : <p className="muted">Run a comparison (or load a file with two runs) to see the A/B view.</p>}
             </>
           ) : !run ? (
             <p className="placeholder">No run recorded yet: start a generation, or load an exported JSON lines file.</p>
           ) : tab === 'Token map' ? (
-            <TokenMap key={run.requestId} run={run} />
+            <TokenMap key={run.requestId} run={run} rev={rev} />
           ) : tab === 'Recall' ? (
-            <RecallChart key={run.requestId} run={run} />
+            <RecallChart key={run.requestId} run={run} rev={rev} />
           ) : (
-            <MemoryChart key={run.requestId} run={run} />
+            <MemoryChart key={run.requestId} run={run} rev={rev} />
           )}
         </div>
       )}

@@ -10,8 +10,8 @@ import { UChart } from './UChart.tsx';
 const PART_LABEL: Record<MemoryPart, string> = { weights: 'Weights', kv: 'KV rows in RAM', partial: 'Partial keys', staged: 'Staged rows', other: 'Other' };
 const PART_COLOUR: Record<MemoryPart, string> = { weights: '#4e79a7', kv: '#59a14f', partial: '#edc948', staged: '#f28e2b', other: '#8c8c96' };
 
-export function MemoryChart({ run }: { run: Run }) {
-  const series = useMemo(() => memorySeries(run), [run, run.samples.length]);
+export function MemoryChart({ run, rev = 0 }: { run: Run; rev?: number }) {
+  const series = useMemo(() => memorySeries(run), [run, rev]);
   const stacked = useMemo(() => stackParts(series), [series]);
   const hasBudget = series.budgetLine.some((b, i) => b > (series.parts.weights[i] ?? 0));
   // draw the tallest edge first: each later (lower) area covers the one before it

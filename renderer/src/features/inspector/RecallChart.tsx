@@ -11,8 +11,8 @@ export const LAYER_COLOURS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a1
 
 const pct = (v: number | null): string => (v === null ? '–' : `${(v * 100).toFixed(1)}%`);
 
-export function RecallChart({ run }: { run: Run }) {
-  const series = useMemo(() => recallSeries(run), [run, run.samples.length]);
+export function RecallChart({ run, rev = 0 }: { run: Run; rev?: number }) {
+  const series = useMemo(() => recallSeries(run), [run, rev]);
   const table = useMemo(() => recallTable(series), [series]);
   const [only, setOnly] = useState<'all' | number>('all');
   const layers = series.layers.filter((l) => only === 'all' || l.layer === only);

@@ -28,21 +28,22 @@ export function gridPixels(cells: Float32Array, columns: number, rows: number): 
 }
 
 /** CSS background of a token by its frequency (transparent where never sampled). */
-function tokenBackground(v: number, evicted: boolean): string | undefined {
-  if (evicted) return `rgb(${EVICTED.join(',')})`;
-  if (v !== v) return undefined;
+function tokenStyle(v: number, evicted: boolean): { background?: string; color?: string } {
+  if (evicted) return { background: `rgb(${EVICTED.join(',')})`, color: '#fff' };
+  if (v !== v) return {};
   const [r, g, b] = heatColor(v);
-  return `rgba(${r},${g},${b},${(0.25 + 0.75 * v).toFixed(2)})`;
+  return { background: `rgb(${r},${g},${b})`, color: 0.299 * r + 0.587 * g + 0.114 * b > 140 ? '#111' : '#f4f4f4' };
 }
 
 const visible = (text: string): string => sanitiseText(text).replace(/\n/g, '⏎\n');
 
-export function TokenMap({ run }: { run: Run }) {
-  const stats = useMemo(() => fetchStats(run), [run, run.samples.length, run.tokens.length]);
+export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
+  // rev: the inspector's throttled run revision (a live run is recomputed at most twice a second)
+  const stats = useMemo(() => fetchStats(run), [run, rev]);
   const [mode, setMode] = useState<MapMode>({ kind: 'layers' });
   const grid = useMemo(() => mapGrid(run, stats, mode), [run, stats, mode]);
   const freq = useMemo(() => fetchFrequency(stats), [stats]);
-  const tokens = useMemo(() => contextTokens(run), [run, run.tokens.length]);
+  const tokens = useMemo(() => contextTokens(run), [run, rev]);
   const canvas = useRef<HTMLCanvasElement>(null);
   const [focus, setFocus] = useState<number | null>(null);
   const [hoverCell, setHoverCell] = useState<{ bucket: number; row: number } | null>(null);
@@ -83,6 +84,10 @@ export function TokenMap({ run }: { run: Run }) {
           {stats.layers.length === 0 && ' · no selected positions in these samples (policy full, or dense layers only)'}
         </span>
       </div>
+      <div className="heat-with-labels">
+      <div className="heat-labels muted" aria-hidden="true" style={{ height: `${Math.min(320, Math.max(96, grid.rows * 24))}px` }}>
+        {grid.rows <= 16 ? grid.rowLabels.map((l) => <span key={l}>{l}</span>) : [grid.rowLabels[0], grid.rowLabels.at(-1)].map((l, i) => <span key={i}>{l}</span>)}
+      </div>
       <canvas
         ref={canvas}
         className="token-heat"
@@ -95,6 +100,7 @@ export function TokenMap({ run }: { run: Run }) {
         onMouseLeave={() => setHoverCell(null)}
         onClick={(e) => setFocus(bucketRange(cellAt(e).bucket, P, grid.columns)[0])}
       />
+      </div>
       <div className="heat-axis muted">
         <span>position 0</span>
         <span aria-label="Map cell">
@@ -127,7 +133,7 @@ const TokenText = memo(function TokenText({ tokens, from, freq, stats, onHover }
     >
       {from > 0 && <span className="muted">… {from.toLocaleString('en-US')} tokens before · </span>}
       {tokens.map((t) => (
-        <span key={t.position} data-pos={t.position} className={t.generated ? 'tok gen' : 'tok'} style={{ background: tokenBackground(freq[t.position] ?? Number.NaN, evictedAny(t.position)) }}>
+        <span key={t.position} data-pos={t.position} className={t.generated ? 'tok gen' : 'tok'} style={tokenStyle(freq[t.position] ?? Number.NaN, evictedAny(t.position))}>
           {visible(t.text) || '∅'}
         </span>
       ))}

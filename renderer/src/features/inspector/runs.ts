@@ -320,36 +320,64 @@ export function stackParts(series: MemorySeries): number[][] {
 
 export interface FetchDiff {
   layer: number;
-  /** positions fetched (in any sampled step) by A and never by B, and the reverse */
-  onlyA: number[];
-  onlyB: number[];
-  both: number;
-  /** positions compared: the shared prompt */
+  /** sampled steps both runs measured (the same step numbers: Compare samples both every N steps) */
+  steps: number;
+  /** per matched step, the mean count of positions A fetched and B did not, the reverse, and both */
+  meanOnlyA: number;
+  meanOnlyB: number;
+  meanBoth: number;
+  /** per position: (steps only A fetched it − steps only B fetched it) ÷ matched steps, in [−1, 1] */
+  balance: Float32Array;
+  /** positions compared: the shorter of the two contexts */
   positions: number;
 }
 
-/** Over the positions both runs share (A's prompt, which B ran on), per layer both sampled. */
+/**
+ * Per sparse layer, A's and B's selections compared step by step at the sampled steps both runs
+ * have: which positions each fetched that the other did not at that same step.
+ */
 export function fetchDiff(a: Run, b: Run): FetchDiff[] {
-  const sa = fetchStats(a);
-  const sb = fetchStats(b);
-  const shared = Math.min(a.promptIds.length, b.promptIds.length);
-  const out: FetchDiff[] = [];
-  sa.layers.forEach((layer, ia) => {
-    const ib = sb.layers.indexOf(layer);
-    if (ib < 0) return;
-    const onlyA: number[] = [];
-    const onlyB: number[] = [];
+  const byStep = (r: Run) => new Map(r.samples.map((s) => [s.step, s]));
+  const sa = byStep(a);
+  const sb = byStep(b);
+  const steps = [...sa.keys()].filter((k) => sb.has(k));
+  const layers = sparseLayers(a).filter((l) => sparseLayers(b).includes(l));
+  const positions = Math.min(a.promptIds.length + a.tokens.length, b.promptIds.length + b.tokens.length);
+  return layers.map((layer) => {
+    const balance = new Float32Array(positions);
+    let onlyA = 0;
+    let onlyB = 0;
     let both = 0;
-    for (let p = 0; p < shared; p++) {
-      const x = sa.counts[ia]![p]! > 0;
-      const y = sb.counts[ib]![p]! > 0;
-      if (x && y) both += 1;
-      else if (x) onlyA.push(p);
-      else if (y) onlyB.push(p);
+    let matched = 0;
+    const inB = new Uint8Array(positions);
+    for (const step of steps) {
+      const pa = sa.get(step)!.layers.find((l) => l.layer === layer)?.positions;
+      const pb = sb.get(step)!.layers.find((l) => l.layer === layer)?.positions;
+      if (!pa || !pb) continue;
+      matched += 1;
+      inB.fill(0);
+      for (const p of pb) if (p < positions) inB[p] = 1;
+      for (const p of pa) {
+        if (p >= positions) continue;
+        if (inB[p]) {
+          both += 1;
+          inB[p] = 2;
+        } else {
+          onlyA += 1;
+          balance[p] = balance[p]! + 1;
+        }
+      }
+      for (let p = 0; p < positions; p++) {
+        if (inB[p] === 1) {
+          onlyB += 1;
+          balance[p] = balance[p]! - 1;
+        }
+      }
     }
-    out.push({ layer, onlyA, onlyB, both, positions: shared });
+    if (matched > 0) for (let p = 0; p < positions; p++) balance[p] = balance[p]! / matched;
+    const per = (n: number) => (matched > 0 ? n / matched : 0);
+    return { layer, steps: matched, meanOnlyA: per(onlyA), meanOnlyB: per(onlyB), meanBoth: per(both), balance, positions };
   });
-  return out;
 }
 
 export interface StepCompare {

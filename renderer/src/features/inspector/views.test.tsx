@@ -178,16 +178,26 @@ describe('A/B', () => {
     const b = run(B);
     const comparison = compareTokens(a.tokens.map((t) => t.id), b.tokens.map((t) => t.id));
     render(<AbView a={a} b={b} comparison={comparison} />);
-    const fetched = (id: string, layer: number) => new Set(rawSamples(id).flatMap((s) => layerOf(s, layer).positions ?? []));
-    const shared = a.promptIds.length;
+    // step by step: at each step both runs sampled, what each fetched that the other did not
+    const limit = Math.min(a.promptIds.length + a.tokens.length, b.promptIds.length + b.tokens.length);
+    const sb = new Map(rawSamples(B).map((s) => [s.step, s]));
     for (const layer of [2, 3, 4, 5]) {
-      const fa = fetched(A, layer);
-      const fb = fetched(B, layer);
-      const onlyA = [...fa].filter((p) => p < shared && !fb.has(p)).length;
-      const onlyB = [...fb].filter((p) => p < shared && !fa.has(p)).length;
+      let onlyA = 0;
+      let onlyB = 0;
+      let steps = 0;
+      for (const s of rawSamples(A)) {
+        const other = sb.get(s.step);
+        if (!other) continue;
+        const pa = new Set(layerOf(s, layer).positions!.filter((p) => p < limit));
+        const pb = new Set(layerOf(other, layer).positions!.filter((p) => p < limit));
+        onlyA += [...pa].filter((p) => !pb.has(p)).length;
+        onlyB += [...pb].filter((p) => !pa.has(p)).length;
+        steps += 1;
+      }
+      expect(steps).toBeGreaterThan(0);
       const row = screen.getByRole('row', { name: `AB layer ${layer}` });
-      expect(row.querySelector('[data-ab="onlyA"]')!.textContent).toBe(String(onlyA));
-      expect(row.querySelector('[data-ab="onlyB"]')!.textContent).toBe(String(onlyB));
+      expect(row.querySelector('[data-ab="onlyA"]')!.textContent).toBe((onlyA / steps).toFixed(1));
+      expect(row.querySelector('[data-ab="onlyB"]')!.textContent).toBe((onlyB / steps).toFixed(1));
     }
     const raw = (id: string) => rawRuns.find((r) => r.requestId === id)!.tokens;
     const agree = raw(A).filter((t, i) => t[2]![0]![0] === raw(B)[i]![2]![0]![0]).length;
