@@ -30,7 +30,7 @@ const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
 const README_SET = ['inspector-token-map', 'inspector-token-map-steps', 'inspector-recall', 'inspector-memory', 'inspector-ab', 'inspector-32k'];
-const VIEWPORT = { width: 1280, height: 900 };
+const VIEWPORT = { width: 1280, height: 1500 };
 const CONTEXT_TOKENS = 2048;
 const TOKENS = 300;
 /** A held-out passage: Jonah 1, its first ~2,000 characters (about 600 tokens). */

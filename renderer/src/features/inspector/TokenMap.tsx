@@ -43,6 +43,7 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
   const [mode, setMode] = useState<MapMode>({ kind: 'layers' });
   const grid = useMemo(() => mapGrid(run, stats, mode), [run, stats, mode]);
   const freq = useMemo(() => fetchFrequency(stats), [stats]);
+  const closeUps = useMemo(() => ({ first: mapGrid(run, stats, mode, [0, CLOSE_UP]), last: mapGrid(run, stats, mode, [stats.positions - CLOSE_UP, stats.positions]) }), [run, stats, mode]);
   const tokens = useMemo(() => contextTokens(run), [run, rev]);
   const canvas = useRef<HTMLCanvasElement>(null);
   const [focus, setFocus] = useState<number | null>(null);
@@ -108,6 +109,12 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
         </span>
         <span>{(P - 1).toLocaleString('en-US')}</span>
       </div>
+      {P > 2 * CLOSE_UP && (
+        <div className="close-ups">
+          <CloseUp title={`first ${CLOSE_UP} positions (attention sinks)`} grid={closeUps.first} from={0} label="First positions close up" />
+          <CloseUp title={`last ${CLOSE_UP} positions (the recent window)`} grid={closeUps.last} from={P - CLOSE_UP} label="Last positions close up" />
+        </div>
+      )}
       <p className="muted legend">
         <span className="swatch" style={{ background: 'rgb(253,231,37)' }} /> fetched in every sampled step · <span className="swatch" style={{ background: 'rgb(33,145,140)' }} /> in some · <span className="swatch" style={{ background: 'rgb(20,18,40)' }} /> never ·{' '}
         <span className="swatch" style={{ background: `rgb(${EVICTED.join(',')})` }} /> evicted · <span className="swatch" style={{ background: `rgb(${EMPTY.join(',')})` }} /> not in the context yet. Generated tokens are underlined.
@@ -115,6 +122,23 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
       <TokenText tokens={shown} from={from} freq={freq} stats={stats} onHover={onHover} />
       {hover && <TokenTooltip info={hover} />}
     </div>
+  );
+}
+
+/** Positions shown one per cell in each close-up. */
+export const CLOSE_UP = 48;
+
+function CloseUp({ title, grid, from, label }: { title: string; grid: ReturnType<typeof mapGrid>; from: number; label: string }) {
+  const canvas = useRef<HTMLCanvasElement>(null);
+  useEffect(() => {
+    const ctx = canvas.current?.getContext('2d') ?? null;
+    if (ctx) ctx.putImageData(new ImageData(gridPixels(grid.cells, grid.columns, grid.rows), grid.columns, grid.rows), 0, 0);
+  }, [grid]);
+  return (
+    <figure className="close-up">
+      <figcaption className="muted">{title}: positions {from.toLocaleString('en-US')}–{(from + grid.columns - 1).toLocaleString('en-US')}</figcaption>
+      <canvas ref={canvas} className="token-heat" width={grid.columns} height={grid.rows} role="img" aria-label={label} style={{ height: `${Math.min(160, Math.max(64, grid.rows * 16))}px` }} />
+    </figure>
   );
 }
 

@@ -181,8 +181,10 @@ export interface MapGrid {
   rowLabels: string[];
 }
 
-export function mapGrid(run: Run, stats: FetchStats, mode: MapMode): MapGrid {
-  const columns = mapColumns(stats.positions);
+/** `range` [lo, hi): only those positions (the close-ups of the first and last positions). */
+export function mapGrid(run: Run, stats: FetchStats, mode: MapMode, range: [number, number] = [0, stats.positions]): MapGrid {
+  const [lo, hi] = [Math.max(0, range[0]), Math.min(stats.positions, range[1])];
+  const columns = mapColumns(Math.max(1, hi - lo));
   if (mode.kind === 'layers') {
     const rows = Math.max(1, stats.layers.length);
     const cells = new Float32Array(rows * columns).fill(Number.NaN);
@@ -190,7 +192,7 @@ export function mapGrid(run: Run, stats: FetchStats, mode: MapMode): MapGrid {
       const freq = fetchFrequency(stats, layer);
       const ev = stats.evictedAt[r]!;
       for (let p = 0; p < freq.length; p++) if (ev[p]! >= 0) freq[p] = -1;
-      cells.set(bucketMeansSigned(freq, columns), r * columns);
+      cells.set(bucketMeansSigned(freq.subarray(lo, hi), columns), r * columns);
     });
     return { rows, columns, cells, rowLabels: stats.layers.map((l) => `layer ${l}`) };
   }
@@ -204,7 +206,7 @@ export function mapGrid(run: Run, stats: FetchStats, mode: MapMode): MapGrid {
     row.fill(0, 0, Math.min(stats.positions, s.contextTokens - 1));
     for (const p of l.positions ?? []) if (p < row.length) row[p] = 1;
     for (const [p] of l.evicted ?? []) if (p < row.length) row[p] = -1;
-    cells.set(bucketMeansSigned(row, columns), r * columns);
+    cells.set(bucketMeansSigned(row.subarray(lo, hi), columns), r * columns);
   });
   return { rows, columns, cells, rowLabels: samples.map((s) => `step ${s.step}`) };
 }
