@@ -303,6 +303,11 @@ export const LayerMetricsSchema = z.strictObject({
   oracleRecall: z.number().min(0).max(1).optional(),
   /** Prefetch counters of `positions`' slots, index for index (pools with a byte budget only). */
   counters: z.array(z.number().nonnegative()).optional(),
+  /**
+   * The true attention of the measured step: the positions with the most softmax mass (mean over
+   * the layer's query heads, the current token included), at most 64, as [position, mass], largest first.
+   */
+  attention: z.array(z.tuple([z.int().nonnegative(), z.number().min(0).max(1)])).optional(),
   /** Positions this layer's pool evicted since the previous snapshot, each as [position, decode step (0-based)]. */
   evicted: z.array(z.tuple([z.int().nonnegative(), z.int().nonnegative()])).optional(),
 });
