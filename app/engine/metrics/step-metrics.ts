@@ -141,6 +141,7 @@ export class StepMetricsSampler {
           // the probe measured this very step (the sampler armed it): its recall, the oracle's, the positions and counters
           if (layer.recall === null) layer.recall = measured.recall;
           layer.oracleRecall = measured.oracleRecall;
+          layer.attention = measured.attention;
           if (measured.positions.length <= MAX_POSITIONS) {
             layer.positions = measured.positions;
             if (measured.counters) layer.counters = measured.counters;

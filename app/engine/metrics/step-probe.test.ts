@@ -16,7 +16,7 @@ import type { GenerationEvent } from '../host/engine-core.ts';
 import { LogitTap, topLogprobs } from './logit-tap.ts';
 import { promptPieces } from './prompt-pieces.ts';
 import { StepMetricsSampler } from './step-metrics.ts';
-import { InspectProbe, measureRecall, sumLargest } from './step-probe.ts';
+import { InspectProbe, measureRecall, sumLargest, topMass } from './step-probe.ts';
 
 function seeded(seed: number): () => number {
   let s = seed >>> 0;
@@ -66,6 +66,12 @@ describe('measureRecall and sumLargest', () => {
         expect(measureRecall(scores, heads, T, current, all).recall).toBeCloseTo(1, 12);
       }
     }
+  });
+
+  it('topMass: the k largest of a summed mass over heads, as a share', () => {
+    const total = Float64Array.from([0.2, 1.4, 0.1, 0.9, 1.4]);
+    expect(topMass(total, 2, 3)).toEqual([[1, 0.7], [4, 0.7], [3, 0.45]]);
+    expect(topMass(total, 2, 10)).toHaveLength(5);
   });
 
   it('sumLargest equals the sum of the n largest after a sort, ties and repeats included', () => {
@@ -133,6 +139,10 @@ describe.skipIf(!have)('the probe on kjv-llama-hd64', () => {
         expect(l.recall).toBeCloseTo(own.recall!, 4);
         expect(l.oracleRecall).toBeGreaterThanOrEqual(l.recall - 1e-9);
         expect(l.positions).toEqual(r.selectedPositions(l.layer));
+        // true attention: at most 64 positions, largest first, the current token among them or below them
+        expect(l.attention.length).toBe(Math.min(64, r.position));
+        for (let i = 1; i < l.attention.length; i++) expect(l.attention[i]![1]).toBeLessThanOrEqual(l.attention[i - 1]![1]);
+        expect(l.attention.reduce((a, [, m]) => a + m, 0)).toBeLessThanOrEqual(1 + 1e-9);
         gap += l.oracleRecall - l.recall;
         checked += 1;
       }

@@ -23,7 +23,12 @@ export interface ProbeLayer {
   positions: number[];
   /** Prefetch counters of those positions' slots (evicting pools only). */
   counters?: number[];
+  /** The ATTENTION_TOP positions with the most true softmax mass (mean over query heads), as [position, mass], largest first. */
+  attention: [number, number][];
 }
+
+/** Positions of true attention a measured layer reports. */
+export const ATTENTION_TOP = 64;
 
 /** Where the runner reports an armed step's sparse layers and every step's evictions. */
 export interface StepProbe {
@@ -51,6 +56,7 @@ export class InspectProbe implements StepProbe {
   private reading: ProbeReading | undefined;
   private scores = new Float32Array(0);
   private weights = new Float64Array(0);
+  private total = new Float64Array(0);
   /** [layer] evicted positions since the last takeEvictions(), with the decode step (counted by stepDone) */
   private evictedSince: [number, number][][] = [];
   private steps = 0;
@@ -77,14 +83,18 @@ export class InspectProbe implements StepProbe {
     if (this.scores.length < heads * T) {
       this.scores = new Float32Array(heads * T * 2);
       this.weights = new Float64Array(T * 2);
+      this.total = new Float64Array(T * 2);
     }
     const scores = this.scores.subarray(0, heads * T);
     attentionScores(pool, layer, q, heads, scores, T);
-    const m = measureRecall(scores, heads, T, current, lists, this.weights);
+    const total = this.total.subarray(0, T);
+    total.fill(0);
+    const m = measureRecall(scores, heads, T, current, lists, this.weights, total);
+    const attention = topMass(total, heads, ATTENTION_TOP).map(([slot, mass]): [number, number] => [pool.position(layer, slot), mass]);
     const positions = new Set<number>();
     for (const list of lists) for (const slot of list) if (slot !== current) positions.add(pool.position(layer, slot));
     const sorted = [...positions].sort((a, b) => a - b);
-    const entry: ProbeLayer = { layer, recall: m.recall, oracleRecall: m.oracleRecall, positions: sorted };
+    const entry: ProbeLayer = { layer, recall: m.recall, oracleRecall: m.oracleRecall, positions: sorted, attention };
     if (pool.evicting) {
       // slot of each selected position (the union's order): first KV head that selected it
       const slotOf = new Map<number, number>();
@@ -128,7 +138,7 @@ export class InspectProbe implements StepProbe {
  * head's oracle set is the n past slots with the largest softmax mass summed over its query heads
  * (one selection serves the whole group, as every policy's does). `scratch` holds at least T doubles.
  */
-export function measureRecall(scores: Float32Array, heads: number, T: number, current: number, lists: readonly Int32Array[], scratch = new Float64Array(T)): { recall: number; oracleRecall: number } {
+export function measureRecall(scores: Float32Array, heads: number, T: number, current: number, lists: readonly Int32Array[], scratch = new Float64Array(T), total?: Float64Array): { recall: number; oracleRecall: number } {
   const kvHeads = Math.max(1, lists.length);
   const group = Math.max(1, Math.floor(heads / kvHeads));
   let recall = 0;
@@ -146,6 +156,7 @@ export function measureRecall(scores: Float32Array, heads: number, T: number, cu
       if (!(z > 0)) continue;
       for (let j = 0; j < T; j++) mass[j] = mass[j]! + Math.exp(row[j]! - max) / z;
     }
+    if (total) for (let j = 0; j < T; j++) total[j] = total[j]! + mass[j]!;
     const self = mass[current]!;
     let selected = self;
     let n = 0;
@@ -164,6 +175,20 @@ export function measureRecall(scores: Float32Array, heads: number, T: number, cu
     oracle += self + top;
   }
   return { recall: Math.min(1, recall / heads), oracleRecall: Math.min(1, oracle / heads) };
+}
+
+/** The k slots of largest `total` (summed over `heads` query heads) as [slot, total / heads], largest first. */
+export function topMass(total: Float64Array, heads: number, k: number): [number, number][] {
+  const best: [number, number][] = [];
+  for (let j = 0; j < total.length; j++) {
+    const v = total[j]! / heads;
+    if (best.length === k && v <= best[k - 1]![1]) continue;
+    let at = best.length;
+    while (at > 0 && best[at - 1]![1] < v) at--;
+    best.splice(at, 0, [j, Math.min(1, v)]);
+    if (best.length > k) best.pop();
+  }
+  return best;
 }
 
 /** Sum of the n largest values (reorders `values`; quickselect, O(length) on average). */
