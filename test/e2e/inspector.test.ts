@@ -29,7 +29,7 @@ const CHROMIUM = process.env.LONGHAND_CHROMIUM ?? '/usr/bin/chromium';
 const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
-const README_SET = ['inspector-token-map', 'inspector-token-map-steps', 'inspector-recall', 'inspector-memory', 'inspector-ab', 'inspector-32k'];
+const README_SET = ['inspector-token-map', 'inspector-token-map-steps', 'inspector-attention', 'inspector-recall', 'inspector-memory', 'inspector-ab', 'inspector-32k'];
 const VIEWPORT = { width: 1280, height: 1500 };
 const CONTEXT_TOKENS = 2048;
 const TOKENS = 300;
@@ -260,6 +260,17 @@ describe.skipIf(!enabled)('cache inspector on kjv-llama-hd64 (longhand serve + C
     await panel.getByLabel('Token map rows').selectOption('3');
     await expect.poll(() => panel.getByRole('img', { name: 'Selected positions of layer 3 per sampled step' }).count()).toBe(1);
     await shot(panel, 'inspector-token-map-steps');
+    // the true attention of the measured steps: its tooltip figure is the exported mean
+    await panel.getByLabel('Token map rows').selectOption('attention');
+    await expect.poll(() => panel.getByRole('img', { name: 'True attention mass per position and sparse layer' }).count()).toBe(1);
+    const withAttention = samples.filter((s) => layerOf(s, 4)?.attention);
+    const top = layerOf(withAttention.at(-1)!, 4)!.attention![0]![0];
+    if (top >= shownFrom) {
+      await panel.locator(`[aria-label="Context text"] [data-pos="${top}"]`).hover();
+      const mass = withAttention.reduce((x, s) => x + (layerOf(s, 4)!.attention!.find(([q]) => q === top)?.[1] ?? 0), 0) / withAttention.length;
+      expect(await tip.locator('tr[data-layer="4"] [data-field="attention"]').textContent()).toBe(`true attention ${(mass * 100).toFixed(2)}%`);
+    }
+    await shot(panel, 'inspector-attention');
     await panel.getByLabel('Token map rows').selectOption('layers');
   }, 120_000);
 

@@ -75,8 +75,9 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
       <div className="row">
         <label>
           <span className="field-label">Rows</span>
-          <select aria-label="Token map rows" value={mode.kind === 'layers' ? 'layers' : String(mode.layer)} onChange={(e) => setMode(e.target.value === 'layers' ? { kind: 'layers' } : { kind: 'steps', layer: Number(e.target.value) })}>
+          <select aria-label="Token map rows" value={mode.kind === 'steps' ? String(mode.layer) : mode.kind} onChange={(e) => setMode(e.target.value === 'layers' || e.target.value === 'attention' ? { kind: e.target.value } : { kind: 'steps', layer: Number(e.target.value) })}>
             <option value="layers">Sparse layers (fetch frequency over the run)</option>
+            {stats.attentionSamples.some((n) => n > 0) && <option value="attention">Sparse layers (true attention mass, mean over sampled steps)</option>}
             {stats.layers.map((l) => <option key={l} value={l}>Layer {l} by sampled step</option>)}
           </select>
         </label>
@@ -95,7 +96,7 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
         width={grid.columns}
         height={grid.rows}
         role="img"
-        aria-label={mode.kind === 'layers' ? 'Fetch frequency per position and sparse layer' : `Selected positions of layer ${mode.layer} per sampled step`}
+        aria-label={mode.kind === 'layers' ? 'Fetch frequency per position and sparse layer' : mode.kind === 'attention' ? 'True attention mass per position and sparse layer' : `Selected positions of layer ${mode.layer} per sampled step`}
         style={{ height: `${Math.min(320, Math.max(96, grid.rows * 24))}px` }}
         onMouseMove={(e) => setHoverCell(cellAt(e))}
         onMouseLeave={() => setHoverCell(null)}
@@ -105,7 +106,7 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
       <div className="heat-axis muted">
         <span>position 0</span>
         <span aria-label="Map cell">
-          {cell ? `${cell.label} · positions ${cell.range[0].toLocaleString('en-US')}–${(cell.range[1] - 1).toLocaleString('en-US')} · ${cell.value !== cell.value ? 'no samples' : cell.value < 0 ? 'evicted' : `fetched ${(cell.value * 100).toFixed(0)}%`}` : 'click the map to show that part of the text'}
+          {cell ? `${cell.label} · positions ${cell.range[0].toLocaleString('en-US')}–${(cell.range[1] - 1).toLocaleString('en-US')} · ${cell.value !== cell.value ? 'no samples' : cell.value < 0 ? 'evicted' : mode.kind === 'attention' ? `√(mass ÷ row max) ${cell.value.toFixed(2)}` : `fetched ${(cell.value * 100).toFixed(0)}%`}` : 'click the map to show that part of the text'}
         </span>
         <span>{(P - 1).toLocaleString('en-US')}</span>
       </div>
@@ -180,6 +181,7 @@ export function TokenTooltip({ info }: { info: TokenInfo }) {
               <td>
                 fetched <span data-field="fetched">{l.fetched}</span> of <span data-field="of">{l.of}</span> sampled steps
               </td>
+              <td data-field="attention">{l.attention === null ? '' : `true attention ${(l.attention * 100).toFixed(2)}%`}</td>
               <td data-field="evicted">{l.evictedAt === null ? 'not evicted' : `evicted at step ${l.evictedAt}`}</td>
             </tr>
           ))}

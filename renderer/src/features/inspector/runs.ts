@@ -64,6 +64,10 @@ export interface FetchStats {
   counter: Float32Array;
   /** [layer index] decode step that evicted each position (-1: never seen evicted). */
   evictedAt: Int32Array[];
+  /** [layer index] true attention mass summed over the samples that sent it (positions outside a sample's top list count 0) */
+  attention: Float32Array[];
+  /** [layer index] samples that sent true attention */
+  attentionSamples: number[];
 }
 
 export function fetchStats(run: Run): FetchStats {
@@ -75,10 +79,17 @@ export function fetchStats(run: Run): FetchStats {
   const evictedAt = layers.map(() => new Int32Array(positions).fill(-1));
   const samples = layers.map(() => 0);
   const counter = new Float32Array(positions).fill(-1);
+  const attention = layers.map(() => new Float32Array(positions));
+  const attentionSamples = layers.map(() => 0);
   for (const s of run.samples) {
     for (const l of s.layers) {
       const i = index.get(l.layer);
       if (i === undefined) continue;
+      if (l.attention) {
+        attentionSamples[i] = attentionSamples[i]! + 1;
+        const a = attention[i]!;
+        for (const [p, mass] of l.attention) if (p < positions) a[p] = a[p]! + mass;
+      }
       for (const [p, step] of l.evicted ?? []) if (p < positions) evictedAt[i]![p] = step;
       if (!l.positions) continue;
       samples[i] = samples[i]! + 1;
@@ -94,7 +105,7 @@ export function fetchStats(run: Run): FetchStats {
       });
     }
   }
-  return { positions, layers, counts, samples, seen, counter, evictedAt };
+  return { positions, layers, counts, samples, seen, counter, evictedAt, attention, attentionSamples };
 }
 
 /** Mean over sparse layers of count / seen per position, in [0, 1] (NaN where never seen). */
@@ -123,7 +134,7 @@ export interface TokenInfo {
   text: string;
   generated: boolean;
   /** Per sparse layer: times selected of the sampled steps it existed in. */
-  layers: { layer: number; fetched: number; of: number; evictedAt: number | null }[];
+  layers: { layer: number; fetched: number; of: number; evictedAt: number | null; attention: number | null }[];
   counter: number | null;
 }
 
@@ -132,7 +143,7 @@ export function tokenInfo(run: Run, stats: FetchStats, position: number): TokenI
   if (!token) return null;
   return {
     ...token,
-    layers: stats.layers.map((layer, i) => ({ layer, fetched: stats.counts[i]![position] ?? 0, of: stats.seen[i]![position] ?? 0, evictedAt: (stats.evictedAt[i]![position] ?? -1) >= 0 ? stats.evictedAt[i]![position]! : null })),
+    layers: stats.layers.map((layer, i) => ({ layer, fetched: stats.counts[i]![position] ?? 0, of: stats.seen[i]![position] ?? 0, evictedAt: (stats.evictedAt[i]![position] ?? -1) >= 0 ? stats.evictedAt[i]![position]! : null, attention: stats.attentionSamples[i]! > 0 ? stats.attention[i]![position]! / stats.attentionSamples[i]! : null })),
     counter: (stats.counter[position] ?? -1) >= 0 ? stats.counter[position]! : null,
   };
 }
@@ -171,7 +182,7 @@ export function bucketMeans(values: Float32Array, columns: number): Float32Array
 }
 
 /** Rows of the map: one per sparse layer (frequency over the run), or one per sample for one layer (selected 1 / not 0 / evicted −1). */
-export type MapMode = { kind: 'layers' } | { kind: 'steps'; layer: number };
+export type MapMode = { kind: 'layers' } | { kind: 'attention' } | { kind: 'steps'; layer: number };
 
 export interface MapGrid {
   rows: number;
@@ -185,6 +196,20 @@ export interface MapGrid {
 export function mapGrid(run: Run, stats: FetchStats, mode: MapMode, range: [number, number] = [0, stats.positions]): MapGrid {
   const [lo, hi] = [Math.max(0, range[0]), Math.min(stats.positions, range[1])];
   const columns = mapColumns(Math.max(1, hi - lo));
+  if (mode.kind === 'attention') {
+    // mean true mass per position; shown as a share of the row's largest (square root: small masses stay visible)
+    const rows = Math.max(1, stats.layers.length);
+    const cells = new Float32Array(rows * columns).fill(Number.NaN);
+    stats.layers.forEach((_, r) => {
+      const n = stats.attentionSamples[r]!;
+      if (n === 0) return;
+      const row = stats.attention[r]!.subarray(lo, hi);
+      const means = bucketMeans(Float32Array.from(row, (v) => v / n), columns);
+      const top = stats.attention[r]!.reduce((m, v) => (v > m ? v : m), 0) / n;
+      cells.set(means.map((v) => (top > 0 ? Math.sqrt(v / top) : 0)), r * columns);
+    });
+    return { rows, columns, cells, rowLabels: stats.layers.map((l) => `layer ${l}`) };
+  }
   if (mode.kind === 'layers') {
     const rows = Math.max(1, stats.layers.length);
     const cells = new Float32Array(rows * columns).fill(Number.NaN);

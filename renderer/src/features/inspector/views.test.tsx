@@ -17,7 +17,7 @@ import fixture from './fixtures/kjv-runs.jsonl?raw';
 import { InspectorView } from './InspectorView.tsx';
 import { MemoryChart } from './MemoryChart.tsx';
 import { RecallChart } from './RecallChart.tsx';
-import { fetchStats, JsonlError, klLowerBound, mapGrid, parseRunsJsonl, runsToJsonl, stepCompare, type Run } from './runs.ts';
+import { fetchStats, JsonlError, klLowerBound, mapGrid, parseRunsJsonl, runsToJsonl, stepCompare, tokenInfo, type Run } from './runs.ts';
 import { compareSampleEvery, COMPARE_LOGPROBS, resetInspectorStore, runs, useInspectorStore } from './store.ts';
 import { TokenMap } from './TokenMap.tsx';
 
@@ -135,6 +135,27 @@ describe('token map', () => {
     const steps = mapGrid(run(C), stats, { kind: 'steps', layer: 3 });
     expect(steps.rows).toBe(samples.length);
     expect(steps.cells[1 * steps.columns + column]).toBe(-1);
+  });
+});
+
+describe('true attention', () => {
+  it('the tooltip`s attention is the mean over sampled steps of the mass the engine sent (0 where a step did not list it); the map`s row peaks at 1', () => {
+    const samples = rawSamples(A);
+    const stats = fetchStats(run(A));
+    const grid = mapGrid(run(A), stats, { kind: 'attention' });
+    for (const layer of [2, 5]) {
+      const withAttention = samples.filter((s) => layerOf(s, layer).attention);
+      expect(withAttention.length).toBeGreaterThan(5);
+      const massAt = (p: number) => withAttention.reduce((a, s) => a + (layerOf(s, layer).attention!.find(([q]) => q === p)?.[1] ?? 0), 0) / withAttention.length;
+      // position 0 (BOS) and the most attended position of the last sample
+      const top = layerOf(withAttention.at(-1)!, layer).attention![0]![0];
+      for (const p of [0, top]) {
+        const info = tokenInfo(run(A), stats, p)!;
+        expect(info.layers.find((l) => l.layer === layer)!.attention).toBeCloseTo(massAt(p), 6);
+      }
+      const r = stats.layers.indexOf(layer);
+      expect(Math.max(...grid.cells.subarray(r * grid.columns, (r + 1) * grid.columns))).toBeCloseTo(1, 5);
+    }
   });
 });
 
