@@ -44,6 +44,51 @@ struct Carver {
   }
 };
 
+// Logits of qh against n slots of KV head g (slot_at(i) gives the i-th), into out (n): the bits of
+// lh_attention_score for each, computed 8 slots at a time, each lane its own sum in element order
+// (independent chains: the adds no longer wait on each other).
+template <class T, class Widen, class SlotAt>
+void lane_scores(const T* rows, const float* row_scale, uint32_t d, const float* qh, uint32_t n, SlotAt slot_at, float scale, Widen widen,
+                 float* out) {
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const T* r[8];
+    for (int l = 0; l < 8; ++l) r[l] = rows + static_cast<size_t>(slot_at(i + l)) * d;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (uint32_t e = 0; e < d; ++e) {
+      const float qe = qh[e];
+      for (int l = 0; l < 8; ++l) acc[l] += qe * widen(r[l][e]);
+    }
+    for (int l = 0; l < 8; ++l) out[i + l] = scale * (row_scale != nullptr ? acc[l] * row_scale[slot_at(i + l)] : acc[l]);
+  }
+  for (; i < n; ++i) {
+    const T* r = rows + static_cast<size_t>(slot_at(i)) * d;
+    float acc = 0.0f;
+    for (uint32_t e = 0; e < d; ++e) acc += qh[e] * widen(r[e]);
+    out[i] = scale * (row_scale != nullptr ? acc * row_scale[slot_at(i)] : acc);
+  }
+}
+
+template <class SlotAt>
+void scores_of(const lh_kv_pool* pool, uint32_t layer, const float* qh, uint32_t g, uint32_t n, SlotAt slot_at, float scale, float* out) {
+  const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
+  const size_t base = head * lh_kv_pool_head_stride(pool);
+  const uint32_t d = pool->head_dim;
+  switch (pool->kv_type) {
+    case LH_KV_I8:
+      lane_scores(static_cast<const int8_t*>(pool->k) + base, pool->ks + head * pool->capacity, d, qh, n, slot_at, scale,
+                  [](int8_t x) { return static_cast<float>(x); }, out);
+      break;
+    case LH_KV_F32:
+      lane_scores(static_cast<const float*>(pool->k) + base, static_cast<const float*>(nullptr), d, qh, n, slot_at, scale, [](float x) { return x; }, out);
+      break;
+    default:
+      lane_scores(static_cast<const uint16_t*>(pool->k) + base, static_cast<const float*>(nullptr), d, qh, n, slot_at, scale,
+                  [](uint16_t x) { return lh_fp16_to_fp32(x); }, out);
+      break;
+  }
+}
+
 bool pool_shape_ok(const lh_kv_pool* pool, uint32_t layer, uint32_t heads) {
   return lh_kv_pool_live(pool) && layer < pool->layers && heads >= 1 && heads <= LH_MAX_HEADS && heads % pool->kv_heads == 0;
 }
@@ -118,8 +163,8 @@ lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size
 }
 
 lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
-                            const int32_t* slots, const uint32_t* offsets, float scale) {
-  if (!pool_shape_ok(pool, layer, heads) || q == nullptr || acc == nullptr) return LH_BAD_ARGUMENT;
+                            const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats) {
+  if (!pool_shape_ok(pool, layer, heads) || q == nullptr || acc == nullptr || scratch == nullptr) return LH_BAD_ARGUMENT;
   const uint32_t len = lh_kv_pool_length(pool, layer), kvh = pool->kv_heads, group = heads / kvh, d = pool->head_dim;
   if (slots == nullptr) {
     if (n > len || n > C) return LH_BAD_ARGUMENT;
@@ -131,21 +176,25 @@ lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float*
         if (slots[i] < 0 || static_cast<uint32_t>(slots[i]) >= len || static_cast<size_t>(slots[i]) >= C) return LH_BAD_ARGUMENT;
     }
   }
+  for (uint32_t g = 0; g < kvh; ++g)
+    if ((slots == nullptr ? n : offsets[g + 1] - offsets[g]) > scratch_floats) return LH_BAD_ARGUMENT;
   for (uint32_t h = 0; h < heads; ++h) {
     const uint32_t g = h / group;
     const float* qh = q + static_cast<size_t>(h) * d;
     float* a = acc + g * C;
     const uint32_t count = slots == nullptr ? n : offsets[g + 1] - offsets[g];
     const int32_t* list = slots == nullptr ? nullptr : slots + offsets[g];
-    auto slot_at = [&](uint32_t i) { return list == nullptr ? i : static_cast<uint32_t>(list[i]); };
+    float* sc = scratch;  // (count) this head's logits over its list
+    if (list == nullptr) scores_of(pool, layer, qh, g, count, [](uint32_t i) { return i; }, scale, sc);
+    else scores_of(pool, layer, qh, g, count, [list](uint32_t i) { return static_cast<uint32_t>(list[i]); }, scale, sc);
     // as sparse-policies.ts accumulate(): max, sum of exp(s − max) in list order, then += e / sum
     double mx = -INFINITY;
-    for (uint32_t i = 0; i < count; ++i) mx = js_max(mx, lh_attention_score(pool, layer, qh, g, slot_at(i), scale));
+    for (uint32_t i = 0; i < count; ++i) mx = js_max(mx, sc[i]);
     double sum = 0;
-    for (uint32_t i = 0; i < count; ++i) sum += std::exp(static_cast<double>(lh_attention_score(pool, layer, qh, g, slot_at(i), scale)) - mx);
+    for (uint32_t i = 0; i < count; ++i) sum += std::exp(static_cast<double>(sc[i]) - mx);
     for (uint32_t i = 0; i < count; ++i) {
-      const uint32_t j = slot_at(i);
-      const double e = std::exp(static_cast<double>(lh_attention_score(pool, layer, qh, g, j, scale)) - mx);
+      const uint32_t j = list == nullptr ? i : static_cast<uint32_t>(list[i]);
+      const double e = std::exp(static_cast<double>(sc[i]) - mx);
       a[j] = static_cast<float>(static_cast<double>(a[j]) + e / sum);
     }
   }
@@ -236,11 +285,9 @@ lh_status lh_snapkv_compress(const lh_kv_pool* pool, uint32_t layer, const float
       for (uint32_t i = 0; i < window; ++i) {
         const float* qh = obs_q + (static_cast<size_t>(i) * heads + h) * d;
         const uint32_t seen = prefix + i + 1;  // causal: the row sees slots 0 .. prefix + i
+        scores_of(pool, layer, qh, g, seen, [](uint32_t j) { return j; }, scale, sc);
         double mx = -INFINITY;
-        for (uint32_t j = 0; j < seen; ++j) {
-          sc[j] = lh_attention_score(pool, layer, qh, g, j, scale);
-          mx = js_max(mx, sc[j]);
-        }
+        for (uint32_t j = 0; j < seen; ++j) mx = js_max(mx, sc[j]);
         if (mx == -INFINITY) continue;  // softmaxRows leaves such a row at 0
         double sum = 0;
         for (uint32_t j = 0; j < seen; ++j) sum += std::exp(static_cast<double>(sc[j]) - mx);

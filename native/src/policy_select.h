@@ -10,7 +10,8 @@
 // the lower slot wins); the result is ascending by slot. Scores are ranked as doubles.
 //
 // Arithmetic, chosen to give the references' bits:
-//   - attention logits: lh_attention_score (sparse_attention.h), the bits of lh_attention_scores;
+//   - attention logits: the bits of lh_attention_score (sparse_attention.h) and lh_attention_scores
+//     (each logit its own fp32 sum in element order; computed 8 slots at a time);
 //   - probabilities and votes in double: e = exp(s − max), sum in list order, p = e / sum (the
 //     references use JS Math.exp; glibc's exp and V8's agree except, at most, in the last bit of
 //     rare arguments);
@@ -51,8 +52,9 @@ lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size
 // order, the current token included) — or over every slot 0..n−1 when slots is null (prefill) — is
 // added to acc[g, j] (fp32, (kv_heads, C); computed as double(acc) + e / sum, then rounded), head by
 // head in order. LH_BAD_ARGUMENT: bad shape, a slot >= length(layer) or >= C, n > length or > C.
+// scratch: >= the longest list (or n) floats.
 lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
-                            const int32_t* slots, const uint32_t* offsets, float scale);
+                            const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats);
 
 // quest, bounds: extends the element-wise key bounds page_min/page_max ((kv_heads, max_pages, d) fp32)
 // with the stored key rows of slots from..to−1 of `layer` (page of slot j: j / page_size), min/max

@@ -1463,7 +1463,8 @@ void test_policy_select() {
         off.push_back(static_cast<uint32_t>(sl.size()));
       }
       std::vector<float> acc(static_cast<size_t>(H) * C, 0.5f), ref = acc, sc(static_cast<size_t>(heads) * T);
-      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T, sl.data(), off.data(), scale) == LH_OK &&
+      std::vector<float> hs(T);
+      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T, sl.data(), off.data(), scale, hs.data(), hs.size()) == LH_OK &&
                lh_attention_scores(&p, 1, q.data(), heads, T, scale, sc.data()) == LH_OK;
       for (uint32_t h = 0; h < heads; ++h) {
         const uint32_t g = h / group;
@@ -1481,12 +1482,13 @@ void test_policy_select() {
         for (uint32_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(sc[h * T + j]) - mx);
         for (uint32_t j = 0; j < n; ++j) ref[g * C + j] = static_cast<float>(ref[g * C + j] + std::exp(static_cast<double>(sc[h * T + j]) - mx) / sum);
       }
-      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, 57, nullptr, nullptr, scale) == LH_OK;
+      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, 57, nullptr, nullptr, scale, hs.data(), hs.size()) == LH_OK;
       for (size_t i = 0; i < acc.size(); ++i) acc_ok = acc_ok && lh_f32_bits(acc[i]) == lh_f32_bits(ref[i]);
       std::vector<int32_t> bad = sl;
       bad[0] = static_cast<int32_t>(T);
-      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T, bad.data(), off.data(), scale) == LH_BAD_ARGUMENT &&
-               lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T + 1, nullptr, nullptr, scale) == LH_BAD_ARGUMENT;
+      acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T, bad.data(), off.data(), scale, hs.data(), hs.size()) == LH_BAD_ARGUMENT &&
+               lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T + 1, nullptr, nullptr, scale, hs.data(), hs.size()) == LH_BAD_ARGUMENT &&
+               lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T, sl.data(), off.data(), scale, hs.data(), 3) == LH_BAD_ARGUMENT;
 
       // quest: bounds from the stored rows, then pages by the group's bound
       const uint32_t ps = 16, max_pages = (C + ps - 1) / ps;
