@@ -23,9 +23,23 @@
 // keys (N · kvHeads · ⌊r·headDim⌋ · 2 bytes per sparse layer). The bound is the measured read
 // bandwidth (native measureReadBandwidth) divided by that.
 //
-// Children: `--child inspect|ours|llama`; each prints one line `RESULT {json}` on stdout.
+// llama.cpp (--llama) fills its context ONCE per fixture: one child prefills seeded random ids up to
+// each N of --llama-contexts in turn and saves the sequence state at every N to a file
+// (LlamaContextSequence.saveStateToFile) in a folder under os.tmpdir() (`--llama-state-dir DIR` keeps
+// and reuses them: a re-run then prefills nothing); each timed child, per threads, loads the state of
+// each N (loadStateFromFile) instead of prefilling. The files are as large as the KV cache (MHA
+// Q8_0 fixture: 128 KiB per token, 4 GiB at 32,768); a length whose file would leave less than
+// 2 GiB free on the folder's disk is skipped (said in the table); the folder is deleted at the end.
+// Per-step breakdown (ms per decode step, main thread unless said): speculation = InfiniGen's side
+// thread (q̃, scores, selection, reuse bookkeeping; it overlaps the graphs) or a comparison policy's
+// native selection + H2O's accounting (main thread); wait = the main thread waiting for the
+// speculation; attention = attention kernels (InfiniGen: without the wait; comparison policies:
+// without their selection); dense = the ORT graphs (norms, projections, MLP, head); other = the rest
+// (embedding, appends, JS). Bytes per token and the bound: see above.
+//
+// Children: `--child inspect|ours|llama-fill|llama`; each prints one line `RESULT {json}` on stdout.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -59,6 +73,9 @@ const { values: opts } = parseArgs({
     vocab: { type: 'string' },
     bos: { type: 'string' },
     'cache-dir': { type: 'string' },
+    'llama-state-dir': { type: 'string' },
+    'state-dir': { type: 'string' },
+    'bytes-per-token': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -158,6 +175,8 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
     // InfiniGen per step, summed over the sparse layers: the side thread's speculation (q̃, scores,
     // selection) and reuse bookkeeping, the main thread's wait for it, and the sparse attention
     const overlap = { speculationMs: 0, gatherMs: 0, waitMs: 0, sparseAttentionMs: 0 };
+    const sp = runner.sparsePolicy;
+    const select0 = sp?.selectMs ?? 0;
     const a = performance.now();
     for (let i = 0; i < steps; i++) {
       const s = performance.now();
@@ -188,7 +207,14 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
       partialPerToken = sparseLayers * ctx * h.kvHeads * p * 2;
     }
     const t = runner.timings();
+    const perCall = (x) => x / Math.max(1, t.calls);
+    const selectMs = sp ? ((sp.selectMs ?? 0) - select0) / steps : 0;
+    const spec = policy === 'infinigen' ? (stepsWithStats > 0 ? overlap.speculationMs / stepsWithStats : 0) : selectMs;
+    const wait = policy === 'infinigen' && stepsWithStats > 0 ? overlap.waitMs / stepsWithStats : 0;
+    const attention = perCall(t.attention) - (policy === 'infinigen' ? wait : selectMs);
+    const denseMs = perCall(t.layerGraphs + t.headGraph);
     out.rows.push({
+      breakdown: { speculation: spec, speculationOnMainThread: policy !== 'infinigen', wait, attention, dense: denseMs, other: perCall(t.total) - denseMs - perCall(t.attention), total: perCall(t.total) },
       N,
       startPosition: N0,
       fillTokens: N0 - from,
@@ -211,45 +237,111 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
   result(out);
 }
 
-async function childLlama(path, threads, contexts, steps, vocab, bos) {
-  const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
-  const maxN = contexts[contexts.length - 1];
-  const ids = promptIds(maxN, vocab, bos);
-  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
-  const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
-  const context = await model.createContext({ contextSize: maxN + steps + 64, threads, batchSize: 512, flashAttention: false });
-  if (context.contextSize <= maxN + steps + 1) throw new Error(`llama.cpp made a context of ${context.contextSize}`);
-  const sequence = context.getSequence();
+/** The greedy next token of the last of `tokens` evaluated on `sequence` (llama.cpp). */
+async function llamaEvaluate(sequence, tokens) {
   const contextShift = { strategy: () => { throw new Error('llama.cpp: context shift requested'); } };
   const greedy = { generateNext: { token: true, options: { temperature: 0 } } };
-  const evaluate = async (tokens) => {
-    const items = tokens.map((t, i) => (i === tokens.length - 1 ? [t, greedy] : t));
-    const res = await sequence.controlledEvaluate(items, { contextShift });
-    const next = res[tokens.length - 1]?.next.token;
-    if (next === undefined || next === null) throw new Error('llama.cpp returned no next token');
-    return next;
+  const items = tokens.map((t, i) => (i === tokens.length - 1 ? [t, greedy] : t));
+  const res = await sequence.controlledEvaluate(items, { contextShift });
+  const next = res[tokens.length - 1]?.next.token;
+  if (next === undefined || next === null) throw new Error('llama.cpp returned no next token');
+  return next;
+}
+
+async function llamaOpen(path, threads, contextSize) {
+  const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
+  const context = await model.createContext({ contextSize, threads, batchSize: 512, flashAttention: false });
+  if (context.contextSize < contextSize) throw new Error(`llama.cpp made a context of ${context.contextSize}, asked ${contextSize}`);
+  const close = async () => {
+    await context.dispose();
+    await model.dispose();
+    await llama.dispose();
   };
-  const out = { engine: 'llama.cpp', policy: 'llama.cpp (full)', threads, rows: [] };
-  let tok;
-  for (const N of contexts) {
-    const from = sequence.nextTokenIndex;
-    const f0 = performance.now();
-    if (N > from) tok = await evaluate(ids.slice(from, N));
-    const fillMs = performance.now() - f0;
-    const N0 = sequence.nextTokenIndex;
-    const stepMs = [];
-    const a = performance.now();
-    for (let i = 0; i < steps; i++) {
-      const s = performance.now();
-      tok = await evaluate([tok]);
-      stepMs.push(performance.now() - s);
+  return { context, sequence: context.getSequence(), close };
+}
+
+const MIN_FREE_BYTES = 2 * 2 ** 30;
+
+/**
+ * Prefills seeded random ids up to each N in turn, saving the sequence state at every N into
+ * stateDir/N.state (+ N.json: the greedy next token and the prefill time); an existing pair is
+ * reused (the prefill to the next N then starts from it). A state that would leave less than 2 GiB
+ * free on the disk is not written (the row says so) and no longer N is filled.
+ */
+async function childLlamaFill(path, threads, contexts, steps, vocab, bos, stateDir, bytesPerToken) {
+  const maxN = contexts[contexts.length - 1];
+  const ids = promptIds(maxN, vocab, bos);
+  const { sequence, close } = await llamaOpen(path, threads, maxN + steps + 64);
+  const out = { engine: 'llama.cpp', fill: [] };
+  let reused; // the longest N whose saved state is reused
+  try {
+    for (const N of contexts) {
+      const file = join(stateDir, `${N}.state`);
+      const meta = join(stateDir, `${N}.json`);
+      if (existsSync(file) && existsSync(meta)) {
+        out.fill.push({ N, ...JSON.parse(readFileSync(meta, 'utf8')), reused: true });
+        reused = { N, file };
+        continue;
+      }
+      if (reused && sequence.nextTokenIndex < reused.N) {
+        await sequence.clearHistory();
+        await sequence.loadStateFromFile(reused.file, { acceptRisk: true });
+      }
+      const fs = statfsSync(stateDir);
+      const free = fs.bavail * fs.bsize;
+      if (free - N * bytesPerToken < MIN_FREE_BYTES) {
+        out.fill.push({ N, skipped: `a ${(N * bytesPerToken / 2 ** 30).toFixed(1)} GiB state would leave under 2 GiB free on ${stateDir}` });
+        break;
+      }
+      // continue from the longest saved N below this one (the sequence may hold it already)
+      const from = sequence.nextTokenIndex;
+      const f0 = performance.now();
+      const next = await llamaEvaluate(sequence, ids.slice(from, N));
+      const fillMs = performance.now() - f0;
+      const s0 = performance.now();
+      const { fileSize } = await sequence.saveStateToFile(file);
+      const info = { next, fillMs, fillTokens: N - from, saveMs: performance.now() - s0, fileSize };
+      writeFileSync(meta, JSON.stringify(info));
+      out.fill.push({ N, ...info });
     }
-    const ms = performance.now() - a;
-    out.rows.push({ N, startPosition: N0, fillTokens: N0 - from, fillTps: ((N0 - from) * 1000) / fillMs, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), stepMs, fetchRatio: 1 });
+  } finally {
+    await close();
   }
-  await context.dispose();
-  await model.dispose();
-  await llama.dispose();
+  out.peakRssBytes = peakRss();
+  result(out);
+}
+
+async function childLlama(path, threads, contexts, steps, stateDir) {
+  const maxN = contexts[contexts.length - 1];
+  const { sequence, close } = await llamaOpen(path, threads, maxN + steps + 64);
+  const out = { engine: 'llama.cpp', policy: 'llama.cpp (full)', threads, rows: [] };
+  try {
+    for (const N of contexts) {
+      const file = join(stateDir, `${N}.state`);
+      const meta = join(stateDir, `${N}.json`);
+      if (!existsSync(file) || !existsSync(meta)) continue; // skipped by the fill (disk)
+      let tok = JSON.parse(readFileSync(meta, 'utf8')).next;
+      await sequence.clearHistory();
+      const l0 = performance.now();
+      await sequence.loadStateFromFile(file, { acceptRisk: true });
+      const loadMs = performance.now() - l0;
+      const N0 = sequence.nextTokenIndex;
+      if (N0 !== N) throw new Error(`llama.cpp: the state of ${N} tokens loaded as ${N0}`);
+      const stepMs = [];
+      const a = performance.now();
+      for (let i = 0; i < steps; i++) {
+        const s = performance.now();
+        tok = await llamaEvaluate(sequence, [tok]);
+        stepMs.push(performance.now() - s);
+      }
+      const ms = performance.now() - a;
+      out.rows.push({ N, startPosition: N0, fillTokens: 0, loadMs, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), stepMs, fetchRatio: 1 });
+    }
+  } finally {
+    await close();
+  }
   out.peakRssBytes = peakRss();
   result(out);
 }
@@ -274,6 +366,14 @@ function runChild(args, { tsx = true } = {}) {
   });
 }
 
+function diskFree(dir) {
+  try {
+    const f = statfsSync(dir);
+    return `${((f.bavail * f.bsize) / 2 ** 30).toFixed(1)} GiB free there`;
+  } catch {
+    return 'free space unknown';
+  }
+}
 const fmt = (x, d = 1) => (x === undefined || x === null || !Number.isFinite(x) ? '—' : x.toFixed(d));
 const mib = (b) => (Number.isFinite(b) ? `${(b / 2 ** 20).toFixed(0)}` : '—');
 
@@ -307,6 +407,9 @@ async function parent() {
 
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'longhand-long-'));
   const cacheDir = mkdtempSync(join(tmpdir(), 'longhand-long-skew-'));
+  const keepStates = opts['llama-state-dir'] !== undefined;
+  const llamaStateDir = keepStates ? opts['llama-state-dir'] : mkdtempSync(join(tmpdir(), 'longhand-long-llama-'));
+  if (keepStates) mkdirSync(llamaStateDir, { recursive: true });
   const report = { started: started.toISOString(), sizes, contexts, cap, steps, bandwidth: bw, runs: [] };
   try {
     const path = join(dir, `long-${opts.type}-kv${kvHeads}-ctx${maxN + steps + 64}.gguf`);
@@ -317,6 +420,15 @@ async function parent() {
     const info = await runChild(['inspect', '--model', path]);
     if (info.error) throw new Error(`inspect: ${info.error}`);
     report.info = info;
+    if (opts.llama) {
+      // one prefill per fixture: the states of every N, loaded by each timed llama.cpp child
+      const hh = info.hyper;
+      const stateBytesPerToken = hh.layers * hh.kvHeads * hh.headDim * 2 * 2; // f16 K and V
+      const f0 = performance.now();
+      const fill = await runChild(['llama-fill', '--model', path, '--threads', `${Math.max(...threadList)}`, '--contexts', llamaContexts.join(','), '--steps', `${steps}`, '--vocab', `${hh.vocab}`, '--bos', `${info.bos}`, '--state-dir', llamaStateDir, '--bytes-per-token', `${stateBytesPerToken}`], { tsx: false });
+      report.llamaFill = fill;
+      console.log(`llama.cpp states (${llamaStateDir}, ${((performance.now() - f0) / 1000).toFixed(0)} s): ${fill.error ?? fill.fill.map((x) => (x.skipped ? `N=${x.N} skipped: ${x.skipped}` : `N=${x.N} ${x.reused ? 'reused' : `prefilled ${x.fillTokens} in ${(x.fillMs / 1000).toFixed(0)} s`}, ${mib(x.fileSize)} MiB`)).join('; ')}; ${diskFree(llamaStateDir)}`);
+    }
     for (const threads of threadList) {
       const common = ['--model', path, '--threads', `${threads}`, '--contexts', contexts.join(','), '--steps', `${steps}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`];
       for (const policy of policies) {
@@ -328,7 +440,7 @@ async function parent() {
       }
       if (opts.llama) {
         const llamaArgs = common.map((a, i) => (common[i - 1] === '--contexts' ? llamaContexts.join(',') : a));
-        const r = await runChild(['llama', ...llamaArgs], { tsx: false });
+        const r = await runChild(['llama', ...llamaArgs, '--state-dir', llamaStateDir], { tsx: false });
         if (r.error) r.policy = 'llama.cpp (full)';
         r.threads = threads;
         console.log(`llama.cpp ${threads}t: ${r.error ?? r.rows.map((x) => `N=${x.N} ${fmt(x.tps, 2)} tok/s`).join(', ')}`);
@@ -337,6 +449,8 @@ async function parent() {
     }
   } finally {
     rmSync(cacheDir, { recursive: true, force: true });
+    if (!keepStates) rmSync(llamaStateDir, { recursive: true, force: true });
+    else console.log(`kept the llama.cpp states in ${llamaStateDir}`);
     if (!opts.keep && opts.dir === undefined) rmSync(dir, { recursive: true, force: true });
     else console.log(`kept the fixture in ${dir}`);
   }
@@ -344,11 +458,12 @@ async function parent() {
   const h = report.info.hyper;
   const rowKV = h.kvHeads * h.headDim * 2 * 2;
   const lines = [];
-  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | fetch ratio | weights MiB | KV fetched MiB | partial keys MiB | total MiB/token | bound tok/s | % of bound | graphs ms/step | attention ms/step | speculation ms/step (side thread) | waited ms/step | peak RSS MiB |`);
-  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | vs llama.cpp | fetch ratio | weights MiB | KV fetched MiB | partial keys MiB | total MiB/token | bound tok/s | % of bound | speculation ms | wait ms | attention ms | dense ms | other ms | step ms | peak RSS MiB |`);
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  const llamaTps = (threads, N) => report.runs.find((r) => r.engine === 'llama.cpp' && r.threads === threads && !r.error)?.rows.find((x) => x.N === N)?.tps;
   for (const r of report.runs) {
     if (r.error) {
-      lines.push(`| ${r.policy} | ${r.threads} | — | **failed**: ${r.error.replaceAll('|', '/')} | | | | | | | | | | | | | |`);
+      lines.push(`| ${r.policy} | ${r.threads} | — | **failed**: ${r.error.replaceAll('|', '/')} | | | | | | | | | | | | | | | | |`);
       continue;
     }
     for (const x of r.rows) {
@@ -359,7 +474,10 @@ async function parent() {
       const bound = (bw[Math.max(...bwThreads.filter((t) => t <= r.threads))] * 1e9) / total;
       x.bytesPerToken = total;
       x.bound = bound;
-      lines.push(`| ${r.policy} | ${r.threads} | ${x.N} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${fmt(x.fetchRatio, 3)} | ${mib(report.info.weightBytesPerToken)} | ${mib(kv)} | ${mib(partial)} | ${mib(total)} | ${fmt(bound, 2)} | ${fmt((100 * x.tps) / bound, 0)}% | ${fmt(x.perStep && x.perStep.layerGraphs + x.perStep.headGraph)} | ${fmt(x.perStep?.attention)} | ${fmt(x.overlap?.speculationMs)} | ${fmt(x.overlap?.waitMs)} | ${mib(r.peakRssBytes)} |`);
+      const b = x.breakdown;
+      const vs = r.engine === 'llama.cpp' ? undefined : llamaTps(r.threads, x.N);
+      const specCell = b ? `${fmt(b.speculation)}${b.speculationOnMainThread ? ' (main)' : ''}` : '—';
+      lines.push(`| ${r.policy} | ${r.threads} | ${x.N} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${vs ? `${fmt(x.tps / vs, 2)}x` : '—'} | ${fmt(x.fetchRatio, 3)} | ${mib(report.info.weightBytesPerToken)} | ${mib(kv)} | ${mib(partial)} | ${mib(total)} | ${fmt(bound, 2)} | ${fmt((100 * x.tps) / bound, 0)}% | ${specCell} | ${fmt(b?.wait)} | ${fmt(b?.attention)} | ${fmt(b?.dense)} | ${fmt(b?.other)} | ${fmt(b?.total ?? 1000 / x.tps)} | ${mib(r.peakRssBytes)} |`);
     }
   }
   const loadAfter = loadavg();
@@ -368,7 +486,8 @@ async function parent() {
   console.log('');
   console.log(lines.join('\n'));
   console.log('');
-  console.log(`Filling: llama.cpp prefilled every N with seeded random ids${opts.fill === 'random' ? `; Longhand prefilled the first ${REAL_PREFIX} for real and appended seeded random K/V rows for the rest (decode cost depends on the row count, not the values)` : '; so did Longhand'}. Speculation runs on a native side thread while the next layer's graph runs; "waited" is the time the main thread waited for it (the part not hidden).`);
+  for (const f of report.llamaFill?.fill ?? []) if (f.skipped) console.log(`llama.cpp N=${f.N}: not run (${f.skipped})`);
+  console.log(`Filling: llama.cpp prefilled seeded random ids once per fixture up to each N, saved the sequence state and loaded it in every timed run${opts.fill === 'random' ? `; Longhand prefilled the first ${REAL_PREFIX} for real and appended seeded random K/V rows for the rest (decode cost depends on the row count, not the values)` : '; so did Longhand'}. Speculation runs on a native side thread while the next layer's graph runs; "waited" is the time the main thread waited for it (the part not hidden).`);
   console.log(`Note: the fixture's weights are random, so attention is diffuse and no policy finds a few dominant tokens: the fetch cap (${cap}) decides how many rows the sparse policies fetch, not the scores. Numbers on a real model differ.`);
   console.log(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}; ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s in all`);
   if (opts.json) {
@@ -387,7 +506,8 @@ async function child() {
   const vocab = positiveInt(opts.vocab, '--vocab');
   const bos = Number(opts.bos);
   if (opts.child === 'ours') return childOurs(path, opts.policy, threads, contexts, steps, Number(opts.cap), opts['cache-dir'], vocab, bos, opts.fill);
-  if (opts.child === 'llama') return childLlama(path, threads, contexts, steps, vocab, bos);
+  if (opts.child === 'llama-fill') return childLlamaFill(path, threads, contexts, steps, vocab, bos, opts['state-dir'], positiveInt(opts['bytes-per-token'], '--bytes-per-token'));
+  if (opts.child === 'llama') return childLlama(path, threads, contexts, steps, opts['state-dir']);
   throw new Error(`unknown child ${opts.child}`);
 }
 
