@@ -121,6 +121,8 @@ export const GenerateParamsSchema = z.strictObject({
    * at most every 100 ms — the inspector's own runs (Compare), for a denser recall chart and token map.
    */
   inspectEvery: z.int().min(1).max(4096).optional(),
+  /** The inspector's share of decode time (measurements + snapshots); a due step over it is skipped. Default 0.05; 1 measures every due step. */
+  inspectBudget: z.number().gt(0).max(1).optional(),
 });
 export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
 /** Generation parameters as a client writes them (defaults may be left out). */
