@@ -377,6 +377,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       });
       const metrics = new StepMetricsSampler(state.runner, state.model.hyper, state.runner.policy);
       if (params.inspectEvery !== undefined) metrics.sampleEvery(params.inspectEvery);
+      if (params.inspectBudget !== undefined) metrics.budget = params.inspectBudget;
       try {
         for await (const event of stream) {
           if (event.type === 'token') {

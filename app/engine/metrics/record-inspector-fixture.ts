@@ -3,7 +3,7 @@
 //   node --import tsx app/engine/metrics/record-inspector-fixture.ts [--out PATH]
 //
 // kjv-llama-hd64, the first ~1,200 characters of the held-out Jonah 1 as the prompt, greedy, 96
-// tokens under infinigen (A), then 96 under h2o (B) on A's prompt ids — the inspector's Compare, a measured sample every 4 steps —
+// tokens under infinigen (A), then 96 under h2o (B) on A's prompt ids — the inspector's Compare with dense measurements (every 4 steps) —
 // and a third run under infinigen with a pool byte budget that evicts (memory view). Each token
 // with its top-20 log-probabilities. Written in the inspector's JSON lines format (renderer's
 // runs.ts: a 'longhand.run/1' line, then the run's samples).
@@ -22,7 +22,7 @@ const load = (poolBudgetBytes: number): LoadOptions => ({
   sparse: { fetchCap: 0.2, denseLayers: 2, sinks: 4, poolKernel: 7, pageSize: 16 }, poolBudgetBytes, inspect: false,
 });
 const params = (policy: GenerateParams['policy']): GenerateParams => ({
-  maxTokens: 96, stopStrings: [], stopOnEos: false, policy, reusePrefix: true, logprobs: 20, inspectEvery: 4,
+  maxTokens: 96, stopStrings: [], stopOnEos: false, policy, reusePrefix: true, logprobs: 20, inspectEvery: 4, inspectBudget: 1,
   sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0, penaltyLastN: 64 },
 });
 

@@ -34,6 +34,14 @@ export interface MetricsSource {
   partialKeyBytes?(): number;
 }
 
+/**
+ * The inspector's share of decode time: a step is measured (and, by step count, a snapshot taken)
+ * only while the probe's and the snapshots' time stays under this share of the decode time since
+ * the generation began. On a small model whose step is a few ms this bounds how dense the samples
+ * get; on a large one it never binds.
+ */
+export const INSPECT_BUDGET = 0.05;
+
 /** At most this many positions per layer go out in one snapshot (the heatmap buckets them). */
 const MAX_POSITIONS = 4096;
 
@@ -47,6 +55,11 @@ export class StepMetricsSampler {
   private waiting = false;
   /** sampleEvery(): snapshots by step count instead of by time */
   private everySteps: number | undefined;
+  /** ms spent in snapshot() (with the probe's, kept under INSPECT_BUDGET of the decode time) */
+  private ownMs = 0;
+  private readonly startTotal: number;
+  /** The inspector's share of decode time (INSPECT_BUDGET; tests set 1 to see every arming). */
+  budget = INSPECT_BUDGET;
 
   constructor(
     private readonly source: MetricsSource,
@@ -57,6 +70,7 @@ export class StepMetricsSampler {
     private readonly rss: () => number = () => process.memoryUsage.rss(),
   ) {
     this.last = { ...source.timings() };
+    this.startTotal = this.last.total;
     if (source.setProbe) {
       this.probe = new InspectProbe();
       source.setProbe(this.probe);
@@ -80,7 +94,10 @@ export class StepMetricsSampler {
     if (!this.waiting) {
       const due = this.everySteps !== undefined ? step % this.everySteps === 0 : t - this.lastAt >= this.intervalMs;
       if (!due) return undefined;
-      if (this.probe) {
+      const affordable = this.inspectMs() <= this.budget * (this.source.timings().total - this.startTotal);
+      // by step count, a step the budget cannot afford is skipped; by time, the snapshot goes out unmeasured
+      if (this.everySteps !== undefined && !affordable) return undefined;
+      if (this.probe && affordable) {
         // measure the next step, and report it
         this.probe.arm();
         this.waiting = true;
@@ -92,8 +109,22 @@ export class StepMetricsSampler {
     return this.snapshot(step);
   }
 
+  /** ms the inspector's work took so far: the probe's measurements and the snapshots. */
+  inspectMs(): number {
+    return this.ownMs + (this.probe?.spentMs ?? 0);
+  }
+
   /** A snapshot now (the end of a generation). */
   snapshot(step: number): StepMetrics {
+    const started = performance.now();
+    try {
+      return this.build(step);
+    } finally {
+      this.ownMs += performance.now() - started;
+    }
+  }
+
+  private build(step: number): StepMetrics {
     const current = this.source.timings();
     const delta = subtract(current, this.last);
     this.last = { ...current };

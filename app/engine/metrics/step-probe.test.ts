@@ -213,6 +213,7 @@ describe.skipIf(!have)('the probe on kjv-llama-hd64', () => {
     const runner = await createModelRunner(model, { contextLength: 256, policy: 'streaming', sparse: { fetchCap: 0.25 } });
     let clock = 0;
     const sampler = new StepMetricsSampler(runner, model.hyper, 'streaming', 100, () => clock);
+    sampler.budget = 1; // this test is about the arming; the budget has its own
     await runner.prefill(ids.slice(0, 100));
     const reports: number[] = [];
     for (let t = 100; t < 120; t++) {
@@ -236,6 +237,7 @@ describe.skipIf(!have)('the probe on kjv-llama-hd64', () => {
     // every 4 steps (the inspector's Compare): arm at steps 4, 8, 12, …, report the step after, whatever the clock
     const every = new StepMetricsSampler(runner, model.hyper, 'streaming', 100, () => 0);
     every.sampleEvery(4);
+    every.budget = 1;
     const stepped: number[] = [];
     for (let t = 120; t < 137; t++) {
       await runner.decode(ids[t]!);
@@ -248,6 +250,29 @@ describe.skipIf(!have)('the probe on kjv-llama-hd64', () => {
     expect(stepped).toEqual([5, 9, 13, 17]);
     expect(() => every.sampleEvery(0)).toThrow(RangeError);
     every.close();
+    await runner.dispose();
+  });
+
+  it('the inspector keeps to its budget: asked for every step, the probe and snapshots take <= 5% of decode time (+ one step`s measurement)', async () => {
+    const runner = await createModelRunner(model, { contextLength: 256, policy: 'h2o', sparse: { fetchCap: 0.2 } });
+    await runner.prefill(ids.slice(0, 150));
+    const sampler = new StepMetricsSampler(runner, model.hyper, 'h2o');
+    sampler.sampleEvery(1);
+    const start = runner.timings().total;
+    let measured = 0;
+    let worstStep = 0;
+    for (let t = 150; t < 200; t++) {
+      const before = sampler.inspectMs();
+      await runner.decode(ids[t]!);
+      const snapshot = sampler.maybe(t - 149);
+      worstStep = Math.max(worstStep, sampler.inspectMs() - before);
+      if (snapshot?.layers.some((l) => l.oracleRecall !== undefined)) measured += 1;
+    }
+    const decodeMs = runner.timings().total - start;
+    console.log(`budget: ${measured} of 50 steps measured, inspector ${sampler.inspectMs().toFixed(2)} ms of ${decodeMs.toFixed(1)} ms decode`);
+    expect(measured).toBeGreaterThan(0);
+    expect(sampler.inspectMs()).toBeLessThanOrEqual(0.05 * decodeMs + 2 * worstStep);
+    sampler.close();
     await runner.dispose();
   });
 

@@ -52,6 +52,8 @@ export interface ProbeReading {
 
 export class InspectProbe implements StepProbe {
   private wanted = false;
+  /** ms spent in measure() since the probe was made (the sampler keeps it under its budget) */
+  spentMs = 0;
   private measuring: ProbeLayer[] = [];
   private reading: ProbeReading | undefined;
   private scores = new Float32Array(0);
@@ -77,12 +79,21 @@ export class InspectProbe implements StepProbe {
 
   measure(pool: KvPool, layer: number, q: Float32Array, heads: number, lists: readonly Int32Array[]): void {
     if (!this.wanted) return;
+    const started = performance.now();
+    try {
+      this.measureLayer(pool, layer, q, heads, lists);
+    } finally {
+      this.spentMs += performance.now() - started;
+    }
+  }
+
+  private measureLayer(pool: KvPool, layer: number, q: Float32Array, heads: number, lists: readonly Int32Array[]): void {
     const T = pool.length(layer);
     const current = pool.lastSlot(layer);
     if (T <= 0 || current < 0) return;
     if (this.scores.length < heads * T) {
       this.scores = new Float32Array(heads * T * 2);
-      this.weights = new Float64Array(T * 2);
+      this.weights = new Float64Array(T * 4);
       this.total = new Float64Array(T * 2);
     }
     const scores = this.scores.subarray(0, heads * T);
@@ -141,6 +152,7 @@ export class InspectProbe implements StepProbe {
 export function measureRecall(scores: Float32Array, heads: number, T: number, current: number, lists: readonly Int32Array[], scratch = new Float64Array(T), total?: Float64Array): { recall: number; oracleRecall: number } {
   const kvHeads = Math.max(1, lists.length);
   const group = Math.max(1, Math.floor(heads / kvHeads));
+  const exps = scratch.length >= 2 * T ? scratch.subarray(T, 2 * T) : new Float64Array(T);
   let recall = 0;
   let oracle = 0;
   for (let g = 0; g < kvHeads; g++) {
@@ -152,9 +164,14 @@ export function measureRecall(scores: Float32Array, heads: number, T: number, cu
       let max = -Infinity;
       for (let j = 0; j < T; j++) if (row[j]! > max) max = row[j]!;
       let z = 0;
-      for (let j = 0; j < T; j++) z += Math.exp(row[j]! - max);
+      for (let j = 0; j < T; j++) {
+        const e = Math.exp(row[j]! - max);
+        exps[j] = e;
+        z += e;
+      }
       if (!(z > 0)) continue;
-      for (let j = 0; j < T; j++) mass[j] = mass[j]! + Math.exp(row[j]! - max) / z;
+      const inv = 1 / z;
+      for (let j = 0; j < T; j++) mass[j] = mass[j]! + exps[j]! * inv;
     }
     if (total) for (let j = 0; j < T; j++) total[j] = total[j]! + mass[j]!;
     const self = mass[current]!;
