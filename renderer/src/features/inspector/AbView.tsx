@@ -6,7 +6,7 @@
 import { useEffect, useMemo, useRef } from 'react';
 import type uPlot from 'uplot';
 import { sanitiseText } from '../../ui/SafeText.tsx';
-import { bucketRange, fetchDiff, mapColumns, stepCompare, type Run } from './runs.ts';
+import { bucketRange, fetchDiff, mapColumns, PAIR_STEPS, stepCompare, type Run } from './runs.ts';
 import type { TokenComparison } from './data.ts';
 import { UChart } from './UChart.tsx';
 
@@ -78,7 +78,7 @@ export function AbView({ a, b, comparison, rev = 0 }: { a: Run; b: Run; comparis
 
   return (
     <div className="ab" aria-label="A/B view">
-      <h3>Fetched positions: {a.policy} (A) vs {b.policy} (B), step by step ({P.toLocaleString('en-US')} positions, {diff[0]?.steps ?? 0} sampled steps both measured)</h3>
+      <h3>Fetched positions: {a.policy} (A) vs {b.policy} (B), step by step ({P.toLocaleString('en-US')} positions, {diff[0]?.steps ?? 0} sampled steps of A, each with B's nearest within {PAIR_STEPS})</h3>
       {diff.length === 0 ? (
         <p className="muted">One side sent no selected positions (policy full, or no sampled decode step): nothing to compare.</p>
       ) : (

@@ -50,6 +50,9 @@ export function Compare() {
         <button type="button" onClick={() => edit({ prompt: tailForContext(draft, contextLength, 2 * c.maxTokens) })} disabled={c.running || !draft.trim()} title="The Writer's text before the cursor: the prompt its Continue sends, whose prefix the engine may already hold">
           Use the Writer&apos;s draft
         </button>
+        <label title="Measure a sample every ceil(tokens/150) steps whatever it costs; by default the engine keeps the inspector's measurements under 5% of decode time, which on a small fast model means fewer samples">
+          <input type="checkbox" aria-label="Dense measurements" checked={c.dense} disabled={c.running} onChange={(e) => edit({ dense: e.target.checked })} /> Dense measurements (slower)
+        </label>
         <button type="button" className="primary" onClick={() => void run()} disabled={c.running || !modelLoaded || !c.prompt}>Compare</button>
         <button type="button" className="danger" onClick={stop} disabled={!c.running}>Stop</button>
       </div>

@@ -347,7 +347,7 @@ export function stackParts(series: MemorySeries): number[][] {
 
 export interface FetchDiff {
   layer: number;
-  /** sampled steps both runs measured (the same step numbers: Compare samples both every N steps) */
+  /** A's sampled steps compared, each with B's nearest sampled step (at most PAIR_STEPS away) */
   steps: number;
   /** per matched step, the mean count of positions A fetched and B did not, the reverse, and both */
   meanOnlyA: number;
@@ -359,15 +359,27 @@ export interface FetchDiff {
   positions: number;
 }
 
+/** An A sample is compared with B's nearest sampled step when it is at most this many steps away. */
+export const PAIR_STEPS = 4;
+
+/** Each A sample with B's sample of the nearest step (ties: the earlier), when within PAIR_STEPS. */
+export function pairSamples(a: Run, b: Run): [StepMetrics, StepMetrics][] {
+  const out: [StepMetrics, StepMetrics][] = [];
+  const bs = [...b.samples].sort((x, y) => x.step - y.step);
+  for (const sa of a.samples) {
+    let best: StepMetrics | undefined;
+    for (const sb of bs) if (!best || Math.abs(sb.step - sa.step) < Math.abs(best.step - sa.step)) best = sb;
+    if (best && Math.abs(best.step - sa.step) <= PAIR_STEPS) out.push([sa, best]);
+  }
+  return out;
+}
+
 /**
- * Per sparse layer, A's and B's selections compared step by step at the sampled steps both runs
- * have: which positions each fetched that the other did not at that same step.
+ * Per sparse layer, A's and B's selections compared step by step (each A sample with B's nearest
+ * sampled step): which positions each fetched that the other did not.
  */
 export function fetchDiff(a: Run, b: Run): FetchDiff[] {
-  const byStep = (r: Run) => new Map(r.samples.map((s) => [s.step, s]));
-  const sa = byStep(a);
-  const sb = byStep(b);
-  const steps = [...sa.keys()].filter((k) => sb.has(k));
+  const pairs = pairSamples(a, b);
   const layers = sparseLayers(a).filter((l) => sparseLayers(b).includes(l));
   const positions = Math.min(a.promptIds.length + a.tokens.length, b.promptIds.length + b.tokens.length);
   return layers.map((layer) => {
@@ -377,9 +389,9 @@ export function fetchDiff(a: Run, b: Run): FetchDiff[] {
     let both = 0;
     let matched = 0;
     const inB = new Uint8Array(positions);
-    for (const step of steps) {
-      const pa = sa.get(step)!.layers.find((l) => l.layer === layer)?.positions;
-      const pb = sb.get(step)!.layers.find((l) => l.layer === layer)?.positions;
+    for (const [xa, xb] of pairs) {
+      const pa = xa.layers.find((l) => l.layer === layer)?.positions;
+      const pb = xb.layers.find((l) => l.layer === layer)?.positions;
       if (!pa || !pb) continue;
       matched += 1;
       inB.fill(0);

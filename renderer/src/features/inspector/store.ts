@@ -51,6 +51,8 @@ export interface CompareState {
   maxTokens: number;
   policyA: KvPolicy;
   policyB: KvPolicy;
+  /** Measure every sampled step asked for, whatever it costs (default: the engine keeps the inspector under 5% of decode time). */
+  dense: boolean;
   running: boolean;
   phase: string | null;
   result: CompareResult | null;
@@ -74,7 +76,7 @@ export interface InspectorState {
   /** Replaces the runs with those of an exported JSON lines file (offline viewing). */
   loadRuns(text: string): void;
   clear(): void;
-  editCompare(patch: Partial<Pick<CompareState, 'prompt' | 'maxTokens' | 'policyA' | 'policyB'>>): void;
+  editCompare(patch: Partial<Pick<CompareState, 'prompt' | 'maxTokens' | 'policyA' | 'policyB' | 'dense'>>): void;
   runCompare(): Promise<void>;
   stopCompare(): void;
 }
@@ -108,7 +110,7 @@ export function snapshots(n?: number): Snapshot[] {
   return ring.toArray(n);
 }
 
-const initialCompare: CompareState = { prompt: 'Once upon a time', maxTokens: 64, policyA: 'full', policyB: 'infinigen', running: false, phase: null, result: null, error: null };
+const initialCompare: CompareState = { prompt: 'Once upon a time', maxTokens: 64, policyA: 'full', policyB: 'infinigen', dense: false, running: false, phase: null, result: null, error: null };
 
 let compareStop: (() => void) | null = null;
 let compareStopped = false;
@@ -167,11 +169,11 @@ export const useInspectorStore = create<InspectorState>()((set, get) => ({
       // A first, then B on A's very prompt ids: the engine keeps the sequence A left (prompt +
       // A's tokens), so B reuses the whole prompt prefix when the policy switch keeps the cache.
       update({ phase: `Generating ${compare.maxTokens} tokens greedily with ${compare.policyA} (A)…` });
-      const a = await generateGreedy(engine, { text: compare.prompt }, compare.maxTokens, compare.policyA, (cancel) => (compareStop = cancel));
+      const a = await generateGreedy(engine, { text: compare.prompt }, compare.maxTokens, compare.policyA, compare.dense, (cancel) => (compareStop = cancel));
       set({ selectedRun: a.requestId });
       if (compareStopped) throw new Error('stopped');
       update({ phase: `Generating ${compare.maxTokens} tokens greedily with ${compare.policyB} (B), from A's cached prompt…` });
-      const b = await generateGreedy(engine, a.promptIds.length > 0 ? { ids: a.promptIds } : { text: compare.prompt }, compare.maxTokens, compare.policyB, (cancel) => (compareStop = cancel));
+      const b = await generateGreedy(engine, a.promptIds.length > 0 ? { ids: a.promptIds } : { text: compare.prompt }, compare.maxTokens, compare.policyB, compare.dense, (cancel) => (compareStop = cancel));
       update({ result: { a, b, comparison: compareTokens(a.tokens, b.tokens) } });
     } catch (e) {
       update({ error: compareStopped ? 'Stopped.' : message(e) });
@@ -191,7 +193,7 @@ export const useInspectorStore = create<InspectorState>()((set, get) => ({
  * One greedy run under `policy` (chosen for this generation: the loaded model stays as the user
  * loaded it), with prefix reuse on. Keeps the prompt ids the engine used, for the other side.
  */
-async function generateGreedy(engine: EngineClient, prompt: Prompt, maxTokens: number, policy: KvPolicy, onCancel: (cancel: () => void) => void): Promise<CompareSide> {
+async function generateGreedy(engine: EngineClient, prompt: Prompt, maxTokens: number, policy: KvPolicy, dense: boolean, onCancel: (cancel: () => void) => void): Promise<CompareSide> {
   const tokens: number[] = [];
   let promptIds: number[] = [];
   let requestId: string | null = null;
@@ -201,7 +203,7 @@ async function generateGreedy(engine: EngineClient, prompt: Prompt, maxTokens: n
     else if (event.kind === 'prompt') promptIds = event.ids;
   });
   try {
-    const generation = engine.generate(prompt, { maxTokens, stopOnEos: false, policy, logprobs: COMPARE_LOGPROBS, inspectEvery: compareSampleEvery(maxTokens), sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } });
+    const generation = engine.generate(prompt, { maxTokens, stopOnEos: false, policy, logprobs: COMPARE_LOGPROBS, inspectEvery: compareSampleEvery(maxTokens), ...(dense ? { inspectBudget: 1 } : {}), sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1 } });
     requestId = generation.requestId;
     onCancel(() => generation.cancel());
     const result = await generation.result;

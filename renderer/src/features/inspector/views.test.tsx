@@ -201,14 +201,14 @@ describe('A/B', () => {
     render(<AbView a={a} b={b} comparison={comparison} />);
     // step by step: at each step both runs sampled, what each fetched that the other did not
     const limit = Math.min(a.promptIds.length + a.tokens.length, b.promptIds.length + b.tokens.length);
-    const sb = new Map(rawSamples(B).map((s) => [s.step, s]));
+    const nearest = (step: number) => rawSamples(B).reduce<RawSample | undefined>((best, x) => (!best || Math.abs(x.step - step) < Math.abs(best.step - step) ? x : best), undefined);
     for (const layer of [2, 3, 4, 5]) {
       let onlyA = 0;
       let onlyB = 0;
       let steps = 0;
       for (const s of rawSamples(A)) {
-        const other = sb.get(s.step);
-        if (!other) continue;
+        const other = nearest(s.step);
+        if (!other || Math.abs(other.step - s.step) > 4) continue;
         const pa = new Set(layerOf(s, layer).positions!.filter((p) => p < limit));
         const pb = new Set(layerOf(other, layer).positions!.filter((p) => p < limit));
         onlyA += [...pa].filter((p) => !pb.has(p)).length;
