@@ -117,7 +117,11 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
         </div>
       )}
       <p className="muted legend">
-        <span className="swatch" style={{ background: 'rgb(253,231,37)' }} /> fetched in every sampled step · <span className="swatch" style={{ background: 'rgb(33,145,140)' }} /> in some · <span className="swatch" style={{ background: 'rgb(20,18,40)' }} /> never ·{' '}
+        {mode.kind === 'attention' ? (
+          <>map: <span className="swatch" style={{ background: 'rgb(253,231,37)' }} /> the row&apos;s most attended position · <span className="swatch" style={{ background: 'rgb(33,145,140)' }} /> about a quarter of its mass · <span className="swatch" style={{ background: 'rgb(20,18,40)' }} /> none (√ scale); text below: fetch frequency ·{' '}</>
+        ) : (
+          <><span className="swatch" style={{ background: 'rgb(253,231,37)' }} /> fetched in every sampled step · <span className="swatch" style={{ background: 'rgb(33,145,140)' }} /> in some · <span className="swatch" style={{ background: 'rgb(20,18,40)' }} /> never ·{' '}</>
+        )}
         <span className="swatch" style={{ background: `rgb(${EVICTED.join(',')})` }} /> evicted · <span className="swatch" style={{ background: `rgb(${EMPTY.join(',')})` }} /> not in the context yet. Generated tokens are underlined.
       </p>
       <TokenText tokens={shown} from={from} freq={freq} stats={stats} onHover={onHover} />
