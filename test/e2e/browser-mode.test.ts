@@ -144,6 +144,9 @@ async function loadModel(page: Page, contextTokens = CONTEXT_TOKENS): Promise<vo
 /** Puts `text` in the editor with the caret at its end (what Continue writes after). */
 async function typeDocument(page: Page, text: string): Promise<void> {
   await nav(page, 'Writer').click();
+  // a suggestion an earlier test left pending keeps the editor read-only: one failed test must not fail the rest
+  const reject = page.getByRole('button', { name: 'Reject' });
+  if (await reject.isVisible()) await reject.click();
   const box = editor(page);
   await box.fill(text);
   await box.press('End');
@@ -354,10 +357,15 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
     expect(tokens).toBeGreaterThan(0);
     expect(maxLongTask).toBeLessThanOrEqual(LONG_TASK_LIMIT_MS);
     expect(updates.length).toBeGreaterThan(0);
-    // ≤ 10 a second: the mean over the run, and any 1 s window allowing one update of timer jitter.
-    expect(meanRate(live)).toBeLessThanOrEqual(10.5);
+    // ≤ 10 a second: at most one live update per 100 ms of the run (click to stop; the first may come at
+    // once), and any 1 s window allowing one update of timer jitter. The count is taken over the run's
+    // whole span, not between the first and last frame: a run of 300 tokens lasts ~1 s here, and on a
+    // loaded machine the WebSocket hands a few frames over together, so a mean over the frames' own
+    // span read 18/s in CI from 10 frames the engine had sent 100 ms apart.
+    const allowed = Math.floor((frameEnd - frameStart) / 100) + 1;
+    expect(live.length).toBeLessThanOrEqual(allowed);
     expect(renderRate).toBeLessThanOrEqual(11);
-    expect(meanRate(wsLive)).toBeLessThanOrEqual(10.5);
+    expect(wsLive.length).toBeLessThanOrEqual(allowed);
     expect(wsRate).toBeLessThanOrEqual(11);
     await page.getByRole('button', { name: 'Reject' }).click();
   });
