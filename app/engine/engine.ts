@@ -26,7 +26,7 @@ import { SPARSE_POLICIES, sparseSettings } from './forward/sparse-policies.ts';
 import { tokenizerDecoder } from './generate/decoder.ts';
 import { generate } from './generate/loop.ts';
 import type { EngineCore, GenerationEvent, SnapshotLoaded, SnapshotSaved, SnapshotStats } from './host/engine-core.ts';
-import { modelSha256 } from './forward/infinigen.ts';
+import { modelDigest } from './forward/model-digest.ts';
 import { peekSequenceSnapshot, restoreSequenceSnapshot, saveSequenceSnapshot, type SnapshotIdentity } from './forward/sequence-snapshot.ts';
 import { SnapshotStore } from './kv/snapshot-store.ts';
 import { ChatTemplate } from './model/chat-template.ts';
@@ -61,7 +61,7 @@ interface Loaded {
   atLoad: { policy: KvPolicy; infinigen: InfinigenKnobs; sparse: SparseKnobs };
   choice: PolicyChoice;
   inspect: boolean;
-  /** SHA-256 of the model file, hashed on first need (snapshots) */
+  /** SHA-256 of the model file, on first need (InfiniGen's skew cache, snapshots): see digest() */
   sha?: Promise<string>;
   /** the document whose snapshot the cache was last restored from or saved to */
   document?: string;
@@ -110,11 +110,20 @@ async function resolveDevice(device: Device, log: (line: string) => void): Promi
   throw new LonghandError('DEVICE_UNAVAILABLE', `device ${device} is available to onnxruntime, but Longhand's forward pass runs only on cpu in this version; use --device cpu or --device auto`, { device });
 }
 
-/** Runner options of a choice (InfiniGen's skew cache and the inspect flag come from the load). */
-function runnerPolicy(choice: PolicyChoice, inspect: boolean): Pick<ModelRunnerOptions, 'policy' | 'infinigen' | 'sparse'> {
+/** The model file's SHA-256, read through once per file (model-digest.ts), then kept for the load. */
+function digest(state: Pick<Loaded, 'model' | 'sha'>): Promise<string> {
+  state.sha ??= modelDigest(state.model, cacheDir());
+  return state.sha;
+}
+
+/**
+ * Runner options of a choice (InfiniGen's skew cache and the inspect flag come from the load; the
+ * model's SHA-256, when known, spares InfiniGen hashing the file for its skew cache).
+ */
+function runnerPolicy(choice: PolicyChoice, inspect: boolean, modelSha256?: string): Pick<ModelRunnerOptions, 'policy' | 'infinigen' | 'sparse'> {
   return {
     policy: choice.policy,
-    infinigen: { ...choice.infinigen, inspect, cacheDir: cacheDir() },
+    infinigen: { ...choice.infinigen, inspect, cacheDir: cacheDir(), ...(modelSha256 !== undefined ? { modelSha256 } : {}) },
     ...(choice.sparse ? { sparse: choice.sparse } : {}),
   };
 }
@@ -144,15 +153,16 @@ async function usePolicy(state: Loaded, params: GenerateParams): Promise<{ ms: n
   }
   if (wanted.sparse) sparseSettings(wanted.sparse, hyper.layers);
   const started = performance.now();
-  if (state.runner.tryAdoptPolicy(runnerPolicy(wanted, state.inspect))) {
+  const sha = wanted.policy === 'infinigen' ? await digest(state) : undefined;
+  if (state.runner.tryAdoptPolicy(runnerPolicy(wanted, state.inspect, sha))) {
     state.choice = wanted;
     return { ms: performance.now() - started, cacheKept: true };
   }
   await state.runner.dispose();
   try {
-    state.runner = await createModelRunner(state.model, { ...state.base, ...runnerPolicy(wanted, state.inspect) });
+    state.runner = await createModelRunner(state.model, { ...state.base, ...runnerPolicy(wanted, state.inspect, sha) });
   } catch (error) {
-    state.runner = await createModelRunner(state.model, { ...state.base, ...runnerPolicy(state.choice, state.inspect) });
+    state.runner = await createModelRunner(state.model, { ...state.base, ...runnerPolicy(state.choice, state.inspect, state.choice.policy === 'infinigen' ? await digest(state) : undefined) });
     state.sequence = new CachedSequence(state.runner);
     throw error;
   }
@@ -183,11 +193,11 @@ export function createEngineCore(log: (line: string) => void = (line) => process
 
   /** What the loaded model is, as a snapshot records it (the file's SHA-256 is hashed once per load). */
   async function identity(state: Loaded): Promise<SnapshotIdentity> {
-    state.sha ??= modelSha256(state.model);
+    const sha = await digest(state);
     const { hyper } = state.model;
     const ig = state.choice.infinigen;
     return {
-      modelSha256: await state.sha,
+      modelSha256: sha,
       architecture: hyper.architecture,
       layers: hyper.layers,
       heads: hyper.heads,
@@ -281,7 +291,8 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           ...(options.poolBudgetBytes > 0 ? { poolBudgetBytes: options.poolBudgetBytes } : {}),
         };
         const choice = policyChoice(options.policy, options.infinigen, options.sparse);
-        const runner = await createModelRunner(model, { ...base, ...runnerPolicy(choice, options.inspect) });
+        const sha = choice.policy === 'infinigen' ? await modelDigest(model, cacheDir()) : undefined;
+        const runner = await createModelRunner(model, { ...base, ...runnerPolicy(choice, options.inspect, sha) });
         const { hyper } = model;
         const info: ModelInfo = {
           path: model.path,
@@ -303,7 +314,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           chatTemplate: !chat.isFallback,
           loadMs: performance.now() - started,
         };
-        loaded = { model, tokenizer, chat, runner, sequence: new CachedSequence(runner), info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect };
+        loaded = { model, tokenizer, chat, runner, sequence: new CachedSequence(runner), info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect, ...(sha !== undefined ? { sha: Promise.resolve(sha) } : {}) };
         return info;
       } catch (error) {
         model.close();
