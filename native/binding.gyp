@@ -31,6 +31,7 @@
         "src/infinigen.cc",
         "src/sparse_attention.cc",
         "src/policy_select.cc",
+        "src/row_gather.cc",
         "src/skew_energy.cc",
         "src/reference/attention_ref.cc",
         "src/reference/infinigen_ref.cc",

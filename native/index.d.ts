@@ -205,6 +205,17 @@ export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array
  */
 export declare function attentionScores(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, tokens?: number): void;
 
+/**
+ * The offload path's upload (native/src/row_gather.h): for i < count copies the stored K and V rows
+ * of (layer, KV head heads[i], slot slots[i]) to row dest[i] of kOut and vOut (row r = elements
+ * r·headDim .. (r+1)·headDim). fp16 pools: kOut/vOut are Uint16Array and get the raw fp16 bits (exact);
+ * fp32 pools: Float32Array, the values; int8 pools: Float32Array, dequantised (scale · q, as attention
+ * reads them). kOut and vOut: the same length, a multiple of headDim, not sharing memory. Everything
+ * is checked before anything is written (NATIVE_BAD_ARGUMENT: a head, slot >= length(layer) or dest row
+ * out of range). Returns the bytes written to kOut and vOut together (count · 2 · headDim · element bytes).
+ */
+export declare function gatherRows(pool: KvPool, layer: number, heads: Int32Array, slots: Int32Array, dest: Int32Array, count: number, kOut: Uint16Array | Float32Array, vOut: Uint16Array | Float32Array): number;
+
 // ─── Comparison policies' selection over the pool (native/src/policy_select.h) ─────────────────
 // The rules of app/engine/kv/policies-reference.ts (the tests' oracle) in C++: the same inputs give
 // the same slots (ties: the lower slot; NaN ranks below everything). The state kept across steps is

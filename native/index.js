@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 9;
+const ABI_VERSION = 10;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -137,6 +137,15 @@ export function attendSlots(pool, layer, q, heads, slots, offsets, out) {
 export function attentionScores(pool, layer, q, heads, out, tokens) {
   if (tokens === undefined) loadAddon().attentionScores(pool, layer, q, heads, out);
   else loadAddon().attentionScores(pool, layer, q, heads, out, tokens);
+}
+
+/**
+ * The offload path's upload: copies `count` listed K/V rows of `layer` (KV head heads[i], slot
+ * slots[i]) to row dest[i] of kOut / vOut (Uint16Array fp16 bits for fp16 pools, else Float32Array);
+ * returns the bytes written. See index.d.ts.
+ */
+export function gatherRows(pool, layer, heads, slots, dest, count, kOut, vOut) {
+  return loadAddon().gatherRows(pool, layer, heads, slots, dest, count, kOut, vOut);
 }
 
 // ─── the comparison policies' selection over the pool (native/src/policy_select.h; see index.d.ts) ───

@@ -312,6 +312,11 @@ export const LayerMetricsSchema = z.strictObject({
   attention: z.array(z.tuple([z.int().nonnegative(), z.number().min(0).max(1)])).optional(),
   /** Positions this layer's pool evicted since the previous snapshot, each as [position, decode step (0-based)]. */
   evicted: z.array(z.tuple([z.int().nonnegative(), z.int().nonnegative()])).optional(),
+  /**
+   * Offload mode only: bytes this layer bound from the host for the step, counted from the tensors
+   * bound (the reuse buffer's missed K/V rows + the row index); bytesMoved is then the rows' part.
+   */
+  bytesCrossed: z.number().nonnegative().optional(),
 });
 export type LayerMetrics = z.infer<typeof LayerMetricsSchema>;
 
@@ -326,6 +331,8 @@ export const StepMetricsSchema = z.strictObject({
   /** Mean over layers of selected / candidates. */
   fetchRatio: z.number().min(0).max(1),
   bytesMovedPerToken: z.number().nonnegative(),
+  /** Offload mode only: the layers' bytesCrossed summed (what crossed to the device for the step). */
+  bytesCrossedPerToken: z.number().nonnegative().optional(),
   reuseHitRate: z.number().min(0).max(1).nullable(),
   recall: z.number().min(0).max(1).nullable(),
   evictions: z.int().nonnegative(),
@@ -338,6 +345,8 @@ export const StepMetricsSchema = z.strictObject({
     partialKeyBytes: z.number().nonnegative(),
     stagedBytes: z.number().nonnegative(),
     rssBytes: z.number().nonnegative(),
+    /** Offload mode only: the device-side row buffer (K and V rows of every layer), apart from the pool. */
+    rowBufferBytes: z.number().nonnegative().optional(),
   }),
   layers: z.array(LayerMetricsSchema),
   /** What a remote OpenAI-compatible server reports about its own cache (vLLM, llama.cpp server). */

@@ -26,6 +26,7 @@
 #include "kv_pool.h"
 #include "mapped_file.h"
 #include "policy_select.h"
+#include "row_gather.h"
 #include "skew_energy.h"
 #include "sparse_attention.h"
 #include "status.h"
@@ -33,7 +34,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 9;
+constexpr int kAbiVersion = 10;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -812,6 +813,44 @@ Napi::Value AttentionScores(const Napi::CallbackInfo& info) {
   });
 }
 
+// gatherRows(pool, layer, heads: Int32Array, slots: Int32Array, dest: Int32Array, count, kOut, vOut) -> bytes
+// The offload path's upload (row_gather.h): kOut/vOut are Uint16Array (fp16 pools: raw bits) or
+// Float32Array (fp32 and int8 pools), a whole number of headDim rows each, the same length.
+Napi::Value GatherRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    KvPool* wrap = KvPool::FromValue(env, info[0], "pool");
+    lh_kv_pool* p = wrap->Live();
+    const uint32_t layer = u32_arg(env, info[1], "layer", 0, p->layers - 1);
+    const char* names[3] = {"heads", "slots", "dest"};
+    for (int i = 2; i <= 4; ++i) {
+      if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+        fail(env, LH_BAD_ARGUMENT, std::string(names[i - 2]) + " must be an Int32Array, got " + describe(info[i]));
+    }
+    const Napi::Int32Array heads = info[2].As<Napi::Int32Array>(), slots = info[3].As<Napi::Int32Array>(), dest = info[4].As<Napi::Int32Array>();
+    const size_t most = std::min(heads.ElementLength(), std::min(slots.ElementLength(), dest.ElementLength()));
+    const uint32_t count = u32_arg(env, info[5], "count", 0, static_cast<uint32_t>(std::min<size_t>(most, 0x7fffffffu)));
+    const bool f16 = lh_row_buffer_type(p->kv_type) == LH_KV_F16;
+    const napi_typedarray_type want = f16 ? napi_uint16_array : napi_float32_array;
+    for (int i : {6, 7}) {
+      if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != want)
+        fail(env, LH_BAD_ARGUMENT, std::string(i == 6 ? "kOut" : "vOut") + (f16 ? " must be a Uint16Array (fp16 pool)" : " must be a Float32Array") + ", got " + describe(info[i]));
+    }
+    Napi::TypedArray k = info[6].As<Napi::TypedArray>(), v = info[7].As<Napi::TypedArray>();
+    if (k.ElementLength() != v.ElementLength() || k.ElementLength() % p->head_dim != 0)
+      fail(env, LH_BAD_ARGUMENT, "kOut and vOut must have the same length, a multiple of headDim");
+    void* kd = static_cast<char*>(k.ArrayBuffer().Data()) + k.ByteOffset();
+    void* vd = static_cast<char*>(v.ArrayBuffer().Data()) + v.ByteOffset();
+    const char* kb = static_cast<const char*>(kd);
+    const char* vb = static_cast<const char*>(vd);
+    if (k.ByteLength() > 0 && kb < vb + v.ByteLength() && vb < kb + k.ByteLength()) fail(env, LH_BAD_ARGUMENT, "kOut and vOut must not share memory");
+    uint64_t bytes = 0;
+    const lh_status st = lh_kv_pool_gather_rows(p, layer, count, heads.Data(), slots.Data(), dest.Data(), kd, vd, k.ElementLength() / p->head_dim, &bytes);
+    if (st != LH_OK) fail(env, st, "gatherRows: a kv head, slot (< length(layer)) or dest row (< rows of kOut) out of range");
+    return Napi::Number::New(env, static_cast<double>(bytes));
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Comparison policies: selection over the pool (policy_select.h). Outputs: slots (Int32Array, room
 // for every head's list) and offsets (Int32Array, kvHeads + 1); each returns the total count.
@@ -1331,6 +1370,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("attendCausalReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kCausalRef); }, "attendCausalReference"));
   exports.Set("attendSlots", Napi::Function::New(env, AttendSlots, "attendSlots"));
   exports.Set("attentionScores", Napi::Function::New(env, AttentionScores, "attentionScores"));
+  exports.Set("gatherRows", Napi::Function::New(env, GatherRows, "gatherRows"));
   exports.Set("skewEnergy", Napi::Function::New(env, SkewEnergy, "skewEnergy"));
   exports.Set("selectStreaming", Napi::Function::New(env, SelectStreaming, "selectStreaming"));
   exports.Set("selectH2o", Napi::Function::New(env, SelectH2o, "selectH2o"));

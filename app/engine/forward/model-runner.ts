@@ -43,6 +43,7 @@ import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyNam
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import { buildStage, type StageGraph } from './graphs.ts';
 import { ModelWeights, type AccuracyLevel } from './weights.ts';
+import { OffloadAttention, type OffloadStepStats } from './offload-attention.ts';
 
 export interface ModelRunnerOptions {
   /** onnxruntime intra-op threads (default 1). Attention runs on the calling thread. */
@@ -55,7 +56,13 @@ export interface ModelRunnerOptions {
   prefillChunk?: number;
   /** MatMulNBits accuracy_level for quantised weights (default 4: int8 activations). */
   accuracyLevel?: AccuracyLevel;
-  device?: 'cpu';
+  /** 'cpu' (default); another execution provider only with `offload` (its sessions fail with ONNX_PROVIDER_UNAVAILABLE where it cannot start). */
+  device?: 'cpu' | 'webgpu' | 'cuda';
+  /**
+   * Offload mode (issue 14; offload-attention.ts): decode-step attention runs in an onnxruntime graph over
+   * a device-side row buffer fed only the rows it lacks from the pool; policies 'full' and 'infinigen'.
+   */
+  offload?: boolean;
   /** Ids that end generation (default: the GGUF's eos id when it has one). */
   eosIds?: readonly number[];
   /** KV management (default 'full': every layer attends to every token). 'infinigen': llama family only. */
@@ -152,6 +159,10 @@ export interface ModelRunner extends TokenRunner {
   snapshotLayerBytes(tokens: number): number;
   /** Packs the first `tokens` tokens of a layer (K, V rows, int8 scales, positions) into `out`. */
   exportLayer(layer: number, tokens: number, out: Uint8Array): void;
+  /** Offload mode: the latest decode step's bytes crossed, hits and misses per layer (undefined otherwise or before one). */
+  lastOffloadStep?(): OffloadStepStats | undefined;
+  /** Offload mode: bytes of the device-side row buffer (0 otherwise). */
+  readonly rowBufferBytes?: number;
   /** InfiniGen's sequence state at `tokens` (a resumePoint) for a snapshot; undefined under other policies. */
   exportInfinigen(tokens: number): InfinigenSequenceState | undefined;
   /** The skew's identity under InfiniGen (loads the cached skew file when none is known yet); null otherwise or when none exists. */
@@ -205,7 +216,10 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   }
   const prefillChunk = options.prefillChunk ?? 128;
   if (!Number.isInteger(prefillChunk) || prefillChunk < 1) throw new RangeError(`prefillChunk must be a positive integer, got ${prefillChunk}`);
-  if (options.device !== undefined && options.device !== 'cpu') throw new LonghandError('DEVICE_UNAVAILABLE', `device ${String(options.device)} is not supported by the forward pass yet`);
+  if (options.device !== undefined && options.device !== 'cpu' && !(options.offload === true && (options.device === 'webgpu' || options.device === 'cuda'))) {
+    throw new LonghandError('DEVICE_UNAVAILABLE', `device ${String(options.device)} is not supported by the forward pass yet (webgpu and cuda: with offload only)`);
+  }
+  const providers = options.device !== undefined && options.device !== 'cpu' ? [options.device] : undefined;
   const threads = options.threads ?? 1;
   const kvType = options.kvType ?? 'fp16';
   const policy = options.policy ?? 'full';
@@ -219,6 +233,9 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     if (policy !== 'full' && policy !== 'infinigen') {
       throw new UsageError(`poolBudgetBytes (eviction) supports policies 'full' and 'infinigen' only, got '${policy}'`, { field: 'poolBudgetBytes', policy });
     }
+  }
+  if (options.offload === true && policy !== 'full' && policy !== 'infinigen') {
+    throw new UsageError(`offload supports policies 'full' and 'infinigen' only, got '${policy}'`, { field: 'offload', policy });
   }
   const eviction = { ...EVICTION_DEFAULTS, ...(options.eviction ?? {}) };
   const ig = policy === 'infinigen' ? infinigenSettings(options.infinigen ?? {}, hyper.headDim, hyper.layers) : undefined;
@@ -234,7 +251,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
       const speculateNext = speculates[s]!;
       const graph = buildStage(weights, s, { maxPositions: contextLength, speculateNext });
       graphWeightBytes += graph.weightBytes;
-      sessions.push(await createSession(graph.model, { intraOpThreads: threads, label: graph.name }));
+      sessions.push(await createSession(graph.model, { intraOpThreads: threads, label: graph.name, ...(providers ? { executionProviders: providers } : {}) }));
       graphs.push({ ...graph, model: new Uint8Array(0) }); // drop the bytes: onnxruntime has its copy
     }
   } catch (error) {
@@ -259,6 +276,19 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     const spec = createSpeculator(pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers });
     infinigen = { state: new InfinigenState(ig, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim }, model), spec };
   }
+  let offload: OffloadAttention | undefined;
+  if (options.offload === true) {
+    // sparse layers attend at most fetchCap·N selected rows + the current token; the buffer grows if a list is longer
+    const sparseRows = ig ? Math.min(pool.capacityTokens, Math.ceil(ig.fetchCap * pool.capacityTokens) + 2) : pool.capacityTokens;
+    const initialRowsPerHead = Array.from({ length: hyper.layers }, (_, l) => (ig && l >= ig.denseLayers ? sparseRows : pool.capacityTokens));
+    try {
+      offload = await OffloadAttention.create(pool, { heads: hyper.heads, threads, initialRowsPerHead, ...(providers ? { providers } : {}) });
+    } catch (error) {
+      pool.free();
+      await Promise.all(sessions.map((s) => s.release()));
+      throw error;
+    }
+  }
   const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength }, pool) : undefined;
   return new Runner(model, sessions, graphs, pool, infinigen, sparse, {
     contextLength,
@@ -267,6 +297,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     graphWeightBytes,
     eosIds: options.eosIds ?? ggufEosIds(model),
     speculates,
+    ...(offload ? { offload } : {}),
   });
 }
 
@@ -283,6 +314,8 @@ interface RunnerConfig {
   eosIds: readonly number[];
   /** the stage graphs' speculateNext flags (what a policy switch must match to keep the sessions) */
   speculates: boolean[];
+  /** offload mode's attention (offload-attention.ts) */
+  offload?: OffloadAttention;
 }
 
 const f32 = (dims: number[], data: Float32Array): TensorData => ({ elemType: 'float32', dims, data });
@@ -321,6 +354,8 @@ class Runner implements ModelRunner {
   private probe: StepProbe | undefined;
   /** [layer] evictions seen at the end of the previous step (for the per-step figure) */
   private evictedBefore: number[];
+  /** offload mode: attention in an onnxruntime graph over the device-side row buffer */
+  private readonly off: OffloadAttention | undefined;
   /** [stage] start/end ns of the latest run of each stage (for the overlap figures) */
   private readonly stageNs: [number, number][];
 
@@ -336,6 +371,7 @@ class Runner implements ModelRunner {
     this.ig = infinigen?.state;
     this.spec = infinigen?.spec;
     this.stageNs = graphs.map(() => [0, 0]);
+    this.off = cfg.offload;
     const h = model.hyper;
     this.contextLength = cfg.contextLength;
     this.vocabSize = h.vocabSize;
@@ -387,6 +423,14 @@ class Runner implements ModelRunner {
 
   lastStepStats(): InfinigenStepStats | undefined {
     return this.lastStep;
+  }
+
+  lastOffloadStep(): OffloadStepStats | undefined {
+    return this.off?.lastStep();
+  }
+
+  get rowBufferBytes(): number {
+    return this.off?.rows.byteLength ?? 0;
   }
 
   selectedPositions(layer: number): number[] | undefined {
@@ -477,6 +521,7 @@ class Runner implements ModelRunner {
     this.spec?.clearStaging();
     this.sparse?.truncate(0);
     this.columnState?.clearSequence();
+    this.off?.clear();
     this.pos = 0;
     this.lastStep = undefined;
   }
@@ -489,6 +534,7 @@ class Runner implements ModelRunner {
     this.spec?.clearStaging();
     this.sparse?.truncate(n);
     this.columnState?.truncate(n);
+    this.off?.clear();
     this.pos = n;
     this.lastStep = undefined;
   }
@@ -620,6 +666,7 @@ class Runner implements ModelRunner {
       }
     }
     this.spec?.clearStaging();
+    this.off?.clear();
     this.pos += tokens;
     this.sparse?.appendedForBenchmark(this.pos);
   }
@@ -637,6 +684,7 @@ class Runner implements ModelRunner {
     this.disposed = true;
     this.spec?.free();
     this.pool.free();
+    await this.off?.dispose();
     await Promise.all(this.sessions.map((s) => s.release()));
   }
 
@@ -764,6 +812,8 @@ class Runner implements ModelRunner {
     // the inspector's probe: evictions of every decode step, recall of the steps it arms
     const probe = T === 1 && !prompt ? this.probe : undefined;
     const measure = probe?.armed === true && (sparse || spStep);
+    // offload mode covers decode steps (a prompt chunk attends natively, causal, in place)
+    const off = T === 1 && !prompt && !this.selfCalibrating ? this.off : undefined;
     for (let l = 0; l < this.layers; l++) {
       if (signal) {
         // session.run may finish without giving timers a turn: let an abort be delivered
@@ -780,12 +830,27 @@ class Runner implements ModelRunner {
       // denseLayers 0: no layer before layer 0 to speculate from, so it selects with its own query
       if (sparse && l === 0 && dense === 0) spec.begin(0, q);
       let a = performance.now();
-      this.pool.appendBatch(l, k, v, p0);
+      const slot = this.pool.appendBatch(l, k, v, p0);
+      this.off?.appended(l, slot, T);
       if (probe && T === 1 && this.pool.evicting) probe.evicted(l, this.pool.lastEvicted(l));
       const b = performance.now();
       this.t.append += b - a;
       const attn = T === 1 ? this.attnOne : new Float32Array(T * this.qw);
-      if (sparse && l >= dense) {
+      if (off) {
+        // offload mode (offload-attention.ts): the same selection, attention in the row buffer's graph
+        if (sparse && l >= dense) {
+          spec.drain(); // the selection of layer l is done (layer l+1's job, begun above, finishes too)
+          await off.attendSelected(l, this.selectionLists(l), this.pool.lastSlot(l), q, attn);
+          const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
+          const [stageStartNs, stageEndNs] = this.stageNs[l]!;
+          const mine = off.lastLayer()!;
+          stepLayers.push({ ...layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }), bytes: mine.crossedBytes, hits: mine.hits, misses: mine.misses, attentionMs: mine.attentionMs });
+          if (measure) probe.measure(this.pool, l, q, this.heads, this.selectionLists(l));
+        } else {
+          await off.attendAll(l, q, attn);
+          if (sparse) stepLayers.push({ ...this.denseLayerStats(l, p0), bytes: off.lastLayer()!.crossedBytes, hits: off.lastLayer()!.hits, misses: off.lastLayer()!.misses });
+        }
+      } else if (sparse && l >= dense) {
         spec.attend(l, q, attn);
         const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
         const [stageStartNs, stageEndNs] = this.stageNs[l]!;
@@ -818,6 +883,7 @@ class Runner implements ModelRunner {
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
     this.pos = p0 + T;
+    if (off) off.endStep(p0);
     columns?.commitChunk();
     if (sparse || spStep) {
       this.lastStep = summarizeStep(p0, stepLayers);

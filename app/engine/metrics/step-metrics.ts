@@ -8,6 +8,7 @@
 // layer (app/engine/metrics/step-probe.ts). One measured step per snapshot bounds the cost.
 import type { LayerMetrics, StepMetrics } from '../../common/protocol.ts';
 import type { ForwardTimings, InfinigenStepStats } from '../forward/model-runner.ts';
+import type { OffloadStepStats } from '../forward/offload-attention.ts';
 import type { ModelHyperparameters } from '../model/types.ts';
 import { kvRowBytes, type KvElementType } from '../model/memory-estimate.ts';
 import { InspectProbe, type StepProbe } from './step-probe.ts';
@@ -32,6 +33,10 @@ export interface MetricsSource {
   setProbe?(probe: StepProbe | undefined): void;
   /** Bytes of partial key rows in the pool (InfiniGen). */
   partialKeyBytes?(): number;
+  /** Offload mode: the latest decode step's bytes crossed, hits and misses per layer. */
+  lastOffloadStep?(): OffloadStepStats | undefined;
+  /** Offload mode: bytes of the device-side row buffer. */
+  readonly rowBufferBytes?: number;
 }
 
 /**
@@ -183,6 +188,18 @@ export class StepMetricsSampler {
         }
       }
     }
+    // offload mode: what the step bound, counted from its tensors (offload-attention.ts), replaces the estimate
+    const offload = source.lastOffloadStep?.();
+    if (offload) {
+      for (const s of offload.layers) {
+        const layer = layers[s.layer];
+        if (!layer) continue;
+        layer.bytesMoved = s.uploadBytes;
+        layer.bytesCrossed = s.crossedBytes;
+        layer.reuseHits = s.hits;
+        layer.reuseMisses = s.misses;
+      }
+    }
     evicted.forEach((list, l) => {
       const layer = layers[l];
       if (layer && list.length > 0) layer.evicted = list.slice(-MAX_POSITIONS);
@@ -199,7 +216,8 @@ export class StepMetricsSampler {
       tokensPerS: delta.total > 0 ? (delta.tokens * 1000) / delta.total : 0,
       fetchRatio: layers.length > 0 ? sum((l) => (l.candidates > 0 ? l.selected / l.candidates : 0)) / layers.length : 0,
       bytesMovedPerToken: sum((l) => l.bytesMoved),
-      reuseHitRate: sparse && lookups > 0 ? hits / lookups : null,
+      ...(offload ? { bytesCrossedPerToken: offload.crossedBytes } : {}),
+      reuseHitRate: (sparse || offload) && lookups > 0 ? hits / lookups : null,
       recall: recalls.length > 0 ? recalls.reduce((a, r) => a + r, 0) / recalls.length : null,
       evictions: (source.evictions?.() ?? []).reduce((a, n) => a + n, 0),
       timing: {
@@ -218,6 +236,7 @@ export class StepMetricsSampler {
         // rows gathered for the step's sparse layers (staged for the device; a CPU attends them in place)
         stagedBytes: sparse ? sparse.layers.reduce((a, l) => a + (l.dense ? 0 : l.selected * rowBytes), 0) : 0,
         rssBytes: this.rss(),
+        ...(offload ? { rowBufferBytes: source.rowBufferBytes ?? 0 } : {}),
       },
       layers,
     };
