@@ -50,6 +50,7 @@ export const ERROR_CODES = [
   'SNAPSHOT_CORRUPT', // empty, truncated, bad magic or header, absurd counts, a section whose checksum fails
   'SNAPSHOT_VERSION', // written by another snapshot format version
   'SNAPSHOT_MISMATCH', // made with another model file, shape, KV type, policy or skew than the loaded one
+  'SNAPSHOT_UNWRITABLE', // a snapshot could not be written: no such folder, permission, a full disk (details.reason)
   // arguments (command line, API, engine calls)
   'BAD_ARGUMENT',
   // anything else: a bug in Longhand

@@ -100,6 +100,16 @@ for (const m of MODELS) {
       const missing = generate(m.model, m.prompt, '--load-session', join(dir, 'nope.lhkv'));
       expect(missing.stderr).toMatch(/SNAPSHOT_UNREADABLE/);
       expect(missing.out.tokenIds).toEqual(fresh.out.tokenIds);
+
+      // a session that cannot be written: the text still comes out, the reason is named, the exit is 1
+      const nowhere = join(dir, 'no-such-folder', 'x.lhkv');
+      const r = longhand('generate', '--model', m.model, '--prompt', m.prompt, '--max-tokens', '24', '--temperature', '0', '--context', '1024', '--threads', '1', '--json', '--save-session', nowhere);
+      expect(r.status).toBe(1);
+      const unsaved = JSON.parse(r.stdout) as Out & { sessionError?: { code: string; message: string } };
+      expect(unsaved.tokenIds).toEqual(fresh.out.tokenIds);
+      expect(unsaved.savedSession).toBeUndefined();
+      expect(unsaved.sessionError?.code).toBe('SNAPSHOT_UNWRITABLE');
+      expect(r.stderr).toMatch(/the session was not saved: SNAPSHOT_UNWRITABLE: .*the folder does not exist/);
     });
   });
 }

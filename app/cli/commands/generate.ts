@@ -31,6 +31,8 @@ const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-fi
 ${POLICY_HELP}
   --pool-budget BYTES   byte budget of the KV pool; smaller than the full cache evicts (full, infinigen)
   --inspect             measure attention recall (slower)
+  --offload             offload mode: decode attention in an onnxruntime graph over a device-side
+                        row buffer fed only the rows it lacks (policies full, infinigen)
   --metrics FILE        write the sampled per-step metrics as JSON lines
   --load-session F      start from the KV cache saved in F (a snapshot that does not fit the model,
                         KV type or policy, or is damaged, is refused with its reason and the prompt
@@ -59,6 +61,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
     ...POLICY_OPTIONS,
     'pool-budget': { type: 'string' },
     inspect: { type: 'boolean' },
+    offload: { type: 'boolean' },
     metrics: { type: 'string' },
     'load-session': { type: 'string' },
     'save-session': { type: 'string' },
@@ -119,6 +122,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
       infinigen,
       sparse,
       inspect: values.inspect ?? false,
+      ...(values.offload === true ? { offload: true } : {}),
       poolBudgetBytes: positiveInteger(values['pool-budget'], '--pool-budget') ?? 0,
       ...(threads ? { threads } : {}),
       ...(contextLength ? { contextLength } : {}),
@@ -159,9 +163,18 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
     }
     if (values.metrics !== undefined) writeFileSync(values.metrics, metricsLines.length > 0 ? `${metricsLines.join('\n')}\n` : '');
     let savedSession: { tokens: number; bytes: number; ms: number } | undefined;
-    if (values['save-session'] !== undefined) savedSession = await engine.sessionFile('save', values['save-session']);
+    // a session that cannot be written must not cost the text: it is reported after it, and the exit is 1
+    let sessionError: { code: string; message: string } | undefined;
+    if (values['save-session'] !== undefined) {
+      try {
+        savedSession = await engine.sessionFile('save', values['save-session']);
+      } catch (failure) {
+        const e = failure as { code?: string; message?: string };
+        sessionError = { code: e.code ?? 'INTERNAL', message: e.message ?? String(failure) };
+      }
+    }
     if (values.json) {
-      const result = { promptIds, tokenIds, text: generated, stopReason, timings: { loadMs: model.loadMs, ...timings }, ...(cache ? { cache } : {}), ...(savedSession ? { savedSession } : {}), ...(error ? { error } : {}) };
+      const result = { promptIds, tokenIds, text: generated, stopReason, timings: { loadMs: model.loadMs, ...timings }, ...(cache ? { cache } : {}), ...(savedSession ? { savedSession } : {}), ...(sessionError ? { sessionError } : {}), ...(error ? { error } : {}) };
       io.out(`${JSON.stringify(result)}\n`);
     } else {
       io.out('\n');
@@ -170,7 +183,8 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
       if (savedSession) io.err(`saved session ${values['save-session']}: ${savedSession.tokens} tokens, ${savedSession.bytes} bytes in ${savedSession.ms.toFixed(0)} ms\n`);
     }
     if (error) io.err(`longhand generate: ${error.code}: ${error.message}\n`);
-    return stopReason === 'error' ? 1 : 0;
+    if (sessionError) io.err(`longhand generate: the session was not saved: ${sessionError.code}: ${sessionError.message}\n`);
+    return stopReason === 'error' || sessionError ? 1 : 0;
   } finally {
     process.off('SIGINT', onSigint);
     await engine.close();

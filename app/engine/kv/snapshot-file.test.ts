@@ -28,6 +28,27 @@ function sources(list: { name: string; data: Uint8Array }[], log?: string[]): Se
 }
 
 describe('writeSnapshotFile / openSnapshotFile', () => {
+  it('a write that cannot happen is SNAPSHOT_UNWRITABLE naming why, and leaves neither a temporary file nor a changed target', async () => {
+    const meta = sampleMeta();
+    const list = sampleSections(meta, 3);
+    const missing = await rejection(writeSnapshotFile(join(dir, 'no-such-folder', 'a.lhkv'), meta, sources(list)));
+    expect(missing.code).toBe('SNAPSHOT_UNWRITABLE');
+    expect(missing.details).toMatchObject({ reason: 'missing', errno: 'ENOENT', file: join(dir, 'no-such-folder', 'a.lhkv') });
+    expect(missing.message).toContain('the folder does not exist');
+    const aFile = join(dir, 'plain-file');
+    writeFileSync(aFile, 'not a folder');
+    const notDir = await rejection(writeSnapshotFile(join(aFile, 'a.lhkv'), meta, sources(list)));
+    expect(notDir.code).toBe('SNAPSHOT_UNWRITABLE');
+    expect(notDir.details).toMatchObject({ reason: 'missing', errno: 'ENOTDIR' });
+    // the target is a folder: everything is written, then rename() refuses, and the folder stays
+    const folder = mkdtempSync(join(dir, 'target-'));
+    const overFolder = await rejection(writeSnapshotFile(folder, meta, sources(list)));
+    expect(overFolder.code).toBe('SNAPSHOT_UNWRITABLE');
+    expect(overFolder.details).toMatchObject({ reason: 'io', errno: 'EISDIR' });
+    expect(statSync(folder).isDirectory()).toBe(true);
+    expect(readdirSync(dir).filter((f) => f.endsWith('.tmp'))).toEqual([]);
+  });
+
   it('round-trips meta and sections (a 0-byte one, odd sizes, one of 3 read chunks), each read() once in order', async () => {
     const meta = sampleMeta();
     const list = [...sampleSections(meta, 1), { name: 'empty', data: new Uint8Array(0) }, { name: 'big', data: bytesOf((33 << 20) + 5, 9) }];
@@ -161,14 +182,6 @@ describe('writeSnapshotFile / openSnapshotFile', () => {
     const neg = await rejection(writeSnapshotFile(path, sampleMeta(), [{ name: 'a', bytes: -1, read: () => new Uint8Array(0) }]));
     expect(neg.message).toMatch(/bytes must be a non-negative safe integer/);
     expect(readdirSync(dir).filter((f) => f.includes('bad-args'))).toEqual([]);
-  });
-
-  it('a target folder that does not exist is SNAPSHOT_UNREADABLE (missing) naming the file', async () => {
-    const path = join(dir, 'no-such-folder', 'x.lhkv');
-    const e = await rejection(writeSnapshotFile(path, sampleMeta(), []));
-    expect(e.code).toBe('SNAPSHOT_UNREADABLE');
-    expect(e.details.reason).toBe('missing');
-    expect(e.message).toContain(path);
   });
 });
 

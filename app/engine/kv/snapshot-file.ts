@@ -17,6 +17,7 @@
 // the two), and every length and offset is checked against the file size before it is used. Every
 // failure is a LonghandError with code SNAPSHOT_UNREADABLE | SNAPSHOT_CORRUPT | SNAPSHOT_VERSION |
 // SNAPSHOT_MISMATCH, details.reason saying which check failed and details.file naming the file.
+// A write that fails is SNAPSHOT_UNWRITABLE (reason permission | missing | no-space | io).
 //
 // Writing is atomic: a temporary file beside the target (so rename() stays on one file system)
 // filled section by section (never the whole file in memory), fsync'ed, renamed over the target,
@@ -555,7 +556,9 @@ export async function writeSnapshotFile(path: string, meta: SnapshotMeta, sectio
 function unwritable(file: string, error: unknown, doing: string): LonghandError {
   if (error instanceof LonghandError) return error;
   const code = (error as NodeJS.ErrnoException | undefined)?.code ?? '';
-  return snapshotError('SNAPSHOT_UNREADABLE', file, code === 'EACCES' || code === 'EPERM' ? 'permission' : code === 'ENOENT' || code === 'ENOTDIR' ? 'missing' : 'io', `cannot ${doing}${code ? ` (${code})` : ''}`, { errno: code || null, writing: true }, error);
+  const reason = code === 'EACCES' || code === 'EPERM' || code === 'EROFS' ? 'permission' : code === 'ENOENT' || code === 'ENOTDIR' ? 'missing' : code === 'ENOSPC' || code === 'EDQUOT' ? 'no-space' : 'io';
+  const why = reason === 'permission' ? 'permission denied' : reason === 'missing' ? 'the folder does not exist' : reason === 'no-space' ? 'no space left on the disk' : 'I/O error';
+  return snapshotError('SNAPSHOT_UNWRITABLE', file, reason, `cannot ${doing}: ${why}${code ? ` (${code})` : ''}`, { errno: code || null }, error);
 }
 
 /** fsync of the folder, so the rename is durable. Some file systems refuse fsync on a folder: the rename already happened, so that is not an error. */
