@@ -158,6 +158,11 @@ export const LoadOptionsSchema = z.strictObject({
   poolBudgetBytes: z.int().nonnegative().default(0),
   /** Compute attention recall against the full softmax (slower; for the inspector). */
   inspect: z.boolean().default(false),
+  /**
+   * Offload mode (policies full and infinigen): decode attention runs in an onnxruntime graph over a
+   * device-side row buffer that receives only the rows it lacks; the bytes that cross are reported.
+   */
+  offload: z.boolean().optional(),
 });
 export type LoadOptions = z.infer<typeof LoadOptionsSchema>;
 /** Load options as a client writes them (defaults may be left out). */
@@ -182,6 +187,10 @@ export const ModelInfoSchema = z.strictObject({
   policy: KvPolicySchema,
   chatTemplate: z.boolean(),
   loadMs: z.number().nonnegative(),
+  /** Offload mode is on (absent: off). */
+  offload: z.boolean().optional(),
+  /** Offload mode: bytes of the device-side row buffer at load (it grows with InfiniGen's selections). */
+  rowBufferBytes: z.number().nonnegative().optional(),
 });
 export type ModelInfo = z.infer<typeof ModelInfoSchema>;
 

@@ -289,6 +289,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           device,
           eosIds: tokenizer.eosIds,
           ...(options.poolBudgetBytes > 0 ? { poolBudgetBytes: options.poolBudgetBytes } : {}),
+          ...(options.offload === true ? { offload: true } : {}),
         };
         const choice = policyChoice(options.policy, options.infinigen, options.sparse);
         const sha = choice.policy === 'infinigen' ? await modelDigest(model, cacheDir()) : undefined;
@@ -313,6 +314,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           policy: options.policy,
           chatTemplate: !chat.isFallback,
           loadMs: performance.now() - started,
+          ...(options.offload === true ? { offload: true, rowBufferBytes: runner.rowBufferBytes ?? 0 } : {}),
         };
         loaded = { model, tokenizer, chat, runner, sequence: new CachedSequence(runner), info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect, ...(sha !== undefined ? { sha: Promise.resolve(sha) } : {}) };
         return info;

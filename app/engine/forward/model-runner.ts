@@ -553,6 +553,7 @@ class Runner implements ModelRunner {
     const policy = options.policy ?? 'full';
     if (!RUNNER_POLICIES.includes(policy) || (policy !== 'full' && hyper.architecture === 'opt')) return false;
     if (this.pool.evicting && policy !== 'full' && policy !== 'infinigen') return false;
+    if (this.off && policy !== 'full' && policy !== 'infinigen') return false; // offload runs those two only: rebuilding says so
     const ig = policy === 'infinigen' ? infinigenSettings(options.infinigen ?? {}, hyper.headDim, hyper.layers) : undefined;
     const speculates = stagesSpeculating(hyper.layers, ig);
     // InfiniGen needs exactly its graphs and partial keys; every other policy runs on any graphs
