@@ -26,6 +26,7 @@
       "sources": [
         "src/kv_pool.cc",
         "src/mapped_file.cc",
+        "src/gguf_repack.cc",
         "src/attention.cc",
         "src/bandwidth.cc",
         "src/infinigen.cc",

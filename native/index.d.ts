@@ -44,10 +44,39 @@ export interface MappedFile {
   readonly closed: boolean;
   /** Detaches `buffer`, then unmaps. Idempotent. Also done at environment teardown. */
   close(): void;
+  /**
+   * Drops the pages holding bytes [offset, offset + length) from the process (madvise
+   * MADV_DONTNEED over the whole pages covering the range): resident memory falls, and a later read
+   * faults them in again from the file. Returns the bytes advised; 0 (doing nothing) for a copy.
+   * NATIVE_BAD_ARGUMENT after close() or for a range past the end.
+   */
+  release(offset: number, length: number): number;
 }
 
 /** Maps `path`. NATIVE_IO when it cannot be opened/mapped or is not a regular file. */
 export declare function mapFile(path: string, options?: MapFileOptions): MappedFile;
+
+/** A GGUF tensor repacked for com.microsoft MatMulNBits (native/src/gguf_repack.h has the layouts). */
+export interface NativeRepacked {
+  bits: 4 | 8;
+  blockSize: 16 | 32;
+  /** uint8 [N, K/blockSize, blockSize·bits/8] */
+  b: Uint8Array;
+  /** float32 [N · K/blockSize] */
+  scales: Float32Array;
+  /** packed like b, one per block; null when the type uses the op's default (Q8_0, Q4_0) */
+  zeroPoints: Uint8Array | null;
+  /** float32 [N · K/32] min terms; null for types without one */
+  mins: Float32Array | null;
+}
+
+/**
+ * Repacks a GGUF tensor [n out, k in] of ggml type `ggmlType` (Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7,
+ * Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14) from its raw bytes on up to `threads` (1..64) threads, bit for
+ * bit what app/engine/onnx/gguf-repack.ts computes. NATIVE_BAD_ARGUMENT for another type, k not a
+ * multiple of 32, n·k not whole blocks, or `raw` not exactly the tensor's bytes.
+ */
+export declare function repackGguf(ggmlType: number, raw: Uint8Array, n: number, k: number, threads: number): NativeRepacked;
 
 export interface KvPoolOptions {
   /** Upper bound for the pool's one allocation, in bytes (integer, >= one token's bytes). */

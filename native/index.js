@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 10;
+const ABI_VERSION = 11;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -94,6 +94,15 @@ export function attentionKernel() {
 export function mapFile(path, options) {
   const { MappedFile } = loadAddon();
   return options === undefined ? new MappedFile(path) : new MappedFile(path, options);
+}
+
+/**
+ * Repacks a GGUF block-quantised tensor [n, k] (ggml type id, raw bytes) into MatMulNBits' layout
+ * on up to `threads` threads: { bits, blockSize, b, scales, zeroPoints (null: the op's default),
+ * mins (null: none) }, the same bits as app/engine/onnx/gguf-repack.ts; see index.d.ts.
+ */
+export function repackGguf(ggmlType, raw, n, k, threads) {
+  return loadAddon().repackGguf(ggmlType, raw, n, k, threads);
 }
 
 /** Creates the KV pool: one allocation of at most `budgetBytes`; see index.d.ts. */

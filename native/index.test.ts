@@ -1,6 +1,6 @@
 // The JS facade of the native addon: loading, mapFile, KvPool lifecycle, argument checks,
 // attend vs the scalar reference. Needs the addon built (`npm run build:native`).
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -43,7 +43,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(10);
+    expect(binding.abiVersion).toBe(11);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -90,6 +90,32 @@ describe('mapFile', () => {
       again.close();
     });
   }
+
+  it('release() drops resident pages of a range and the bytes read back the same', () => {
+    const big = new Uint8Array(8 * 2 ** 20).map((_, i) => (i * 131 + 3) & 0xff);
+    const bigFile = join(dir, 'release.bin');
+    writeFileSync(bigFile, big);
+    const mapped = mapFile(bigFile);
+    const view = new Uint8Array(mapped.buffer);
+    let sum = 0;
+    for (let i = 0; i < view.length; i += 4096) sum += view[i]!; // fault every page in
+    expect(sum).toBeGreaterThan(0);
+    const rssFile = (): number => Number(/RssFile:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? 0) * 1024;
+    const before = process.platform === 'linux' ? rssFile() : 0;
+    // whole pages covering the range, clipped to the file
+    expect(mapped.release(4096 + 10, 100)).toBe(4096);
+    expect(mapped.release(0, 0)).toBe(0);
+    expect(mapped.release(0, view.length)).toBe(view.length);
+    if (process.platform === 'linux') expect(before - rssFile()).toBeGreaterThan(6 * 2 ** 20);
+    expect(Buffer.compare(Buffer.from(mapped.buffer), Buffer.from(big))).toBe(0); // faulted in again from the file
+    expectNativeError(() => mapped.release(view.length, 1), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => mapped.release(-1, 1), 'NATIVE_BAD_ARGUMENT');
+    mapped.close();
+    expectNativeError(() => mapped.release(0, 1), 'NATIVE_BAD_ARGUMENT');
+    const copied = mapFile(bigFile, { copy: true });
+    expect(copied.release(0, 4096)).toBe(0); // a copy has no pages to give back
+    copied.close();
+  });
 
   it('maps an empty file to an empty buffer', () => {
     const empty = join(dir, 'empty.bin');

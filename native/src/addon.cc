@@ -22,6 +22,7 @@
 
 #include "attention.h"
 #include "bandwidth.h"
+#include "gguf_repack.h"
 #include "infinigen.h"
 #include "kv_pool.h"
 #include "mapped_file.h"
@@ -34,7 +35,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 10;
+constexpr int kAbiVersion = 11;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -582,6 +583,7 @@ class MappedFile : public Napi::ObjectWrap<MappedFile> {
                            InstanceAccessor<&MappedFile::External>("external"),
                            InstanceAccessor<&MappedFile::Closed>("closed"),
                            InstanceMethod<&MappedFile::Close>("close"),
+                           InstanceMethod<&MappedFile::Release>("release"),
                        });
   }
 
@@ -684,6 +686,21 @@ class MappedFile : public Napi::ObjectWrap<MappedFile> {
       RemoveHook();
       if (mapping_ != nullptr) lh_mapped_file_close(&mapping_->file);
       return env_.Undefined();
+    });
+  }
+
+  // release(offset, length) -> bytes advised: drops the pages of that range from the process (see
+  // lh_mapped_file_release); they fault in again when read. 0, doing nothing, for a copied file.
+  Napi::Value Release(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      if (closed_) fail(env_, LH_BAD_ARGUMENT, "release: the file is closed");
+      const double offset = integer_arg(env_, info[0], "offset", 0, static_cast<double>(byte_length_));
+      const double length = integer_arg(env_, info[1], "length", 0, static_cast<double>(byte_length_) - offset);
+      if (!external_ || mapping_ == nullptr || mapping_->file.data == nullptr) return Napi::Number::New(env_, 0);
+      size_t released = 0;
+      const lh_status st = lh_mapped_file_release(&mapping_->file, static_cast<size_t>(offset), static_cast<size_t>(length), &released);
+      if (st != LH_OK) fail(env_, st, std::string("release: madvise failed: ") + std::strerror(mapping_->file.error));
+      return Napi::Number::New(env_, static_cast<double>(released));
     });
   }
 
@@ -1079,6 +1096,55 @@ Napi::Value SkewEnergy(const Napi::CallbackInfo& info) {
   });
 }
 
+// repackGguf(ggmlType, raw: Uint8Array, n, k, threads)
+//   -> { bits, blockSize, b: Uint8Array, scales: Float32Array, zeroPoints: Uint8Array | null, mins: Float32Array | null }
+// The outputs are new V8-owned arrays (see gguf_repack.h for their layout).
+Napi::Value RepackGguf(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint32_t type = u32_arg(env, info[0], "type", 0, 1u << 20);
+    if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+      fail(env, LH_BAD_ARGUMENT, "raw must be a Uint8Array, got " + describe(info[1]));
+    const Napi::Uint8Array raw = info[1].As<Napi::Uint8Array>();
+    const double n = integer_arg(env, info[2], "n", 1, 9007199254740992.0);
+    const double k = integer_arg(env, info[3], "k", 1, 9007199254740992.0);
+    const uint32_t threads = u32_arg(env, info[4], "threads", 1, LH_REPACK_MAX_THREADS);
+    lh_repack_sizes sz;
+    if (lh_gguf_repack_sizes(type, static_cast<uint64_t>(n), static_cast<uint64_t>(k), &sz) != LH_OK)
+      fail(env, LH_BAD_ARGUMENT, "repackGguf: type " + std::to_string(type) + " at [" + describe(info[2]) + ", " + describe(info[3]) +
+                                     "] is not a repackable GGUF type with K a multiple of 32 and whole blocks");
+    if (raw.ByteLength() != sz.raw_bytes)
+      fail(env, LH_BAD_ARGUMENT, "repackGguf: raw has " + std::to_string(raw.ByteLength()) + " bytes, the tensor needs " + std::to_string(sz.raw_bytes));
+    Napi::Uint8Array b = Napi::Uint8Array::New(env, sz.b_bytes);
+    Napi::Float32Array scales = Napi::Float32Array::New(env, sz.scales);
+    Napi::Value zp = env.Null();
+    Napi::Value mins = env.Null();
+    uint8_t* zp_data = nullptr;
+    float* mins_data = nullptr;
+    if (sz.zero_points != 0) {
+      Napi::Uint8Array a = Napi::Uint8Array::New(env, sz.zero_points);
+      zp_data = a.Data();
+      zp = a;
+    }
+    if (sz.mins != 0) {
+      Napi::Float32Array a = Napi::Float32Array::New(env, sz.mins);
+      mins_data = a.Data();
+      mins = a;
+    }
+    const lh_status st = lh_gguf_repack(type, raw.Data(), raw.ByteLength(), static_cast<uint64_t>(n), static_cast<uint64_t>(k), threads, b.Data(),
+                                        scales.Data(), zp_data, mins_data);
+    if (st != LH_OK) fail(env, st, "repackGguf failed");
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("bits", Napi::Number::New(env, sz.bits));
+    out.Set("blockSize", Napi::Number::New(env, sz.block_size));
+    out.Set("b", b);
+    out.Set("scales", scales);
+    out.Set("zeroPoints", zp);
+    out.Set("mins", mins);
+    return out;
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // InfiniGen: selection (for tests) and the Speculator
 // ---------------------------------------------------------------------------------------------
@@ -1378,6 +1444,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("questExtendBounds", Napi::Function::New(env, QuestExtendBounds, "questExtendBounds"));
   exports.Set("selectQuest", Napi::Function::New(env, SelectQuest, "selectQuest"));
   exports.Set("snapkvCompress", Napi::Function::New(env, SnapkvCompress, "snapkvCompress"));
+  exports.Set("repackGguf", Napi::Function::New(env, RepackGguf, "repackGguf"));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   if (test_faults_enabled()) exports.Set("testFault", Napi::Function::New(env, TestFault, "testFault"));

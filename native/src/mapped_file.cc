@@ -53,6 +53,26 @@ lh_status lh_mapped_file_open(lh_mapped_file* file, const char* path) {
   return LH_OK;
 }
 
+lh_status lh_mapped_file_release(lh_mapped_file* file, size_t offset, size_t length, size_t* released) {
+  if (released != nullptr) *released = 0;
+  if (file == nullptr || file->data == nullptr || offset > file->size || length > file->size - offset) return LH_BAD_ARGUMENT;
+  if (length == 0) return LH_OK;
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const size_t page = page_size > 0 ? static_cast<size_t>(page_size) : 4096;
+  const size_t start = offset / page * page;  // the mapping starts on a page boundary
+  const size_t end = offset + length;         // madvise rounds the length up to whole pages
+  char* base = static_cast<char*>(file->data);
+  if (madvise(base + start, end - start, MADV_DONTNEED) != 0) {
+    file->error = errno;
+    return LH_IO_ERROR;
+  }
+  if (released != nullptr) {
+    const size_t whole_end = (end + page - 1) / page * page;
+    *released = (whole_end < file->size ? whole_end : file->size) - start;
+  }
+  return LH_OK;
+}
+
 void lh_mapped_file_close(lh_mapped_file* file) {
   if (file == nullptr) return;
   if (file->data != nullptr) munmap(file->data, file->size);

@@ -24,3 +24,12 @@ lh_status lh_mapped_file_open(lh_mapped_file* file, const char* path);
 
 // Unmaps. Idempotent; safe on a zeroed struct.
 void lh_mapped_file_close(lh_mapped_file* file);
+
+// Drops the pages that hold bytes [offset, offset + length) of the mapping from this process
+// (madvise MADV_DONTNEED over the whole pages covering the range): resident memory falls, and a
+// later read faults the bytes in again from the file (the page cache, or the disk). Meant for
+// ranges already consumed (e.g. weights repacked into another layout). A page written through the
+// private mapping would lose that write: the model bytes are never written. Sets *released to the
+// bytes of address range advised (whole pages, clipped to the file). LH_BAD_ARGUMENT: closed file
+// or a range past the end. LH_IO_ERROR: madvise failed (file->error has errno).
+lh_status lh_mapped_file_release(lh_mapped_file* file, size_t offset, size_t length, size_t* released);

@@ -1,8 +1,13 @@
 // A model's tensors as the graph helpers want them: Linear weights in fp32 (F32/F16/BF16) or
-// repacked bit-exactly for MatMulNBits (every GGUF block type), and 1-D vectors in fp32.
+// repacked bit-exactly for MatMulNBits (every GGUF block type; natively on every core when the
+// addon is built, onnx/gguf-repack-native.ts), and 1-D vectors in fp32.
+//
+// Weights held once: once a quantised tensor is repacked, its pages of the mapped file are given
+// back (LoadedModel.releaseTensor), so the process does not hold the file beside onnxruntime's
+// copy. Reading the tensor again (the token embedding's rows, a tied LM head) faults in what it reads.
 import { LonghandError } from '../../common/errors.ts';
 import type { LoadedModel, TensorView } from '../model/types.ts';
-import { repackGguf } from '../onnx/gguf-repack.ts';
+import { repackGgufFast } from '../onnx/gguf-repack-native.ts';
 import type { LinearWeights } from '../onnx/ops.ts';
 
 export type AccuracyLevel = 0 | 1 | 2 | 3 | 4;
@@ -42,7 +47,9 @@ export class ModelWeights {
       if (bias) w.bias = bias;
       return w;
     }
-    const w: LinearWeights = { kind: 'nbits', packed: repackGguf(v.dtype, v.bytes(), out, inF), accuracyLevel: this.accuracyLevel };
+    const packed = repackGgufFast(v.dtype, v.bytes(), out, inF);
+    this.model.releaseTensor?.(name);
+    const w: LinearWeights = { kind: 'nbits', packed, accuracyLevel: this.accuracyLevel };
     if (bias) w.bias = bias;
     return w;
   }

@@ -5,6 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ModelFileError } from '../../common/errors.ts';
 import { haveSharedModel, STORIES_260K } from '../../../test/support/models.ts';
 import { loadModel } from './load-model.ts';
+import { isNativeAvailable } from '../../../native/index.js';
 
 const scratch = mkdtempSync(join(tmpdir(), 'longhand-load-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
@@ -21,6 +22,21 @@ describe('loadModel', () => {
     try {
       expect(model.format).toBe('gguf');
       expect(model.hyper.layers).toBe(5);
+    } finally {
+      model.close();
+    }
+  });
+
+  it.runIf(haveSharedModel())('releaseTensor gives the pages of a mapped tensor back; its bytes read the same afterwards', async () => {
+    const model = await loadModel(STORIES_260K);
+    try {
+      const name = 'blk.0.ffn_up.weight';
+      const before = Buffer.from(model.tensors.get(name)!.bytes());
+      const released = model.releaseTensor?.(name) ?? 0;
+      if (isNativeAvailable()) expect(released).toBeGreaterThanOrEqual(before.length);
+      else expect(released).toBe(0); // read into memory: nothing to give back
+      expect(Buffer.compare(Buffer.from(model.tensors.get(name)!.bytes()), before)).toBe(0);
+      expect(model.releaseTensor?.('no.such.tensor')).toBe(0);
     } finally {
       model.close();
     }

@@ -14,6 +14,12 @@ export interface MappedFile {
   readonly external: boolean;
   /** Releases the bytes; reading them afterwards is a bug. Idempotent. */
   close(): void;
+  /**
+   * Drops the resident pages of bytes [offset, offset + length) when they are the mapping (a
+   * hint: reading them later faults them in again from the file); returns the bytes advised, 0 when
+   * the file was read or copied into memory.
+   */
+  release(offset: number, length: number): number;
   readonly closed: boolean;
 }
 
@@ -45,6 +51,9 @@ function openMapped(path: string, displayName: string): MappedFile {
     close() {
       mapped.close();
     },
+    release(offset: number, length: number) {
+      return mapped.closed ? 0 : mapped.release(offset, length);
+    },
   };
 }
 
@@ -67,6 +76,9 @@ function openRead(path: string, displayName: string): MappedFile {
     },
     close() {
       closed = true;
+    },
+    release() {
+      return 0;
     },
   };
 }

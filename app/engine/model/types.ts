@@ -95,4 +95,10 @@ export interface LoadedModel {
   readonly weightBytes: number;
   /** Unmap files. Using tensors afterwards is an error. */
   close(): void;
+  /**
+   * Drops the resident pages of a tensor's bytes from the process where the file is mapped: a hint
+   * for weights already repacked elsewhere (reading the tensor later faults its bytes in again from
+   * the file). Returns the bytes advised; 0 (or absent) where the bytes are not a mapping.
+   */
+  releaseTensor?(name: string): number;
 }

@@ -30,7 +30,12 @@ export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMIL
 export function loadGgufModel(path: string, options: ParseOptions = {}): LoadedModel {
   const file = openGguf(path, options);
   try {
-    return ggufToLoadedModel(file, path, () => file.close());
+    const model = ggufToLoadedModel(file, path, () => file.close());
+    const releaseTensor = (name: string): number => {
+      const info = file.tensors.get(name);
+      return info === undefined ? 0 : file.release(info.absoluteOffset, info.byteSize);
+    };
+    return { ...model, releaseTensor };
   } catch (error) {
     file.close();
     throw error;

@@ -10,6 +10,8 @@ export interface OpenGgufFile extends GgufFile {
   readonly external: boolean;
   /** Releases the file. Tensor views fail afterwards. Idempotent. */
   close(): void;
+  /** Drops the resident pages of file bytes [offset, offset + length) (see MappedFile.release); returns the bytes advised. */
+  release(offset: number, length: number): number;
 }
 
 /** Reads and parses the GGUF file at `path`. Missing or unreadable → MODEL_NOT_FOUND. */
@@ -22,7 +24,7 @@ export function openGguf(path: string, options: ParseOptions = {}): OpenGgufFile
   };
   try {
     const file = parseGgufSource(source, path, options);
-    return { ...file, path, external: mapped.external, close };
+    return { ...file, path, external: mapped.external, close, release: (offset, length) => mapped.release(offset, length) };
   } catch (error) {
     close();
     throw error;
