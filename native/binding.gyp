@@ -30,6 +30,7 @@
         "src/attention.cc",
         "src/bandwidth.cc",
         "src/infinigen.cc",
+        "src/infinigen_score.cc",
         "src/sparse_attention.cc",
         "src/policy_select.cc",
         "src/row_gather.cc",

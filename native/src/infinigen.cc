@@ -12,6 +12,7 @@
 
 #include "attention.h"
 #include "fp16.h"
+#include "infinigen_score.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -227,9 +228,14 @@ struct lh_speculator {
   lh_layer_stats* stats;  // (layer)
   // worker scratch
   float* qtilde;          // (heads, p)
-  double* scores;         // (heads, capacity)
+  double* gscores;        // (group, gstride) scores of one KV group's heads
+  size_t gstride;         // capacity rounded up to 8
+  int32_t* top_slots;     // (kv_head, rows) each group's top K slots, ascending (phase A)
+  double* top_vals;       // (kv_head, rows) their combined scores
   double* combined;       // (capacity)
-  double* values;         // (capacity)
+  double* values;         // (2 · capacity)
+  int32_t* list;          // (capacity + 8) slots of the top buckets
+  uint64_t* bits;         // (capacity / 64 rounded up) zero between uses: the reuse cache's slot marks
   int32_t* sel;           // (kv_head, capacity)
   uint32_t* sel_n;        // (layer) latest n
   // queue
@@ -263,71 +269,172 @@ inline uint32_t current_slot(const lh_speculator* sp, uint32_t layer) {
   return sp->pool->evict != 0 ? static_cast<uint32_t>(lh_kv_pool_last_slot(sp->pool, layer)) : sp->job_len[layer];
 }
 
-// Scores of q̃ against the pool's partial key tiles (kv_head, capacity8/8, p, 8), the same float64
-// arithmetic as score_rows (per slot: acc += q[i]·k[i], i in order; then · scale) so the speculator
-// picks exactly the slots lh_infinigen_select would. s (heads, slots).
-void score_tiles_portable(const lh_speculator* sp, const uint16_t* kp, uint32_t slots, double* s) {
-  const size_t p = sp->p, tile = p * 8, tiles_per_head = lh_kv_pool_partial_slots(sp->pool) / 8;
-  const double scale = sp->cfg.scale;
-  for (uint32_t h = 0; h < sp->heads; ++h) {
-    const float* q = sp->qtilde + h * p;
-    const uint16_t* kh = kp + (h / sp->group) * tiles_per_head * tile;
-    for (uint32_t j = 0; j < slots; ++j) {
-      const uint16_t* kt = kh + (j >> 3) * tile + (j & 7);
-      double acc = 0;
-      for (size_t i = 0; i < p; ++i) acc += static_cast<double>(q[i]) * static_cast<double>(lh_fp16_to_fp32(kt[i * 8]));
-      s[static_cast<size_t>(h) * slots + j] = acc * scale;
+// The k-th largest of v[0..c) (1 <= k <= c, finite values, lo / hi their min / max) and, in *above,
+// how many are strictly larger; v is left as it is, buf (c) is scratch. The same histogram search as
+// nth_largest without its min/max pass and without reordering v (the combine pass found lo and hi).
+double kth_largest(const double* v, uint32_t c, uint32_t k, double lo, double hi, double* buf, uint32_t* above) {
+  constexpr uint32_t kBuckets = 1024;
+  uint32_t hist[kBuckets] = {};
+  const double inv = hi > lo ? kBuckets / (hi - lo) : 0.0;
+  auto bucket = [lo, inv](double x) -> uint32_t {
+    const double b = (x - lo) * inv;
+    return b >= kBuckets - 1 ? kBuckets - 1 : static_cast<uint32_t>(b);
+  };
+  for (uint32_t i = 0; i < c; ++i) ++hist[bucket(v[i])];
+  uint32_t b = kBuckets - 1, higher = 0;
+  while (higher + hist[b] < k) higher += hist[b--];
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < c; ++i) {  // branch-free compaction of bucket b's values
+    buf[m] = v[i];
+    m += bucket(v[i]) == b ? 1 : 0;
+  }
+  const uint32_t need = k - higher;  // 1..m
+  std::nth_element(buf, buf + (need - 1), buf + m, [](double x, double y) { return x > y; });
+  const double tau = buf[need - 1];
+  uint32_t larger = higher;
+  for (uint32_t i = 0; i < need - 1; ++i) larger += buf[i] > tau ? 1 : 0;
+  *above = larger;
+  return tau;
+}
+
+// The top k of (value desc, slot asc) among the listed entries, ascending by slot: every value above
+// tau (the k-th largest, `above` of them larger) and the first k − above holding exactly tau.
+// vals[r] belongs to slot slots[r] (slots == null: slot r); cand (indexed by slot) may be null.
+uint32_t take_top(const double* vals, const int32_t* slots, uint32_t count, const uint8_t* cand, double tau, uint32_t above,
+                  uint32_t k, int32_t* out_slots, double* out_vals) {
+  uint32_t ties_left = k - above, r = 0;
+  for (uint32_t j = 0; j < count && r < k; ++j) {
+    const int32_t slot = slots != nullptr ? slots[j] : static_cast<int32_t>(j);
+    if (cand != nullptr && cand[slot] == 0) continue;
+    const double x = vals[j];
+    const bool tie = x == tau && ties_left > 0;
+    out_slots[r] = slot;
+    if (out_vals != nullptr) out_vals[r] = x;
+    r += (x > tau || tie) ? 1 : 0;
+    ties_left -= tie ? 1 : 0;
+  }
+  return r;
+}
+
+}  // namespace
+
+// The group's top K by kth_largest over all of comb (the plain route; group_phase_a lists the top buckets instead).
+static bool group_top_fallback(lh_speculator* sp, const double* comb, uint32_t N, uint32_t K, double lo, double hi, int32_t* ts,
+                               double* tv) {
+  uint32_t above = 0;
+  const double tau = kth_largest(comb, N, K, lo, hi, sp->values, &above);
+  take_top(comb, nullptr, N, nullptr, tau, above, K, ts, tv);
+  return true;
+}
+
+// Phase A of one KV group g (lh_speculator's job; the §4.5 rule split so that a group's scores stay
+// in cache): the scores of the group's heads, each head's max and count c_h, the combined score
+// per candidate, and the group's top K = min(⌊cap·N⌋, N) by (combined desc, slot asc) kept ascending
+// in top_slots / top_vals. The final n <= K, and the top n of the whole order are the top n of that
+// list, so phase B picks exactly what select_from_scores picks. False on a non-finite candidate score.
+static bool group_phase_a(lh_speculator* sp, uint32_t g, const uint16_t* kp_layer, uint32_t N, const uint8_t* cand, uint32_t cands,
+                          uint32_t K, double* counts_out) {
+  const uint32_t group = sp->group;
+  const size_t stride = sp->gstride, tiles_per_head = lh_kv_pool_partial_slots(sp->pool) / 8;
+  const uint16_t* kp = kp_layer + static_cast<size_t>(g) * tiles_per_head * sp->p * 8;
+  double* gs = sp->gscores;
+  double m[LH_MAX_HEADS];
+  uint32_t finite = 1;
+  lh_spec_score_group(kp, sp->p, N, sp->qtilde + static_cast<size_t>(g) * group * sp->p, group, sp->cfg.scale, gs, stride,
+                      m, &finite);
+  if (cand != nullptr) {  // evicting pools: non-candidates score -inf; max and finiteness over candidates
+    finite = 1;
+    for (uint32_t hh = 0; hh < group; ++hh) {
+      double* row = gs + hh * stride;
+      double mh = -INFINITY;
+      for (uint32_t j = 0; j < N; ++j) {
+        if (cand[j] == 0) row[j] = -INFINITY;
+        else if (!std::isfinite(row[j])) finite = 0;
+        mh = std::max(mh, row[j]);
+      }
+      m[hh] = mh;
     }
   }
-}
-
-#if defined(__x86_64__)
-// 8 slots per step: one F16C load per element, two 4-lane float64 accumulators (mul then add, the
-// same roundings as the scalar loop: a float·float product is exact in float64).
-__attribute__((target("avx2,fma,f16c"))) void score_tiles_avx2(const lh_speculator* sp, const uint16_t* kp, uint32_t slots, double* s) {
-  const size_t p = sp->p, tile = p * 8, tiles_per_head = lh_kv_pool_partial_slots(sp->pool) / 8;
-  const __m256d scale = _mm256_set1_pd(sp->cfg.scale);
-  double qd[LH_MAX_HEAD_DIM];
-  for (uint32_t h = 0; h < sp->heads; ++h) {
-    for (size_t i = 0; i < p; ++i) qd[i] = sp->qtilde[h * p + i];
-    const uint16_t* kh = kp + (h / sp->group) * tiles_per_head * tile;
-    double* sh = s + static_cast<size_t>(h) * slots;
-    for (uint32_t j0 = 0; j0 < slots; j0 += 8) {
-      const uint16_t* kt = kh + (j0 >> 3) * tile;
-      __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-      for (size_t i = 0; i < p; ++i) {
-        const __m256 k8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kt + i * 8)));
-        const __m256d qi = _mm256_set1_pd(qd[i]);
-        lo = _mm256_add_pd(lo, _mm256_mul_pd(qi, _mm256_cvtps_pd(_mm256_castps256_ps128(k8))));
-        hi = _mm256_add_pd(hi, _mm256_mul_pd(qi, _mm256_cvtps_pd(_mm256_extractf128_ps(k8, 1))));
+  if (finite == 0) return false;
+  double total = 0;
+  for (uint32_t hh = 0; hh < group; ++hh) total += lh_spec_count_above(gs + hh * stride, N, m[hh] - sp->cfg.knobs.alpha);
+  *counts_out = total;
+  double* comb = sp->combined;
+  double lo = 0, hi = 0;
+  lh_spec_combine(gs, stride, group, m, N, comb, &lo, &hi);
+  int32_t* ts = sp->top_slots + static_cast<size_t>(g) * sp->rows;
+  double* tv = sp->top_vals + static_cast<size_t>(g) * sp->rows;
+  if (K >= cands) {  // every candidate
+    uint32_t r = 0;
+    for (uint32_t j = 0; j < N; ++j)
+      if (cand == nullptr || cand[j] != 0) {
+        ts[r] = static_cast<int32_t>(j);
+        tv[r++] = comb[j];
       }
-      lo = _mm256_mul_pd(lo, scale);
-      hi = _mm256_mul_pd(hi, scale);
-      if (j0 + 8 <= slots) {
-        _mm256_storeu_pd(sh + j0, lo);
-        _mm256_storeu_pd(sh + j0 + 4, hi);
-      } else {  // the last, partial tile
-        double tmp[8];
-        _mm256_storeu_pd(tmp, lo);
-        _mm256_storeu_pd(tmp + 4, hi);
-        for (uint32_t j = j0; j < slots; ++j) sh[j] = tmp[j - j0];
-      }
-    }
+    return true;
   }
+  uint32_t above = 0;
+  double tau;
+  if (cand == nullptr) {
+    // the bucket b holding the K-th largest (kth_largest's histogram), then the slots of buckets >= b
+    // in slot order (about K of them); the K-th largest among those is the K-th largest of all, and
+    // every slot holding it or more is listed, so the ascending pick below is the same as over comb
+    const double inv = hi > lo ? kSpecBuckets / (hi - lo) : 0.0;  // inf spread: inv 0, one bucket
+    uint32_t hist[kSpecBuckets];
+    lh_spec_histogram(comb, N, lo, inv, hist);
+    uint32_t b = kSpecBuckets - 1, higher = 0;
+    while (higher + hist[b] < K) higher += hist[b--];
+    int32_t* list = sp->list;
+    const uint32_t m = lh_spec_collect(comb, N, lo, inv, b, list);
+    if (m != higher + hist[b]) return group_top_fallback(sp, comb, N, K, lo, hi, ts, tv);  // never: the same buckets
+    // the listed values; those of bucket b (the rest are above it) go to buf, where the need-th largest is tau
+    double* lv = sp->values;
+    double* buf = lv + m;  // values has room for 2·N
+    uint32_t nb = 0;
+    for (uint32_t r = 0; r < m; ++r) {
+      const double x = comb[list[r]];
+      lv[r] = x;
+      buf[nb] = x;
+      nb += lh_spec_bucket(x, lo, inv) == b ? 1 : 0;
+    }
+    const uint32_t need = K - higher;  // 1..nb (nb == hist[b])
+    if (need > nb) return group_top_fallback(sp, comb, N, K, lo, hi, ts, tv);  // never (same buckets)
+    std::nth_element(buf, buf + (need - 1), buf + nb, [](double x, double y) { return x > y; });
+    tau = buf[need - 1];
+    above = higher;
+    for (uint32_t r = 0; r < need - 1; ++r) above += buf[r] > tau ? 1 : 0;
+    take_top(lv, list, m, nullptr, tau, above, K, ts, tv);
+    return true;
+  } else {
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < N; ++j)
+      if (cand[j] != 0) sp->values[c++] = comb[j];
+    tau = nth_largest(sp->values, c, K, &above);
+  }
+  take_top(comb, nullptr, N, cand, tau, above, K, ts, tv);
+  return true;
 }
 
-bool speculator_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return has;
+// Phase B: n given, each KV group's top n from its top-K list, ascending, into sel.
+static void group_phase_b(lh_speculator* sp, uint32_t g, uint32_t n, uint32_t K) {
+  const int32_t* ts = sp->top_slots + static_cast<size_t>(g) * sp->rows;
+  const double* tv = sp->top_vals + static_cast<size_t>(g) * sp->rows;
+  int32_t* row = sp->sel + static_cast<size_t>(g) * sp->pool->capacity;
+  if (n >= K) {
+    std::memcpy(row, ts, static_cast<size_t>(K) * sizeof(int32_t));
+    return;
+  }
+  double lo = tv[0], hi = tv[0];
+  for (uint32_t r = 1; r < K; ++r) {
+    lo = std::min(lo, tv[r]);
+    hi = std::max(hi, tv[r]);
+  }
+  uint32_t above = 0;
+  const double tau = kth_largest(tv, K, n, lo, hi, sp->values, &above);
+  take_top(tv, ts, K, nullptr, tau, above, n, row, nullptr);
 }
-#endif
 
-void score_tiles(const lh_speculator* sp, const uint16_t* kp, uint32_t slots, double* s) {
-#if defined(__x86_64__)
-  if (speculator_has_avx2()) return score_tiles_avx2(sp, kp, slots, s);
-#endif
-  score_tiles_portable(sp, kp, slots, s);
-}
+namespace {
 
 void run_job(lh_speculator* sp, uint32_t layer) {
   lh_layer_stats& st = sp->stats[layer];
@@ -354,13 +461,19 @@ void run_job(lh_speculator* sp, uint32_t layer) {
   if (cands == 0) {
     select_all(sp->kvh, N, cand, sp->sel, pool->capacity);
   } else {
-    score_tiles(sp, lh_kv_pool_partial_rows(pool, layer), N, sp->scores);
-    if (cand != nullptr)
-      for (uint32_t h = 0; h < sp->heads; ++h)
-        for (uint32_t j = 0; j < N; ++j)
-          if (cand[j] == 0) sp->scores[static_cast<size_t>(h) * N + j] = -INFINITY;
-    sel_st = select_from_scores(sp->scores, sp->heads, sp->kvh, N, cand, cands, &sp->cfg.knobs, sp->combined, sp->values, sp->sel,
-                                pool->capacity, &n, nullptr);
+    // §4.5 per KV group (phase A: scores, counts, the group's top ⌊cap·N⌋), then n and each group's top n
+    const uint32_t K = std::min(std::max<uint32_t>(1, fraction_of(sp->cfg.knobs.cap, cands)), cands);  // n <= K
+    const uint16_t* kp = lh_kv_pool_partial_rows(pool, layer);
+    double total = 0;
+    for (uint32_t g = 0; g < sp->kvh && sel_st == LH_OK; ++g) {
+      double c = 0;
+      if (!group_phase_a(sp, g, kp, N, cand, cands, K, &c)) sel_st = LH_BAD_ARGUMENT;
+      total += c;
+    }
+    if (sel_st == LH_OK) {
+      n = std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(std::floor(total / sp->heads)), fraction_of(sp->cfg.knobs.cap, cands)));
+      for (uint32_t g = 0; g < sp->kvh; ++g) group_phase_b(sp, g, n, K);
+    }
   }
   if (sel_st != LH_OK) {
     // a non-finite score: fall back to the newest candidates rather than fail the step
@@ -391,13 +504,28 @@ void run_job(lh_speculator* sp, uint32_t layer) {
     int32_t* now = staged_slots(sp, layer, cur, g);
     const int32_t* old_pos = staged_positions(sp, layer, prev, g);
     int32_t* now_pos = staged_positions(sp, layer, cur, g);
+    if (!evicting) {
+      // a bit per slot: mark the rows staged before, test the new ones, clear (no data-dependent branches)
+      uint64_t* bits = sp->bits;
+      for (uint32_t i = 0; i < np; ++i) bits[static_cast<uint32_t>(old[i]) >> 6] |= 1ull << (old[i] & 63);
+      uint32_t h = 0;
+      for (uint32_t r = 0; r < n; ++r) {
+        const int32_t slot = sel[r];
+        now[r] = slot;
+        h += static_cast<uint32_t>(bits[static_cast<uint32_t>(slot) >> 6] >> (slot & 63)) & 1u;
+      }
+      for (uint32_t i = 0; i < np; ++i) bits[static_cast<uint32_t>(old[i]) >> 6] = 0;
+      hits += h;
+      misses += n - h;
+      continue;
+    }
     uint32_t i = 0;
     for (uint32_t r = 0; r < n; ++r) {
       const int32_t slot = sel[r];
       now[r] = slot;
-      if (evicting) now_pos[r] = pool_pos(sp, layer, g, static_cast<uint32_t>(slot));
+      now_pos[r] = pool_pos(sp, layer, g, static_cast<uint32_t>(slot));
       while (i < np && old[i] < slot) ++i;
-      if (i < np && old[i] == slot && (!evicting || old_pos[i] == now_pos[r])) ++hits;
+      if (i < np && old[i] == slot && old_pos[i] == now_pos[r]) ++hits;
       else ++misses;
     }
   }
@@ -476,9 +604,13 @@ void lh_speculator_destroy(lh_speculator* sp) {
   std::free(sp->state);
   std::free(sp->stats);
   std::free(sp->qtilde);
-  std::free(sp->scores);
+  std::free(sp->gscores);
+  std::free(sp->top_slots);
+  std::free(sp->top_vals);
   std::free(sp->combined);
   std::free(sp->values);
+  std::free(sp->list);
+  std::free(sp->bits);
   std::free(sp->sel);
   std::free(sp->sel_n);
   std::free(sp->queue);
@@ -517,15 +649,20 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->state = zalloc<uint8_t>(sp->layers);
   sp->stats = zalloc<lh_layer_stats>(sp->layers);
   sp->qtilde = zalloc<float>(static_cast<size_t>(sp->heads) * sp->p);
-  sp->scores = zalloc<double>(sp->heads * cap);
+  sp->gstride = lh_kv_pool_partial_slots(pool);
+  sp->gscores = zalloc<double>(sp->group * sp->gstride);
+  sp->top_slots = zalloc<int32_t>(static_cast<size_t>(sp->kvh) * sp->rows);
+  sp->top_vals = zalloc<double>(static_cast<size_t>(sp->kvh) * sp->rows);
   sp->combined = zalloc<double>(cap);
-  sp->values = zalloc<double>(cap);
+  sp->values = zalloc<double>(2 * cap);
+  sp->list = zalloc<int32_t>(cap + 8);
+  sp->bits = zalloc<uint64_t>(cap / 64 + 1);
   sp->sel = zalloc<int32_t>(sp->kvh * cap);
   sp->sel_n = zalloc<uint32_t>(sp->layers);
   sp->queue = zalloc<uint32_t>(sp->layers);
   if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
-      sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->scores == nullptr || sp->combined == nullptr ||
-      sp->values == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr) {
+      sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->gscores == nullptr || sp->top_slots == nullptr || sp->top_vals == nullptr || sp->combined == nullptr ||
+      sp->values == nullptr || sp->list == nullptr || sp->bits == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr) {
     lh_speculator_destroy(sp);
     return LH_OUT_OF_MEMORY;
   }

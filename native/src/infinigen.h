@@ -3,9 +3,12 @@
 // Per decode step and sparse layer ℓ (ℓ >= dense_layers), while layer ℓ−1 still runs in onnxruntime:
 //   begin(ℓ, q_spec)   q_spec (heads, head_dim) = RoPE_t(x_{ℓ−1}·W_q^{(ℓ)}), from stage ℓ−1's graph.
 //                      On the worker thread: q̃_h = q_spec_h · A_{ℓ,g}[:, C]  (pool's projection),
-//                      scores against the layer's partial key tiles (float64, 8 slots per vector
-//                      step), the §4.5 rule (the same code as lh_infinigen_select, the port of
-//                      app/engine/kv/select-reference.ts), then the reuse-cache bookkeeping: rows
+//                      then per KV group: scores of the group's heads against its partial key tiles
+//                      (infinigen_score.h: float64, each tile read once for the whole group), their
+//                      maxima and counts, and the group's top ⌊cap·N⌋ by combined score; then n and
+//                      each group's top n from that list: the §4.5 rule with exactly the result of
+//                      lh_infinigen_select (the port of app/engine/kv/select-reference.ts; native
+//                      tests compare them), then the reuse-cache bookkeeping: rows
 //                      selected at the previous step (same slot, same token) are hits, the rest are
 //                      misses, counted as the bytes that would cross to a device.
 //   attend(ℓ, q)       after the current token's K/V were appended to the pool (its last slot):

@@ -23,6 +23,7 @@
 #include "../src/attention.h"
 #include "../src/fp16.h"
 #include "../src/infinigen.h"
+#include "../src/infinigen_score.h"
 #include "../src/kv_pool.h"
 #include "../src/mapped_file.h"
 #include "../src/policy_select.h"
@@ -1093,6 +1094,205 @@ void test_speculator() {
 }
 
 // Reuse cache on a hand-made sequence: keys chosen so the selected set is known each step.
+// The speculator's group scoring kernel: every implementation == the scalar reference bit for bit
+// (scores), the same max and finiteness; == the row-major float64 rule of lh_infinigen_select;
+// lanes past `slots` untouched (guards); odd p, slots not a multiple of the tile, groups 1..8.
+void test_spec_score_kernels() {
+  Rng rng(9001);
+  int bad_bits = 0, bad_rule = 0, bad_max = 0, bad_guard = 0, bad_count = 0, bad_comb = 0, bad_finite = 0, bad_hist = 0, runs = 0;
+  const uint32_t ps[] = {1, 3, 5, 19, 31};
+  const uint32_t slot_counts[] = {0, 1, 7, 8, 9, 31, 33, 257, 1001};
+  const uint32_t groups[] = {1, 2, 3, 4, 5, 8};
+  const lh_attention_impl impls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AUTO};
+  for (uint32_t p : ps)
+    for (uint32_t slots : slot_counts)
+      for (uint32_t group : groups) {
+        const bool ties = (runs % 3) == 1, special = (runs % 7) == 3;
+        ++runs;
+        const uint32_t tiles = (slots + 7) / 8 + 1;
+        std::vector<uint16_t> kp(static_cast<size_t>(tiles) * p * 8);
+        for (auto& x : kp) x = lh_fp32_to_fp16(ties ? std::round(2 * rng.normal()) * 0.5f : rng.normal());
+        if (special && slots > 0) kp[(static_cast<size_t>((slots - 1) >> 3) * p) * 8 + ((slots - 1) & 7)] = 0x7c00;  // +inf key
+        std::vector<float> q(static_cast<size_t>(group) * p);
+        for (auto& x : q) x = ties ? std::round(4 * rng.normal()) * 0.25f : rng.normal();
+        const double scale = 1.0 / std::sqrt(static_cast<double>(p) + 2);
+        const size_t stride = slots + 5;
+        std::vector<double> ref(group * stride, 777.0), m_ref(group);
+        uint32_t fin_ref = 9;
+        lh_spec_score_group(kp.data(), p, slots, q.data(), group, scale, ref.data(), stride, m_ref.data(), &fin_ref, LH_ATTN_PORTABLE);
+        // the rule as lh_infinigen_select's score_rows computes it, from row-major fp32 keys
+        for (uint32_t hh = 0; hh < group; ++hh)
+          for (uint32_t j = 0; j < slots; ++j) {
+            double acc = 0;
+            for (uint32_t i = 0; i < p; ++i)
+              acc += static_cast<double>(q[hh * p + i]) * static_cast<double>(lh_fp16_to_fp32(kp[((j >> 3) * p + i) * 8 + (j & 7)]));
+            const double want = acc * scale, got = ref[hh * stride + j];
+            bad_rule += (std::isnan(want) && std::isnan(got)) || std::memcmp(&want, &got, sizeof want) == 0 ? 0 : 1;
+          }
+        bad_finite += fin_ref == ((special && slots > 0) ? 0u : 1u) ? 0 : 1;
+        for (lh_attention_impl impl : impls) {
+          if (!lh_attention_available(impl)) continue;
+          std::vector<double> out(group * stride, 777.0), m(group);
+          uint32_t fin = 9;
+          lh_spec_score_group(kp.data(), p, slots, q.data(), group, scale, out.data(), stride, m.data(), &fin, impl);
+          for (uint32_t hh = 0; hh < group; ++hh) {
+            for (uint32_t j = 0; j < slots; ++j) {
+              const double a = out[hh * stride + j], b = ref[hh * stride + j];
+              bad_bits += (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0 ? 0 : 1;
+            }
+            for (size_t j = slots; j < stride; ++j) bad_guard += out[hh * stride + j] == 777.0 ? 0 : 1;
+            bad_max += (m[hh] == m_ref[hh] || (std::isnan(m[hh]) && std::isnan(m_ref[hh]))) ? 0 : 1;
+          }
+          bad_finite += fin == fin_ref ? 0 : 1;
+          if (fin_ref == 0) continue;
+          for (uint32_t hh = 0; hh < group; ++hh) {
+            const double thr = m_ref[hh] - 1.5;
+            uint32_t want = 0;
+            for (uint32_t j = 0; j < slots; ++j) want += ref[hh * stride + j] > thr ? 1 : 0;
+            bad_count += lh_spec_count_above(ref.data() + hh * stride, slots, thr, impl) == want ? 0 : 1;
+          }
+          std::vector<double> comb(slots + 3, 555.0);
+          double lo = 0, hi = 0;
+          lh_spec_combine(ref.data(), stride, group, m_ref.data(), slots, comb.data(), &lo, &hi, impl);
+          double wl = INFINITY, wh = -INFINITY;
+          for (uint32_t j = 0; j < slots; ++j) {
+            double best = -INFINITY;
+            for (uint32_t hh = 0; hh < group; ++hh) best = std::max(best, ref[hh * stride + j] - m_ref[hh]);
+            bad_comb += comb[j] == best ? 0 : 1;
+            wl = std::min(wl, best);
+            wh = std::max(wh, best);
+          }
+          bad_comb += (slots == 0 || (lo == wl && hi == wh)) && comb[slots] == 555.0 ? 0 : 1;
+          if (slots == 0) continue;
+          // the top-k search's passes: histogram and the listed slots of the top buckets == scalar bucket_of
+          const double inv = wh > wl ? kSpecBuckets / (wh - wl) : 0.0;
+          std::vector<uint32_t> hist(kSpecBuckets, 99), want_hist(kSpecBuckets, 0);
+          lh_spec_histogram(comb.data(), slots, wl, inv, hist.data(), impl);
+          auto bucket = [&](double x) -> uint32_t {
+            const double bb = (x - wl) * inv;
+            return bb >= kSpecBuckets - 1 ? kSpecBuckets - 1 : static_cast<uint32_t>(bb);
+          };
+          for (uint32_t j = 0; j < slots; ++j) ++want_hist[bucket(comb[j])];
+          bad_hist += hist == want_hist ? 0 : 1;
+          for (uint32_t b : {0u, 1u, bucket(comb[slots / 2]), kSpecBuckets - 1}) {
+            std::vector<int32_t> list(slots + 8, -5), want_list;
+            for (uint32_t j = 0; j < slots; ++j)
+              if (bucket(comb[j]) >= b) want_list.push_back(static_cast<int32_t>(j));
+            const uint32_t got = lh_spec_collect(comb.data(), slots, wl, inv, b, list.data(), impl);
+            bad_hist += got == want_list.size() && std::equal(want_list.begin(), want_list.end(), list.begin()) ? 0 : 1;
+          }
+        }
+      }
+  check(bad_bits == 0 && bad_guard == 0 && bad_max == 0 && bad_finite == 0,
+        "speculator kernels: group scores, every implementation == the scalar reference bit for bit (odd p, partial tiles, "
+        "groups 1-8, ties, an inf key), same max and finiteness, lanes past the slots untouched",
+        "%d bits, %d guards, %d max, %d finite of %d runs", bad_bits, bad_guard, bad_max, bad_finite, runs);
+  check(bad_rule == 0, "speculator kernels: group scores == lh_infinigen_select's float64 row rule bit for bit", "%d differ", bad_rule);
+  check(bad_count == 0 && bad_comb == 0, "speculator kernels: count above the threshold and the combined score == scalar loops",
+        "%d counts, %d combined", bad_count, bad_comb);
+  check(bad_hist == 0, "speculator kernels: top-k histogram and top-bucket slot lists == the scalar bucket rule", "%d differ", bad_hist);
+  check(lh_spec_score_group(nullptr, 3, 5, nullptr, 1, 1.0, nullptr, 5, nullptr, nullptr) == LH_BAD_ARGUMENT &&
+            lh_spec_score_group(nullptr, 0, 0, nullptr, 1, 1.0, nullptr, 0, nullptr, nullptr) == LH_BAD_ARGUMENT,
+        "speculator kernels: null buffers and p 0 are LH_BAD_ARGUMENT");
+}
+
+// The speculator's selection (per-group scoring, top ⌊cap·N⌋ per group, then top n) == lh_infinigen_select
+// on the same q̃ and partial keys: same n, same slots (ties -> lower slot), GQA 1/2/4/8, odd lengths,
+// quantised ties, cap 1, tiny caps, and an evicting pool (candidate masks, reused slots).
+void test_speculator_select_exact() {
+  int bad = 0, runs = 0;
+  for (uint32_t evict : {0u, 1u})
+    for (uint32_t ratio : {1u, 2u, 4u, 8u})
+      for (uint32_t tokens : {5u, 203u, 517u, 1001u}) {
+        const uint32_t L = 2, H = 2, D = 16, P = 5, heads = H * ratio;
+        Rng rng(300 + ratio * 7 + tokens + evict);
+        lh_kv_pool_config cfg{};
+        cfg.layers = L;
+        cfg.kv_heads = H;
+        cfg.head_dim = D;
+        cfg.kv_type = LH_KV_F16;
+        cfg.partial_dim = P;
+        const uint32_t cap_tokens = evict != 0 ? std::max(tokens / 2, 80u) : tokens + 16;
+        const uint64_t per = static_cast<uint64_t>(L) * H * (2ull * 2 * D + 4 + 2ull * P) + L * 5;
+        cfg.budget_bytes = per * cap_tokens + 8192 + static_cast<uint64_t>(L) * H * D * P * 4;
+        if (evict != 0) {
+          cfg.evict = 1;
+          cfg.sinks = 4;
+          cfg.recent = 16;
+          cfg.age_every = 8;
+        }
+        lh_kv_pool pool{};
+        if (lh_kv_pool_init(&pool, &cfg) != LH_OK) {
+          ++bad;
+          continue;
+        }
+        const bool ties = tokens % 2 == 1;
+        std::vector<float> proj(static_cast<size_t>(H) * D * P);
+        for (auto& x : proj) x = ties ? std::round(4 * rng.normal() * 0.3f) / 4 : rng.normal() * 0.3f;
+        lh_kv_pool_set_projection(&pool, 1, proj.data());
+        std::vector<float> k(H * D), v(H * D);
+        auto put = [&](int32_t pos) {
+          for (auto& x : k) x = ties ? std::round(rng.normal()) : rng.normal();
+          for (auto& x : v) x = rng.normal();
+          lh_kv_pool_append(&pool, 1, k.data(), v.data(), pos, nullptr);
+        };
+        for (uint32_t t = 0; t < tokens; ++t) put(static_cast<int32_t>(t));
+        const double knobs[][2] = {{2, 0.2}, {6, 0.1}, {0.5, 1.0}, {1e30, 0.05}, {3, 0.001}};
+        int32_t pos = static_cast<int32_t>(tokens);
+        for (const auto& kn : knobs) {
+          lh_speculator_config sc{heads, {kn[0], kn[1], 1}, 1.0 / std::sqrt(static_cast<double>(D))};
+          lh_speculator* sp = nullptr;
+          if (lh_speculator_create(&sp, &pool, &sc) != LH_OK) {
+            ++bad;
+            continue;
+          }
+          for (int step = 0; step < 2; ++step) {
+            ++runs;
+            std::vector<float> qs(heads * D), q(heads * D), o(heads * D);
+            for (auto& x : qs) x = ties ? std::round(2 * rng.normal()) : rng.normal();
+            for (auto& x : q) x = rng.normal();
+            if (lh_speculator_begin(sp, 1, qs.data()) != LH_OK) {
+              ++bad;
+              continue;
+            }
+            const uint32_t N = lh_kv_pool_length(&pool, 1);
+            std::vector<uint8_t> cand(N, 1);
+            if (evict != 0) std::memcpy(cand.data(), lh_kv_pool_candidates(&pool, 1), N);
+            // the reference's inputs as the worker computes q̃ (fp32, j order) and the stored partial rows
+            std::vector<float> qp(heads * P, 0.0f), kpart(static_cast<size_t>(H) * N * P);
+            for (uint32_t h = 0; h < heads; ++h)
+              for (uint32_t j = 0; j < D; ++j)
+                for (uint32_t i = 0; i < P; ++i) qp[h * P + i] += qs[h * D + j] * proj[((h / ratio) * D + j) * P + i];
+            for (uint32_t g = 0; g < H; ++g)
+              for (uint32_t t = 0; t < N; ++t) lh_kv_pool_read_partial(&pool, 1, g, t, kpart.data() + (static_cast<size_t>(g) * N + t) * P);
+            lh_select_input in{heads, H, P, N, qp.data(), kpart.data(), static_cast<size_t>(N) * P, LH_KV_F32, cand.data(), sc.scale};
+            std::vector<double> scores(static_cast<size_t>(heads) * N), comb(N), vals(N);
+            lh_select_scratch scr{scores.data(), comb.data(), vals.data()};
+            std::vector<int32_t> want(static_cast<size_t>(H) * N);
+            uint32_t wn = 0, wN = 0;
+            lh_infinigen_select(1, &in, &sc.knobs, &scr, want.data(), N, &wn, &wN, nullptr);
+            lh_kv_pool_append(&pool, 1, k.data(), v.data(), pos++, nullptr);
+            if (lh_speculator_attend(sp, 1, q.data(), o.data()) != LH_OK) {
+              ++bad;
+              continue;
+            }
+            bool same = lh_speculator_stats(sp, 1)->n == wn;
+            for (uint32_t g = 0; g < H && same; ++g) {
+              uint32_t n = 0;
+              const int32_t* got = lh_speculator_selected(sp, 1, g, &n);
+              same = got != nullptr && n == wn && std::memcmp(got, want.data() + static_cast<size_t>(g) * N, wn * sizeof(int32_t)) == 0;
+            }
+            bad += same ? 0 : 1;
+          }
+          lh_speculator_destroy(sp);
+        }
+        lh_kv_pool_free(&pool);
+      }
+  check(bad == 0 && runs > 0,
+        "speculator: selection == lh_infinigen_select exactly (GQA 1/2/4/8, odd lengths, ties, cap 1 and tiny caps, evicting pools)",
+        "%d of %d differ", bad, runs);
+}
+
 void test_speculator_reuse() {
   Rng rng(9);
   const uint32_t D = 4, P = 4;
@@ -2324,6 +2524,8 @@ int main(int argc, char** argv) {
   test_partial_rows();
   test_speculator();
   test_speculator_reuse();
+  test_spec_score_kernels();
+  test_speculator_select_exact();
   test_attention_slots();
   test_attention_slots_in_place();
   test_kv_pool_huge_pages();

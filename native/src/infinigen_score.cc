@@ -1,0 +1,348 @@
+// InfiniGen speculation kernels: partial-key scores for a KV group and the threshold statistics.
+// See infinigen_score.h for the arithmetic contract (bit-identical across implementations).
+#include "infinigen_score.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fp16.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LH_X86 1
+#endif
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Portable (the scalar reference)
+// ---------------------------------------------------------------------------------------------
+void score_group_portable(const uint16_t* kp, uint32_t p, uint32_t slots, const float* q, uint32_t group, double scale,
+                          double* out, size_t out_stride, double* max, uint32_t* finite) {
+  bool all_finite = true;
+  for (uint32_t hh = 0; hh < group; ++hh) {
+    const float* qh = q + static_cast<size_t>(hh) * p;
+    double* o = out + hh * out_stride;
+    double m = -INFINITY;
+    for (uint32_t j = 0; j < slots; ++j) {
+      const uint16_t* kt = kp + static_cast<size_t>(j >> 3) * p * 8 + (j & 7);
+      double acc = 0;
+      for (uint32_t i = 0; i < p; ++i) acc += static_cast<double>(qh[i]) * static_cast<double>(lh_fp16_to_fp32(kt[i * 8]));
+      const double s = acc * scale;
+      o[j] = s;
+      m = std::max(m, s);
+      all_finite = all_finite && std::isfinite(s);
+    }
+    if (max != nullptr) max[hh] = m;
+  }
+  if (finite != nullptr) *finite = all_finite ? 1 : 0;
+}
+
+uint32_t count_above_portable(const double* s, uint32_t n, double threshold) {
+  uint32_t c = 0;
+  for (uint32_t j = 0; j < n; ++j) c += s[j] > threshold ? 1 : 0;
+  return c;
+}
+
+void combine_portable(const double* s, size_t stride, uint32_t group, const double* m, uint32_t n, double* comb, double* lo,
+                      double* hi) {
+  double l = INFINITY, h = -INFINITY;
+  for (uint32_t j = 0; j < n; ++j) {
+    double best = -INFINITY;
+    for (uint32_t hh = 0; hh < group; ++hh) best = std::max(best, s[hh * stride + j] - m[hh]);
+    comb[j] = best;
+    l = std::min(l, best);
+    h = std::max(h, best);
+  }
+  *lo = l;
+  *hi = h;
+}
+
+inline uint32_t bucket_of(double x, double lo, double inv) { return lh_spec_bucket(x, lo, inv); }
+
+void histogram_portable(const double* v, uint32_t n, double lo, double inv, uint32_t* hist) {
+  for (uint32_t i = 0; i < kSpecBuckets; ++i) hist[i] = 0;
+  for (uint32_t j = 0; j < n; ++j) ++hist[bucket_of(v[j], lo, inv)];
+}
+
+uint32_t collect_portable(const double* v, uint32_t n, double lo, double inv, uint32_t b, int32_t* out) {
+  uint32_t r = 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    out[r] = static_cast<int32_t>(j);
+    r += bucket_of(v[j], lo, inv) >= b ? 1 : 0;
+  }
+  return r;
+}
+
+#ifdef LH_X86
+// ---------------------------------------------------------------------------------------------
+// AVX2 + FMA + F16C
+// ---------------------------------------------------------------------------------------------
+// TB tiles of 8 slots × HB heads per step: 2·TB·HB float64 accumulators (<= 8, so the FMA latency
+// chains of different tiles/heads overlap), each tile element converted once for the HB heads.
+// Accumulation per lane: fma(q_i, k_i, acc) for i = 0..p−1 from acc = 0, i.e. the scalar loop's
+// roundings (the product is exact). Scores of the lanes < `valid` of each tile are stored; max and
+// the finiteness check see only those.
+struct Avx2Track {
+  __m256d mx[4], chk[4];  // per head of the chunk: running max, Σ (s − s) (NaN once a score is not finite)
+};
+
+template <int TB, int HB>
+__attribute__((target("avx2,fma,f16c"))) inline void score_step(const uint16_t* kt, uint32_t p, const double* qd, size_t qstride,
+                                                                  __m256d scale, double* const* o, uint32_t j0, uint32_t valid,
+                                                                  Avx2Track& tr) {
+  __m256d acc[TB][HB][2];
+  for (int t = 0; t < TB; ++t)
+    for (int h = 0; h < HB; ++h) acc[t][h][0] = acc[t][h][1] = _mm256_setzero_pd();
+  const size_t tile = static_cast<size_t>(p) * 8;
+  for (uint32_t i = 0; i < p; ++i) {
+    __m256d qi[HB];
+    for (int h = 0; h < HB; ++h) qi[h] = _mm256_broadcast_sd(qd + h * qstride + i);
+    for (int t = 0; t < TB; ++t) {
+      const __m256 k8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kt + t * tile + i * 8)));
+      const __m256d klo = _mm256_cvtps_pd(_mm256_castps256_ps128(k8));
+      const __m256d khi = _mm256_cvtps_pd(_mm256_extractf128_ps(k8, 1));
+      for (int h = 0; h < HB; ++h) {
+        acc[t][h][0] = _mm256_fmadd_pd(qi[h], klo, acc[t][h][0]);
+        acc[t][h][1] = _mm256_fmadd_pd(qi[h], khi, acc[t][h][1]);
+      }
+    }
+  }
+  for (int t = 0; t < TB; ++t)
+    for (int h = 0; h < HB; ++h) {
+      const __m256d lo = _mm256_mul_pd(acc[t][h][0], scale), hi = _mm256_mul_pd(acc[t][h][1], scale);
+      double* dst = o[h] + j0 + t * 8;
+      if (valid == 8) {
+        _mm256_storeu_pd(dst, lo);
+        _mm256_storeu_pd(dst + 4, hi);
+        tr.mx[h] = _mm256_max_pd(lo, _mm256_max_pd(hi, tr.mx[h]));  // max_pd(x, m) keeps m when x is NaN
+        tr.chk[h] = _mm256_add_pd(tr.chk[h], _mm256_add_pd(_mm256_sub_pd(lo, lo), _mm256_sub_pd(hi, hi)));
+      } else {  // the last, partial tile (TB == 1 there)
+        alignas(32) double tmp[8];
+        _mm256_store_pd(tmp, lo);
+        _mm256_store_pd(tmp + 4, hi);
+        alignas(32) double mtmp[4];
+        _mm256_store_pd(mtmp, tr.mx[h]);
+        double m = mtmp[0];
+        bool fin = true;
+        for (uint32_t r = 0; r < valid; ++r) {
+          dst[r] = tmp[r];
+          m = tmp[r] > m ? tmp[r] : m;
+          fin = fin && std::isfinite(tmp[r]);
+        }
+        tr.mx[h] = _mm256_max_pd(_mm256_set1_pd(m), tr.mx[h]);
+        if (!fin) tr.chk[h] = _mm256_set1_pd(NAN);
+      }
+    }
+}
+
+template <int TB, int HB>
+__attribute__((target("avx2,fma,f16c"))) void score_heads(const uint16_t* kp, uint32_t p, uint32_t slots, const double* qd,
+                                                           size_t qstride, __m256d scale, double* const* o, Avx2Track& tr) {
+  const size_t tile = static_cast<size_t>(p) * 8;
+  const uint32_t full = slots / 8;  // whole tiles
+  uint32_t t = 0;
+  for (; t + TB <= full; t += TB) score_step<TB, HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, 8, tr);
+  for (; t < full; ++t) score_step<1, HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, 8, tr);
+  if (slots % 8 != 0) score_step<1, HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, slots % 8, tr);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void score_group_avx2(const uint16_t* kp, uint32_t p, uint32_t slots, const float* q,
+                                                               uint32_t group, double scale, double* out, size_t out_stride,
+                                                               double* max, uint32_t* finite) {
+  const __m256d sc = _mm256_set1_pd(scale);
+  double qd[4 * LH_MAX_HEAD_DIM];
+  bool all_finite = true;
+  for (uint32_t h0 = 0; h0 < group; h0 += 4) {  // chunks of up to 4 heads
+    const uint32_t hb = std::min<uint32_t>(4, group - h0);
+    for (uint32_t h = 0; h < hb; ++h)
+      for (uint32_t i = 0; i < p; ++i) qd[h * p + i] = q[static_cast<size_t>(h0 + h) * p + i];
+    double* o[4];
+    Avx2Track tr;
+    for (uint32_t h = 0; h < 4; ++h) {
+      o[h] = out + (h0 + std::min(h, hb - 1)) * out_stride;
+      tr.mx[h] = _mm256_set1_pd(-INFINITY);
+      tr.chk[h] = _mm256_setzero_pd();
+    }
+    switch (hb) {
+      case 1: score_heads<4, 1>(kp, p, slots, qd, p, sc, o, tr); break;
+      case 2: score_heads<2, 2>(kp, p, slots, qd, p, sc, o, tr); break;
+      case 3: score_heads<1, 3>(kp, p, slots, qd, p, sc, o, tr); break;
+      default: score_heads<1, 4>(kp, p, slots, qd, p, sc, o, tr); break;
+    }
+    for (uint32_t h = 0; h < hb; ++h) {
+      alignas(32) double m4[4], c4[4];
+      _mm256_store_pd(m4, tr.mx[h]);
+      _mm256_store_pd(c4, tr.chk[h]);
+      double m = m4[0];
+      for (int r = 1; r < 4; ++r) m = m4[r] > m ? m4[r] : m;
+      if (max != nullptr) max[h0 + h] = m;
+      for (int r = 0; r < 4; ++r) all_finite = all_finite && !std::isnan(c4[r]);
+    }
+  }
+  if (finite != nullptr) *finite = all_finite ? 1 : 0;
+}
+
+__attribute__((target("avx2"))) uint32_t count_above_avx2(const double* s, uint32_t n, double threshold) {
+  const __m256d t = _mm256_set1_pd(threshold);
+  __m256i c0 = _mm256_setzero_si256(), c1 = _mm256_setzero_si256();
+  uint32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    c0 = _mm256_sub_epi64(c0, _mm256_castpd_si256(_mm256_cmp_pd(_mm256_loadu_pd(s + j), t, _CMP_GT_OQ)));
+    c1 = _mm256_sub_epi64(c1, _mm256_castpd_si256(_mm256_cmp_pd(_mm256_loadu_pd(s + j + 4), t, _CMP_GT_OQ)));
+  }
+  alignas(32) int64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(c0, c1));
+  uint64_t c = static_cast<uint64_t>(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
+  for (; j < n; ++j) c += s[j] > threshold ? 1 : 0;
+  return static_cast<uint32_t>(c);
+}
+
+__attribute__((target("avx2"))) void combine_avx2(const double* s, size_t stride, uint32_t group, const double* m, uint32_t n,
+                                                  double* comb, double* lo, double* hi) {
+  __m256d l = _mm256_set1_pd(INFINITY), h = _mm256_set1_pd(-INFINITY);
+  uint32_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    __m256d best = _mm256_sub_pd(_mm256_loadu_pd(s + j), _mm256_set1_pd(m[0]));
+    for (uint32_t hh = 1; hh < group; ++hh)
+      best = _mm256_max_pd(_mm256_sub_pd(_mm256_loadu_pd(s + hh * stride + j), _mm256_set1_pd(m[hh])), best);
+    _mm256_storeu_pd(comb + j, best);
+    l = _mm256_min_pd(best, l);
+    h = _mm256_max_pd(best, h);
+  }
+  alignas(32) double l4[4], h4[4];
+  _mm256_store_pd(l4, l);
+  _mm256_store_pd(h4, h);
+  double lv = l4[0], hv = h4[0];
+  for (int r = 1; r < 4; ++r) {
+    lv = std::min(lv, l4[r]);
+    hv = std::max(hv, h4[r]);
+  }
+  for (; j < n; ++j) {
+    double best = -INFINITY;
+    for (uint32_t hh = 0; hh < group; ++hh) best = std::max(best, s[hh * stride + j] - m[hh]);
+    comb[j] = best;
+    lv = std::min(lv, best);
+    hv = std::max(hv, best);
+  }
+  *lo = lv;
+  *hi = hv;
+}
+
+// Buckets in 4 lanes (min then truncation: the same integer as bucket_of), counted into 4
+// interleaved histograms so that runs of equal buckets do not serialise on one counter.
+__attribute__((target("avx2"))) void histogram_avx2(const double* v, uint32_t n, double lo, double inv, uint32_t* hist) {
+  uint32_t h4[4][kSpecBuckets] = {};
+  const __m256d lov = _mm256_set1_pd(lo), invv = _mm256_set1_pd(inv), top = _mm256_set1_pd(kSpecBuckets - 1);
+  uint32_t j = 0;
+  alignas(16) int32_t idx[4];
+  for (; j + 4 <= n; j += 4) {
+    const __m256d x = _mm256_min_pd(_mm256_mul_pd(_mm256_sub_pd(_mm256_loadu_pd(v + j), lov), invv), top);
+    _mm_store_si128(reinterpret_cast<__m128i*>(idx), _mm256_cvttpd_epi32(x));
+    ++h4[0][idx[0]];
+    ++h4[1][idx[1]];
+    ++h4[2][idx[2]];
+    ++h4[3][idx[3]];
+  }
+  for (; j < n; ++j) ++h4[0][bucket_of(v[j], lo, inv)];
+  for (uint32_t i = 0; i < kSpecBuckets; ++i) hist[i] = h4[0][i] + h4[1][i] + h4[2][i] + h4[3][i];
+}
+
+// pshufb patterns moving the int32 lanes whose mask bit is set to the front (16 masks of 4 lanes).
+struct CompactLut {
+  alignas(16) uint8_t shuf[16][16];
+  CompactLut() {
+    for (int m = 0; m < 16; ++m) {
+      int r = 0;  // lanes placed so far
+      for (int lane = 0; lane < 4; ++lane) {
+        if ((m & (1 << lane)) == 0) continue;
+        for (int byte = 0; byte < 4; ++byte) shuf[m][r * 4 + byte] = static_cast<uint8_t>(lane * 4 + byte);
+        ++r;
+      }
+      for (int i = r * 4; i < 16; ++i) shuf[m][i] = 0x80;
+    }
+  }
+};
+const CompactLut kCompact;
+
+__attribute__((target("avx2,popcnt"))) uint32_t collect_avx2(const double* v, uint32_t n, double lo, double inv, uint32_t b,
+                                                            int32_t* out) {
+  const __m256d lov = _mm256_set1_pd(lo), invv = _mm256_set1_pd(inv), bv = _mm256_set1_pd(static_cast<double>(b));
+  __m128i base = _mm_setr_epi32(0, 1, 2, 3);
+  const __m128i four = _mm_set1_epi32(4);
+  uint32_t r = 0, j = 0;
+  // bucket >= b  <=>  (x − lo)·inv >= b for b <= kSpecBuckets − 1 (truncation of a value >= 0)
+  for (; j + 4 <= n; j += 4) {
+    const __m256d x = _mm256_mul_pd(_mm256_sub_pd(_mm256_loadu_pd(v + j), lov), invv);
+    const int m = _mm256_movemask_pd(_mm256_cmp_pd(x, bv, _CMP_GE_OQ));
+    const __m128i packed = _mm_shuffle_epi8(base, _mm_load_si128(reinterpret_cast<const __m128i*>(kCompact.shuf[m])));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r), packed);
+    r += static_cast<uint32_t>(__builtin_popcount(static_cast<unsigned>(m)));
+    base = _mm_add_epi32(base, four);
+  }
+  for (; j < n; ++j) {
+    out[r] = static_cast<int32_t>(j);
+    r += bucket_of(v[j], lo, inv) >= b ? 1 : 0;
+  }
+  return r;
+}
+
+bool spec_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+bool use_avx2(lh_attention_impl impl) {
+#ifdef LH_X86
+  return impl == LH_ATTN_AVX2 || (impl == LH_ATTN_AUTO && spec_has_avx2());
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+lh_status lh_spec_score_group(const uint16_t* kp, uint32_t p, uint32_t slots, const float* q, uint32_t group, double scale,
+                              double* out, size_t out_stride, double* max, uint32_t* finite, lh_attention_impl impl) {
+  if (p == 0 || p > LH_MAX_HEAD_DIM || group == 0 || out_stride < slots || (slots > 0 && (kp == nullptr || q == nullptr || out == nullptr)) ||
+      !lh_attention_available(impl))
+    return LH_BAD_ARGUMENT;
+#ifdef LH_X86
+  if (use_avx2(impl)) {
+    score_group_avx2(kp, p, slots, q, group, scale, out, out_stride, max, finite);
+    return LH_OK;
+  }
+#endif
+  score_group_portable(kp, p, slots, q, group, scale, out, out_stride, max, finite);
+  return LH_OK;
+}
+
+uint32_t lh_spec_count_above(const double* s, uint32_t n, double threshold, lh_attention_impl impl) {
+#ifdef LH_X86
+  if (use_avx2(impl)) return count_above_avx2(s, n, threshold);
+#endif
+  return count_above_portable(s, n, threshold);
+}
+
+void lh_spec_combine(const double* s, size_t stride, uint32_t group, const double* m, uint32_t n, double* comb, double* lo,
+                     double* hi, lh_attention_impl impl) {
+#ifdef LH_X86
+  if (use_avx2(impl)) return combine_avx2(s, stride, group, m, n, comb, lo, hi);
+#endif
+  combine_portable(s, stride, group, m, n, comb, lo, hi);
+}
+
+void lh_spec_histogram(const double* v, uint32_t n, double lo, double inv, uint32_t* hist, lh_attention_impl impl) {
+#ifdef LH_X86
+  if (use_avx2(impl)) return histogram_avx2(v, n, lo, inv, hist);
+#endif
+  histogram_portable(v, n, lo, inv, hist);
+}
+
+uint32_t lh_spec_collect(const double* v, uint32_t n, double lo, double inv, uint32_t b, int32_t* out, lh_attention_impl impl) {
+#ifdef LH_X86
+  if (use_avx2(impl)) return collect_avx2(v, n, lo, inv, b, out);
+#endif
+  return collect_portable(v, n, lo, inv, b, out);
+}
