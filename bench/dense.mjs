@@ -9,9 +9,11 @@
 // the end unless --keep), then for each thread count runs each engine in a FRESH child process,
 // one after the other: prefill of a 512-token prompt (timed), `steps` greedy decode steps at 512
 // tokens of context (timed), a prefill up to 2,048 tokens (timed, reported as "fill"), `steps`
-// decode steps at 2,048 (timed), then the child's peak RSS. The prompt is the same for both
-// engines: BOS, then random vocabulary ids from a fixed seed. Each decode step feeds the engine's
-// own greedy (argmax) token.
+// decode steps at 2,048 (timed), then the child's peak RSS. Load is timed from opening the file to a
+// runnable context, as wall seconds and as CPU seconds of all the child's threads (other work on
+// the cores inflates the first, hardly the second), with the peak RSS reached by then. The prompt
+// is the same for both engines: BOS, then random vocabulary ids from a fixed seed. Each decode step
+// feeds the engine's own greedy (argmax) token.
 //
 // Bandwidth bound: bytes read per decode token = every tensor of the file as stored except the
 // token embedding (one row per token; it counts when it is also the LM head), plus the fp16 KV
@@ -106,6 +108,12 @@ function result(obj) {
 
 const peakRss = () => process.resourceUsage().maxRSS * 1024;
 
+/** User + system CPU seconds of this process (all its threads) since `from`: a load's cost that other work on the cores does not inflate the way it does wall time. */
+const cpuSeconds = (from) => {
+  const d = process.cpuUsage(from);
+  return (d.user + d.system) / 1e6;
+};
+
 // ─── children ────────────────────────────────────────────────────────────────────────────────
 
 /** Shape and the bytes a decode token reads from the weights, from the file's tensor sizes. */
@@ -162,9 +170,12 @@ async function childOurs(path, threads, vocab, bos, steps) {
   const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
   const ids = promptIds(LONG, vocab, bos);
   const t0 = performance.now();
+  const cpu0 = process.cpuUsage();
   const model = await loadModel(path);
   const runner = await createModelRunner(model, { threads, contextLength: CONTEXT, kvType: 'fp16', prefillChunk: 128 });
   const loadSeconds = (performance.now() - t0) / 1000;
+  const loadCpuSeconds = cpuSeconds(cpu0);
+  const loadPeakRssBytes = peakRss();
   // warm-up (first runs of each graph allocate)
   await runner.prefill(ids.slice(0, 16));
   for (let i = 0; i < 3; i++) await runner.decode(ids[16 + i]);
@@ -199,6 +210,8 @@ async function childOurs(path, threads, vocab, bos, steps) {
     engine: 'longhand',
     threads,
     loadSeconds,
+    loadCpuSeconds,
+    loadPeakRssBytes,
     graphWeightBytes: runner.graphWeightBytes,
     poolBytes: runner.poolBytes,
     prefillTps: (PROMPT * 1000) / prefillMs,
@@ -227,10 +240,13 @@ async function childLlama(path, threads, vocab, bos, steps) {
   const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
   const ids = promptIds(LONG, vocab, bos);
   const t0 = performance.now();
+  const cpu0 = process.cpuUsage();
   const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
   const context = await model.createContext({ contextSize: CONTEXT, threads, batchSize: 512, flashAttention: false });
   const loadSeconds = (performance.now() - t0) / 1000;
+  const loadCpuSeconds = cpuSeconds(cpu0);
+  const loadPeakRssBytes = peakRss();
   if (context.contextSize <= LONG + steps + 1) throw new Error(`llama.cpp made a context of ${context.contextSize}`);
   const sequence = context.getSequence();
   // A full context would make node-llama-cpp silently erase the cache start and go on: fail instead.
@@ -280,6 +296,8 @@ async function childLlama(path, threads, vocab, bos, steps) {
     engine: 'llama.cpp',
     threads,
     loadSeconds,
+    loadCpuSeconds,
+    loadPeakRssBytes,
     contextSize: context.contextSize,
     prefillTps: (PROMPT * 1000) / prefillMs,
     fillTps: ((LONG - fillFrom) * 1000) / fillMs,
@@ -353,7 +371,9 @@ function table(type, info, runs, bounds) {
     lines.push(`| decode @2048, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode2048P10Tps, 2)}${pct(o.decode2048P10Tps, b.at2048)} | ${fmt(l.decode2048P10Tps, 2)}${pct(l.decode2048P10Tps, b.at2048)} | ${ratio(o.decode2048P10Tps, l.decode2048P10Tps)} | ${fmt(b.at2048, 2)} |`);
     lines.push(`| fill ${o.fillTokens ?? l.fillTokens ?? '?'} tokens to 2048 (tok/s) | ${r.threads} | ${fmt(o.fillTps)} | ${fmt(l.fillTps)} | ${ratio(o.fillTps, l.fillTps)} | — |`);
     lines.push(`| peak RSS | ${r.threads} | ${mib(o.peakRssBytes)} | ${mib(l.peakRssBytes)} | ${ratio(o.peakRssBytes, l.peakRssBytes)} | — |`);
-    lines.push(`| load (s) | ${r.threads} | ${fmt(o.loadSeconds)} | ${fmt(l.loadSeconds)} | — | — |`);
+    lines.push(`| load (s) | ${r.threads} | ${fmt(o.loadSeconds)} | ${fmt(l.loadSeconds)} | ${ratio(o.loadSeconds, l.loadSeconds)} | — |`);
+    lines.push(`| load CPU (s, all threads) | ${r.threads} | ${fmt(o.loadCpuSeconds)} | ${fmt(l.loadCpuSeconds)} | ${ratio(o.loadCpuSeconds, l.loadCpuSeconds)} | — |`);
+    lines.push(`| peak RSS at the end of load | ${r.threads} | ${mib(o.loadPeakRssBytes)} | ${mib(l.loadPeakRssBytes)} | ${ratio(o.loadPeakRssBytes, l.loadPeakRssBytes)} | — |`);
   }
   const errors = runs.flatMap((r) => [r.ours.error && `Longhand, ${r.threads} thread(s): ${r.ours.error}`, r.llama.error && `llama.cpp, ${r.threads} thread(s): ${r.llama.error}`]).filter(Boolean);
   if (errors.length) lines.push('', ...errors.map((e) => `**failed** ${e}`));

@@ -4,7 +4,15 @@
 //   node --import tsx bench/long-context.mjs [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1]
 //        [--policies full,infinigen,streaming,h2o,quest] [--cap 0.1] [--llama] [--steps 16]
 //        [--type Q8_0] [--dir DIR] [--keep] [--json FILE] [--bandwidth-mib 512]
-//        [--fill random|prefill] [--llama-contexts 2048,8192]
+//        [--fill random|prefill] [--llama-contexts 2048,8192] [--offload]
+//
+// --offload (issue 14): full and infinigen run a second time in offload mode (decode attention in an
+// onnxruntime graph over the device-side row buffer, only its misses copied from the pool), and a
+// table puts offload beside in place per policy, threads and N. An offload run takes one untimed
+// decode step after each fill: the buffer is empty then, so that step sends every row the step
+// attends (its ms and bytes are reported as the first-step upload); the timed steps send what the
+// reuse buffer lacks (bytes crossed per token: the misses' K/V rows + the row index, counted from the
+// tensors bound).
 //
 // Fixture: dim 2048, 16 layers, 32 heads (--kv-heads 32 = MHA, 4 = tinyllama's GQA), ffn 5632,
 // vocab 32000, Q8_0, written by test/fixtures/cli.ts into os.tmpdir() (deleted unless --keep/--dir).
@@ -76,6 +84,7 @@ const { values: opts } = parseArgs({
     'llama-state-dir': { type: 'string' },
     'state-dir': { type: 'string' },
     'bytes-per-token': { type: 'string' },
+    offload: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
@@ -139,7 +148,7 @@ async function childInspect(path) {
 
 const REAL_PREFIX = 512; // --fill random: tokens prefilled for real before the random rows
 
-async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, vocab, bos, fill) {
+async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, vocab, bos, fill, offload = false) {
   const { loadModel } = await import('../app/engine/model/load-model.ts');
   const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
   const maxN = contexts[contexts.length - 1];
@@ -154,8 +163,9 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
     policy,
     infinigen: { fetchCap: cap, cacheDir },
     sparse: { fetchCap: cap },
+    ...(offload ? { offload: true } : {}),
   });
-  const out = { engine: 'longhand', policy, threads, rows: [] };
+  const out = { engine: 'longhand', policy: offload ? `${policy}+offload` : policy, threads, rows: [] };
   let logits;
   for (const N of contexts) {
     const from = runner.position;
@@ -167,11 +177,19 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
       if (N > runner.position) runner.appendRandomContextForBenchmark(N - runner.position, SEED + N);
     }
     const fillMs = performance.now() - f0;
+    // offload: one untimed step fills the (empty) row buffer with what it attends
+    let firstStep;
+    if (offload) {
+      const w0 = performance.now();
+      logits = await runner.decode(argmax(logits));
+      firstStep = { ms: performance.now() - w0, crossedBytes: runner.lastOffloadStep().crossedBytes };
+    }
     const N0 = runner.position;
     runner.resetTimings();
     const stepMs = [];
     let fetched = 0;
     let stepsWithStats = 0;
+    let crossed = 0;
     // InfiniGen per step, summed over the sparse layers: the side thread's speculation (q̃, scores,
     // selection) and reuse bookkeeping, the main thread's wait for it, and the sparse attention
     const overlap = { speculationMs: 0, gatherMs: 0, waitMs: 0, sparseAttentionMs: 0 };
@@ -182,6 +200,7 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
       const s = performance.now();
       logits = await runner.decode(argmax(logits));
       stepMs.push(performance.now() - s);
+      if (offload) crossed += runner.lastOffloadStep().crossedBytes;
       const st = runner.lastStepStats();
       if (st) {
         fetched += st.layers.reduce((acc, l) => acc + l.bytes, 0);
@@ -229,6 +248,7 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
       overlap: stepsWithStats > 0 ? Object.fromEntries(Object.entries(overlap).map(([k, v]) => [k, v / stepsWithStats])) : undefined,
       perStep: { layerGraphs: t.layerGraphs / t.calls, headGraph: t.headGraph / t.calls, append: t.append / t.calls, attention: t.attention / t.calls, other: t.other / t.calls, total: t.total / t.calls },
       skewSource: runner.skewSource,
+      ...(offload ? { crossedBytesPerToken: crossed / steps, firstStep, rowBufferBytes: runner.rowBufferBytes } : {}),
     });
   }
   await runner.dispose();
@@ -437,6 +457,13 @@ async function parent() {
         r.threads = threads;
         console.log(`${policy} ${threads}t: ${r.error ?? r.rows.map((x) => `N=${x.N} ${fmt(x.tps, 2)} tok/s`).join(', ')}`);
         report.runs.push(r);
+        if (opts.offload && (policy === 'full' || policy === 'infinigen')) {
+          const o = await runChild(['ours', ...common, '--policy', policy, '--cap', `${cap}`, '--cache-dir', cacheDir, '--fill', opts.fill, '--offload']);
+          if (o.error) o.policy = `${policy}+offload`;
+          o.threads = threads;
+          console.log(`${policy}+offload ${threads}t: ${o.error ?? o.rows.map((x) => `N=${x.N} ${fmt(x.tps, 2)} tok/s`).join(', ')}`);
+          report.runs.push(o);
+        }
       }
       if (opts.llama) {
         const llamaArgs = common.map((a, i) => (common[i - 1] === '--contexts' ? llamaContexts.join(',') : a));
@@ -480,6 +507,22 @@ async function parent() {
       lines.push(`| ${r.policy} | ${r.threads} | ${x.N} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${vs ? `${fmt(x.tps / vs, 2)}x` : '—'} | ${fmt(x.fetchRatio, 3)} | ${mib(report.info.weightBytesPerToken)} | ${mib(kv)} | ${mib(partial)} | ${mib(total)} | ${fmt(bound, 2)} | ${fmt((100 * x.tps) / bound, 0)}% | ${specCell} | ${fmt(b?.wait)} | ${fmt(b?.attention)} | ${fmt(b?.dense)} | ${fmt(b?.other)} | ${fmt(b?.total ?? 1000 / x.tps)} | ${mib(r.peakRssBytes)} |`);
     }
   }
+  if (opts.offload) {
+    // offload beside in place (the same fixture, threads and N)
+    const off = ['| policy | threads | N | in place tok/s | offload tok/s | offload / in place | crossed KiB/token (timed steps) | first step after the fill: ms, MiB crossed | row buffer MiB |', '|---|---|---|---|---|---|---|---|---|'];
+    for (const r of report.runs) {
+      if (r.error || !String(r.policy).endsWith('+offload')) continue;
+      const base = report.runs.find((b) => !b.error && b.policy === r.policy.replace('+offload', '') && b.threads === r.threads);
+      for (const x of r.rows) {
+        const b = base?.rows.find((y) => y.N === x.N);
+        off.push(`| ${r.policy.replace('+offload', '')} | ${r.threads} | ${x.N} | ${b ? fmt(b.tps, 2) : '—'} | ${fmt(x.tps, 2)} | ${b ? `${fmt(x.tps / b.tps, 2)}x` : '—'} | ${fmt(x.crossedBytesPerToken / 1024, 1)} | ${fmt(x.firstStep?.ms, 0)}, ${mib(x.firstStep?.crossedBytes)} | ${mib(x.rowBufferBytes)} |`);
+      }
+    }
+    console.log('');
+    console.log('### offload vs in place (CPU provider)');
+    console.log('');
+    console.log(off.join('\n'));
+  }
   const loadAfter = loadavg();
   console.log('');
   console.log(`### long context — ${opts.type}, dim ${h.dim}, ${h.layers} layers, ${h.heads} heads / ${h.kvHeads} KV heads; fetch cap ${cap}; ${steps} decode steps per N`);
@@ -505,7 +548,7 @@ async function child() {
   const steps = positiveInt(opts.steps, '--steps');
   const vocab = positiveInt(opts.vocab, '--vocab');
   const bos = Number(opts.bos);
-  if (opts.child === 'ours') return childOurs(path, opts.policy, threads, contexts, steps, Number(opts.cap), opts['cache-dir'], vocab, bos, opts.fill);
+  if (opts.child === 'ours') return childOurs(path, opts.policy, threads, contexts, steps, Number(opts.cap), opts['cache-dir'], vocab, bos, opts.fill, opts.offload);
   if (opts.child === 'llama-fill') return childLlamaFill(path, threads, contexts, steps, vocab, bos, opts['state-dir'], positiveInt(opts['bytes-per-token'], '--bytes-per-token'));
   if (opts.child === 'llama') return childLlama(path, threads, contexts, steps, opts['state-dir']);
   throw new Error(`unknown child ${opts.child}`);

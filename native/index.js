@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 11;
+const ABI_VERSION = 12;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -103,6 +103,11 @@ export function mapFile(path, options) {
  */
 export function repackGguf(ggmlType, raw, n, k, threads) {
   return loadAddon().repackGguf(ggmlType, raw, n, k, threads);
+}
+
+/** Fixes glibc's mmap threshold at `bytes` (see index.d.ts); false where the C library is not glibc. */
+export function setMallocMmapThreshold(bytes) {
+  return loadAddon().setMallocMmapThreshold(bytes);
 }
 
 /** Creates the KV pool: one allocation of at most `budgetBytes`; see index.d.ts. */

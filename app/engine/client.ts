@@ -129,9 +129,17 @@ export class EngineClient {
   }
 
   /** One request, one answer event (or a typed error). */
-  private call<K extends EngineEvent['kind']>(request: EngineRequestInput | SessionFileRequest, answer: K): Promise<Extract<EngineEvent, { kind: K }>> {
+  private call<K extends EngineEvent['kind']>(
+    request: EngineRequestInput | SessionFileRequest,
+    answer: K,
+    onProgress?: (event: Extract<EngineEvent, { kind: 'loadProgress' }>) => void,
+  ): Promise<Extract<EngineEvent, { kind: K }>> {
     return new Promise((resolve, reject) => {
       this.listeners.set(request.requestId, (event) => {
+        if (event.kind === 'loadProgress') {
+          onProgress?.(event);
+          return;
+        }
         this.listeners.delete(request.requestId);
         if (event.kind === answer) resolve(event as Extract<EngineEvent, { kind: K }>);
         else if (event.kind === 'error') reject(errorFromPayload(event.error));
@@ -146,8 +154,9 @@ export class EngineClient {
     });
   }
 
-  async load(options: LoadOptionsInput): Promise<ModelInfo> {
-    return (await this.call({ kind: 'load', requestId: randomUUID(), options }, 'loaded')).model;
+  /** `onProgress`: the host's loadProgress events (stages of the forward pass built so far). */
+  async load(options: LoadOptionsInput, onProgress?: (progress: { done: number; total: number }) => void): Promise<ModelInfo> {
+    return (await this.call({ kind: 'load', requestId: randomUUID(), options }, 'loaded', onProgress && (({ done, total }) => onProgress({ done, total })))).model;
   }
 
   async unload(): Promise<void> {

@@ -269,7 +269,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
   }
 
   return {
-    async load(options: LoadOptions): Promise<ModelInfo> {
+    async load(options: LoadOptions, onProgress?: (progress: { done: number; total: number }) => void): Promise<ModelInfo> {
       await unload();
       const started = performance.now();
       const device = await resolveDevice(options.device, log);
@@ -293,7 +293,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         };
         const choice = policyChoice(options.policy, options.infinigen, options.sparse);
         const sha = choice.policy === 'infinigen' ? await modelDigest(model, cacheDir()) : undefined;
-        const runner = await createModelRunner(model, { ...base, ...runnerPolicy(choice, options.inspect, sha) });
+        const runner = await createModelRunner(model, { ...base, ...runnerPolicy(choice, options.inspect, sha), ...(onProgress ? { onProgress } : {}) });
         const { hyper } = model;
         const info: ModelInfo = {
           path: model.path,

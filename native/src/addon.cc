@@ -12,6 +12,10 @@
 // (app/common's NativeError) or, without one, a plain Error carrying the same fields.
 #include <napi.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -35,7 +39,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 11;
+constexpr int kAbiVersion = 12;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -1096,6 +1100,22 @@ Napi::Value SkewEnergy(const Napi::CallbackInfo& info) {
   });
 }
 
+// setMallocMmapThreshold(bytes) -> whether it was set (glibc only). A fixed threshold: blocks of at
+// least `bytes` are mmapped and go back to the system when freed, instead of glibc's default that
+// raises the threshold after each such free and then keeps freed weight-sized blocks in the heap.
+Napi::Value SetMallocMmapThreshold(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const double bytes = integer_arg(env, info[0], "bytes", 4096, 32.0 * 1024 * 1024);
+#if defined(__GLIBC__)
+    return Napi::Boolean::New(env, mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes)) == 1);
+#else
+    (void)bytes;
+    return Napi::Boolean::New(env, false);
+#endif
+  });
+}
+
 // repackGguf(ggmlType, raw: Uint8Array, n, k, threads)
 //   -> { bits, blockSize, b: Uint8Array, scales: Float32Array, zeroPoints: Uint8Array | null, mins: Float32Array | null }
 // The outputs are new V8-owned arrays (see gguf_repack.h for their layout).
@@ -1445,6 +1465,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("selectQuest", Napi::Function::New(env, SelectQuest, "selectQuest"));
   exports.Set("snapkvCompress", Napi::Function::New(env, SnapkvCompress, "snapkvCompress"));
   exports.Set("repackGguf", Napi::Function::New(env, RepackGguf, "repackGguf"));
+  exports.Set("setMallocMmapThreshold", Napi::Function::New(env, SetMallocMmapThreshold, "setMallocMmapThreshold"));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   if (test_faults_enabled()) exports.Set("testFault", Napi::Function::New(env, TestFault, "testFault"));

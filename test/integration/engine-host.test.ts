@@ -27,8 +27,11 @@ describe.runIf(haveSharedModel())('engine host on stories260K', () => {
   });
 
   it('loads, tokenizes and generates the reference greedy ids through the protocol', async () => {
-    const info = await engine.load({ modelPath: STORIES_260K, threads: 1, kvType: 'fp32', contextLength: 512 });
+    const progress: { done: number; total: number }[] = [];
+    const info = await engine.load({ modelPath: STORIES_260K, threads: 1, kvType: 'fp32', contextLength: 512 }, (p) => progress.push(p));
     expect(info).toMatchObject({ layers: 5, heads: 8, kvHeads: 4, vocabSize: 512, contextLength: 512, device: 'cpu' });
+    // one loadProgress event per stage of the forward pass (layers + 1), in order, before 'loaded'
+    expect(progress).toEqual(Array.from({ length: 6 }, (_, i) => ({ done: i + 1, total: 6 })));
     const [run] = loadReferenceRuns();
     expect(await engine.tokenize(run!.prompt)).toEqual(run!.promptIds);
 

@@ -126,7 +126,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
       poolBudgetBytes: positiveInteger(values['pool-budget'], '--pool-budget') ?? 0,
       ...(threads ? { threads } : {}),
       ...(contextLength ? { contextLength } : {}),
-    });
+    }, loadProgressLine(io));
     if (values['load-session'] !== undefined) {
       try {
         const loaded = await engine.sessionFile('load', values['load-session']);
@@ -189,4 +189,13 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
     process.off('SIGINT', onSigint);
     await engine.close();
   }
+}
+
+/**
+ * Load progress on a terminal: one line rewritten in place ("loading 7/17 stages"), ended when the
+ * last stage is built. Nothing when stderr is not a terminal (pipes and tests read stderr as lines).
+ */
+function loadProgressLine(io: CliIO): ((progress: { done: number; total: number }) => void) | undefined {
+  if (process.stderr.isTTY !== true) return undefined;
+  return ({ done, total }) => io.err(`\rloading ${done}/${total} stages${done === total ? '\n' : ''}`);
 }

@@ -63,6 +63,8 @@ export interface ModelRunnerOptions {
    * a device-side row buffer fed only the rows it lacks from the pool; policies 'full' and 'infinigen'.
    */
   offload?: boolean;
+  /** Offload mode: how misses reach the row buffer (default 'host' on the CPU provider, 'graph' on others; offload-attention.ts). */
+  offloadRowUpdate?: 'host' | 'graph';
   /** Ids that end generation (default: the GGUF's eos id when it has one). */
   eosIds?: readonly number[];
   /** KV management (default 'full': every layer attends to every token). 'infinigen': llama family only. */
@@ -282,7 +284,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     const sparseRows = ig ? Math.min(pool.capacityTokens, Math.ceil(ig.fetchCap * pool.capacityTokens) + 2) : pool.capacityTokens;
     const initialRowsPerHead = Array.from({ length: hyper.layers }, (_, l) => (ig && l >= ig.denseLayers ? sparseRows : pool.capacityTokens));
     try {
-      offload = await OffloadAttention.create(pool, { heads: hyper.heads, threads, initialRowsPerHead, ...(providers ? { providers } : {}) });
+      offload = await OffloadAttention.create(pool, { heads: hyper.heads, threads, initialRowsPerHead, ...(providers ? { providers } : {}), ...(options.offloadRowUpdate ? { rowUpdate: options.offloadRowUpdate } : {}) });
     } catch (error) {
       pool.free();
       await Promise.all(sessions.map((s) => s.release()));
@@ -826,6 +828,14 @@ class Runner implements ModelRunner {
       const v = out.v!.data as Float32Array;
       if (l > 0) residual = out.h_next!;
       columns?.observe(l, q, k, T);
+      // offload: layer l's selection must be done before its attention; waiting now, before layer l+1's
+      // job is queued, waits for that one job only (drain() waits for every queued job)
+      let waitMs = 0;
+      if (off && sparse && l >= dense) {
+        const w0 = performance.now();
+        spec.drain();
+        waitMs = performance.now() - w0;
+      }
       // layer l+1's speculation and gather start now and run while the rest of layer l does
       if (sparse && l + 1 < this.layers && l + 1 >= dense) spec.begin(l + 1, out.q_spec!.data as Float32Array);
       // denseLayers 0: no layer before layer 0 to speculate from, so it selects with its own query
@@ -840,12 +850,12 @@ class Runner implements ModelRunner {
       if (off) {
         // offload mode (offload-attention.ts): the same selection, attention in the row buffer's graph
         if (sparse && l >= dense) {
-          spec.drain(); // the selection of layer l is done (layer l+1's job, begun above, finishes too)
+          if (l === 0 && dense === 0) spec.drain(); // layer 0 selects with its own query: its job began just above
           await off.attendSelected(l, this.selectionLists(l), this.pool.lastSlot(l), q, attn);
           const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
           const [stageStartNs, stageEndNs] = this.stageNs[l]!;
           const mine = off.lastLayer()!;
-          stepLayers.push({ ...layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }), bytes: mine.crossedBytes, hits: mine.hits, misses: mine.misses, attentionMs: mine.attentionMs });
+          stepLayers.push({ ...layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }), bytes: mine.crossedBytes, hits: mine.hits, misses: mine.misses, waitMs, attentionMs: mine.attentionMs });
           if (measure) probe.measure(this.pool, l, q, this.heads, this.selectionLists(l));
         } else {
           await off.attendAll(l, q, attn);

@@ -4,15 +4,24 @@
 // out of the native pool into it, and attention runs in an onnxruntime graph over the gathered rows
 // (app/engine/onnx/attention-graph.ts). Prefill stays on the native in-place path (dense, causal).
 //
+// Two ways to update the buffer (rowUpdate):
+//   'host'  (default on the CPU provider): the buffer is a pair of host arrays bound to every run; on the
+//           CPU provider they are the provider's memory, so the native gather writes the misses into
+//           them and nothing else moves. (On another provider onnxruntime would copy them every run.)
+//   'graph' (default on other providers): the buffer lives in onnxruntime tensors on the provider's
+//           device (WebGPU: preferredOutputLocation 'gpu-buffer'), sized for every slot; the misses are
+//           staged and a ScatterND graph writes them in (attention-graph.ts RowUpdateSession). On the CPU
+//           it works too (tests), at the cost of a copy of the layer's buffer per update.
 // Bytes that cross per layer and step, counted from what is bound (not estimated): the misses' K and V
-// rows written into the buffer (the native gather's own count) + the idx tensor given to the run. q
-// and the output stay with the dense graphs on the same provider; the buffer itself is resident.
+// rows (the native gather's own count) + every other host tensor bound to the runs (idx, or for rows
+// that are each head's buffer prefix in order — 'full', dense layers — just their count n; 'graph': the
+// rows to overwrite; on a non-CPU provider also q, the output and, 'host', the buffer itself).
 // InfiniGen's speculation (partial keys, scores, selection) runs natively on the host, so no partial
 // key crosses.
 import type { KvPool } from '../../../native/index.js';
-import { AttentionSession, type BoundTensor } from '../onnx/attention-graph.ts';
+import { AttentionSession, RowUpdateSession, type BoundTensor, type RowTensors } from '../onnx/attention-graph.ts';
 import type { ProviderName } from '../onnx/session.ts';
-import { RowBuffer } from './row-buffer.ts';
+import { RowBuffer, type RowBufferMode } from './row-buffer.ts';
 
 export interface OffloadLayerStats {
   layer: number;
@@ -22,9 +31,9 @@ export interface OffloadLayerStats {
   misses: number;
   /** K+V bytes of the misses written into the row buffer */
   uploadBytes: number;
-  /** bytes of the other host tensors bound to the run (idx) */
-  indexBytes: number;
-  /** uploadBytes + indexBytes: what crossed to the device for this layer */
+  /** bytes of the host tensors bound to the run: idx; on a non-CPU provider also q, the row buffer and the output (onnxruntime copies them every run) */
+  hostTensorBytes: number;
+  /** uploadBytes + hostTensorBytes: what crossed to the device for this layer */
   crossedBytes: number;
   attentionMs: number;
 }
@@ -41,8 +50,10 @@ export interface OffloadOptions {
   heads: number;
   threads: number;
   providers?: readonly ProviderName[];
-  /** initial buffer rows per KV head of each layer (default: the pool's capacity) */
+  /** initial buffer rows per KV head of each layer (default: the pool's capacity; 'graph': always the capacity) */
   initialRowsPerHead?: readonly number[];
+  /** how misses reach the buffer (default 'host' on the CPU provider, 'graph' on others) */
+  rowUpdate?: RowBufferMode;
 }
 
 export class OffloadAttention {
@@ -56,6 +67,9 @@ export class OffloadAttention {
   private current: OffloadLayerStats[] = [];
   private last: OffloadStepStats | undefined;
   private listScratch: Int32Array[] = [];
+  /** rowUpdate 'graph': each layer's buffer as the update graph left it, and the rows to overwrite as int64 */
+  private readonly device: (RowTensors | undefined)[];
+  private destScratch = new BigInt64Array(0);
 
   private constructor(
     private readonly pool: KvPool,
@@ -63,22 +77,31 @@ export class OffloadAttention {
     q: Float32Array,
     out: Float32Array,
     rows: RowBuffer,
+    private readonly update: RowUpdateSession | undefined,
   ) {
     this.q = q;
     this.out = out;
     this.rows = rows;
+    this.device = new Array<RowTensors | undefined>(pool.layers).fill(undefined);
   }
 
   static async create(pool: KvPool, o: OffloadOptions): Promise<OffloadAttention> {
     const w = o.heads * pool.headDim;
     const q = new Float32Array(w);
     const out = new Float32Array(w);
-    const rows = new RowBuffer(pool, o.initialRowsPerHead ?? new Array<number>(pool.layers).fill(pool.capacityTokens));
-    const session = await AttentionSession.create({ heads: o.heads, kvHeads: pool.kvHeads, headDim: pool.headDim, rowType: rows.rowType }, q, out, {
-      intraOpThreads: o.threads,
-      ...(o.providers ? { executionProviders: o.providers } : {}),
-    });
-    return new OffloadAttention(pool, session, q, out, rows);
+    const mode = o.rowUpdate ?? ((o.providers ?? ['cpu']).every((p) => p === 'cpu') ? 'host' : 'graph');
+    const everySlot = new Array<number>(pool.layers).fill(pool.capacityTokens);
+    const rows = new RowBuffer(pool, mode === 'graph' ? everySlot : (o.initialRowsPerHead ?? everySlot), mode);
+    const sessionOpts = { intraOpThreads: o.threads, ...(o.providers ? { executionProviders: o.providers } : {}) };
+    const session = await AttentionSession.create({ heads: o.heads, kvHeads: pool.kvHeads, headDim: pool.headDim, rowType: rows.rowType }, q, out, sessionOpts);
+    let update: RowUpdateSession | undefined;
+    try {
+      if (mode === 'graph') update = await RowUpdateSession.create({ headDim: pool.headDim, rowType: rows.rowType }, sessionOpts);
+    } catch (error) {
+      await session.release();
+      throw error;
+    }
+    return new OffloadAttention(pool, session, q, out, rows, update);
   }
 
   /** The pool appended into slots first..first+count−1 of `layer`. */
@@ -137,20 +160,44 @@ export class OffloadAttention {
   }
 
   async dispose(): Promise<void> {
+    for (const t of this.device) {
+      if (t?.onDevice) {
+        t.k.dispose();
+        t.v.dispose();
+      }
+    }
+    await this.update?.release();
     await this.session.release();
   }
 
   private async run(layer: number, n: number, lists: readonly Int32Array[] | undefined, q: Float32Array, out: Float32Array): Promise<void> {
     const t0 = performance.now();
     const plan = this.rows.step(layer, n, lists);
+    let hostTensorBytes = 0;
+    let rows: RowTensors;
+    if (this.update) {
+      rows = this.device[layer] ?? this.update.zeros(this.pool.kvHeads * this.rows.rowsPerHead(layer));
+      if (plan.misses > 0) {
+        const m = plan.misses;
+        if (this.destScratch.length < m) this.destScratch = new BigInt64Array(Math.max(m, 2 * this.destScratch.length));
+        const dest = plan.staged!.dest;
+        for (let i = 0; i < m; i++) this.destScratch[i] = BigInt(dest[i]!);
+        const r = await this.update.run(rows, this.destScratch, m, plan.staged!.k, plan.staged!.v);
+        rows = r.rows;
+        // the staged rows are plan.uploadBytes; every other host tensor of the update counts here
+        for (const b of r.bound) if (!b.resident && b.name !== 'k_new' && b.name !== 'v_new') hostTensorBytes += b.bytes;
+      }
+      this.device[layer] = rows;
+    } else {
+      rows = this.rows.bound(layer);
+    }
     this.q.set(q);
-    const bound: BoundTensor[] = await this.session.run(this.rows.bound(layer), plan.idx, n);
+    const bound: BoundTensor[] = await this.session.run(rows, plan.idx, n, plan.prefix);
     out.set(this.out);
-    let indexBytes = 0;
-    for (const b of bound) if (!b.resident) indexBytes += b.bytes;
-    const crossedBytes = plan.uploadBytes + indexBytes;
+    for (const b of bound) if (!b.resident) hostTensorBytes += b.bytes;
+    const crossedBytes = plan.uploadBytes + hostTensorBytes;
     this.boundBytesTotal += crossedBytes;
     this.runs += 1;
-    this.current.push({ layer, rows: n, hits: plan.hits, misses: plan.misses, uploadBytes: plan.uploadBytes, indexBytes, crossedBytes, attentionMs: performance.now() - t0 });
+    this.current.push({ layer, rows: n, hits: plan.hits, misses: plan.misses, uploadBytes: plan.uploadBytes, hostTensorBytes, crossedBytes, attentionMs: performance.now() - t0 });
   }
 }

@@ -6,7 +6,8 @@
 //     the neighbouring fp16 value when appended, and the layers after carry that on);
 //   - with a pool budget that evicts (~120 tokens, 150 steps): the same ids and evictions as in place with that budget;
 //   - bytes: per decode step and layer, what crossed = the misses' K+V rows (counted by the native gather)
-//     + the idx tensor bound (kvHeads · rows · 4), and hits + misses = kvHeads · rows; under 'full' the
+//     + the idx tensor bound (kvHeads · rows · 4; 8 bytes of n where every head attends its buffer rows
+//     0..n−1 in order: 'full' and InfiniGen's dense layers), and hits + misses = kvHeads · rows; under 'full' the
 //     first decode step sends the whole cache, every later one only the new token's rows;
 //   - the step metrics carry those figures (bytesCrossed per layer, bytesCrossedPerToken, the row
 //     buffer's bytes) and still parse with the protocol's schema.
@@ -72,8 +73,10 @@ function checkBytes(model: LoadedModel, run: Run, kvType: 'fp16' | 'fp32', promp
     for (const l of step.layers) {
       expect(l.hits + l.misses).toBe(kvHeads * l.rows);
       expect(l.uploadBytes).toBe(l.misses * 2 * headDim * elem);
-      expect(l.indexBytes).toBe(kvHeads * l.rows * 4);
-      expect(l.crossedBytes).toBe(l.uploadBytes + l.indexBytes);
+      // full and dense layers attend each head's buffer prefix in order: only n (int64) is bound, else idx (int32 per row)
+      if (policy === 'full' || l.layer < 2) expect(l.hostTensorBytes).toBe(8);
+      else expect([8, kvHeads * l.rows * 4]).toContain(l.hostTensorBytes);
+      expect(l.crossedBytes).toBe(l.uploadBytes + l.hostTensorBytes);
       crossed += l.crossedBytes;
       if (policy === 'full') {
         expect(l.rows).toBe(step.position + 1);
@@ -117,6 +120,22 @@ for (const [name, path, reference] of [
         });
       }
     }
+
+    it('rowUpdate graph (device-resident buffers, a ScatterND graph writes the misses): the same ids, hits and misses as host; it binds the rows to overwrite too', async () => {
+      for (const policy of ['full', 'infinigen'] as const) {
+        const base: ModelRunnerOptions = { kvType: 'fp16', contextLength: 256, policy, offload: true, ...(policy === 'infinigen' ? { infinigen: { cacheDir: dir } } : {}) };
+        const host = await greedy(model, prompt, base, 40);
+        const graph = await greedy(model, prompt, { ...base, offloadRowUpdate: 'graph' }, 40);
+        expect(graph.ids).toEqual(host.ids);
+        expect(maxAbsDiff(host.logits, graph.logits)).toBe(0); // the same rows, the same graph
+        graph.offload.forEach((step, i) => {
+          const h = host.offload[i]!;
+          expect(step.layers.map((l) => [l.hits, l.misses, l.uploadBytes])).toEqual(h.layers.map((l) => [l.hits, l.misses, l.uploadBytes]));
+          // what host mode binds, plus the int64 rows of the update when there were misses
+          step.layers.forEach((l, j) => expect(l.hostTensorBytes).toBe(h.layers[j]!.hostTensorBytes + (l.misses > 0 ? 8 * l.misses : 0)));
+        });
+      }
+    });
 
     it('step metrics report the bytes crossed per layer and step (offload only), schema-valid', async () => {
       for (const policy of ['full', 'infinigen'] as const) {

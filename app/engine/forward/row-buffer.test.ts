@@ -7,9 +7,10 @@
 //     row, the bytes uploaded are misses · 2 · headDim · element bytes. fp32 and fp16 pools, GQA
 //     shapes, a buffer that starts at 8 rows per head and grows.
 //   - attention of the onnxruntime graph over the buffer == attendSlots (native, in place) over the
-//     same slot lists within 2e-6, for GQA 1/2/4 and list lengths 1, 17, 300.
+//     same slot lists within 2e-6, for GQA 1/2/4 and list lengths 1, 17, 300, with the buffer updated
+//     from the host (rowUpdate host) or by the ScatterND graph (rowUpdate graph).
 import { describe, expect, it } from 'vitest';
-import { attendSlots, createKvPool, type KvPool, type KvType } from '../../../native/index.js';
+import { attend, attendSlots, createKvPool, type KvPool, type KvType } from '../../../native/index.js';
 import { toFloat16Array } from '../onnx/float16.ts';
 import { OffloadAttention } from './offload-attention.ts';
 import { RowBuffer } from './row-buffer.ts';
@@ -137,13 +138,17 @@ describe('offload attention (onnxruntime graph over the row buffer) == attendSlo
     [4, 2],
     [8, 2],
   ] as const) {
-    for (const kvType of ['fp32', 'fp16'] as const) {
-      it(`${heads} heads / ${kvHeads} KV heads, ${kvType}`, async () => {
+    for (const [kvType, rowUpdate] of [
+      ['fp32', 'host'],
+      ['fp16', 'host'],
+      ['fp16', 'graph'],
+    ] as const) {
+      it(`${heads} heads / ${kvHeads} KV heads, ${kvType}, rowUpdate ${rowUpdate}`, async () => {
         const d = 16;
         const pool = createKvPool({ budgetBytes: 1 << 22, layers: 1, kvHeads, headDim: d, kvType });
         const r = rng(heads * 31 + kvHeads);
         for (let t = 0; t < 400; t++) pool.append(0, randomRow(r, kvHeads * d), randomRow(r, kvHeads * d), t);
-        const off = await OffloadAttention.create(pool, { heads, threads: 1, initialRowsPerHead: [4] });
+        const off = await OffloadAttention.create(pool, { heads, threads: 1, initialRowsPerHead: [4], rowUpdate });
         try {
           for (const n of [1, 17, 300, 17]) {
             const selected = Array.from({ length: kvHeads }, () => Int32Array.from(pick(r, 399, n - 1)));
@@ -167,6 +172,24 @@ describe('offload attention (onnxruntime graph over the row buffer) == attendSlo
           expect(step.layers.map((l) => l.rows)).toEqual([1, 17, 300, 17]);
           expect(step.crossedBytes).toBe(off.boundBytesTotal);
           expect(off.runs).toBe(4);
+          // every slot: a fresh buffer takes the rows in order, so the prefix variant runs (8 bytes of n, no idx) == attend()
+          const all = await OffloadAttention.create(pool, { heads, threads: 1, rowUpdate });
+          try {
+            const q = randomRow(r, heads * d);
+            const got = new Float32Array(heads * d);
+            const want = new Float32Array(heads * d);
+            for (let round = 0; round < 2; round++) {
+              await all.attendAll(0, q, got);
+              expect(all.lastLayer()!.hostTensorBytes).toBe(8 + (rowUpdate === 'graph' && round === 0 ? 8 * 400 * kvHeads : 0));
+              expect(all.lastLayer()!.misses).toBe(round === 0 ? 400 * kvHeads : 0);
+              attend(pool, 0, q, heads, want);
+              let worst = 0;
+              for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
+              expect(worst).toBeLessThan(2e-6);
+            }
+          } finally {
+            await all.dispose();
+          }
         } finally {
           await off.dispose();
           pool.free();

@@ -13,6 +13,10 @@
 // (AttentionSession); KV head g owns rows g·rowsPerHead .. (g+1)·rowsPerHead − 1. A list longer than
 // rowsPerHead grows the layer's buffer (rows keep their contents; a device would reallocate and copy).
 // Bookkeeping is typed arrays, O(listed rows) per step; nothing allocates while the buffer does not grow.
+// Mode 'graph' (device-resident buffers, offload-attention.ts): the same bookkeeping, but the misses are
+// gathered into a staging pair [misses, headDim] that the row-update graph scatters into the device
+// tensors; the host keeps no copy of the rows, and a layer's buffer cannot grow (it is sized to hold
+// every slot of the pool).
 import type { KvPool } from '../../../native/index.js';
 import { gatherRows } from '../../../native/index.js';
 import { BoundRows, type RowElemType } from '../onnx/attention-graph.ts';
@@ -27,7 +31,13 @@ export interface RowPlan {
   misses: number;
   /** bytes written into the buffer for the misses (K and V) */
   uploadBytes: number;
+  /** every KV head g attends rows g·rowsPerHead + 0..n−1 in order (the attention needs no idx) */
+  prefix: boolean;
+  /** mode 'graph': the misses' buffer rows (dest[i] gets staged row i of k / v) */
+  staged?: { dest: Int32Array; k: Uint16Array | Float32Array; v: Uint16Array | Float32Array };
 }
+
+export type RowBufferMode = 'host' | 'graph';
 
 class LayerRows {
   rowsPerHead = 0;
@@ -57,13 +67,19 @@ export class RowBuffer {
   private missHeads = new Int32Array(0);
   private missSlots = new Int32Array(0);
   private missDest = new Int32Array(0);
+  /** mode 'graph': staged miss rows, and 0, 1, 2, … as their destinations in the staging pair */
+  private stageK: Uint16Array | Float32Array = new Float32Array(0);
+  private stageV: Uint16Array | Float32Array = new Float32Array(0);
+  private seq = new Int32Array(0);
 
   constructor(
     private readonly pool: KvPool,
-    /** initial rows per KV head of each layer (grown on demand up to the pool's capacity) */
+    /** initial rows per KV head of each layer (grown on demand up to the pool's capacity; mode 'graph': must be the capacity) */
     initialRowsPerHead: readonly number[],
+    readonly mode: RowBufferMode = 'host',
   ) {
     this.rowType = pool.kvType === 'fp16' ? 'float16' : 'float32';
+    if (mode === 'graph' && initialRowsPerHead.some((r) => r < pool.capacityTokens)) throw new RangeError('RowBuffer: mode graph needs rows for every slot (it cannot grow)');
     this.layers = initialRowsPerHead.map((rows) => {
       const l = new LayerRows(pool.kvHeads, pool.capacityTokens);
       this.resize(l, Math.max(1, Math.min(rows, pool.capacityTokens)));
@@ -71,9 +87,11 @@ export class RowBuffer {
     });
   }
 
-  /** The tensors bound as k_rows / v_rows for `layer`. */
+  /** The tensors bound as k_rows / v_rows for `layer` (mode 'host'). */
   bound(layer: number): BoundRows {
-    return this.layers[layer]!.bound!;
+    const b = this.layers[layer]!.bound;
+    if (!b) throw new RangeError('RowBuffer: mode graph keeps the rows on the device');
+    return b;
   }
 
   rowsPerHead(layer: number): number {
@@ -82,8 +100,9 @@ export class RowBuffer {
 
   /** Bytes of every layer's K and V rows (what the buffer takes on the device). */
   get byteLength(): number {
+    const elem = this.rowType === 'float16' ? 2 : 4;
     let b = 0;
-    for (const l of this.layers) b += l.bound!.kData.byteLength + l.bound!.vData.byteLength;
+    for (const l of this.layers) b += 2 * this.pool.kvHeads * l.rowsPerHead * this.pool.headDim * elem;
     return b;
   }
 
@@ -174,9 +193,23 @@ export class RowBuffer {
       }
       l.prevN[g] = pn;
     }
+    let prefix = true;
+    const B = l.rowsPerHead;
+    for (let g = 0; g < kvHeads && prefix; g++) for (let i = 0; i < n; i++) if (idx[g * n + i] !== g * B + i) { prefix = false; break; }
+    if (this.mode === 'graph') {
+      const d = this.pool.headDim;
+      if (this.seq.length < misses) {
+        this.seq = Int32Array.from({ length: this.missDest.length }, (_, i) => i);
+        const Arr = this.rowType === 'float16' ? Uint16Array : Float32Array;
+        this.stageK = new Arr(this.missDest.length * d);
+        this.stageV = new Arr(this.missDest.length * d);
+      }
+      const uploadBytes = misses > 0 ? gatherRows(this.pool, layer, this.missHeads, this.missSlots, this.seq, misses, this.stageK, this.stageV) : 0;
+      return { idx, n, hits, misses, uploadBytes, prefix, staged: { dest: this.missDest.subarray(0, misses), k: this.stageK, v: this.stageV } };
+    }
     const bound = l.bound!;
     const uploadBytes = misses > 0 ? gatherRows(this.pool, layer, this.missHeads, this.missSlots, this.missDest, misses, bound.kData, bound.vData) : 0;
-    return { idx, n, hits, misses, uploadBytes };
+    return { idx, n, hits, misses, uploadBytes, prefix };
   }
 
   // ─── internals ──────────────────────────────────────────────────────────────────────────
@@ -185,9 +218,9 @@ export class RowBuffer {
   private resize(l: LayerRows, rows: number): void {
     const kvHeads = this.pool.kvHeads;
     const d = this.pool.headDim;
-    if (!l.bound || l.rowsPerHead !== rows) {
+    if (l.rowsPerHead !== rows || (!l.bound && this.mode === 'host')) {
       const Arr = this.rowType === 'float16' ? Uint16Array : Float32Array;
-      l.bound = new BoundRows(new Arr(kvHeads * rows * d), new Arr(kvHeads * rows * d), kvHeads * rows, d, this.rowType);
+      l.bound = this.mode === 'host' ? new BoundRows(new Arr(kvHeads * rows * d), new Arr(kvHeads * rows * d), kvHeads * rows, d, this.rowType) : undefined;
       l.rowSlot = new Int32Array(kvHeads * rows);
       l.rowStep = new Int32Array(kvHeads * rows);
       l.prev = Array.from({ length: kvHeads }, () => new Int32Array(rows));
@@ -209,6 +242,7 @@ export class RowBuffer {
 
   /** At least `need` rows per KV head, keeping what is held (rows move to their head's new block). */
   private grow(l: LayerRows, need: number): void {
+    if (this.mode === 'graph') throw new RangeError(`RowBuffer: ${need} rows per head do not fit the device buffer (${l.rowsPerHead})`);
     const old = { rows: l.rowsPerHead, bound: l.bound!, slotRow: l.slotRow.slice(), prev: l.prev, prevN: l.prevN, rowStep: l.rowStep, step: l.step };
     const rows = Math.min(this.pool.capacityTokens, Math.max(need, 2 * old.rows));
     const kvHeads = this.pool.kvHeads;

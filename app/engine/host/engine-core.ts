@@ -8,7 +8,8 @@ type WithoutRequestId<T> = T extends unknown ? Omit<T, 'requestId'> : never;
 export type GenerationEvent = WithoutRequestId<Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>>;
 
 export interface EngineCore {
-  load(options: LoadOptions): Promise<ModelInfo>;
+  /** `onProgress`: the forward pass's stages built so far (weights repacked + onnxruntime session), after each one. */
+  load(options: LoadOptions, onProgress?: (progress: { done: number; total: number }) => void): Promise<ModelInfo>;
   unload(): Promise<void>;
   tokenize(text: string, addSpecial: boolean): number[];
   /** Streams prompt → (token | metrics)* → done. Ends with exactly one `done`; never throws after `prompt`. */

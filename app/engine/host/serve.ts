@@ -53,7 +53,7 @@ export function serveEngine(channel: EngineChannel, core: EngineCore, pid: numbe
   async function run(request: EngineRequest): Promise<void> {
     switch (request.kind) {
       case 'load': {
-        const model = await core.load(request.options);
+        const model = await core.load(request.options, ({ done, total }) => channel.send({ kind: 'loadProgress', requestId: request.requestId, done, total }));
         channel.send({ kind: 'loaded', requestId: request.requestId, model });
         return;
       }

@@ -12,6 +12,12 @@
 // (group = heads / kvHeads), as in the native kernels. float16 rows are cast to float32 after the
 // gather (exact), so an fp16 pool's rows cross as their own bits.
 //
+// Variant 'prefix' (every KV head attends its buffer rows 0..N−1 in order, which is what 'full' and
+// dense layers come to: the row buffer hands rows out lowest first and an appended slot takes the row
+// its previous content freed): idx is replaced by `n` int64 [1], and the rows are a Slice of the buffer
+// viewed as [kvHeads, R / kvHeads, headDim]. The same attention follows; the host binds 8 bytes instead
+// of kvHeads · N · 4.
+//
 // What onnxruntime-node 1.30 offers for binding (measured and read from its binding, see
 // AttentionSession): a CPU tensor fed to run() aliases the JS typed array (no copy: the run time does
 // not grow with the input's size), so on the CPU provider the row buffer is a typed array kept
@@ -35,20 +41,31 @@ export interface AttentionGraphShape {
 }
 
 /** The serialised attention graph (see the header for its inputs and output). */
-export function buildAttentionGraph(shape: AttentionGraphShape): Uint8Array {
+export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather' | 'prefix' = 'gather'): Uint8Array {
   const { heads, kvHeads, headDim: d, rowType } = shape;
   if (!Number.isInteger(heads) || !Number.isInteger(kvHeads) || heads < 1 || kvHeads < 1 || heads % kvHeads !== 0) {
     throw new OnnxError('ONNX_BAD_GRAPH', `attention graph: heads (${heads}) must be a positive multiple of kvHeads (${kvHeads})`);
   }
   const group = heads / kvHeads;
-  const g = new GraphBuilder(`offload.attention.${heads}x${kvHeads}x${d}.${rowType}`);
+  const g = new GraphBuilder(`offload.attention.${variant}.${heads}x${kvHeads}x${d}.${rowType}`);
   const q = g.input('q', 'float32', [1, 1, heads * d]);
   const kRows = g.input('k_rows', rowType, ['R', d]);
   const vRows = g.input('v_rows', rowType, ['R', d]);
-  const idx = g.input('idx', 'int32', [kvHeads, 'N']);
   const shapeOf = (name: string, dims: number[]) => g.initializer(name, { elemType: 'int64', dims: [dims.length], data: BigInt64Array.from(dims, BigInt) });
-  let k = g.op('Gather', [kRows, idx], { axis: 0 }, { name: 'gather_k' }); // [kvHeads, N, d]
-  let v = g.op('Gather', [vRows, idx], { axis: 0 }, { name: 'gather_v' });
+  let k: string;
+  let v: string;
+  if (variant === 'gather') {
+    const idx = g.input('idx', 'int32', [kvHeads, 'N']);
+    k = g.op('Gather', [kRows, idx], { axis: 0 }, { name: 'gather_k' }); // [kvHeads, N, d]
+    v = g.op('Gather', [vRows, idx], { axis: 0 }, { name: 'gather_v' });
+  } else {
+    const n = g.input('n', 'int64', [1]);
+    const heads3 = shapeOf('rows_shape', [kvHeads, -1, d]);
+    const zero = shapeOf('slice_start', [0]);
+    const axis = shapeOf('slice_axis', [1]);
+    k = g.op('Slice', [g.op('Reshape', [kRows, heads3], {}, { name: 'k_heads' }), zero, n, axis], {}, { name: 'slice_k' }); // [kvHeads, N, d]
+    v = g.op('Slice', [g.op('Reshape', [vRows, heads3], {}, { name: 'v_heads' }), zero, n, axis], {}, { name: 'slice_v' });
+  }
   if (rowType === 'float16') {
     k = g.op('Cast', [k], { to: 1 }, { name: 'k_f32' });
     v = g.op('Cast', [v], { to: 1 }, { name: 'v_f32' });
@@ -65,6 +82,28 @@ export function buildAttentionGraph(shape: AttentionGraphShape): Uint8Array {
   return g.toModel();
 }
 
+/**
+ * The row-update graph (device-resident buffers, rowUpdate 'graph'): the misses' rows written into the
+ * buffer on the device, k_out = ScatterND(k_buf, rows, k_new) and the same for V.
+ *   k_buf, v_buf  [R, headDim]   the layer's buffer as the previous update left it (on the device)
+ *   rows          int64 [M, 1]   buffer rows to overwrite
+ *   k_new, v_new  [M, headDim]   the misses' rows (the only KV bytes that cross)
+ */
+export function buildRowUpdateGraph(shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>): Uint8Array {
+  const { headDim: d, rowType } = shape;
+  const g = new GraphBuilder(`offload.row_update.${d}.${rowType}`);
+  const kBuf = g.input('k_buf', rowType, ['R', d]);
+  const vBuf = g.input('v_buf', rowType, ['R', d]);
+  const rows = g.input('rows', 'int64', ['M', 1]);
+  const kNew = g.input('k_new', rowType, ['M', d]);
+  const vNew = g.input('v_new', rowType, ['M', d]);
+  g.op('ScatterND', [kBuf, rows, kNew], {}, { name: 'scatter_k', output: 'k_out' });
+  g.op('ScatterND', [vBuf, rows, vNew], {}, { name: 'scatter_v', output: 'v_out' });
+  g.output('k_out', rowType, ['R', d]);
+  g.output('v_out', rowType, ['R', d]);
+  return g.toModel();
+}
+
 /** One tensor given to a run: its bytes, and whether it lives on the device between steps (the row buffer). */
 export interface BoundTensor {
   name: string;
@@ -73,8 +112,20 @@ export interface BoundTensor {
   resident: boolean;
 }
 
-/** A row buffer's storage as bound to the session: the same tensors from step to step until it grows. */
-export class BoundRows {
+/** What the attention session reads as k_rows / v_rows. */
+export interface RowTensors {
+  readonly k: ort.Tensor;
+  readonly v: ort.Tensor;
+  readonly rows: number;
+  /** bytes of K and V together */
+  readonly byteLength: number;
+  /** held by onnxruntime on the provider's device (an update graph's output), not a host array */
+  readonly onDevice: boolean;
+}
+
+/** A row buffer's storage as host arrays bound to the session: the same tensors from step to step until it grows. */
+export class BoundRows implements RowTensors {
+  readonly onDevice = false;
   readonly k: ort.Tensor;
   readonly v: ort.Tensor;
   constructor(
@@ -87,6 +138,95 @@ export class BoundRows {
     this.k = new ort.Tensor(type, kData, [rows, headDim]);
     this.v = new ort.Tensor(type, vData, [rows, headDim]);
   }
+
+  get byteLength(): number {
+    return this.kData.byteLength + this.vData.byteLength;
+  }
+}
+
+/** A layer's buffer as the update graph's outputs: device tensors on WebGPU ('gpu-buffer'), onnxruntime-owned CPU tensors on the CPU. */
+class UpdatedRows implements RowTensors {
+  constructor(
+    readonly k: ort.Tensor,
+    readonly v: ort.Tensor,
+    readonly rows: number,
+    readonly byteLength: number,
+    readonly onDevice: boolean,
+  ) {}
+}
+
+/**
+ * The update graph's session: each run takes the layer's current rows (device tensors, or at first a
+ * host zero buffer) and the misses, and returns the new rows, kept where the provider keeps outputs
+ * (preferredOutputLocation 'gpu-buffer' on WebGPU; CPU memory otherwise). The previous device tensors
+ * are disposed.
+ */
+export class RowUpdateSession {
+  private session: ort.InferenceSession | undefined;
+  private constructor(
+    session: ort.InferenceSession,
+    readonly shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>,
+    readonly providers: readonly string[],
+  ) {
+    this.session = session;
+  }
+
+  static async create(shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>, options: EngineSessionOptions = {}): Promise<RowUpdateSession> {
+    const providers = options.executionProviders ?? ['cpu'];
+    const opts = sessionOptions(options);
+    if (providers[0] === 'webgpu') opts.preferredOutputLocation = 'gpu-buffer';
+    try {
+      const s = await ort.InferenceSession.create(buildRowUpdateGraph(shape), opts);
+      return new RowUpdateSession(s, shape, providers);
+    } catch (cause) {
+      throw new OnnxError('ONNX_SESSION_FAILED', `offload row update: onnxruntime rejected the graph: ${(cause as Error).message}`, { providers: providers.join(',') }, { cause });
+    }
+  }
+
+  /** An all-zero layer buffer of `rows` rows in host memory (what the first update starts from). */
+  zeros(rows: number): RowTensors {
+    const Arr = this.shape.rowType === 'float16' ? Uint16Array : Float32Array;
+    const n = rows * this.shape.headDim;
+    return new BoundRows(new Arr(n), new Arr(n), rows, this.shape.headDim, this.shape.rowType);
+  }
+
+  /** Writes rows[i] (buffer rows) := kNew/vNew row i for i < m; returns the new rows and what was bound. */
+  async run(prev: RowTensors, rows: BigInt64Array, m: number, kNew: Uint16Array | Float32Array, vNew: Uint16Array | Float32Array): Promise<{ rows: RowTensors; bound: BoundTensor[] }> {
+    const s = this.session;
+    if (!s) throw new OnnxError('ONNX_SESSION_FAILED', 'offload row update: session used after release()');
+    const { headDim: d, rowType } = this.shape;
+    const r = new ort.Tensor('int64', rows.subarray(0, m), [m, 1]);
+    const k = new ort.Tensor(rowType, kNew.subarray(0, m * d), [m, d]);
+    const v = new ort.Tensor(rowType, vNew.subarray(0, m * d), [m, d]);
+    let out: ort.InferenceSession.ReturnType;
+    try {
+      out = await s.run({ k_buf: prev.k, v_buf: prev.v, rows: r, k_new: k, v_new: v });
+    } catch (cause) {
+      throw new OnnxError('ONNX_SESSION_FAILED', `offload row update: run failed: ${(cause as Error).message}`, { rows: prev.rows, m }, { cause });
+    }
+    const onHost = this.providers.every((p) => p === 'cpu');
+    const kOut = out.k_out as ort.Tensor;
+    const vOut = out.v_out as ort.Tensor;
+    const onDevice = kOut.location === 'gpu-buffer';
+    if (prev instanceof UpdatedRows && prev.onDevice) {
+      prev.k.dispose();
+      prev.v.dispose();
+    }
+    const bound: BoundTensor[] = [
+      { name: 'k_buf', bytes: prev.byteLength / 2, resident: onHost || prev.onDevice },
+      { name: 'v_buf', bytes: prev.byteLength / 2, resident: onHost || prev.onDevice },
+      { name: 'rows', bytes: (r.data as BigInt64Array).byteLength, resident: false },
+      { name: 'k_new', bytes: (k.data as Uint16Array | Float32Array).byteLength, resident: false },
+      { name: 'v_new', bytes: (v.data as Uint16Array | Float32Array).byteLength, resident: false },
+    ];
+    return { rows: new UpdatedRows(kOut, vOut, prev.rows, prev.byteLength, onDevice), bound };
+  }
+
+  async release(): Promise<void> {
+    const s = this.session;
+    this.session = undefined;
+    if (s) await s.release();
+  }
 }
 
 /**
@@ -95,17 +235,23 @@ export class BoundRows {
  */
 export class AttentionSession {
   private session: ort.InferenceSession | undefined;
+  private prefix: ort.InferenceSession | undefined;
+  private readonly nData = new BigInt64Array(1);
+  private readonly nT: ort.Tensor;
   private readonly out: ort.Tensor;
   private readonly q: ort.Tensor;
 
   private constructor(
     session: ort.InferenceSession,
+    prefix: ort.InferenceSession,
     readonly shape: AttentionGraphShape,
     readonly providers: readonly string[],
     private readonly qData: Float32Array,
     private readonly outData: Float32Array,
   ) {
     this.session = session;
+    this.prefix = prefix;
+    this.nT = new ort.Tensor('int64', this.nData, [1]);
     const w = shape.heads * shape.headDim;
     this.q = new ort.Tensor('float32', qData, [1, 1, w]);
     this.out = new ort.Tensor('float32', outData, [1, 1, w]);
@@ -117,8 +263,9 @@ export class AttentionSession {
     if (q.length !== w || out.length !== w) throw new RangeError(`attention session: q and out must have ${w} elements`);
     const providers = options.executionProviders ?? ['cpu'];
     try {
-      const s = await ort.InferenceSession.create(buildAttentionGraph(shape), sessionOptions(options));
-      return new AttentionSession(s, shape, providers, q, out);
+      const s = await ort.InferenceSession.create(buildAttentionGraph(shape, 'gather'), sessionOptions(options));
+      const p = await ort.InferenceSession.create(buildAttentionGraph(shape, 'prefix'), sessionOptions(options));
+      return new AttentionSession(s, p, shape, providers, q, out);
     } catch (cause) {
       throw new OnnxError('ONNX_SESSION_FAILED', `offload attention: onnxruntime rejected the graph: ${(cause as Error).message}`, { providers: providers.join(',') }, { cause });
     }
@@ -129,29 +276,39 @@ export class AttentionSession {
     return kvHeads * n * 4;
   }
 
-  /** Attention over rows idx[g·n .. (g+1)·n) of each KV head g; the result lands in `out`. */
-  async run(rows: BoundRows, idx: Int32Array, n: number): Promise<BoundTensor[]> {
-    const s = this.session;
+  /**
+   * Attention over rows idx[g·n .. (g+1)·n) of each KV head g; the result lands in `out`. `prefix`: the
+   * caller knows those rows are g·(R/kvHeads) + 0..n−1 (idx is then not read, and not bound).
+   */
+  async run(rows: RowTensors, idx: Int32Array, n: number, prefix = false): Promise<BoundTensor[]> {
+    const s = prefix ? this.prefix : this.session;
     if (!s) throw new OnnxError('ONNX_SESSION_FAILED', 'offload attention: session used after release()');
     const kvHeads = this.shape.kvHeads;
-    const idxT = new ort.Tensor('int32', idx.subarray(0, kvHeads * n), [kvHeads, n]);
+    const idxT = prefix ? this.nT : new ort.Tensor('int32', idx.subarray(0, kvHeads * n), [kvHeads, n]);
+    if (prefix) this.nData[0] = BigInt(n);
     try {
-      await s.run({ q: this.q, k_rows: rows.k, v_rows: rows.v, idx: idxT }, { attn: this.out });
+      await s.run({ q: this.q, k_rows: rows.k, v_rows: rows.v, ...(prefix ? { n: this.nT } : { idx: idxT }) }, { attn: this.out });
     } catch (cause) {
       throw new OnnxError('ONNX_SESSION_FAILED', `offload attention: run failed: ${(cause as Error).message}`, { rows: rows.rows, n }, { cause });
     }
+    // On the CPU provider the bound arrays are the provider's memory. On any other provider these are
+    // host tensors that onnxruntime copies to the device at every run (and the output back): counted so.
+    const onHost = this.providers.every((p) => p === 'cpu');
     return [
-      { name: 'q', bytes: this.qData.byteLength, resident: true },
-      { name: 'k_rows', bytes: rows.kData.byteLength, resident: true },
-      { name: 'v_rows', bytes: rows.vData.byteLength, resident: true },
-      { name: 'idx', bytes: (idxT.data as Int32Array).byteLength, resident: false },
-      { name: 'attn', bytes: this.outData.byteLength, resident: true },
+      { name: 'q', bytes: this.qData.byteLength, resident: onHost },
+      { name: 'k_rows', bytes: rows.byteLength / 2, resident: onHost || rows.onDevice },
+      { name: 'v_rows', bytes: rows.byteLength / 2, resident: onHost || rows.onDevice },
+      { name: prefix ? 'n' : 'idx', bytes: (idxT.data as Int32Array | BigInt64Array).byteLength, resident: false },
+      { name: 'attn', bytes: this.outData.byteLength, resident: onHost },
     ];
   }
 
   async release(): Promise<void> {
     const s = this.session;
+    const p = this.prefix;
     this.session = undefined;
+    this.prefix = undefined;
     if (s) await s.release();
+    if (p) await p.release();
   }
 }

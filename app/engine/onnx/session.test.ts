@@ -28,6 +28,8 @@ describe('sessions', () => {
     expect(o.executionMode).toBe('sequential');
     expect(o.extra).toEqual({ session: { intra_op: { allow_spinning: '0' } } });
     expect(sessionOptions({ allowSpinning: true }).extra).toEqual({ session: { intra_op: { allow_spinning: '1' } } });
+    expect(o.enableCpuMemArena).toBe(false); // activations go back to the system between runs
+    expect(sessionOptions({ cpuMemArena: true }).enableCpuMemArena).toBe(true);
   });
 
   it('runs plain TensorData in and out', async () => {
