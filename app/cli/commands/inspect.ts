@@ -74,6 +74,11 @@ function formatReport(r: ModelReport): string {
     `  total, InfiniGen          ${formatBytes(m.totalInfinigenBytes)}  ${verdict(m.fitsInfinigen)}`,
     `  free memory now           ${formatBytes(m.freeBytes)} of ${formatBytes(m.totalBytes)}`,
     `  largest context that fits ${m.maxContextThatFits} tokens`,
+    `offload mode (--offload), device vs host:`,
+    `  device: weights           ${formatBytes(m.offload.deviceWeightsBytes)}`,
+    `  device: row buffer, full  ${formatBytes(m.offload.deviceRowBufferFullBytes)}`,
+    `  device: row buffer, InfiniGen ${formatBytes(m.offload.deviceRowBufferInfinigenBytes)} (CPU provider; other providers hold every slot, as full)`,
+    `  host: KV pool             ${formatBytes(m.offload.hostKvBytes)} full, ${formatBytes(m.offload.hostKvInfinigenBytes)} InfiniGen (with partial keys)`,
   ];
   return `${lines.join('\n')}\n`;
 }

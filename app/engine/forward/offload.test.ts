@@ -20,6 +20,7 @@ import { argmax } from '../../../test/support/reference-forward.ts';
 import { StepMetricsSchema } from '../../common/protocol.ts';
 import { StepMetricsSampler } from '../metrics/step-metrics.ts';
 import { loadModel } from '../model/load-model.ts';
+import { estimateMemory } from '../model/memory-estimate.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { createModelRunner, type ModelRunnerOptions } from './model-runner.ts';
 import type { OffloadStepStats } from './offload-attention.ts';
@@ -151,7 +152,9 @@ for (const [name, path, reference] of [
         expect(m.bytesCrossedPerToken).toBe(st.crossedBytes);
         expect(m.reuseHitRate).toBeCloseTo(st.hits / (st.hits + st.misses), 12);
         expect(m.memory.rowBufferBytes).toBe(r.rowBufferBytes);
-        expect(r.rowBufferBytes).toBeGreaterThan(0);
+        // the memory estimate's device row buffer is what the runner allocated (at the pool's capacity)
+        const est = estimateMemory(model.hyper, { bytesByType: {}, storedBytes: 0 }, r.poolCapacityTokens, { kvType: 'fp16', fetchCap: 0.2, freeBytes: 1e12, totalBytes: 1e12 }).offload;
+        expect(r.rowBufferBytes).toBe(policy === 'full' ? est.deviceRowBufferFullBytes : est.deviceRowBufferInfinigenBytes);
         sampler.close();
         await r.dispose();
         // the in-place path leaves the new fields out

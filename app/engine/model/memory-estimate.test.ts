@@ -34,6 +34,20 @@ describe('memory estimate', () => {
     expect(estimate.weightsBytes).toBe(2000 + 500 + 10);
   });
 
+  it('offload mode: weights and row buffer on the device, the pool (and partial keys) on the host', () => {
+    const weights = { bytesByType: { Q4_0: 4_000_000_000 }, storedBytes: 4_000_000_000 };
+    const e = estimateMemory(llama7b, weights, 4096, { freeBytes: 1e12, totalBytes: 1e12, fetchCap: 0.2 });
+    const row = 2 * 32 * 128 * 2; // K+V, fp16, per layer and slot over 32 KV heads
+    expect(e.offload.deviceWeightsBytes).toBe(4_000_000_000);
+    expect(e.offload.deviceRowBufferFullBytes).toBe(32 * 4096 * row);
+    // 2 dense layers hold every slot, 30 sparse ones ⌈0.2·4096⌉ + 2 = 822
+    expect(e.offload.deviceRowBufferInfinigenBytes).toBe((2 * 4096 + 30 * 822) * row);
+    expect(e.offload.hostKvBytes).toBe(e.kvFullBytes);
+    expect(e.offload.hostKvInfinigenBytes).toBe(e.kvFullBytes + e.partialKeyBytes);
+    // fp32 and int8 pools: fp32 rows in the buffer
+    expect(estimateMemory(llama7b, weights, 4096, { kvType: 'int8', freeBytes: 1e12, totalBytes: 1e12 }).offload.deviceRowBufferFullBytes).toBe(32 * 4096 * 2 * row);
+  });
+
   it('says whether it fits and the largest context that does', () => {
     const weights = { bytesByType: { Q4_0: 4_000_000_000 }, storedBytes: 4_000_000_000 };
     const estimate = estimateMemory(llama7b, weights, 4096, { freeBytes: 6_000_000_000, totalBytes: 8e9 });

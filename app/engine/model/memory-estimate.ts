@@ -53,6 +53,28 @@ export interface MemoryEstimate {
   fitsInfinigen: boolean;
   /** The largest context (tokens) whose InfiniGen footprint fits in free memory. */
   maxContextThatFits: number;
+  /** Offload mode (issue 14): what sits on the compute device, apart from what stays in host RAM. */
+  offload: OffloadMemory;
+}
+
+/**
+ * Offload mode's split (app/engine/forward/offload-attention.ts). The row buffer holds fp16 rows for an
+ * fp16 pool and fp32 rows otherwise (int8 rows are dequantised), per layer and KV head.
+ */
+export interface OffloadMemory {
+  /** device: the dense graphs' weights (initializers on the provider), as the engine holds them */
+  deviceWeightsBytes: number;
+  /** device: the row buffer under 'full' (every layer holds every slot) */
+  deviceRowBufferFullBytes: number;
+  /**
+   * device: the row buffer under InfiniGen with rowUpdate 'host' (the CPU provider): its dense layers
+   * hold every slot, the sparse ones ⌈fetchCap·context⌉ + 2 rows per KV head (more if a selection
+   * needs them). rowUpdate 'graph' (other providers) holds every slot, as under 'full'.
+   */
+  deviceRowBufferInfinigenBytes: number;
+  /** host: the KV pool (full rows; InfiniGen adds the partial keys, which stay on the host) */
+  hostKvBytes: number;
+  hostKvInfinigenBytes: number;
 }
 
 export function kvBytesPerToken(hyper: ModelHyperparameters, kvType: KvElementType = 'fp16'): number {
@@ -77,7 +99,7 @@ export function estimateMemory(
   hyper: ModelHyperparameters,
   weights: WeightSummary,
   contextTokens: number,
-  options: { kvType?: KvElementType; freeBytes?: number; totalBytes?: number; partialRatio?: number; fetchCap?: number } = {},
+  options: { kvType?: KvElementType; freeBytes?: number; totalBytes?: number; partialRatio?: number; fetchCap?: number; denseLayers?: number } = {},
 ): MemoryEstimate {
   const kvType = options.kvType ?? 'fp16';
   const partialRatio = options.partialRatio ?? INFINIGEN_DEFAULTS.partialRatio;
@@ -97,6 +119,17 @@ export function estimateMemory(
   const totalInfinigenBytes = totalFullBytes + partialKeyBytes + stagedKvBytes;
   const perTokenInfinigen = kvPerToken + partialPerToken + stagedPerToken;
   const maxContextThatFits = Math.max(0, Math.floor((freeBytes - weightsBytes) / perTokenInfinigen));
+  // offload: one buffer row per (layer, KV head, slot) for K and for V
+  const bufferRowBytes = 2 * hyper.kvHeads * hyper.headDim * (kvType === 'fp16' ? 2 : 4);
+  const denseLayers = Math.min(hyper.layers, options.denseLayers ?? 2);
+  const sparseRows = Math.min(contextTokens, Math.ceil(fetchCap * contextTokens) + 2);
+  const offload: OffloadMemory = {
+    deviceWeightsBytes: weightsBytes,
+    deviceRowBufferFullBytes: hyper.layers * contextTokens * bufferRowBytes,
+    deviceRowBufferInfinigenBytes: (denseLayers * contextTokens + (hyper.layers - denseLayers) * sparseRows) * bufferRowBytes,
+    hostKvBytes: kvFullBytes,
+    hostKvInfinigenBytes: kvFullBytes + partialKeyBytes,
+  };
 
   return {
     contextTokens,
@@ -112,6 +145,7 @@ export function estimateMemory(
     fitsFull: totalFullBytes <= freeBytes,
     fitsInfinigen: totalInfinigenBytes <= freeBytes,
     maxContextThatFits,
+    offload,
   };
 }
 
