@@ -5,10 +5,11 @@
 //      KV, policies full and infinigen, vs the CPU provider's in-place run; max |Δ logit| printed;
 //   2. decode tokens/s at each N of --contexts (default 2K, 8K, 16K) for full and infinigen on the
 //      1 GB fixture (Q8_0, dim 2048, 16 layers, 32 heads / --kv-heads 4, written by
-//      test/fixtures/cli.ts into os.tmpdir()), with the bytes crossed per token (counted from the
-//      tensors bound: the row buffer's misses + the row index; on a non-CPU provider also the host
-//      tensors onnxruntime copies at every run, the row buffer among them — see below) and the CPU
-//      provider's in-place tok/s at the same N beside it.
+//      test/fixtures/cli.ts into os.tmpdir()), with the bytes crossed per token counted from the
+//      tensors bound: the row buffer's missed K/V rows, and the other host tensors (the row index or
+//      its length, the rows a graph update overwrites; on a non-CPU provider also q, the output and any
+//      host buffer, which onnxruntime copies at every run — see below), and the CPU provider's
+//      in-place tok/s at the same N beside it.
 //
 //   node --import tsx bench/device-check.mjs [--providers webgpu,cuda] [--contexts 2048,8192,16384]
 //        [--steps 8] [--exact-steps 32] [--kv-heads 4] [--threads N] [--budget-s 540] [--json FILE]
@@ -94,7 +95,7 @@ function printReport() {
   }
   if (report.speed.length > 0) {
     lines.push('');
-    lines.push('| provider | policy | N | decode tok/s | CPU in place tok/s | KV rows + idx crossed KiB/token | host tensors copied per token KiB | hit rate |');
+    lines.push('| provider | policy | N | decode tok/s | CPU in place tok/s | KV rows crossed KiB/token | other host tensors KiB/token | hit rate |');
     lines.push('|---|---|---|---|---|---|---|---|');
     for (const s of report.speed) lines.push(`| ${s.provider} | ${s.policy} | ${s.N} | ${s.error ? `**failed**: ${s.error}` : fmt(s.tps, 2)} | ${fmt(s.cpuTps, 2)} | ${kib(s.rowsBytesPerToken)} | ${kib(s.hostBytesPerToken)} | ${fmt(s.hitRate, 3)} |`);
   }
@@ -246,7 +247,7 @@ async function main() {
                 const st = runner.lastOffloadStep?.();
                 if (st) {
                   for (const l of st.layers) {
-                    rows += l.uploadBytes + (l.rows * model.hyper.kvHeads * 4);
+                    rows += l.uploadBytes;
                     host += l.hostTensorBytes;
                     hits += l.hits;
                     lookups += l.hits + l.misses;
