@@ -3,9 +3,11 @@
 #include "infinigen.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -204,6 +206,14 @@ lh_status lh_infinigen_select(uint32_t layer, const lh_select_input* in, const l
 // ---------------------------------------------------------------------------------------------
 // The speculator
 // ---------------------------------------------------------------------------------------------
+// One thread's scratch for phase A of a KV group (the worker's, and the main thread's when it helps).
+struct lh_group_scratch {
+  double* gscores;  // (group, gstride) scores of one KV group's heads
+  double* combined; // (capacity)
+  double* values;   // (2 · capacity)
+  int32_t* list;    // (capacity + 8) slots of the top buckets
+};
+
 struct lh_speculator {
   lh_kv_pool* pool;
   lh_speculator_config cfg;
@@ -228,25 +238,55 @@ struct lh_speculator {
   lh_layer_stats* stats;  // (layer)
   // worker scratch
   float* qtilde;          // (heads, p)
-  double* gscores;        // (group, gstride) scores of one KV group's heads
   size_t gstride;         // capacity rounded up to 8
   int32_t* top_slots;     // (kv_head, rows) each group's top K slots, ascending (phase A)
   double* top_vals;       // (kv_head, rows) their combined scores
-  double* combined;       // (capacity)
-  double* values;         // (2 · capacity)
-  int32_t* list;          // (capacity + 8) slots of the top buckets
   uint64_t* bits;         // (capacity / 64 rounded up) zero between uses: the reuse cache's slot marks
   int32_t* sel;           // (kv_head, capacity)
   uint32_t* sel_n;        // (layer) latest n
   // queue
   uint32_t* queue;        // (layers) ring
   uint32_t q_head, q_count;
+  // phase A shared by the worker and, while it waits in attend(), the main thread: groups are claimed
+  // from claim = (job tag << 32) | next group; the job's inputs below are written before claim is
+  // published (release) and read after it is loaded (acquire); done counts finished groups.
+  lh_group_scratch scr[2];         // [0] worker, [1] main thread
+  std::atomic<uint64_t> claim;
+  std::atomic<uint32_t> done;
+  uint32_t running_layer;          // under mu: the layer whose job the worker runs (or layers: none)
+  uint32_t running_tag, tag_seq;   // under mu: that job's tag; the last tag handed out
+  uint32_t a_N, a_cands, a_K;      // the published job's inputs
+  const uint8_t* a_cand;
+  const uint16_t* a_kp;
+  double* g_count;                 // (kv_head) Σ_h c_h of each group
+  uint8_t* g_ok;                   // (kv_head) 0: a non-finite candidate score in the group
   bool stop;
   bool thread_started;
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv_job, cv_done;
 };
+
+static bool group_phase_a(const lh_speculator* sp, const lh_group_scratch& w, uint32_t g, const uint16_t* kp_layer, uint32_t N,
+                          const uint8_t* cand, uint32_t cands, uint32_t K, double* counts_out);
+
+// Claims and runs phase A groups of the job tagged `tag` until none is left (or another job is
+// published); w is the calling thread's scratch. Returns how many groups it ran.
+static uint32_t run_claimed_groups(lh_speculator* sp, uint32_t tag, const lh_group_scratch& w) {
+  uint32_t ran = 0;
+  uint64_t c = sp->claim.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<uint32_t>(c >> 32) != tag || static_cast<uint32_t>(c) >= sp->kvh) return ran;
+    if (!sp->claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    const uint32_t g = static_cast<uint32_t>(c);
+    double cnt = 0;
+    sp->g_ok[g] = group_phase_a(sp, w, g, sp->a_kp, sp->a_N, sp->a_cand, sp->a_cands, sp->a_K, &cnt) ? 1 : 0;
+    sp->g_count[g] = cnt;
+    sp->done.fetch_add(1, std::memory_order_release);
+    ++ran;
+    c = sp->claim.load(std::memory_order_acquire);
+  }
+}
 
 namespace {
 
@@ -319,10 +359,10 @@ uint32_t take_top(const double* vals, const int32_t* slots, uint32_t count, cons
 }  // namespace
 
 // The group's top K by kth_largest over all of comb (the plain route; group_phase_a lists the top buckets instead).
-static bool group_top_fallback(lh_speculator* sp, const double* comb, uint32_t N, uint32_t K, double lo, double hi, int32_t* ts,
-                               double* tv) {
+static bool group_top_fallback(const lh_group_scratch& w, const double* comb, uint32_t N, uint32_t K, double lo, double hi,
+                               int32_t* ts, double* tv) {
   uint32_t above = 0;
-  const double tau = kth_largest(comb, N, K, lo, hi, sp->values, &above);
+  const double tau = kth_largest(comb, N, K, lo, hi, w.values, &above);
   take_top(comb, nullptr, N, nullptr, tau, above, K, ts, tv);
   return true;
 }
@@ -332,12 +372,12 @@ static bool group_top_fallback(lh_speculator* sp, const double* comb, uint32_t N
 // per candidate, and the group's top K = min(⌊cap·N⌋, N) by (combined desc, slot asc) kept ascending
 // in top_slots / top_vals. The final n <= K, and the top n of the whole order are the top n of that
 // list, so phase B picks exactly what select_from_scores picks. False on a non-finite candidate score.
-static bool group_phase_a(lh_speculator* sp, uint32_t g, const uint16_t* kp_layer, uint32_t N, const uint8_t* cand, uint32_t cands,
-                          uint32_t K, double* counts_out) {
+static bool group_phase_a(const lh_speculator* sp, const lh_group_scratch& w, uint32_t g, const uint16_t* kp_layer, uint32_t N,
+                          const uint8_t* cand, uint32_t cands, uint32_t K, double* counts_out) {
   const uint32_t group = sp->group;
   const size_t stride = sp->gstride, tiles_per_head = lh_kv_pool_partial_slots(sp->pool) / 8;
   const uint16_t* kp = kp_layer + static_cast<size_t>(g) * tiles_per_head * sp->p * 8;
-  double* gs = sp->gscores;
+  double* gs = w.gscores;
   double m[LH_MAX_HEADS];
   uint32_t finite = 1;
   lh_spec_score_group(kp, sp->p, N, sp->qtilde + static_cast<size_t>(g) * group * sp->p, group, sp->cfg.scale, gs, stride,
@@ -359,7 +399,7 @@ static bool group_phase_a(lh_speculator* sp, uint32_t g, const uint16_t* kp_laye
   double total = 0;
   for (uint32_t hh = 0; hh < group; ++hh) total += lh_spec_count_above(gs + hh * stride, N, m[hh] - sp->cfg.knobs.alpha);
   *counts_out = total;
-  double* comb = sp->combined;
+  double* comb = w.combined;
   double lo = 0, hi = 0;
   lh_spec_combine(gs, stride, group, m, N, comb, &lo, &hi);
   int32_t* ts = sp->top_slots + static_cast<size_t>(g) * sp->rows;
@@ -384,11 +424,11 @@ static bool group_phase_a(lh_speculator* sp, uint32_t g, const uint16_t* kp_laye
     lh_spec_histogram(comb, N, lo, inv, hist);
     uint32_t b = kSpecBuckets - 1, higher = 0;
     while (higher + hist[b] < K) higher += hist[b--];
-    int32_t* list = sp->list;
+    int32_t* list = w.list;
     const uint32_t m = lh_spec_collect(comb, N, lo, inv, b, list);
-    if (m != higher + hist[b]) return group_top_fallback(sp, comb, N, K, lo, hi, ts, tv);  // never: the same buckets
+    if (m != higher + hist[b]) return group_top_fallback(w, comb, N, K, lo, hi, ts, tv);  // never: the same buckets
     // the listed values; those of bucket b (the rest are above it) go to buf, where the need-th largest is tau
-    double* lv = sp->values;
+    double* lv = w.values;
     double* buf = lv + m;  // values has room for 2·N
     uint32_t nb = 0;
     for (uint32_t r = 0; r < m; ++r) {
@@ -398,7 +438,7 @@ static bool group_phase_a(lh_speculator* sp, uint32_t g, const uint16_t* kp_laye
       nb += lh_spec_bucket(x, lo, inv) == b ? 1 : 0;
     }
     const uint32_t need = K - higher;  // 1..nb (nb == hist[b])
-    if (need > nb) return group_top_fallback(sp, comb, N, K, lo, hi, ts, tv);  // never (same buckets)
+    if (need > nb) return group_top_fallback(w, comb, N, K, lo, hi, ts, tv);  // never (same buckets)
     std::nth_element(buf, buf + (need - 1), buf + nb, [](double x, double y) { return x > y; });
     tau = buf[need - 1];
     above = higher;
@@ -408,8 +448,8 @@ static bool group_phase_a(lh_speculator* sp, uint32_t g, const uint16_t* kp_laye
   } else {
     uint32_t c = 0;
     for (uint32_t j = 0; j < N; ++j)
-      if (cand[j] != 0) sp->values[c++] = comb[j];
-    tau = nth_largest(sp->values, c, K, &above);
+      if (cand[j] != 0) w.values[c++] = comb[j];
+    tau = nth_largest(w.values, c, K, &above);
   }
   take_top(comb, nullptr, N, cand, tau, above, K, ts, tv);
   return true;
@@ -430,13 +470,13 @@ static void group_phase_b(lh_speculator* sp, uint32_t g, uint32_t n, uint32_t K)
     hi = std::max(hi, tv[r]);
   }
   uint32_t above = 0;
-  const double tau = kth_largest(tv, K, n, lo, hi, sp->values, &above);
+  const double tau = kth_largest(tv, K, n, lo, hi, sp->scr[0].values, &above);
   take_top(tv, ts, K, nullptr, tau, above, n, row, nullptr);
 }
 
 namespace {
 
-void run_job(lh_speculator* sp, uint32_t layer) {
+void run_job(lh_speculator* sp, uint32_t layer, uint32_t tag) {
   lh_layer_stats& st = sp->stats[layer];
   st.job_start_ns = lh_now_ns();
   const uint32_t N = sp->job_len[layer];
@@ -459,16 +499,24 @@ void run_job(lh_speculator* sp, uint32_t layer) {
   uint32_t n = 0;
   lh_status sel_st = LH_OK;
   if (cands == 0) {
+    sp->claim.store((static_cast<uint64_t>(tag) << 32) | sp->kvh, std::memory_order_release);  // nothing to claim
     select_all(sp->kvh, N, cand, sp->sel, pool->capacity);
   } else {
     // §4.5 per KV group (phase A: scores, counts, the group's top ⌊cap·N⌋), then n and each group's top n
     const uint32_t K = std::min(std::max<uint32_t>(1, fraction_of(sp->cfg.knobs.cap, cands)), cands);  // n <= K
-    const uint16_t* kp = lh_kv_pool_partial_rows(pool, layer);
+    sp->a_N = N;
+    sp->a_cands = cands;
+    sp->a_K = K;
+    sp->a_cand = cand;
+    sp->a_kp = lh_kv_pool_partial_rows(pool, layer);
+    sp->done.store(0, std::memory_order_relaxed);
+    sp->claim.store(static_cast<uint64_t>(tag) << 32, std::memory_order_release);  // the main thread may help from here
+    run_claimed_groups(sp, tag, sp->scr[0]);
+    while (sp->done.load(std::memory_order_acquire) < sp->kvh) sched_yield();  // a group the main thread still runs
     double total = 0;
-    for (uint32_t g = 0; g < sp->kvh && sel_st == LH_OK; ++g) {
-      double c = 0;
-      if (!group_phase_a(sp, g, kp, N, cand, cands, K, &c)) sel_st = LH_BAD_ARGUMENT;
-      total += c;
+    for (uint32_t g = 0; g < sp->kvh; ++g) {
+      if (sp->g_ok[g] == 0) sel_st = LH_BAD_ARGUMENT;
+      total += sp->g_count[g];
     }
     if (sel_st == LH_OK) {
       n = std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(std::floor(total / sp->heads)), fraction_of(sp->cfg.knobs.cap, cands)));
@@ -551,9 +599,14 @@ void* worker_main(void* arg) {
     while (sp->q_count == 0 && !sp->stop) pthread_cond_wait(&sp->cv_job, &sp->mu);
     if (sp->q_count == 0 && sp->stop) break;
     const uint32_t layer = sp->queue[sp->q_head];
+    const uint32_t tag = ++sp->tag_seq;
+    sp->running_layer = layer;
+    sp->running_tag = tag;
+    pthread_cond_broadcast(&sp->cv_done);  // a main thread waiting for this layer may now help
     pthread_mutex_unlock(&sp->mu);
-    run_job(sp, layer);
+    run_job(sp, layer, tag);
     pthread_mutex_lock(&sp->mu);
+    sp->running_layer = sp->layers;
     sp->q_head = (sp->q_head + 1) % sp->layers;
     sp->q_count -= 1;
     sp->state[layer] = 2;
@@ -569,10 +622,29 @@ T* zalloc(size_t n) {
 }
 
 // Waits until layer's job is done; false if it was never begun.
+// While the worker runs this layer's job, the waiting thread scores groups of it too (the two cores
+// split phase A when the main thread would otherwise sleep).
 bool wait_layer(lh_speculator* sp, uint32_t layer) {
   const uint64_t t0 = lh_now_ns();
   pthread_mutex_lock(&sp->mu);
-  while (sp->state[layer] == 1) pthread_cond_wait(&sp->cv_done, &sp->mu);
+  uint32_t helped = 0;  // the tag this thread already helped
+  while (sp->state[layer] == 1) {
+    if (sp->running_layer == layer && sp->running_tag != helped) {
+      const uint32_t tag = sp->running_tag;
+      helped = tag;
+      pthread_mutex_unlock(&sp->mu);
+      // the worker publishes the job's groups after q̃ (microseconds): wait for its tag, then claim
+      uint64_t c = sp->claim.load(std::memory_order_acquire);
+      while (static_cast<int32_t>(static_cast<uint32_t>(c >> 32) - tag) < 0) {  // tags only grow
+        sched_yield();
+        c = sp->claim.load(std::memory_order_acquire);
+      }
+      run_claimed_groups(sp, tag, sp->scr[1]);
+      pthread_mutex_lock(&sp->mu);
+      continue;
+    }
+    pthread_cond_wait(&sp->cv_done, &sp->mu);
+  }
   const bool ok = sp->state[layer] == 2;
   pthread_mutex_unlock(&sp->mu);
   sp->stats[layer].wait_ns = lh_now_ns() - t0;
@@ -604,12 +676,16 @@ void lh_speculator_destroy(lh_speculator* sp) {
   std::free(sp->state);
   std::free(sp->stats);
   std::free(sp->qtilde);
-  std::free(sp->gscores);
+  for (lh_group_scratch& w : sp->scr) {
+    std::free(w.gscores);
+    std::free(w.combined);
+    std::free(w.values);
+    std::free(w.list);
+  }
+  std::free(sp->g_count);
+  std::free(sp->g_ok);
   std::free(sp->top_slots);
   std::free(sp->top_vals);
-  std::free(sp->combined);
-  std::free(sp->values);
-  std::free(sp->list);
   std::free(sp->bits);
   std::free(sp->sel);
   std::free(sp->sel_n);
@@ -650,19 +726,26 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->stats = zalloc<lh_layer_stats>(sp->layers);
   sp->qtilde = zalloc<float>(static_cast<size_t>(sp->heads) * sp->p);
   sp->gstride = lh_kv_pool_partial_slots(pool);
-  sp->gscores = zalloc<double>(sp->group * sp->gstride);
+  for (lh_group_scratch& w : sp->scr) {
+    w.gscores = zalloc<double>(sp->group * sp->gstride);
+    w.combined = zalloc<double>(cap);
+    w.values = zalloc<double>(2 * cap);
+    w.list = zalloc<int32_t>(cap + 8);
+  }
+  sp->g_count = zalloc<double>(sp->kvh);
+  sp->g_ok = zalloc<uint8_t>(sp->kvh);
+  sp->running_layer = sp->layers;
+  sp->claim.store(0);
+  sp->done.store(0);
   sp->top_slots = zalloc<int32_t>(static_cast<size_t>(sp->kvh) * sp->rows);
   sp->top_vals = zalloc<double>(static_cast<size_t>(sp->kvh) * sp->rows);
-  sp->combined = zalloc<double>(cap);
-  sp->values = zalloc<double>(2 * cap);
-  sp->list = zalloc<int32_t>(cap + 8);
   sp->bits = zalloc<uint64_t>(cap / 64 + 1);
   sp->sel = zalloc<int32_t>(sp->kvh * cap);
   sp->sel_n = zalloc<uint32_t>(sp->layers);
   sp->queue = zalloc<uint32_t>(sp->layers);
   if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
-      sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->gscores == nullptr || sp->top_slots == nullptr || sp->top_vals == nullptr || sp->combined == nullptr ||
-      sp->values == nullptr || sp->list == nullptr || sp->bits == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr) {
+      sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->scr[0].gscores == nullptr || sp->scr[1].gscores == nullptr || sp->scr[0].combined == nullptr || sp->scr[1].combined == nullptr || sp->scr[0].values == nullptr || sp->scr[1].values == nullptr || sp->scr[0].list == nullptr || sp->scr[1].list == nullptr || sp->g_count == nullptr || sp->g_ok == nullptr || sp->top_slots == nullptr || sp->top_vals == nullptr || 
+       sp->bits == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr) {
     lh_speculator_destroy(sp);
     return LH_OUT_OF_MEMORY;
   }
@@ -795,7 +878,7 @@ lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q
   const float scale = 1.0f / std::sqrt(static_cast<float>(sp->d));
   double total = 0;
   float row[LH_MAX_HEAD_DIM];
-  double* s = sp->combined;  // (len) worker scratch: the worker is idle for this layer; drain to be sure
+  double* s = sp->scr[0].combined;  // (len) worker scratch: the worker is idle for this layer; drain to be sure
   lh_speculator_drain(sp);
   for (uint32_t h = 0; h < sp->heads; ++h) {
     const uint32_t g = h / sp->group;
