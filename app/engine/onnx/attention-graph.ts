@@ -71,12 +71,14 @@ export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather
     v = g.op('Cast', [v], { to: 1 }, { name: 'v_f32' });
   }
   const q3 = g.op('Reshape', [q, shapeOf('q_shape', [kvHeads, group, d])], {}, { name: 'q_heads' }); // [kvHeads, group, d]
-  const kt = g.op('Transpose', [k], { perm: [0, 2, 1] }, { name: 'k_t' }); // [kvHeads, d, N]
-  const scores = g.op('MatMul', [q3, kt], {}, { name: 'scores' }); // [kvHeads, group, N]
+  // scores as K·qᵀ: only the small q and p are transposed, never the N gathered rows
+  const qt = g.op('Transpose', [q3], { perm: [0, 2, 1] }, { name: 'q_t' }); // [kvHeads, d, group]
+  const scores = g.op('MatMul', [k, qt], {}, { name: 'scores' }); // [kvHeads, N, group]
   const scale = g.initializer('scale', { elemType: 'float32', dims: [], data: Float32Array.of(1 / Math.sqrt(d)) });
   const scaled = g.op('Mul', [scores, scale], {}, { name: 'scaled' });
-  const p = g.op('Softmax', [scaled], { axis: -1 }, { name: 'softmax' });
-  const o = g.op('MatMul', [p, v], {}, { name: 'weighted' }); // [kvHeads, group, d]
+  const p = g.op('Softmax', [scaled], { axis: 1 }, { name: 'softmax' }); // over N
+  const pt = g.op('Transpose', [p], { perm: [0, 2, 1] }, { name: 'p_t' }); // [kvHeads, group, N]
+  const o = g.op('MatMul', [pt, v], {}, { name: 'weighted' }); // [kvHeads, group, d]
   g.op('Reshape', [o, shapeOf('out_shape', [1, 1, heads * d])], {}, { name: 'attn_reshape', output: 'attn' });
   g.output('attn', 'float32', [1, 1, heads * d]);
   return g.toModel();
