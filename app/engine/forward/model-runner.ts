@@ -35,7 +35,7 @@ import { kvRowBytes } from '../model/memory-estimate.ts';
 import { createSession, type EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
-import { attendCausal, attendSlots, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
+import { attendCausal, attendSlots, createKvPool, createSpeculator, setMallocMmapThreshold, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
 import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSequenceState, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
 import type { StepProbe } from '../metrics/step-probe.ts';
@@ -71,6 +71,8 @@ export interface ModelRunnerOptions {
   policy?: RunnerPolicy;
   /** Knobs of policy 'infinigen'. */
   infinigen?: InfinigenOptions;
+  /** Load progress: called after each stage's onnxruntime session is built (`done` of `total` = layers + 1 stages). */
+  onProgress?: (progress: LoadProgress) => void;
   /** Knobs of the comparison policies 'streaming' | 'h2o' | 'quest' | 'oracle' | 'snapkv'. */
   sparse?: SparsePolicyOptions;
   /**
@@ -80,6 +82,12 @@ export interface ModelRunnerOptions {
   poolBudgetBytes?: number;
   /** Eviction knobs under poolBudgetBytes. */
   eviction?: EvictionOptions;
+}
+
+/** How far createModelRunner is: stages (repacked weights + onnxruntime session) built so far. */
+export interface LoadProgress {
+  done: number;
+  total: number;
 }
 
 /** The part of ModelRunnerOptions that a policy switch changes. */
@@ -201,6 +209,7 @@ export interface ModelRunner extends TokenRunner {
 }
 
 const DEFAULT_MAX_CONTEXT = 4096;
+const MALLOC_MMAP_THRESHOLD = 1 << 20;
 
 function ggufEosIds(model: LoadedModel): number[] {
   if (model.tokenizer.kind !== 'gguf') return [];
@@ -243,6 +252,9 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const ig = policy === 'infinigen' ? infinigenSettings(options.infinigen ?? {}, hyper.headDim, hyper.layers) : undefined;
   const sparseName = (SPARSE_POLICIES as readonly string[]).includes(policy) ? (policy as SparsePolicyName) : undefined;
   const weights = new ModelWeights(model, options.accuracyLevel ?? 4);
+  // Blocks of 1 MiB and more mapped on their own: the weights onnxruntime frees after prepacking and
+  // the activations of prefill chunks go back to the system instead of staying in glibc's heap.
+  setMallocMmapThreshold(MALLOC_MMAP_THRESHOLD);
 
   const sessions: EngineSession[] = [];
   const graphs: StageGraph[] = [];
@@ -255,6 +267,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
       graphWeightBytes += graph.weightBytes;
       sessions.push(await createSession(graph.model, { intraOpThreads: threads, label: graph.name, ...(providers ? { executionProviders: providers } : {}) }));
       graphs.push({ ...graph, model: new Uint8Array(0) }); // drop the bytes: onnxruntime has its copy
+      options.onProgress?.({ done: s + 1, total: hyper.layers + 1 });
     }
   } catch (error) {
     await Promise.all(sessions.map((s) => s.release()));
