@@ -29,6 +29,7 @@
 #include "../src/policy_select.h"
 #include "../src/sparse_attention.h"
 #include "../src/status.h"
+#include "test_rng.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -54,23 +55,6 @@ void check(bool ok, const char* name, const char* fmt = "", ...) {
   va_end(ap);
   std::printf("FAIL  %s: %s\n", name, why);
 }
-
-// Deterministic PRNG (xorshift64*), so failures reproduce.
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-  float uniform() { return static_cast<float>(next() >> 40) * 0x1p-24f; }  // [0, 1)
-  float normal() {  // Box-Muller
-    const float u1 = uniform() + 0x1p-25f, u2 = uniform();
-    return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
-  }
-};
 
 bool same_bits_or_both_nan(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);

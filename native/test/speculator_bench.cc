@@ -17,23 +17,9 @@
 
 #include "infinigen.h"
 #include "kv_pool.h"
+#include "test_rng.h"
 
 namespace {
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-  float uniform() { return static_cast<float>((next() >> 40) * (1.0 / 16777216.0)); }
-  float normal() {
-    const float u = std::max(uniform(), 1e-7f), v = uniform();
-    return std::sqrt(-2.0f * std::log(u)) * std::cos(6.2831853f * v);
-  }
-};
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];

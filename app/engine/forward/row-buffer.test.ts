@@ -14,18 +14,12 @@ import { attend, attendSlots, createKvPool, type KvPool, type KvType } from '../
 import { toFloat16Array } from '../onnx/float16.ts';
 import { OffloadAttention } from './offload-attention.ts';
 import { RowBuffer } from './row-buffer.ts';
+import { Rng } from '../generate/rng.ts';
 
-/** xorshift32 on [0, 1) */
+/** uniform on [0, 1), the project's seeded generator */
 function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s / 2 ** 32;
-  };
+  const g = new Rng(seed);
+  return () => g.nextFloat();
 }
 
 /** The rule of row-buffer.ts, plainly: after a step a head holds what it attended; a write forgets the slot. */

@@ -6,27 +6,17 @@
 import { describe, expect, it } from 'vitest';
 
 import type { TensorDType } from '../model/types.ts';
+import { ggmlTypeOfDtype } from '../model/gguf/ggml-types.ts';
 import { repackGguf, REPACKABLE_TYPES } from './gguf-repack.ts';
 import { repackGgufFast, repackGgufNative } from './gguf-repack-native.ts';
 import type { PackedNBits } from './matmul-nbits.ts';
 import { rng } from './test-helpers.ts';
 import { isNativeAvailable } from '../../../native/index.js';
 
-const BLOCK: Record<string, { elements: number; bytes: number }> = {
-  Q8_0: { elements: 32, bytes: 34 },
-  Q4_0: { elements: 32, bytes: 18 },
-  Q4_1: { elements: 32, bytes: 20 },
-  Q5_0: { elements: 32, bytes: 22 },
-  Q5_1: { elements: 32, bytes: 24 },
-  Q4_K: { elements: 256, bytes: 144 },
-  Q5_K: { elements: 256, bytes: 176 },
-  Q6_K: { elements: 256, bytes: 210 },
-};
-
 function randomRaw(dtype: TensorDType, elements: number, seed: number): Uint8Array {
-  const b = BLOCK[dtype]!;
+  const b = ggmlTypeOfDtype(dtype);
   const r = rng(seed);
-  return new Uint8Array((elements / b.elements) * b.bytes).map(() => Math.floor(r() * 256));
+  return new Uint8Array((elements / b.blockSize) * b.typeSize).map(() => Math.floor(r() * 256));
 }
 
 const bits32 = (a: Float32Array | undefined): Uint32Array | undefined => (a === undefined ? undefined : new Uint32Array(a.buffer, a.byteOffset, a.length));

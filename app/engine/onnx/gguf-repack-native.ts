@@ -6,11 +6,12 @@
 import { availableParallelism } from 'node:os';
 import { isNativeAvailable, repackGguf as nativeRepack } from '../../../native/index.js';
 import type { TensorDType } from '../model/types.ts';
-import { repackGguf } from './gguf-repack.ts';
+import { ggmlTypeOfDtype } from '../model/gguf/ggml-types.ts';
+import { repackGguf, REPACKABLE_TYPES } from './gguf-repack.ts';
 import { defaultZeroPoints, type PackedNBits } from './matmul-nbits.ts';
 
-/** ggml type ids (ggml.h) of the types repackGguf takes. */
-const GGML_IDS: Partial<Record<TensorDType, number>> = { Q4_0: 2, Q4_1: 3, Q5_0: 6, Q5_1: 7, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14 };
+/** ggml type ids (ggml.h) of the types repackGguf takes: what the native side is told. */
+const GGML_IDS: Partial<Record<TensorDType, number>> = Object.fromEntries(REPACKABLE_TYPES.map((t) => [t, ggmlTypeOfDtype(t).id]));
 
 /** Threads for a repack: every core the process may use (at most the native limit, 64). */
 export function defaultRepackThreads(): number {
