@@ -16,24 +16,15 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, s
 import { availableParallelism } from 'node:os';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { coreSources } from './native-sources.mjs';
 
 const root = resolve(fileURLToPath(import.meta.url), '..', '..');
 const native = join(root, 'native');
 const fuzzDir = join(native, 'fuzz');
 const out = join(fuzzDir, 'build');
 
-// The core's sources, as binding.gyp's longhand_core lists them (bandwidth.cc is a bench probe
-// that no target calls).
-const CORE = [
-  'src/kv_pool.cc',
-  'src/mapped_file.cc',
-  'src/attention.cc',
-  'src/infinigen.cc',
-  'src/sparse_attention.cc',
-  'src/policy_select.cc',
-  'src/reference/attention_ref.cc',
-  'src/reference/infinigen_ref.cc',
-];
+// The core's sources: binding.gyp's longhand_core (native-sources.mjs).
+const CORE = coreSources(native);
 const SANITIZE = ['-fsanitize=address,undefined', '-fno-sanitize-recover=all', '-fno-omit-frame-pointer'];
 const COMMON = ['-std=c++17', '-g', '-O1', '-march=x86-64-v2', '-pthread', '-Wall', '-Wno-unused-parameter'];
 

@@ -13,6 +13,7 @@ import { existsSync, mkdirSync, readdirSync, renameSync, statSync } from 'node:f
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { coreSources } from './native-sources.mjs';
 
 const root = resolve(fileURLToPath(import.meta.url), '..', '..');
 const native = join(root, 'native');
@@ -20,18 +21,7 @@ const out = join(native, 'fuzz', 'build', 'sanitize');
 const cxx = process.env.CXX || 'g++';
 
 // binding.gyp's longhand_core plus the test itself.
-const SOURCES = [
-  'src/kv_pool.cc',
-  'src/mapped_file.cc',
-  'src/attention.cc',
-  'src/bandwidth.cc',
-  'src/infinigen.cc',
-  'src/sparse_attention.cc',
-  'src/policy_select.cc',
-  'src/reference/attention_ref.cc',
-  'src/reference/infinigen_ref.cc',
-  'test/native_tests.cc',
-];
+const SOURCES = [...coreSources(native), 'test/native_tests.cc'];
 const FLAGS = ['-std=c++17', '-g', '-O1', '-march=x86-64-v2', '-pthread', '-fno-exceptions', '-fno-omit-frame-pointer',
   '-fsanitize=address,undefined', '-fno-sanitize-recover=all'];
 

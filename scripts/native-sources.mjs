@@ -1,0 +1,20 @@
+// The native core's sources, read from binding.gyp's longhand_core target: the one list the addon,
+// the sanitizer build (native-sanitize.mjs) and the fuzz build (native-fuzz.mjs) all compile, so a
+// source added to the core cannot be missing from the other two builds (it was: infinigen_score.cc
+// linked into the addon and left both scripts with undefined references).
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/** Paths relative to `nativeDir` (e.g. 'src/kv_pool.cc'), in binding.gyp's order. */
+export function coreSources(nativeDir) {
+  const text = readFileSync(join(nativeDir, 'binding.gyp'), 'utf8');
+  // gyp is JSON with # comments and trailing commas (no '#' appears inside this file's strings)
+  const json = text
+    .split('\n')
+    .map((line) => line.replace(/#.*$/, ''))
+    .join('\n')
+    .replace(/,(\s*[\]}])/g, '$1');
+  const core = JSON.parse(json).targets.find((t) => t.target_name === 'longhand_core');
+  if (!core || !Array.isArray(core.sources) || core.sources.length === 0) throw new Error('native/binding.gyp: no longhand_core target with sources');
+  return core.sources;
+}
