@@ -19,6 +19,8 @@ import { EngineQueue } from './queue.ts';
 import { RemoteEngine, type RemoteConfig } from './remote-engine.ts';
 
 export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>;
+/** `done` of `total` stages of the forward pass built, as the host's loadProgress events say. */
+export type LoadProgress = Pick<Extract<EngineEvent, { kind: 'loadProgress' }>, 'done' | 'total'>;
 
 export interface EngineSessionOptions {
   /** Starts a fresh engine process for restart() (default: EngineClient.start() with this process's env). */
@@ -97,7 +99,11 @@ export class EngineSession {
     return name.replace(/\.gguf$/i, '');
   }
 
-  load(options: LoadOptionsInput): Promise<ModelInfo> {
+  /**
+   * Loads a model when its turn comes. `onProgress` gets the host's loadProgress figures (stages of
+   * the forward pass built so far) while it loads: the /ws relay forwards them to the page that asked.
+   */
+  load(options: LoadOptionsInput, onProgress?: (progress: LoadProgress) => void): Promise<ModelInfo> {
     const epoch = this.epoch;
     return this.queue.run(async () => {
       const engine = this.usable(epoch);
@@ -105,7 +111,7 @@ export class EngineSession {
       this.loadOptions = undefined;
       this.activity = `while loading ${baseName(options.modelPath)}`;
       try {
-        this.info = await engine.load(options);
+        this.info = await engine.load(options, onProgress);
       } finally {
         this.activity = '';
       }

@@ -4,9 +4,10 @@
 //
 // EngineRelay speaks the engine protocol over one connection, for the renderer in browser
 // mode: the client sends EngineRequestInput JSON (checked with parseEngineRequest), the
-// server answers with engine events stamped with the client's requestId. Generations go
-// through the server's FIFO queue like HTTP requests; `cancel` works on queued and running
-// ones; closing the socket cancels everything it started.
+// server answers with engine events stamped with the client's requestId (a load's
+// loadProgress events too, to that client only, before its `loaded`). Generations go through
+// the server's FIFO queue like HTTP requests; `cancel` works on queued and running ones;
+// closing the socket cancels everything it started.
 //
 // Besides the engine protocol, the relay tells the window the engine process's state
 // (`{kind:'engineStatus', status}`: on every change, and on connect unless it is 'ready') and takes
@@ -295,7 +296,8 @@ export class EngineRelay {
         );
         return;
       case 'load':
-        this.session.load(request.options).then(
+        // Progress goes to this page only: it asked, and its Models view shows the bar.
+        this.session.load(request.options, ({ done, total }) => this.send({ kind: 'loadProgress', requestId, done, total })).then(
           (model) => this.send({ kind: 'loaded', requestId, model }),
           (error: unknown) => this.fail(requestId, error),
         );
