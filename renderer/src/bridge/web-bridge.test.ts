@@ -1,5 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import type { EngineStatus } from '../../../app/common/window-api.ts';
+import { EngineClient } from '../engine/client.ts';
+import { MODEL, timeoutFrames } from '../test/fake-api.ts';
 import { APP_ENDPOINT, webBridge } from './web-bridge.ts';
 
 class FakeSocket {
@@ -71,6 +73,20 @@ describe('web bridge (browser mode)', () => {
     socket().onmessage?.({ data: '{"kind":"tokenized","requestId":"t1","ids":[1]}' });
     socket().onmessage?.({ data: 'not json' });
     expect(events).toEqual([{ kind: 'tokenized', requestId: 't1', ids: [1] }]);
+  });
+
+  it('carries a load\'s loadProgress frames to the engine client\'s onProgress, before the load resolves', async () => {
+    const { api, socket } = bridge();
+    const client = new EngineClient(api, { schedule: timeoutFrames });
+    const progress: unknown[] = [];
+    const loading = client.load({ modelPath: '/m.gguf' }, (p) => progress.push(p));
+    socket().open();
+    const { requestId } = JSON.parse(socket().sent[0]!) as { requestId: string };
+    for (const done of [1, 2, 3]) socket().onmessage?.({ data: JSON.stringify({ kind: 'loadProgress', requestId, done, total: 3 }) });
+    expect(progress).toEqual([{ done: 1, total: 3 }, { done: 2, total: 3 }, { done: 3, total: 3 }]);
+    socket().onmessage?.({ data: JSON.stringify({ kind: 'loaded', requestId, model: { ...MODEL, path: '/m.gguf' } }) });
+    await expect(loading).resolves.toMatchObject({ path: '/m.gguf' });
+    client.dispose();
   });
 
   it('reports the socket state as the engine status and reconnects on restart', async () => {

@@ -10,6 +10,8 @@ import { animationFrame, TextBatcher, Throttle, type FrameScheduler } from './sc
 export type LoadOptionsInput = Extract<EngineRequestInput, { kind: 'load' }>['options'];
 export type GenerateParamsInput = NonNullable<Extract<EngineRequestInput, { kind: 'generate' }>['params']>;
 export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'done' }>;
+/** `done` of `total` stages of the forward pass built while a model loads. */
+export type LoadProgress = Pick<Extract<EngineEvent, { kind: 'loadProgress' }>, 'done' | 'total'>;
 
 /** A request that failed: `code` is one of app/common/errors.ts ERROR_CODES (or ENGINE_CRASHED). */
 export class EngineError extends Error {
@@ -87,6 +89,15 @@ export interface EngineClientOptions {
 interface Pending {
   event(event: EngineEvent): void;
   fail(error: EngineError): void;
+}
+
+/**
+ * Browser mode passes the server's frames on unparsed (the renderer has no schemas, only types):
+ * figures a progress bar cannot show are dropped rather than drawn.
+ */
+function isLoadProgress(progress: LoadProgress): boolean {
+  const { done, total } = progress;
+  return Number.isInteger(done) && Number.isInteger(total) && total > 0 && done >= 0 && done <= total;
 }
 
 let idCounter = 0;
@@ -189,8 +200,13 @@ export class EngineClient {
     return this.lastLoad;
   }
 
-  load(options: LoadOptionsInput): Promise<ModelInfo> {
-    return this.request({ kind: 'load', requestId: newRequestId('load'), options }, (event) => (event.kind === 'loaded' ? event.model : undefined)).then((model) => {
+  /** `onProgress`: the host's loadProgress figures (stages of the forward pass built) while it loads. */
+  load(options: LoadOptionsInput, onProgress?: (progress: LoadProgress) => void): Promise<ModelInfo> {
+    const pick = (event: EngineEvent): ModelInfo | undefined => {
+      if (event.kind === 'loadProgress' && isLoadProgress(event)) onProgress?.({ done: event.done, total: event.total });
+      return event.kind === 'loaded' ? event.model : undefined;
+    };
+    return this.request({ kind: 'load', requestId: newRequestId('load'), options }, pick).then((model) => {
       this.lastLoad = options;
       return model;
     });

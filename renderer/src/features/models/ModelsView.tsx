@@ -1,10 +1,12 @@
 // Models: open a model by path (browser mode has no native file dialog), pick from the recent
-// path and the scanned library, see the memory estimate, load it, and manage downloads.
+// path and the scanned library, see the memory estimate, load it (a progress bar while it
+// loads), and manage downloads.
 import { useEffect } from 'react';
 import { useEngineStore } from '../../engine/store.ts';
 import { formatBytes, formatMs } from '../../ui/format.ts';
 import { useSettingsStore } from '../settings/store.ts';
 import { Downloads } from './Downloads.tsx';
+import { LoadProgressBar } from './LoadProgressBar.tsx';
 import { MemoryBar } from './MemoryBar.tsx';
 import { readMemory, reportFacts } from './memory.ts';
 import { useModelsStore } from './store.ts';
@@ -59,6 +61,7 @@ export function ModelsView() {
             {m.loading ? 'Loading…' : 'Load'}
           </button>
         </form>
+        {m.loading && <LoadProgressBar progress={m.loadProgress} />}
         {m.inspectError && <p className="error" role="alert">Inspect failed: {m.inspectError}</p>}
         {m.loadError && <p className="error" role="alert">Load failed: {m.loadError}</p>}
         {memory && <MemoryBar memory={memory} />}

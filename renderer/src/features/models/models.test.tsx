@@ -3,12 +3,12 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { DownloadState } from '../../../../app/common/app-api.ts';
 import { resetEngineStore, useEngineStore } from '../../engine/store.ts';
 import { installServices, uninstallServices } from '../../services.ts';
-import { defaultSettings, FakeApi, timeoutFrames } from '../../test/fake-api.ts';
+import { defaultSettings, FakeApi, MODEL, timeoutFrames } from '../../test/fake-api.ts';
 import { resetSettingsStore, useSettingsStore } from '../settings/store.ts';
 import { MemoryBar } from './MemoryBar.tsx';
 import { readMemory } from './memory.ts';
 import { ModelsView } from './ModelsView.tsx';
-import { resetModelsStore } from './store.ts';
+import { resetModelsStore, useModelsStore } from './store.ts';
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
@@ -99,6 +99,49 @@ describe('models view', () => {
     const load = api.sent.find((r) => r.kind === 'load')!;
     act(() => api.emit({ kind: 'error', requestId: load.requestId, error: { code: 'MODEL_NOT_FOUND', message: '/nope.gguf: no such file', details: {} } }));
     expect((await screen.findByText(/Load failed/)).textContent).toContain('no such file');
+  });
+
+  it('shows the load progress the engine reports, and takes the bar away once loaded', async () => {
+    api.autoLoad = false;
+    render(<ModelsView />);
+    fireEvent.change(screen.getByLabelText('Model path'), { target: { value: '/models/a.gguf' } });
+    expect(screen.queryByRole('progressbar')).toBeNull();
+    fireEvent.click(screen.getByRole('button', { name: 'Load' }));
+    // Before the first figure: an indeterminate bar.
+    const waiting = await screen.findByRole('progressbar', { name: 'Loading model' });
+    expect(waiting.hasAttribute('value')).toBe(false);
+    const { requestId } = api.sent.find((r) => r.kind === 'load')!;
+
+    act(() => api.emit({ kind: 'loadProgress', requestId, done: 2, total: 6 }));
+    const bar = screen.getByRole('progressbar', { name: 'Loading model: 2 of 6 stages' });
+    expect(bar).toHaveProperty('max', 6);
+    expect(bar).toHaveProperty('value', 2);
+    expect(useModelsStore.getState().loadProgress).toEqual({ done: 2, total: 6 });
+    // Another request's figures and figures a bar cannot show leave it as it is.
+    act(() => api.emit({ kind: 'loadProgress', requestId: 'load-someone-else', done: 5, total: 6 }));
+    act(() => api.emit({ kind: 'loadProgress', requestId, done: 7, total: 6 }));
+    expect(useModelsStore.getState().loadProgress).toEqual({ done: 2, total: 6 });
+
+    act(() => api.emit({ kind: 'loadProgress', requestId, done: 6, total: 6 }));
+    expect(screen.getByRole('progressbar', { name: 'Loading model: 6 of 6 stages' })).toHaveProperty('value', 6);
+    act(() => api.emit({ kind: 'loaded', requestId, model: { ...MODEL, path: '/models/a.gguf' } }));
+    await screen.findByRole('region', { name: 'Loaded model' });
+    expect(screen.queryByRole('progressbar')).toBeNull();
+    expect(useModelsStore.getState().loadProgress).toBeNull();
+  });
+
+  it('takes the progress bar away when the load fails', async () => {
+    api.autoLoad = false;
+    render(<ModelsView />);
+    fireEvent.change(screen.getByLabelText('Model path'), { target: { value: '/models/a.gguf' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Load' }));
+    const { requestId } = api.sent.find((r) => r.kind === 'load')!;
+    act(() => api.emit({ kind: 'loadProgress', requestId, done: 3, total: 6 }));
+    expect(screen.getByRole('progressbar', { name: 'Loading model: 3 of 6 stages' })).toBeTruthy();
+    act(() => api.emit({ kind: 'error', requestId, error: { code: 'ENGINE_CRASHED', message: 'The engine crashed while loading a.gguf.', details: {} } }));
+    await screen.findByText(/Load failed/);
+    expect(screen.queryByRole('progressbar')).toBeNull();
+    expect(useModelsStore.getState().loadProgress).toBeNull();
   });
 
   it('lists downloads with progress and pauses and resumes them', async () => {

@@ -2,7 +2,7 @@
 // bar, loading into the engine, and downloads.
 import { create } from 'zustand';
 import type { DownloadState, ModelEntry } from '../../../../app/common/app-api.ts';
-import type { LoadOptionsInput } from '../../engine/client.ts';
+import type { LoadOptionsInput, LoadProgress } from '../../engine/client.ts';
 import { useEngineStore } from '../../engine/store.ts';
 import { services } from '../../services.ts';
 import { useSettingsStore } from '../settings/store.ts';
@@ -23,6 +23,8 @@ export interface ModelsState {
   inspecting: boolean;
   inspectError: string | null;
   loading: boolean;
+  /** The load in flight: stages built so far of how many; null before its first figure and when none runs. */
+  loadProgress: LoadProgress | null;
   loadError: string | null;
   downloads: DownloadState[];
   downloadError: string | null;
@@ -50,6 +52,7 @@ const initial = {
   inspecting: false,
   inspectError: null,
   loading: false,
+  loadProgress: null,
   loadError: null,
   downloads: [] as DownloadState[],
   downloadError: null,
@@ -93,14 +96,14 @@ export const useModelsStore = create<ModelsState>()((set, get) => ({
       if (settings.threads > 0) options.threads = settings.threads;
     }
     if (Number.isInteger(contextTokens) && contextTokens > 0) options.contextLength = contextTokens;
-    set({ loading: true, loadError: null });
+    set({ loading: true, loadProgress: null, loadError: null });
     try {
-      const model = await services().engine.load(options);
+      const model = await services().engine.load(options, (loadProgress) => set({ loadProgress }));
       useEngineStore.getState().setModel(model);
-      set({ loading: false });
+      set({ loading: false, loadProgress: null });
       if (settings && settings.lastModelPath !== path) await useSettingsStore.getState().patchSaved({ lastModelPath: path });
     } catch (e) {
-      set({ loading: false, loadError: message(e) });
+      set({ loading: false, loadProgress: null, loadError: message(e) });
     }
   },
   refreshDownloads: async () => {
