@@ -1,13 +1,17 @@
 #!/usr/bin/env node
-// The native C++ tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+// The native C++ tests under AddressSanitizer and UndefinedBehaviorSanitizer, or (--thread) under
+// ThreadSanitizer.
 //
-//   node scripts/native-sanitize.mjs
+//   node scripts/native-sanitize.mjs [--thread]
 //
 // Compiles native/test/native_tests.cc and the core's sources with g++ (clang++ if CXX says so)
 // -fsanitize=address,undefined -fno-sanitize-recover=all -g -O1 into native/fuzz/build/sanitize/
-// (apart from native/build, which the addon's node-gyp build owns), one object per source, rebuilt
-// when a source or header changes, and runs the tests (--no-bench). Any sanitizer report stops the
-// run with a non-zero exit. Last line: "native-sanitize: passed" or "native-sanitize: failed (why)".
+// (--thread: -fsanitize=thread into native/fuzz/build/sanitize-thread/), apart from native/build,
+// which the addon's node-gyp build owns; one object per source, rebuilt when a source or header
+// changes, and runs the tests (--no-bench). Any sanitizer report stops the run with a non-zero exit:
+// under --thread that is every data race between the speculator's worker and the caller's thread
+// (the tests run the worker beside appends to the same layer, evicting pools included).
+// Last line: "native-sanitize: passed" or "native-sanitize: failed (why)".
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
@@ -17,13 +21,15 @@ import { coreSources } from './native-sources.mjs';
 
 const root = resolve(fileURLToPath(import.meta.url), '..', '..');
 const native = join(root, 'native');
-const out = join(native, 'fuzz', 'build', 'sanitize');
+const thread = process.argv.includes('--thread');
+const out = join(native, 'fuzz', 'build', thread ? 'sanitize-thread' : 'sanitize');
 const cxx = process.env.CXX || 'g++';
+const which = thread ? '-fsanitize=thread' : '-fsanitize=address,undefined';
 
 // binding.gyp's longhand_core plus the test itself.
 const SOURCES = [...coreSources(native), 'test/native_tests.cc'];
 const FLAGS = ['-std=c++17', '-g', '-O1', '-march=x86-64-v2', '-pthread', '-fno-exceptions', '-fno-omit-frame-pointer',
-  '-fsanitize=address,undefined', '-fno-sanitize-recover=all'];
+  ...(thread ? ['-fsanitize=thread'] : ['-fsanitize=address,undefined', '-fno-sanitize-recover=all'])];
 
 const mtime = (p) => (existsSync(p) ? statSync(p).mtimeMs : 0);
 
@@ -75,12 +81,13 @@ async function main() {
     if (link.status !== 0) finish(false, 'link');
     renameSync(tmp, bin);
   }
-  console.log(`native-sanitize: ${cxx} -fsanitize=address,undefined -O1, built in ${((Date.now() - started) / 1000).toFixed(1)} s (${todo.length} of ${SOURCES.length} sources compiled)`);
+  console.log(`native-sanitize: ${cxx} ${which} -O1, built in ${((Date.now() - started) / 1000).toFixed(1)} s (${todo.length} of ${SOURCES.length} sources compiled)`);
   // halt_on_error + abort: the first report ends the run with a failure; leaks are reported at exit.
   const env = {
     ...process.env,
     ASAN_OPTIONS: 'detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1',
     UBSAN_OPTIONS: 'print_stacktrace=1:halt_on_error=1',
+    TSAN_OPTIONS: 'halt_on_error=1:exitcode=66:second_deadlock_stack=1',
   };
   const run = spawnSync(bin, ['--no-bench'], { cwd: root, env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 << 20 });
   process.stdout.write(run.stdout ?? '');

@@ -2,7 +2,7 @@
 // `npm test`: every check a change must pass, in the order that fails fastest.
 //   1. the native addon is built (the install step builds it; rebuild here if it is missing)
 //   2. the native C++ tests (scalar references vs optimised kernels, guard bytes), then the same
-//      tests under ASan + UBSan (scripts/native-sanitize.mjs), then every libFuzzer target of
+//      tests under ASan + UBSan and under TSan (scripts/native-sanitize.mjs [--thread]), then every libFuzzer target of
 //      native/fuzz for LONGHAND_FUZZ_SECONDS (default 20) each (scripts/native-fuzz.mjs; needs
 //      clang: skipped without it, a failure under CI=true)
 //   3. lint (including the layering rule) and the TypeScript type check
@@ -55,6 +55,12 @@ if (existsSync(nativeTests)) {
 // The same tests under AddressSanitizer + UndefinedBehaviorSanitizer: one check.
 const sanitize = run('native C++ tests under ASan+UBSan', process.execPath, [join(root, 'scripts', 'native-sanitize.mjs')]);
 if (sanitize.status === 0) totals.passed += 1;
+else totals.failed += 1;
+
+// And under ThreadSanitizer: the speculator's worker scores a layer while this thread appends to it
+// (evicting pools too); any data race between them is a failure. One check.
+const threads = run('native C++ tests under TSan', process.execPath, [join(root, 'scripts', 'native-sanitize.mjs'), '--thread']);
+if (threads.status === 0) totals.passed += 1;
 else totals.failed += 1;
 
 // Bounded coverage-guided fuzzing of the native core: one check per target. Exit 2 means no clang

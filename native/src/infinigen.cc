@@ -234,6 +234,8 @@ struct lh_speculator {
   uint32_t* job_len;      // (layer) N at begin()
   uint64_t* job_appends;  // (layer) pool appends at begin() (evicting pools)
   uint8_t* job_cand;      // (layer, capacity) candidate flags copied at begin() (evicting pools)
+  int32_t* job_victim;    // (layer) the victim reserved at begin(), -1 if none: append() overwrites its
+                          // rows while the job runs, so the job reads neither its partial row nor its counter
   uint8_t* state;         // (layer) 0 idle, 1 queued or running, 2 done
   lh_layer_stats* stats;  // (layer)
   // worker scratch
@@ -257,6 +259,7 @@ struct lh_speculator {
   uint32_t running_tag, tag_seq;   // under mu: that job's tag; the last tag handed out
   uint32_t a_N, a_cands, a_K;      // the published job's inputs
   const uint8_t* a_cand;
+  int32_t a_victim;
   const uint16_t* a_kp;
   double* g_count;                 // (kv_head) Σ_h c_h of each group
   uint8_t* g_ok;                   // (kv_head) 0: a non-finite candidate score in the group
@@ -268,7 +271,7 @@ struct lh_speculator {
 };
 
 static bool group_phase_a(const lh_speculator* sp, const lh_group_scratch& w, uint32_t g, const uint16_t* kp_layer, uint32_t N,
-                          const uint8_t* cand, uint32_t cands, uint32_t K, double* counts_out);
+                          const uint8_t* cand, int32_t victim, uint32_t cands, uint32_t K, double* counts_out);
 
 // Claims and runs phase A groups of the job tagged `tag` until none is left (or another job is
 // published); w is the calling thread's scratch. Returns how many groups it ran.
@@ -280,7 +283,7 @@ static uint32_t run_claimed_groups(lh_speculator* sp, uint32_t tag, const lh_gro
     if (!sp->claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
     const uint32_t g = static_cast<uint32_t>(c);
     double cnt = 0;
-    sp->g_ok[g] = group_phase_a(sp, w, g, sp->a_kp, sp->a_N, sp->a_cand, sp->a_cands, sp->a_K, &cnt) ? 1 : 0;
+    sp->g_ok[g] = group_phase_a(sp, w, g, sp->a_kp, sp->a_N, sp->a_cand, sp->a_victim, sp->a_cands, sp->a_K, &cnt) ? 1 : 0;
     sp->g_count[g] = cnt;
     sp->done.fetch_add(1, std::memory_order_release);
     ++ran;
@@ -373,15 +376,16 @@ static bool group_top_fallback(const lh_group_scratch& w, const double* comb, ui
 // in top_slots / top_vals. The final n <= K, and the top n of the whole order are the top n of that
 // list, so phase B picks exactly what select_from_scores picks. False on a non-finite candidate score.
 static bool group_phase_a(const lh_speculator* sp, const lh_group_scratch& w, uint32_t g, const uint16_t* kp_layer, uint32_t N,
-                          const uint8_t* cand, uint32_t cands, uint32_t K, double* counts_out) {
+                          const uint8_t* cand, int32_t victim, uint32_t cands, uint32_t K, double* counts_out) {
   const uint32_t group = sp->group;
   const size_t stride = sp->gstride, tiles_per_head = lh_kv_pool_partial_slots(sp->pool) / 8;
   const uint16_t* kp = kp_layer + static_cast<size_t>(g) * tiles_per_head * sp->p * 8;
   double* gs = w.gscores;
   double m[LH_MAX_HEADS];
   uint32_t finite = 1;
+  // the victim is not a candidate (cand[victim] == 0) and append() may be writing its partial row: not read
   lh_spec_score_group(kp, sp->p, N, sp->qtilde + static_cast<size_t>(g) * group * sp->p, group, sp->cfg.scale, gs, stride,
-                      m, &finite);
+                      m, &finite, LH_ATTN_AUTO, victim);
   if (cand != nullptr) {  // evicting pools: non-candidates score -inf; max and finiteness over candidates
     finite = 1;
     for (uint32_t hh = 0; hh < group; ++hh) {
@@ -508,6 +512,7 @@ void run_job(lh_speculator* sp, uint32_t layer, uint32_t tag) {
     sp->a_cands = cands;
     sp->a_K = K;
     sp->a_cand = cand;
+    sp->a_victim = cand != nullptr ? sp->job_victim[layer] : -1;
     sp->a_kp = lh_kv_pool_partial_rows(pool, layer);
     sp->done.store(0, std::memory_order_relaxed);
     sp->claim.store(static_cast<uint64_t>(tag) << 32, std::memory_order_release);  // the main thread may help from here
@@ -535,10 +540,8 @@ void run_job(lh_speculator* sp, uint32_t layer, uint32_t tag) {
         if (cand == nullptr || cand[j] != 0) sp->sel[static_cast<size_t>(g) * pool->capacity + --r] = static_cast<int32_t>(j);
     }
   }
-  if (pool->evict != 0) {  // prefetch counters (§5): +1 per KV head that selects a slot, then aging
-    for (uint32_t g = 0; g < sp->kvh; ++g) lh_kv_pool_note_selected(sp->pool, layer, sp->sel + static_cast<size_t>(g) * pool->capacity, n);
-    lh_kv_pool_age(sp->pool, layer);
-  }
+  if (pool->evict != 0)  // prefetch counters (§5): +1 per KV head that selects a slot, then aging (beside append())
+    lh_kv_pool_note_job(sp->pool, layer, N, sp->job_victim[layer], sp->sel, pool->capacity, sp->kvh, n);
   const uint64_t t1 = lh_now_ns();
   // the reuse cache: merge the previous staged list with the new selection (both ascending); a row
   // staged before with the same token is a hit, anything else a miss that would cross to the device
@@ -669,6 +672,7 @@ void lh_speculator_destroy(lh_speculator* sp) {
   std::free(sp->staged_pos);
   std::free(sp->job_appends);
   std::free(sp->job_cand);
+  std::free(sp->job_victim);
   std::free(sp->staged_n);
   std::free(sp->active);
   std::free(sp->qspec);
@@ -718,6 +722,7 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->staged_pos = zalloc<int32_t>(static_cast<size_t>(sp->sparse) * 2 * sp->kvh * sp->rows);
   sp->job_appends = zalloc<uint64_t>(sp->layers);
   sp->job_cand = zalloc<uint8_t>(pool->evict != 0 ? static_cast<size_t>(sp->layers) * cap : 1);
+  sp->job_victim = zalloc<int32_t>(sp->layers);
   sp->staged_n = zalloc<uint32_t>(static_cast<size_t>(sp->sparse) * 2);
   sp->active = zalloc<uint8_t>(sp->sparse);
   sp->qspec = zalloc<float>(static_cast<size_t>(sp->layers) * sp->heads * sp->d);
@@ -743,7 +748,7 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->sel = zalloc<int32_t>(sp->kvh * cap);
   sp->sel_n = zalloc<uint32_t>(sp->layers);
   sp->queue = zalloc<uint32_t>(sp->layers);
-  if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
+  if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->job_victim == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
       sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->scr[0].gscores == nullptr || sp->scr[1].gscores == nullptr || sp->scr[0].combined == nullptr || sp->scr[1].combined == nullptr || sp->scr[0].values == nullptr || sp->scr[1].values == nullptr || sp->scr[0].list == nullptr || sp->scr[1].list == nullptr || sp->g_count == nullptr || sp->g_ok == nullptr || sp->top_slots == nullptr || sp->top_vals == nullptr || 
        sp->bits == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr) {
     lh_speculator_destroy(sp);
@@ -780,7 +785,9 @@ lh_status lh_speculator_begin(lh_speculator* sp, uint32_t layer, const float* q_
     if (st != LH_OK) return st;
     const size_t cap = sp->pool->capacity;
     std::memcpy(sp->job_cand + layer * cap, lh_kv_pool_candidates(sp->pool, layer), lh_kv_pool_length(sp->pool, layer));
-    sp->job_appends[layer] = lh_kv_pool_evict_state(sp->pool, layer)->appends;
+    const lh_kv_evict_layer* e = lh_kv_pool_evict_state(sp->pool, layer);
+    sp->job_appends[layer] = e->appends;
+    sp->job_victim[layer] = e->pending != 0 ? static_cast<int32_t>(e->pending - 1) : -1;
   }
   sp->job_len[layer] = lh_kv_pool_length(sp->pool, layer);
   sp->stats[layer] = lh_layer_stats{};

@@ -19,8 +19,11 @@
 // is bit-identical to lh_attention_decode over the whole layer (same kernel, same rows, same order).
 //
 // Threading: one persistent worker thread per speculator (pthread + condition variable), jobs in
-// FIFO order. The worker reads only the layer it was given, slots < the length at begin(); the
-// caller must not truncate/reset the pool or free it while jobs are pending (drain() first).
+// FIFO order. The worker reads only the layer it was given, slots < the length at begin(), and never
+// the victim reserved at begin() on a full evicting pool, so the caller may append the current token
+// to that layer while the job runs (no shared byte: a partial last tile is read lane by lane, the
+// prefetch counters are updated by lh_kv_pool_note_job; `npm test` runs this under TSan). The caller
+// must not truncate/reset the pool or free it while jobs are pending (drain() first).
 #pragma once
 
 #include <cstddef>

@@ -18,13 +18,17 @@ namespace {
 // Portable (the scalar reference)
 // ---------------------------------------------------------------------------------------------
 void score_group_portable(const uint16_t* kp, uint32_t p, uint32_t slots, const float* q, uint32_t group, double scale,
-                          double* out, size_t out_stride, double* max, uint32_t* finite) {
+                          double* out, size_t out_stride, double* max, uint32_t* finite, int64_t skip) {
   bool all_finite = true;
   for (uint32_t hh = 0; hh < group; ++hh) {
     const float* qh = q + static_cast<size_t>(hh) * p;
     double* o = out + hh * out_stride;
     double m = -INFINITY;
     for (uint32_t j = 0; j < slots; ++j) {
+      if (j == skip) {  // not read (see the header): −∞, outside max and the finiteness check
+        o[j] = -INFINITY;
+        continue;
+      }
       const uint16_t* kt = kp + static_cast<size_t>(j >> 3) * p * 8 + (j & 7);
       double acc = 0;
       for (uint32_t i = 0; i < p; ++i) acc += static_cast<double>(qh[i]) * static_cast<double>(lh_fp16_to_fp32(kt[i * 8]));
@@ -81,15 +85,15 @@ uint32_t collect_portable(const double* v, uint32_t n, double lo, double inv, ui
 // TB tiles of 8 slots × HB heads per step: 2·TB·HB float64 accumulators (<= 8, so the FMA latency
 // chains of different tiles/heads overlap), each tile element converted once for the HB heads.
 // Accumulation per lane: fma(q_i, k_i, acc) for i = 0..p−1 from acc = 0, i.e. the scalar loop's
-// roundings (the product is exact). Scores of the lanes < `valid` of each tile are stored; max and
-// the finiteness check see only those.
+// roundings (the product is exact). Scores of the lanes set in `lanes` (bit r: slot j0 + r) are
+// stored; max and the finiteness check see only those.
 struct Avx2Track {
   __m256d mx[4], chk[4];  // per head of the chunk: running max, Σ (s − s) (NaN once a score is not finite)
 };
 
 template <int TB, int HB>
 __attribute__((target("avx2,fma,f16c"))) inline void score_step(const uint16_t* kt, uint32_t p, const double* qd, size_t qstride,
-                                                                  __m256d scale, double* const* o, uint32_t j0, uint32_t valid,
+                                                                  __m256d scale, double* const* o, uint32_t j0, uint32_t lanes,
                                                                   Avx2Track& tr) {
   __m256d acc[TB][HB][2];
   for (int t = 0; t < TB; ++t)
@@ -112,12 +116,12 @@ __attribute__((target("avx2,fma,f16c"))) inline void score_step(const uint16_t* 
     for (int h = 0; h < HB; ++h) {
       const __m256d lo = _mm256_mul_pd(acc[t][h][0], scale), hi = _mm256_mul_pd(acc[t][h][1], scale);
       double* dst = o[h] + j0 + t * 8;
-      if (valid == 8) {
+      if (lanes == 0xFFu) {
         _mm256_storeu_pd(dst, lo);
         _mm256_storeu_pd(dst + 4, hi);
         tr.mx[h] = _mm256_max_pd(lo, _mm256_max_pd(hi, tr.mx[h]));  // max_pd(x, m) keeps m when x is NaN
         tr.chk[h] = _mm256_add_pd(tr.chk[h], _mm256_add_pd(_mm256_sub_pd(lo, lo), _mm256_sub_pd(hi, hi)));
-      } else {  // the last, partial tile (TB == 1 there)
+      } else {  // a masked tile: the last, partial one or the one holding `skip` (TB == 1 there)
         alignas(32) double tmp[8];
         _mm256_store_pd(tmp, lo);
         _mm256_store_pd(tmp + 4, hi);
@@ -125,7 +129,8 @@ __attribute__((target("avx2,fma,f16c"))) inline void score_step(const uint16_t* 
         _mm256_store_pd(mtmp, tr.mx[h]);
         double m = mtmp[0];
         bool fin = true;
-        for (uint32_t r = 0; r < valid; ++r) {
+        for (uint32_t r = 0; r < 8; ++r) {
+          if (((lanes >> r) & 1u) == 0) continue;
           dst[r] = tmp[r];
           m = tmp[r] > m ? tmp[r] : m;
           fin = fin && std::isfinite(tmp[r]);
@@ -136,20 +141,57 @@ __attribute__((target("avx2,fma,f16c"))) inline void score_step(const uint16_t* 
     }
 }
 
+// A tile with lanes that must not be read (past `slots`, where the main thread's append() writes the
+// new token, or `skip`, the slot it overwrites on a full evicting pool): only the lanes in `lanes` are
+// copied, each as its own 2-byte load, into a zeroed tile that the vector step reads instead. Its
+// other lanes are neither read from the pool nor stored.
+template <int HB>
+__attribute__((target("avx2,fma,f16c"))) void score_masked_tile(const uint16_t* kt, uint32_t p, const double* qd, size_t qstride,
+                                                                 __m256d scale, double* const* o, uint32_t j0, uint32_t lanes,
+                                                                 uint16_t* local, Avx2Track& tr) {
+  for (uint32_t i = 0; i < p; ++i)
+    for (uint32_t r = 0; r < 8; ++r) local[i * 8 + r] = ((lanes >> r) & 1u) != 0 ? kt[i * 8 + r] : 0;
+  score_step<1, HB>(local, p, qd, qstride, scale, o, j0, lanes, tr);
+}
+
+// One tile: read in place when every lane is wanted, else through score_masked_tile.
+template <int HB>
+__attribute__((target("avx2,fma,f16c"))) inline void score_tile(const uint16_t* kt, uint32_t p, const double* qd, size_t qstride,
+                                                                  __m256d scale, double* const* o, uint32_t j0, uint32_t lanes,
+                                                                  uint16_t* local, Avx2Track& tr) {
+  if (lanes == 0xFFu) score_step<1, HB>(kt, p, qd, qstride, scale, o, j0, lanes, tr);
+  else score_masked_tile<HB>(kt, p, qd, qstride, scale, o, j0, lanes, local, tr);
+}
+
 template <int TB, int HB>
-__attribute__((target("avx2,fma,f16c"))) void score_heads(const uint16_t* kp, uint32_t p, uint32_t slots, const double* qd,
-                                                           size_t qstride, __m256d scale, double* const* o, Avx2Track& tr) {
+__attribute__((target("avx2,fma,f16c"))) void score_heads(const uint16_t* kp, uint32_t p, uint32_t slots, int64_t skip,
+                                                           const double* qd, size_t qstride, __m256d scale, double* const* o,
+                                                           Avx2Track& tr) {
   const size_t tile = static_cast<size_t>(p) * 8;
   const uint32_t full = slots / 8;  // whole tiles
+  const int64_t skip_tile = skip >= 0 && skip < slots ? skip / 8 : -1;
+  const uint32_t skip_lanes = skip_tile >= 0 ? 0xFFu & ~(1u << (skip & 7)) : 0xFFu;
+  alignas(32) uint16_t local[8 * LH_MAX_HEAD_DIM];  // (p, 8): a masked tile
+  // lanes of tile u to score: all but skip's lane in skip's tile. (The score_tile calls stay out of
+  // lambdas: clang does not give a lambda this function's target attribute, and __m256d needs it.)
+  const auto lanes_of = [&](uint32_t u, uint32_t lanes) { return u == skip_tile ? lanes & skip_lanes : lanes; };
   uint32_t t = 0;
-  for (; t + TB <= full; t += TB) score_step<TB, HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, 8, tr);
-  for (; t < full; ++t) score_step<1, HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, 8, tr);
-  if (slots % 8 != 0) score_step<1, HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, slots % 8, tr);
+  for (; t + TB <= full; t += TB) {
+    if (skip_tile >= t && skip_tile < t + TB) {
+      for (uint32_t u = t; u < t + TB; ++u) score_tile<HB>(kp + u * tile, p, qd, qstride, scale, o, u * 8, lanes_of(u, 0xFFu), local, tr);
+      continue;
+    }
+    score_step<TB, HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, 0xFFu, tr);
+  }
+  for (; t < full; ++t) score_tile<HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, lanes_of(t, 0xFFu), local, tr);
+  if (slots % 8 != 0) score_tile<HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, lanes_of(t, (1u << (slots % 8)) - 1), local, tr);
+  if (skip_tile >= 0)
+    for (int h = 0; h < HB; ++h) o[h][skip] = -INFINITY;
 }
 
 __attribute__((target("avx2,fma,f16c"))) void score_group_avx2(const uint16_t* kp, uint32_t p, uint32_t slots, const float* q,
                                                                uint32_t group, double scale, double* out, size_t out_stride,
-                                                               double* max, uint32_t* finite) {
+                                                               double* max, uint32_t* finite, int64_t skip) {
   const __m256d sc = _mm256_set1_pd(scale);
   double qd[4 * LH_MAX_HEAD_DIM];
   bool all_finite = true;
@@ -165,10 +207,10 @@ __attribute__((target("avx2,fma,f16c"))) void score_group_avx2(const uint16_t* k
       tr.chk[h] = _mm256_setzero_pd();
     }
     switch (hb) {
-      case 1: score_heads<4, 1>(kp, p, slots, qd, p, sc, o, tr); break;
-      case 2: score_heads<2, 2>(kp, p, slots, qd, p, sc, o, tr); break;
-      case 3: score_heads<1, 3>(kp, p, slots, qd, p, sc, o, tr); break;
-      default: score_heads<1, 4>(kp, p, slots, qd, p, sc, o, tr); break;
+      case 1: score_heads<4, 1>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      case 2: score_heads<2, 2>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      case 3: score_heads<1, 3>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      default: score_heads<1, 4>(kp, p, slots, skip, qd, p, sc, o, tr); break;
     }
     for (uint32_t h = 0; h < hb; ++h) {
       alignas(32) double m4[4], c4[4];
@@ -304,17 +346,18 @@ bool use_avx2(lh_attention_impl impl) {
 }  // namespace
 
 lh_status lh_spec_score_group(const uint16_t* kp, uint32_t p, uint32_t slots, const float* q, uint32_t group, double scale,
-                              double* out, size_t out_stride, double* max, uint32_t* finite, lh_attention_impl impl) {
+                              double* out, size_t out_stride, double* max, uint32_t* finite, lh_attention_impl impl,
+                              int32_t skip) {
   if (p == 0 || p > LH_MAX_HEAD_DIM || group == 0 || out_stride < slots || (slots > 0 && (kp == nullptr || q == nullptr || out == nullptr)) ||
       !lh_attention_available(impl))
     return LH_BAD_ARGUMENT;
 #ifdef LH_X86
   if (use_avx2(impl)) {
-    score_group_avx2(kp, p, slots, q, group, scale, out, out_stride, max, finite);
+    score_group_avx2(kp, p, slots, q, group, scale, out, out_stride, max, finite, skip);
     return LH_OK;
   }
 #endif
-  score_group_portable(kp, p, slots, q, group, scale, out, out_stride, max, finite);
+  score_group_portable(kp, p, slots, q, group, scale, out, out_stride, max, finite, skip);
   return LH_OK;
 }
 

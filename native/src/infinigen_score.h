@@ -21,11 +21,15 @@
 //   out    (group, out_stride) float64, out_stride >= slots; lanes past `slots` are not written
 //   max    (group) the largest score of each head over the slots (NaN ignored); may be null
 //   finite set to 1 if every score is finite, else 0; may be null
+//   skip   a slot whose partial row is not read (-1: none): its score is −∞ and max / finite ignore it.
+//          The speculator passes the victim that the main thread's append() overwrites while the job runs.
+// No fp16 lane of slot >= slots is read either (the vector path copies a partial last tile lane by
+// lane), so a job may score slots 0..N−1 while append() writes slot N's lane of the same tile.
 // LH_BAD_ARGUMENT (nothing written) on null pointers with slots > 0, p == 0, group == 0,
 // out_stride < slots, or an implementation this CPU does not run.
 lh_status lh_spec_score_group(const uint16_t* kp, uint32_t p, uint32_t slots, const float* q, uint32_t group, double scale,
                               double* out, size_t out_stride, double* max, uint32_t* finite,
-                              lh_attention_impl impl = LH_ATTN_AUTO);
+                              lh_attention_impl impl = LH_ATTN_AUTO, int32_t skip = -1);
 
 // How many of s[0..n) are strictly greater than threshold (NaN never is).
 uint32_t lh_spec_count_above(const double* s, uint32_t n, double threshold, lh_attention_impl impl = LH_ATTN_AUTO);

@@ -494,6 +494,27 @@ lh_status lh_kv_pool_age(lh_kv_pool* pool, uint32_t layer) {
   return LH_OK;
 }
 
+lh_status lh_kv_pool_note_job(lh_kv_pool* pool, uint32_t layer, uint32_t len, int32_t reserved, const int32_t* slots,
+                              size_t stride, uint32_t lists, uint32_t n) {
+  if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers || len > pool->capacity ||
+      (n > 0 && lists > 0 && slots == nullptr))
+    return LH_BAD_ARGUMENT;
+  uint32_t* c = pool->counter + static_cast<size_t>(layer) * pool->capacity;
+  for (uint32_t g = 0; g < lists; ++g) {
+    const int32_t* list = slots + g * stride;
+    for (uint32_t i = 0; i < n; ++i) {
+      const int32_t s = list[i];
+      if (s >= 0 && static_cast<uint32_t>(s) < len && s != reserved && c[s] < UINT32_MAX) c[s] += 1;
+    }
+  }
+  lh_kv_evict_layer& e = pool->ev[layer];  // age_tick: written by nobody else while jobs run
+  if (++e.age_tick < pool->age_every) return LH_OK;
+  e.age_tick = 0;
+  for (uint32_t s = 0; s < len; ++s)
+    if (static_cast<int32_t>(s) != reserved) c[s] >>= 1;
+  return LH_OK;
+}
+
 const uint8_t* lh_kv_pool_candidates(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers) return nullptr;
   return pool->cand + static_cast<size_t>(layer) * pool->capacity;

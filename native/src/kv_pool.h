@@ -33,7 +33,7 @@
 // the oldest position); its rows, partial row and position are overwritten by the new token in place
 // (so the victim and its partial key leave the candidate set), the layer's eviction count goes up by
 // one, and the new token starts with counter 0. Counters: +1 per KV head that selects the slot
-// (lh_kv_pool_note_selected, called by the speculator's job), and every `age_every` noted steps of a
+// (lh_kv_pool_note_selected; the speculator's job calls lh_kv_pool_note_job), and every `age_every` noted steps of a
 // layer all its counters are halved (lh_kv_pool_age). Layers that nobody selects from (dense layers,
 // policy 'full') keep counters at 0, so their victims go oldest-first outside the sinks (StreamingLLM).
 // A speculator reserves the victim at begin() (lh_kv_pool_reserve_victim), before selection, so the
@@ -247,6 +247,15 @@ lh_status lh_kv_pool_note_selected(lh_kv_pool* pool, uint32_t layer, const int32
 
 // One step of `layer`: every age_every-th call halves all of the layer's counters.
 lh_status lh_kv_pool_age(lh_kv_pool* pool, uint32_t layer);
+
+// The speculator job's form of note_selected for `lists` lists of n slots (list g at slots + g·stride)
+// and then age: it may run while the main thread appends the current token to the same layer, so it
+// reads neither the layer's length nor the eviction state append() writes, and touches no counter
+// of a slot >= len (len = the layer's length when the job began) or of `reserved` (the victim that
+// append() overwrites and resets, -1 if none). Equal to note_selected ×lists + age otherwise: those
+// two counters are 0 before and after (reserve_victim and append both zero them).
+lh_status lh_kv_pool_note_job(lh_kv_pool* pool, uint32_t layer, uint32_t len, int32_t reserved, const int32_t* slots,
+                              size_t stride, uint32_t lists, uint32_t n);
 
 // Candidate flags of a layer: (capacity) uint8, 1 = candidate. Null without evict.
 const uint8_t* lh_kv_pool_candidates(const lh_kv_pool* pool, uint32_t layer);

@@ -1180,6 +1180,115 @@ void test_spec_score_kernels() {
         "speculator kernels: null buffers and p 0 are LH_BAD_ARGUMENT");
 }
 
+// The kernel beside a concurrent append(): the `skip` slot (the victim being overwritten) and the lanes
+// past `slots` of the last tile (the new token's) hold NaN keys here; every implementation must leave
+// them out: skip scores −∞, every other score == the scalar reference without skip, the max over the
+// rest, finite stays 1 (a NaN lane that was read and counted would make it 0 or the max NaN).
+void test_spec_score_skip() {
+  Rng rng(9002);
+  int bad_bits = 0, bad_skip = 0, bad_max = 0, bad_finite = 0, runs = 0;
+  const lh_attention_impl impls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AUTO};
+  for (uint32_t p : {1u, 5u, 31u})
+    for (uint32_t slots : {1u, 8u, 9u, 33u, 100u})
+      for (uint32_t group : {1u, 2u, 3u, 4u, 7u})
+        for (int32_t skip : {0, 7, 8, 13, 31, 32, 99}) {
+          if (static_cast<uint32_t>(skip) >= slots) continue;
+          ++runs;
+          const uint32_t tiles = (slots + 7) / 8;
+          std::vector<uint16_t> kp(static_cast<size_t>(tiles) * p * 8);
+          for (auto& x : kp) x = lh_fp32_to_fp16(rng.normal());
+          std::vector<float> q(static_cast<size_t>(group) * p);
+          for (auto& x : q) x = rng.normal();
+          const double scale = 0.25;
+          const size_t stride = slots + 3;
+          std::vector<double> ref(group * stride), m_ref(group);
+          lh_spec_score_group(kp.data(), p, slots, q.data(), group, scale, ref.data(), stride, m_ref.data(), nullptr, LH_ATTN_PORTABLE);
+          // poison what a concurrent append writes: the skip slot's lanes and the lanes past slots
+          for (uint32_t i = 0; i < p; ++i) {
+            kp[((static_cast<size_t>(skip) >> 3) * p + i) * 8 + (skip & 7)] = 0x7e00;
+            for (uint32_t j = slots; j < tiles * 8; ++j) kp[((static_cast<size_t>(j) >> 3) * p + i) * 8 + (j & 7)] = 0x7e00;
+          }
+          for (lh_attention_impl impl : impls) {
+            if (!lh_attention_available(impl)) continue;
+            std::vector<double> out(group * stride, 777.0), m(group);
+            uint32_t fin = 9;
+            lh_spec_score_group(kp.data(), p, slots, q.data(), group, scale, out.data(), stride, m.data(), &fin, impl, skip);
+            for (uint32_t hh = 0; hh < group; ++hh) {
+              double want_max = -INFINITY;
+              for (uint32_t j = 0; j < slots; ++j) {
+                const double a = out[hh * stride + j], b = ref[hh * stride + j];
+                if (static_cast<int32_t>(j) == skip) {
+                  bad_skip += a == -INFINITY ? 0 : 1;
+                  continue;
+                }
+                bad_bits += std::memcmp(&a, &b, sizeof a) == 0 ? 0 : 1;
+                want_max = std::max(want_max, b);
+              }
+              for (size_t j = slots; j < stride; ++j) bad_skip += out[hh * stride + j] == 777.0 ? 0 : 1;
+              bad_max += m[hh] == want_max ? 0 : 1;
+            }
+            bad_finite += fin == 1 ? 0 : 1;
+          }
+        }
+  check(bad_bits == 0 && bad_skip == 0 && bad_max == 0 && bad_finite == 0,
+        "speculator kernels: the skipped slot (NaN keys) scores -inf and the lanes past the slots (NaN) are left out; "
+        "every other score == the reference bit for bit, max and finiteness over the rest",
+        "%d bits, %d skip/guard, %d max, %d finite of %d runs", bad_bits, bad_skip, bad_max, bad_finite, runs);
+}
+
+// lh_kv_pool_note_job == note_selected per list + age on the slots it may touch, and leaves alone the
+// counters of the reserved victim and of slots >= len (what append() writes meanwhile).
+void test_kv_note_job() {
+  const uint32_t L = 1, H = 2, D = 4, P = 2;
+  lh_kv_pool_config cfg{0, L, H, D, LH_KV_F16, P, 1, 1, 2, 3};  // sinks 1, recent 2, age every 3 steps
+  cfg.budget_bytes = 1 << 16;
+  lh_kv_pool a, b;
+  if (lh_kv_pool_init(&a, &cfg) != LH_OK || lh_kv_pool_init(&b, &cfg) != LH_OK) {
+    check(false, "eviction: note_job pools", "init failed");
+    return;
+  }
+  Rng rng(77);
+  std::vector<float> k(H * D), v(H * D);
+  const uint32_t len = 40;
+  for (uint32_t t = 0; t < len; ++t) {
+    for (auto& x : k) x = rng.normal();
+    for (auto& x : v) x = rng.normal();
+    lh_kv_pool_append(&a, 0, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
+    lh_kv_pool_append(&b, 0, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
+  }
+  const uint32_t n = 6;
+  const int32_t reserved = 11;
+  int bad = 0;
+  for (uint32_t step = 0; step < 7; ++step) {
+    std::vector<int32_t> sel(static_cast<size_t>(H) * 8);  // (kv_head, stride 8)
+    for (uint32_t g = 0; g < H; ++g)
+      for (uint32_t r = 0; r < n; ++r) sel[g * 8 + r] = static_cast<int32_t>((step * 5 + g * 3 + r * 7) % len);
+    // what append() would do meanwhile: the slot past len and the victim get written (poison them)
+    b.counter[len] = 1000 + step;
+    b.counter[reserved] = 2000 + step;
+    bad += lh_kv_pool_note_job(&b, 0, len, reserved, sel.data(), 8, H, n) == LH_OK ? 0 : 1;
+    for (uint32_t g = 0; g < H; ++g) {
+      std::vector<int32_t> list(sel.begin() + g * 8, sel.begin() + g * 8 + n);
+      list.erase(std::remove(list.begin(), list.end(), reserved), list.end());
+      lh_kv_pool_note_selected(&a, 0, list.data(), static_cast<uint32_t>(list.size()));
+    }
+    const uint32_t keep = a.counter[reserved];
+    lh_kv_pool_age(&a, 0);
+    a.counter[reserved] = keep;  // untouched by note_job
+    for (uint32_t s = 0; s < len; ++s) bad += s == static_cast<uint32_t>(reserved) || a.counter[s] == b.counter[s] ? 0 : 1;
+    bad += b.counter[len] == 1000 + step && b.counter[reserved] == 2000 + step ? 0 : 1;
+    b.counter[reserved] = a.counter[reserved];
+  }
+  check(bad == 0 && lh_kv_pool_note_job(&b, 0, a.capacity + 1, -1, &reserved, 1, 1, 1) == LH_BAD_ARGUMENT &&
+            lh_kv_pool_note_job(&b, 1, len, -1, &reserved, 1, 1, 1) == LH_BAD_ARGUMENT &&
+            lh_kv_pool_note_job(&b, 0, len, -1, nullptr, 1, 1, 1) == LH_BAD_ARGUMENT,
+        "eviction: the speculator's note_job == note_selected per KV head + age, leaving the victim and slots >= len alone; "
+        "bad arguments refused",
+        "%d differ", bad);
+  lh_kv_pool_free(&a);
+  lh_kv_pool_free(&b);
+}
+
 // The speculator's selection (per-group scoring, top ⌊cap·N⌋ per group, then top n) == lh_infinigen_select
 // on the same q̃ and partial keys: same n, same slots (ties -> lower slot), GQA 1/2/4/8, odd lengths,
 // quantised ties, cap 1, tiny caps, and an evicting pool (candidate masks, reused slots).
@@ -2509,6 +2618,8 @@ int main(int argc, char** argv) {
   test_speculator();
   test_speculator_reuse();
   test_spec_score_kernels();
+  test_spec_score_skip();
+  test_kv_note_job();
   test_speculator_select_exact();
   test_attention_slots();
   test_attention_slots_in_place();
