@@ -35,6 +35,7 @@
         "src/policy_select.cc",
         "src/row_gather.cc",
         "src/skew_energy.cc",
+        "src/heap_trim.cc",
         "src/reference/attention_ref.cc",
         "src/reference/infinigen_ref.cc",
       ],

@@ -83,9 +83,19 @@ export declare function repackGguf(ggmlType: number, raw: Uint8Array, n: number,
  * mapped on their own and return to the system when freed. glibc's default raises the threshold
  * after each such free, so weight-sized blocks that onnxruntime frees after prepacking (and the
  * activations of a prefill chunk) stay in the heap: measured 13 MiB more per 56 MiB layer session.
- * Process-wide; returns false (doing nothing) where the C library is not glibc.
+ * Process-wide; returns false (doing nothing) where the C library is not glibc. The runner no longer
+ * sets it (every large allocation then maps fresh pages: slower loads and prefill); see mallocTrim.
  */
 export declare function setMallocMmapThreshold(bytes: number): boolean;
+
+/**
+ * glibc's malloc_trim(0): every free block of the heaps (not only their tops) goes back to the
+ * system. The runner calls it after each stage's session is created, so the weights onnxruntime
+ * frees after prepacking leave RSS while glibc keeps its default, adaptive mmap threshold (large
+ * activations reused from the heap rather than mapped afresh every run). True if memory was
+ * released; false where none was or the C library is not glibc.
+ */
+export declare function mallocTrim(): boolean;
 
 export interface KvPoolOptions {
   /** Upper bound for the pool's one allocation, in bytes (integer, >= one token's bytes). */

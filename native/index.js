@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 12;
+const ABI_VERSION = 13;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -108,6 +108,11 @@ export function repackGguf(ggmlType, raw, n, k, threads) {
 /** Fixes glibc's mmap threshold at `bytes` (see index.d.ts); false where the C library is not glibc. */
 export function setMallocMmapThreshold(bytes) {
   return loadAddon().setMallocMmapThreshold(bytes);
+}
+
+/** glibc's malloc_trim(0): free heap memory back to the system (see index.d.ts); false elsewhere or when none was. */
+export function mallocTrim() {
+  return loadAddon().mallocTrim();
 }
 
 /** Creates the KV pool: one allocation of at most `budgetBytes`; see index.d.ts. */

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { NativeError as CommonNativeError } from '../app/common/errors.ts';
 import type { KvPool } from './index.js';
-import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attentionKernel, createKvPool, loadAddon, mapFile, measureReadBandwidth, setMallocMmapThreshold } from './index.js';
+import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attentionKernel, createKvPool, loadAddon, mapFile, mallocTrim, measureReadBandwidth, setMallocMmapThreshold } from './index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'longhand-native-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -43,7 +43,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(12);
+    expect(binding.abiVersion).toBe(13);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -415,6 +415,15 @@ describe('setMallocMmapThreshold', () => {
     expect(setMallocMmapThreshold(1 << 20)).toBe(glibc);
     expectNativeError(() => setMallocMmapThreshold(100), 'NATIVE_BAD_ARGUMENT');
     expectNativeError(() => setMallocMmapThreshold(64 * 2 ** 20), 'NATIVE_BAD_ARGUMENT');
+  });
+});
+
+describe('mallocTrim', () => {
+  it('answers whether glibc released memory: a boolean, false off glibc (the RSS effect: native_tests heap trim)', () => {
+    const glibc = process.platform === 'linux' && (process.report.getReport() as { header?: { glibcVersionRuntime?: string } }).header?.glibcVersionRuntime !== undefined;
+    const released = mallocTrim();
+    expect(typeof released).toBe('boolean');
+    if (!glibc) expect(released).toBe(false);
   });
 });
 

@@ -27,6 +27,7 @@
 #include "attention.h"
 #include "bandwidth.h"
 #include "gguf_repack.h"
+#include "heap_trim.h"
 #include "infinigen.h"
 #include "kv_pool.h"
 #include "mapped_file.h"
@@ -39,7 +40,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 12;
+constexpr int kAbiVersion = 13;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -1116,6 +1117,12 @@ Napi::Value SetMallocMmapThreshold(const Napi::CallbackInfo& info) {
   });
 }
 
+// mallocTrim() -> whether the C library gave free heap memory back (heap_trim.h).
+Napi::Value MallocTrim(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value { return Napi::Boolean::New(env, lh_heap_trim() == 1); });
+}
+
 // repackGguf(ggmlType, raw: Uint8Array, n, k, threads)
 //   -> { bits, blockSize, b: Uint8Array, scales: Float32Array, zeroPoints: Uint8Array | null, mins: Float32Array | null }
 // The outputs are new V8-owned arrays (see gguf_repack.h for their layout).
@@ -1466,6 +1473,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("snapkvCompress", Napi::Function::New(env, SnapkvCompress, "snapkvCompress"));
   exports.Set("repackGguf", Napi::Function::New(env, RepackGguf, "repackGguf"));
   exports.Set("setMallocMmapThreshold", Napi::Function::New(env, SetMallocMmapThreshold, "setMallocMmapThreshold"));
+  exports.Set("mallocTrim", Napi::Function::New(env, MallocTrim, "mallocTrim"));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   if (test_faults_enabled()) exports.Set("testFault", Napi::Function::New(env, TestFault, "testFault"));

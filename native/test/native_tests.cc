@@ -22,6 +22,7 @@
 
 #include "../src/attention.h"
 #include "../src/fp16.h"
+#include "../src/heap_trim.h"
 #include "../src/infinigen.h"
 #include "../src/infinigen_score.h"
 #include "../src/kv_pool.h"
@@ -1234,6 +1235,31 @@ void test_spec_score_skip() {
         "speculator kernels: the skipped slot (NaN keys) scores -inf and the lanes past the slots (NaN) are left out; "
         "every other score == the reference bit for bit, max and finiteness over the rest",
         "%d bits, %d skip/guard, %d max, %d finite of %d runs", bad_bits, bad_skip, bad_max, bad_finite, runs);
+}
+
+// lh_heap_trim gives freed heap blocks back: 512 blocks of 64 KiB (under glibc's mmap threshold, so
+// from the heap), touched, then all freed but the last (it pins the heap's top, so free() cannot
+// shrink the heap by itself): RSS must fall by at least half of the 32 MiB after the trim. Skipped
+// under the sanitizers (their allocators are not glibc's heap) and off glibc.
+void test_heap_trim() {
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  constexpr size_t kBlock = 64 * 1024, kBlocks = 512;
+  std::vector<char*> blocks(kBlocks);
+  for (auto& b : blocks) {
+    b = static_cast<char*>(std::malloc(kBlock));
+    if (b != nullptr) std::memset(b, 1, kBlock);
+  }
+  for (size_t i = 0; i + 1 < kBlocks; ++i) std::free(blocks[i]);
+  const uint64_t before = lh_resident_bytes();
+  const int released = lh_heap_trim();
+  const uint64_t after = lh_resident_bytes();
+  std::free(blocks[kBlocks - 1]);
+  check(released == 1 && before > after && before - after >= kBlocks * kBlock / 2,
+        "heap trim: 32 MiB of freed heap blocks below a live one leave RSS after lh_heap_trim",
+        "released %d, RSS %llu -> %llu bytes", released, (unsigned long long)before, (unsigned long long)after);
+#else
+  std::printf("skip  heap trim: the sanitizers' allocators are not glibc's heap (or not glibc)\n");
+#endif
 }
 
 // lh_kv_pool_note_job == note_selected per list + age on the slots it may touch, and leaves alone the
@@ -2620,6 +2646,7 @@ int main(int argc, char** argv) {
   test_spec_score_kernels();
   test_spec_score_skip();
   test_kv_note_job();
+  test_heap_trim();
   test_speculator_select_exact();
   test_attention_slots();
   test_attention_slots_in_place();

@@ -93,8 +93,9 @@ export class OffloadAttention {
     const everySlot = new Array<number>(pool.layers).fill(pool.capacityTokens);
     const rows = new RowBuffer(pool, mode === 'graph' ? everySlot : (o.initialRowsPerHead ?? everySlot), mode);
     // an arena: attention's intermediates (the gathered rows cast to fp32: tens of MiB at 16K) have the
-    // same sizes from step to step; without one each run maps fresh pages (the runner fixes glibc's mmap
-    // threshold at 1 MiB) and faults them in: 45 -> 23 ms per layer at 16,384 rows x 4 KV heads
+    // same sizes from step to step; without one each run could map fresh pages and fault them in
+    // (measured while the runner fixed glibc's mmap threshold at 1 MiB: 45 -> 23 ms per layer at
+    // 16,384 rows x 4 KV heads)
     const sessionOpts = { intraOpThreads: o.threads, cpuMemArena: true, ...(o.providers ? { executionProviders: o.providers } : {}) };
     const session = await AttentionSession.create({ heads: o.heads, kvHeads: pool.kvHeads, headDim: pool.headDim, rowType: rows.rowType }, q, out, sessionOpts);
     let update: RowUpdateSession | undefined;
