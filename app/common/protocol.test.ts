@@ -45,4 +45,11 @@ describe('engine protocol', () => {
     expect(() => parseEngineEvent({ kind: 'error', requestId: 'g', error: { code: 'NOT_A_CODE', message: 'x' } })).toThrow(/error\.code/);
     expect(() => parseEngineEvent({ kind: 'done', requestId: 'g', stopReason: 'tired', promptTokens: 1, completionTokens: 0, timings: {} })).toThrow(/stopReason/);
   });
+
+  it('load progress: done of total stages, never more than total', () => {
+    expect(parseEngineEvent({ kind: 'loadProgress', requestId: 'l', done: 0, total: 17 })).toMatchObject({ done: 0, total: 17 });
+    expect(parseEngineEvent({ kind: 'loadProgress', requestId: 'l', done: 17, total: 17 })).toMatchObject({ done: 17 });
+    expect(() => parseEngineEvent({ kind: 'loadProgress', requestId: 'l', done: 18, total: 17 })).toThrow(/done must not exceed total/);
+    expect(() => parseEngineEvent({ kind: 'loadProgress', requestId: 'l', done: 1, total: 0 })).toThrow(/total/);
+  });
 });

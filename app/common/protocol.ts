@@ -368,7 +368,9 @@ export type StepMetrics = z.infer<typeof StepMetricsSchema>;
 export const EngineEventSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('ready'), protocol: z.literal(PROTOCOL_VERSION), pid: z.int() }),
   /** While a load runs: `done` of `total` stages of the forward pass built (weights repacked, onnxruntime session made). */
-  z.strictObject({ kind: z.literal('loadProgress'), requestId, done: z.int().nonnegative(), total: z.int().positive() }),
+  z
+    .strictObject({ kind: z.literal('loadProgress'), requestId, done: z.int().nonnegative(), total: z.int().positive() })
+    .refine((e) => e.done <= e.total, { message: 'done must not exceed total', path: ['done'] }),
   z.strictObject({ kind: z.literal('loaded'), requestId, model: ModelInfoSchema }),
   z.strictObject({ kind: z.literal('unloaded'), requestId }),
   z.strictObject({ kind: z.literal('tokenized'), requestId, ids: z.array(tokenId) }),
