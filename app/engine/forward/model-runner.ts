@@ -873,7 +873,8 @@ class Runner implements ModelRunner {
           if (measure) probe.measure(this.pool, l, q, this.heads, this.selectionLists(l));
         } else {
           await off.attendAll(l, q, attn);
-          if (sparse) stepLayers.push({ ...this.denseLayerStats(l, p0), bytes: off.lastLayer()!.crossedBytes, hits: off.lastLayer()!.hits, misses: off.lastLayer()!.misses });
+          const mine = off.lastLayer()!;
+          if (sparse) stepLayers.push({ ...this.denseLayerStats(l, p0), bytes: mine.crossedBytes, hits: mine.hits, misses: mine.misses });
         }
       } else if (sparse && l >= dense) {
         spec.attend(l, q, attn);
