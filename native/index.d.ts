@@ -230,9 +230,11 @@ export declare function attendReference(pool: KvPool, layer: number, q: Float32A
 /**
  * Causal (prefill) attention: q is fp32 [T * heads * headDim] for the layer's last T tokens (appended
  * already), out the same size (not sharing memory with q). Query i attends every slot up to and
- * including its own: slots 0 .. length(layer) − T + i. T = 1 is exactly attend().
+ * including its own: slots 0 .. length(layer) − T + i. T = 1 is exactly attend(). `threads` (1..64,
+ * default 1): the queries are spread over that many threads (query i on thread i % threads; the
+ * calling thread is one of them), with the same result bit for bit.
  */
-export declare function attendCausal(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
+export declare function attendCausal(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, threads?: number): void;
 
 /** attendCausal() computed by the scalar C++ reference. */
 export declare function attendCausalReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;

@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 13;
+const ABI_VERSION = 14;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -135,8 +135,8 @@ export function attendReference(pool, layer, q, heads, out) {
  * Causal attention of a chunk's T query tokens (q: T * heads * headDim) over `layer`, whose last T
  * tokens are the chunk's own (append them first): query i sees every token up to and including its own.
  */
-export function attendCausal(pool, layer, q, heads, out) {
-  loadAddon().attendCausal(pool, layer, q, heads, out);
+export function attendCausal(pool, layer, q, heads, out, threads) {
+  loadAddon().attendCausal(pool, layer, q, heads, out, threads);
 }
 
 /** Same as attendCausal(), computed by the scalar C++ reference kernel. */

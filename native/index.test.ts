@@ -43,7 +43,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(13);
+    expect(binding.abiVersion).toBe(14);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -402,6 +402,14 @@ describe('fp32 rows, batch append, truncate, causal attention', () => {
       const last = new Float32Array(heads * headDim);
       attend(pool, 0, q.subarray((T - 1) * heads * headDim), heads, last);
       expect(Array.from(out.subarray((T - 1) * heads * headDim))).toEqual(Array.from(last));
+      // over 2 and 4 threads: the same floats bit for bit
+      for (const threads of [2, 4]) {
+        const spread = new Float32Array(q.length);
+        attendCausal(pool, 0, q, heads, spread, threads);
+        expect(Buffer.from(spread.buffer).equals(Buffer.from(out.buffer))).toBe(true);
+      }
+      expectNativeError(() => attendCausal(pool, 0, q, heads, out, 0), 'NATIVE_BAD_ARGUMENT');
+      expectNativeError(() => attendCausal(pool, 0, q, heads, out, 65), 'NATIVE_BAD_ARGUMENT');
       expectNativeError(() => attendCausal(pool, 0, randomArray(21 * heads * headDim, 1), heads, new Float32Array(21 * heads * headDim)), 'NATIVE_BAD_ARGUMENT');
       expectNativeError(() => attendCausal(pool, 0, q, heads, new Float32Array(q.length - 1)), 'NATIVE_BAD_ARGUMENT');
       pool.free();

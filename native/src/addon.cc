@@ -40,7 +40,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 13;
+constexpr int kAbiVersion = 14;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -765,11 +765,15 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
     a.k_scale = lh_kv_pool_k_scales(p, layer);  // int8: (kv_head, capacity); null otherwise
     a.v_scale = lh_kv_pool_v_scales(p, layer);
     const uint32_t queries = static_cast<uint32_t>(n / width);
+    // attendCausal's optional 6th argument: threads for the chunk's queries (default 1)
+    const uint32_t threads = kind == AttendKind::kCausal && info.Length() > 5 && !info[5].IsUndefined()
+                                 ? u32_arg(env, info[5], "threads", 1, LH_MAX_ATTENTION_THREADS)
+                                 : 1;
     lh_status st = LH_INTERNAL;
     switch (kind) {
       case AttendKind::kDecode: st = lh_attention_decode(&a); break;
       case AttendKind::kDecodeRef: st = lh_attention_decode_ref(&a); break;
-      case AttendKind::kCausal: st = lh_attention_prefill(&a, queries); break;
+      case AttendKind::kCausal: st = lh_attention_prefill_threads(&a, queries, threads); break;
       case AttendKind::kCausalRef: st = lh_attention_prefill_ref(&a, queries); break;
     }
     if (st == LH_BAD_ARGUMENT) fail(env, st, "attend: q and out must not share memory");

@@ -4,6 +4,8 @@
 // selected at run time by cpuid. The scalar reference is reference/attention_ref.cc.
 #include "attention.h"
 
+#include <pthread.h>
+
 #include <cmath>
 #include <type_traits>
 
@@ -330,13 +332,12 @@ lh_status lh_attention_decode(const lh_attention_args* a, lh_attention_impl impl
 // Causal prefill as one decode per chunk token over its own prefix: each query reads rows
 // 0 .. tokens - queries + i. A query's K/V tiles stay hot in cache for the next query, whose
 // prefix is one row longer.
-lh_status lh_attention_prefill(const lh_attention_args* a, uint32_t queries, lh_attention_impl impl) {
-  const lh_status st = check_queries(a, queries);
-  if (st != LH_OK) return st;
-  if (!lh_attention_available(impl)) return LH_BAD_ARGUMENT;
+namespace {
+// Queries first, first + step, ... of a checked prefill: each one the decode of its own prefix.
+void prefill_queries(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step, lh_attention_impl impl) {
   const size_t width = static_cast<size_t>(a->heads) * a->head_dim;  // floats per query token
   lh_attention_args one = *a;
-  for (uint32_t i = 0; i < queries; ++i) {
+  for (uint32_t i = first; i < queries; i += step) {
     one.q = a->q + i * width;
     one.out = a->out + i * width;
     one.tokens = a->tokens - queries + i + 1;
@@ -347,6 +348,42 @@ lh_status lh_attention_prefill(const lh_attention_args* a, uint32_t queries, lh_
     }
 #endif
     run_portable(&one);
+  }
+}
+
+struct PrefillShare {
+  const lh_attention_args* a;
+  uint32_t queries, first, step;
+  lh_attention_impl impl;
+};
+
+void* prefill_share_main(void* arg) {
+  const PrefillShare* s = static_cast<const PrefillShare*>(arg);
+  prefill_queries(s->a, s->queries, s->first, s->step, s->impl);
+  return nullptr;
+}
+}  // namespace
+
+lh_status lh_attention_prefill(const lh_attention_args* a, uint32_t queries, lh_attention_impl impl) {
+  return lh_attention_prefill_threads(a, queries, 1, impl);
+}
+
+lh_status lh_attention_prefill_threads(const lh_attention_args* a, uint32_t queries, uint32_t threads, lh_attention_impl impl) {
+  const lh_status st = check_queries(a, queries);
+  if (st != LH_OK) return st;
+  if (!lh_attention_available(impl) || threads == 0 || threads > LH_MAX_ATTENTION_THREADS) return LH_BAD_ARGUMENT;
+  const uint32_t used = threads < queries ? threads : queries;
+  PrefillShare shares[LH_MAX_ATTENTION_THREADS];
+  pthread_t ids[LH_MAX_ATTENTION_THREADS];
+  bool started[LH_MAX_ATTENTION_THREADS] = {};
+  for (uint32_t t = 1; t < used; ++t) {
+    shares[t] = PrefillShare{a, queries, t, used, impl};
+    started[t] = pthread_create(&ids[t], nullptr, prefill_share_main, &shares[t]) == 0;
+  }
+  prefill_queries(a, queries, 0, used, impl);
+  for (uint32_t t = 1; t < used; ++t) {
+    if (started[t]) pthread_join(ids[t], nullptr);
+    else prefill_queries(a, queries, t, used, impl);  // no thread to be had: this thread does its share
   }
   return LH_OK;
 }

@@ -78,6 +78,14 @@ lh_status lh_attention_check(const lh_attention_args* args);
 // would compute for that token alone. 1 <= queries <= tokens. Same validation (for the
 // (queries, heads, head_dim) extents of q and out) and the same non-finite rules per query.
 lh_status lh_attention_prefill(const lh_attention_args* args, uint32_t queries, lh_attention_impl impl = LH_ATTN_AUTO);
+// lh_attention_prefill with the queries spread over `threads` threads (the caller's plus threads − 1
+// started for the call): query i runs on thread i % threads, so the causal triangle's long and short
+// rows are shared evenly. Each query is computed exactly as lh_attention_prefill computes it (same
+// kernel, same rows, its own output block), so the result is bit-identical for any thread count.
+// threads 1..LH_MAX_ATTENTION_THREADS (more than queries: the extra ones get nothing).
+constexpr uint32_t LH_MAX_ATTENTION_THREADS = 64;
+lh_status lh_attention_prefill_threads(const lh_attention_args* args, uint32_t queries, uint32_t threads,
+                                       lh_attention_impl impl = LH_ATTN_AUTO);
 lh_status lh_attention_prefill_ref(const lh_attention_args* args, uint32_t queries);
 lh_status lh_attention_prefill_check(const lh_attention_args* args, uint32_t queries);
 

@@ -726,7 +726,7 @@ void test_attention_prefill(lh_attention_impl impl) {
   const Shape shapes[] = {{1, 1, 1, 1, 8},  {7, 7, 2, 4, 12},  {40, 33, 2, 2, 64}, {100, 1, 1, 8, 64},
                           {64, 64, 4, 1, 128}, {300, 37, 2, 4, 8}, {33, 32, 1, 2, 1},  {129, 100, 2, 1, 24}};
   Rng rng(77);
-  int bad = 0, bad_guard = 0, cases = 0;
+  int bad = 0, bad_guard = 0, cases = 0, bad_threads = 0, bad_thread_args = 0;
   double worst = 0;
   char first[160] = "";
   for (const uint32_t type : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32)})
@@ -771,6 +771,14 @@ void test_attention_prefill(lh_attention_impl impl) {
       }
       const Diff df = compare(oo.data() + kGuard, orr.data() + kGuard, n, kAtol, kRtol);
       const bool same_as_decode = std::memcmp(oo.data(), od.data(), od.size() * sizeof(float)) == 0;
+      // the same prefill over 2, 3 and 7 threads (more threads than queries included): bit for bit
+      for (const uint32_t threads : {2u, 3u, 7u}) {
+        std::vector<float> ot(n + 2 * kGuard, kCanary);
+        lh_attention_args at = a;
+        at.out = ot.data() + kGuard;
+        const lh_status s = lh_attention_prefill_threads(&at, Q, threads, impl);
+        bad_threads += s == LH_OK && std::memcmp(ot.data(), oo.data(), ot.size() * sizeof(float)) == 0 ? 0 : 1;
+      }
       worst = df.nmse > worst ? df.nmse : worst;
       ++cases;
       if (!Case::guards_ok(oo) || !Case::guards_ok(orr)) ++bad_guard;
@@ -786,6 +794,17 @@ void test_attention_prefill(lh_attention_impl impl) {
   std::printf("      worst NMSE %.3e\n", worst);
   std::snprintf(name, sizeof name, "attention prefill %s: guard bytes untouched", lh_attention_impl_name(impl));
   check(bad_guard == 0, name, "%d cases wrote outside their output", bad_guard);
+  {
+    Case c(9, 4, 2, 8, rng);
+    std::vector<float> q(3 * 4 * 8, 0.5f), o(q.size() + 2 * kGuard);
+    lh_attention_args a = c.args(o);
+    a.q = q.data();
+    bad_thread_args += lh_attention_prefill_threads(&a, 3, 0, impl) == LH_BAD_ARGUMENT ? 0 : 1;
+    bad_thread_args += lh_attention_prefill_threads(&a, 3, LH_MAX_ATTENTION_THREADS + 1, impl) == LH_BAD_ARGUMENT ? 0 : 1;
+  }
+  std::snprintf(name, sizeof name, "attention prefill %s over 2/3/7 threads == one thread bit for bit (guards too); 0 or too many threads refused",
+                lh_attention_impl_name(impl));
+  check(bad_threads == 0 && bad_thread_args == 0, name, "%d differ, %d bad-argument cases accepted", bad_threads, bad_thread_args);
 }
 
 // Non-finite parity for prefill: a NaN in one key row poisons exactly the queries that see it.

@@ -46,7 +46,7 @@ import { ModelWeights, type AccuracyLevel } from './weights.ts';
 import { OffloadAttention, type OffloadStepStats } from './offload-attention.ts';
 
 export interface ModelRunnerOptions {
-  /** onnxruntime intra-op threads (default 1). Attention runs on the calling thread. */
+  /** onnxruntime intra-op threads (default 1); prefill attention spreads its queries over as many. */
   threads?: number;
   /** Tokens the cache holds (default: the model's context, at most 4096). */
   contextLength?: number;
@@ -209,6 +209,8 @@ export interface ModelRunner extends TokenRunner {
 }
 
 const DEFAULT_MAX_CONTEXT = 4096;
+/** attendCausal's most threads (native LH_MAX_ATTENTION_THREADS) */
+const MAX_ATTENTION_THREADS = 64;
 
 function ggufEosIds(model: LoadedModel): number[] {
   if (model.tokenizer.kind !== 'gguf') return [];
@@ -310,6 +312,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     contextLength,
     prefillChunk,
     kvType,
+    threads,
     graphWeightBytes,
     eosIds: options.eosIds ?? ggufEosIds(model),
     speculates,
@@ -326,6 +329,8 @@ interface RunnerConfig {
   contextLength: number;
   prefillChunk: number;
   kvType: KvType;
+  /** onnxruntime's intra-op threads; prefill attention uses as many (between the graphs, the cores are idle) */
+  threads: number;
   graphWeightBytes: number;
   eosIds: readonly number[];
   /** the stage graphs' speculateNext flags (what a policy switch must match to keep the sessions) */
@@ -893,7 +898,7 @@ class Runner implements ModelRunner {
         const zero = { speculationMs: 0, gatherMs: 0, waitMs: 0, attentionMs: 0 };
         stepLayers.push({ layer: l, dense: false, selected, candidates, fetchRatio: candidates > 0 ? selected / candidates : 0, bytes: misses * 2 * rowBytes, hits, misses, ...zero });
       } else {
-        attendCausal(this.pool, l, q, this.heads, attn);
+        attendCausal(this.pool, l, q, this.heads, attn, T > 1 ? Math.min(this.cfg.threads, MAX_ATTENTION_THREADS) : 1);
         if (sparse || spStep) stepLayers.push(this.denseLayerStats(l, p0));
         else if (sp && l >= sp.settings.denseLayers) sp.observePrefill(l, q, p0, T);
       }
