@@ -418,6 +418,8 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('error'), requestId: z.string(), error: ErrorPayloadSchema }),
 ]);
 export type EngineEvent = z.infer<typeof EngineEventSchema>;
+/** A load's progress as every layer passes it on: `done` of `total` stages of the forward pass built. */
+export type LoadProgress = Pick<Extract<EngineEvent, { kind: 'loadProgress' }>, 'done' | 'total'>;
 
 /** Messages that cross a process boundary are parsed here; a bad one names its first problem. */
 export function parseEngineRequest(message: unknown): EngineRequest {

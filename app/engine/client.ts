@@ -13,6 +13,7 @@ import {
   type ErrorPayload,
   type GenerateParamsInput,
   type LoadOptionsInput,
+  type LoadProgress,
   type ModelInfo,
   type Prompt,
   type SessionFileRequest,
@@ -155,7 +156,7 @@ export class EngineClient {
   }
 
   /** `onProgress`: the host's loadProgress events (stages of the forward pass built so far). */
-  async load(options: LoadOptionsInput, onProgress?: (progress: { done: number; total: number }) => void): Promise<ModelInfo> {
+  async load(options: LoadOptionsInput, onProgress?: (progress: LoadProgress) => void): Promise<ModelInfo> {
     return (await this.call({ kind: 'load', requestId: randomUUID(), options }, 'loaded', onProgress && (({ done, total }) => onProgress({ done, total })))).model;
   }
 

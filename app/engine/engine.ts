@@ -19,7 +19,7 @@ import { existsSync } from 'node:fs';
 import { availableParallelism, homedir } from 'node:os';
 import { basename, join } from 'node:path';
 import { isLonghandError, LonghandError, UsageError } from '../common/errors.ts';
-import type { CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
+import type { CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, LoadProgress, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
 import { CachedSequence } from './forward/cached-sequence.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
 import { SPARSE_POLICIES, sparseSettings } from './forward/sparse-policies.ts';
@@ -269,7 +269,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
   }
 
   return {
-    async load(options: LoadOptions, onProgress?: (progress: { done: number; total: number }) => void): Promise<ModelInfo> {
+    async load(options: LoadOptions, onProgress?: (progress: LoadProgress) => void): Promise<ModelInfo> {
       await unload();
       const started = performance.now();
       const device = await resolveDevice(options.device, log);

@@ -11,7 +11,7 @@
 // until then every engine request fails with that ENGINE_CRASHED (the HTTP API answers 503).
 import { LonghandError } from '../common/errors.ts';
 import { EngineClient, type EngineExit } from '../engine/client.ts';
-import type { EngineEvent, GenerateParams, LoadOptionsInput, ModelInfo, Prompt, SnapshotStatsPayload } from '../common/protocol.ts';
+import type { EngineEvent, GenerateParams, LoadOptionsInput, LoadProgress, ModelInfo, Prompt, SnapshotStatsPayload } from '../common/protocol.ts';
 import type { EngineStatus } from '../common/window-api.ts';
 import { crashStatus, launchFailedStatus } from './crash-status.ts';
 import { ServerMetrics } from './metrics.ts';
@@ -19,8 +19,6 @@ import { EngineQueue } from './queue.ts';
 import { RemoteEngine, type RemoteConfig } from './remote-engine.ts';
 
 export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>;
-/** `done` of `total` stages of the forward pass built, as the host's loadProgress events say. */
-export type LoadProgress = Pick<Extract<EngineEvent, { kind: 'loadProgress' }>, 'done' | 'total'>;
 
 export interface EngineSessionOptions {
   /** Starts a fresh engine process for restart() (default: EngineClient.start() with this process's env). */

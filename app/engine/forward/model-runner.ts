@@ -35,6 +35,7 @@ import { kvRowBytes } from '../model/memory-estimate.ts';
 import { createSession, type EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
+import type { LoadProgress } from '../../common/protocol.ts';
 import { attendCausal, attendSlots, createKvPool, createSpeculator, mallocTrim, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
 import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSequenceState, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
@@ -85,10 +86,7 @@ export interface ModelRunnerOptions {
 }
 
 /** How far createModelRunner is: stages (repacked weights + onnxruntime session) built so far. */
-export interface LoadProgress {
-  done: number;
-  total: number;
-}
+export type { LoadProgress } from '../../common/protocol.ts';
 
 /** The part of ModelRunnerOptions that a policy switch changes. */
 export type RunnerPolicyOptions = Pick<ModelRunnerOptions, 'policy' | 'infinigen' | 'sparse'>;

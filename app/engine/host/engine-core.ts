@@ -1,6 +1,6 @@
 // What the engine host serves: one loaded model, one generation at a time. The host
 // (serve.ts) adds request ids, checks messages and routes cancels; the core does the work.
-import type { EngineEvent, GenerateParams, LoadOptions, ModelInfo, Prompt } from '../../common/protocol.ts';
+import type { EngineEvent, GenerateParams, LoadOptions, LoadProgress, ModelInfo, Prompt } from '../../common/protocol.ts';
 
 type WithoutRequestId<T> = T extends unknown ? Omit<T, 'requestId'> : never;
 
@@ -9,7 +9,7 @@ export type GenerationEvent = WithoutRequestId<Extract<EngineEvent, { kind: 'pro
 
 export interface EngineCore {
   /** `onProgress`: the forward pass's stages built so far (weights repacked + onnxruntime session), after each one. */
-  load(options: LoadOptions, onProgress?: (progress: { done: number; total: number }) => void): Promise<ModelInfo>;
+  load(options: LoadOptions, onProgress?: (progress: LoadProgress) => void): Promise<ModelInfo>;
   unload(): Promise<void>;
   tokenize(text: string, addSpecial: boolean): number[];
   /** Streams prompt → (token | metrics)* → done. Ends with exactly one `done`; never throws after `prompt`. */

@@ -3,15 +3,14 @@
 // (text batched per animation frame, metrics throttled to 10/s), and turns engine errors and
 // crashes into typed EngineErrors. Other views (summarise, cache inspector) subscribe to every
 // generation's raw events and metrics without taking part in them.
-import type { CacheReport, EngineEvent, EngineRequestInput, ModelInfo, Prompt, SnapshotStatsPayload, StepMetrics, StopReason, Timings } from '../../../app/common/protocol.ts';
+import type { CacheReport, EngineEvent, EngineRequestInput, LoadProgress, ModelInfo, Prompt, SnapshotStatsPayload, StepMetrics, StopReason, Timings } from '../../../app/common/protocol.ts';
 import type { EngineStatus, LonghandWindowApi } from '../../../app/common/window-api.ts';
 import { animationFrame, TextBatcher, Throttle, type FrameScheduler } from './schedule.ts';
 
 export type LoadOptionsInput = Extract<EngineRequestInput, { kind: 'load' }>['options'];
 export type GenerateParamsInput = NonNullable<Extract<EngineRequestInput, { kind: 'generate' }>['params']>;
 export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'done' }>;
-/** `done` of `total` stages of the forward pass built while a model loads. */
-export type LoadProgress = Pick<Extract<EngineEvent, { kind: 'loadProgress' }>, 'done' | 'total'>;
+export type { LoadProgress } from '../../../app/common/protocol.ts';
 
 /** A request that failed: `code` is one of app/common/errors.ts ERROR_CODES (or ENGINE_CRASHED). */
 export class EngineError extends Error {
