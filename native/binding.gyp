@@ -36,6 +36,7 @@
         "src/row_gather.cc",
         "src/skew_energy.cc",
         "src/heap_trim.cc",
+        "src/parallel_ranges.cc",
         "src/reference/attention_ref.cc",
         "src/reference/infinigen_ref.cc",
       ],

@@ -232,7 +232,8 @@ export declare function attendReference(pool: KvPool, layer: number, q: Float32A
  * already), out the same size (not sharing memory with q). Query i attends every slot up to and
  * including its own: slots 0 .. length(layer) − T + i. T = 1 is exactly attend(). `threads` (1..64,
  * default 1): the queries are spread over that many threads (query i on thread i % threads; the
- * calling thread is one of them), with the same result bit for bit.
+ * calling thread is one of them), or for T = 1 the KV heads in contiguous ranges (a thread only per
+ * 32,768 (token, query head) pairs: starting one costs ~100 us), with the same result bit for bit.
  */
 export declare function attendCausal(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, threads?: number): void;
 
@@ -245,9 +246,11 @@ export declare function attendCausalReference(pool: KvPool, layer: number, q: Fl
  * gathering them first): KV head g's query heads attend slots[offsets[g] .. offsets[g+1]) of `layer`
  * (each < length(layer); the caller includes the current token). offsets: [kvHeads + 1], starting
  * at 0, strictly increasing (no empty list). Lists holding every slot ascending give exactly attend().
- * q, out: fp32 [heads * headDim], not sharing memory.
+ * q, out: fp32 [heads * headDim], not sharing memory. `threads` (1..64, default 1): the KV heads
+ * split in contiguous ranges over that many threads (a thread only per 32,768 (listed row, query head)
+ * pairs), same bits.
  */
-export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array, heads: number, slots: Int32Array, offsets: Int32Array, out: Float32Array): void;
+export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array, heads: number, slots: Int32Array, offsets: Int32Array, out: Float32Array, threads?: number): void;
 
 /**
  * Scaled attention logits of one query: out [heads, tokens] = q[h]·K[g][t] / sqrt(headDim) for the
@@ -370,7 +373,8 @@ export interface SpeculatorLayerStats {
  */
 export interface Speculator {
   begin(layer: number, qSpec: Float32Array): void;
-  attend(layer: number, q: Float32Array, out: Float32Array): void;
+  /** `threads` (1..64, default 1): the KV heads split over that many threads, same bits */
+  attend(layer: number, q: Float32Array, out: Float32Array, threads?: number): void;
   /** attend() by the scalar reference over the same selected rows, read from the pool */
   attendReference(layer: number, q: Float32Array, out: Float32Array): void;
   /** share of the true softmax mass of q over every slot that the selected set + current token covers (mean over heads) */

@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 14;
+const ABI_VERSION = 15;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -148,8 +148,8 @@ export function attendCausalReference(pool, layer, q, heads, out) {
  * Decode attention over per-KV-head slot lists (the comparison policies): KV head g attends
  * slots[offsets[g] .. offsets[g+1]); see index.d.ts.
  */
-export function attendSlots(pool, layer, q, heads, slots, offsets, out) {
-  loadAddon().attendSlots(pool, layer, q, heads, slots, offsets, out);
+export function attendSlots(pool, layer, q, heads, slots, offsets, out, threads) {
+  loadAddon().attendSlots(pool, layer, q, heads, slots, offsets, out, threads);
 }
 
 /** Scaled attention logits [heads, tokens] of one query against the layer's first `tokens` slots (default all). */

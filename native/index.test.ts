@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { NativeError as CommonNativeError } from '../app/common/errors.ts';
 import type { KvPool } from './index.js';
-import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attentionKernel, createKvPool, loadAddon, mapFile, mallocTrim, measureReadBandwidth, setMallocMmapThreshold } from './index.js';
+import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attendSlots, attentionKernel, createKvPool, loadAddon, mapFile, mallocTrim, measureReadBandwidth, setMallocMmapThreshold } from './index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'longhand-native-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -43,7 +43,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(14);
+    expect(binding.abiVersion).toBe(15);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -415,6 +415,42 @@ describe('fp32 rows, batch append, truncate, causal attention', () => {
       pool.free();
     });
   }
+});
+
+describe('decode attention over threads', () => {
+  it('attendCausal of one query and attendSlots split the KV heads over threads with the same bits (8,000 tokens x 20 heads: big enough to split)', () => {
+    const heads = 20;
+    const kvHeads = 5;
+    const headDim = 32;
+    const T = 8000;
+    const pool = createKvPool({ budgetBytes: 1 << 25, layers: 1, kvHeads, headDim });
+    pool.appendBatch(0, randomArray(T * kvHeads * headDim, 31), randomArray(T * kvHeads * headDim, 32), 0);
+    const q = randomArray(heads * headDim, 33);
+    const one = new Float32Array(q.length);
+    attend(pool, 0, q, heads, one);
+    // every KV head lists a different subset, the last slot always
+    const lists: number[] = [];
+    const offsets = new Int32Array(kvHeads + 1);
+    for (let g = 0; g < kvHeads; g++) {
+      for (let t = 0; t < T; t++) if (t === T - 1 || (t * 7 + g * 13) % (g + 2) !== 0) lists.push(t);
+      offsets[g + 1] = lists.length;
+    }
+    const slots = Int32Array.from(lists);
+    const slotsOne = new Float32Array(q.length);
+    attendSlots(pool, 0, q, heads, slots, offsets, slotsOne);
+    for (const threads of [2, 3, 7]) {
+      const spread = new Float32Array(q.length);
+      attendCausal(pool, 0, q, heads, spread, threads);
+      expect(Buffer.from(spread.buffer).equals(Buffer.from(one.buffer))).toBe(true);
+      const slotsSpread = new Float32Array(q.length);
+      attendSlots(pool, 0, q, heads, slots, offsets, slotsSpread, threads);
+      expect(Buffer.from(slotsSpread.buffer).equals(Buffer.from(slotsOne.buffer))).toBe(true);
+    }
+    expect(Buffer.from(slotsOne.buffer).equals(Buffer.from(one.buffer))).toBe(false); // the lists really are subsets
+    expectNativeError(() => attendSlots(pool, 0, q, heads, slots, offsets, slotsOne, 0), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => attendSlots(pool, 0, q, heads, slots, offsets, slotsOne, 65), 'NATIVE_BAD_ARGUMENT');
+    pool.free();
+  });
 });
 
 describe('setMallocMmapThreshold', () => {

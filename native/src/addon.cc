@@ -40,7 +40,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 14;
+constexpr int kAbiVersion = 15;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -765,7 +765,8 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
     a.k_scale = lh_kv_pool_k_scales(p, layer);  // int8: (kv_head, capacity); null otherwise
     a.v_scale = lh_kv_pool_v_scales(p, layer);
     const uint32_t queries = static_cast<uint32_t>(n / width);
-    // attendCausal's optional 6th argument: threads for the chunk's queries (default 1)
+    // attendCausal's optional 6th argument: threads for the chunk's queries, or for one query's KV
+    // heads (default 1)
     const uint32_t threads = kind == AttendKind::kCausal && info.Length() > 5 && !info[5].IsUndefined()
                                  ? u32_arg(env, info[5], "threads", 1, LH_MAX_ATTENTION_THREADS)
                                  : 1;
@@ -812,9 +813,11 @@ Napi::Value AttendSlots(const Napi::CallbackInfo& info) {
       off[g] = static_cast<uint32_t>(o);
     }
     if (off[0] != 0) fail(env, LH_BAD_ARGUMENT, "offsets[0] must be 0");
+    // optional 8th argument: threads over the KV heads (default 1)
+    const uint32_t threads = info.Length() > 7 && !info[7].IsUndefined() ? u32_arg(env, info[7], "threads", 1, LH_MAX_ATTENTION_THREADS) : 1;
     // the listed rows are read in place (no scratch)
     const lh_status st = lh_attention_slots(p, layer, q.Data(), heads, slots.Data(), off.data(), 1.0f / std::sqrt(static_cast<float>(p->head_dim)),
-                                            out.Data());
+                                            out.Data(), threads);
     if (st != LH_OK) fail(env, st, "attendSlots: a slot outside the layer's tokens, or q and out share memory");
     return env.Undefined();
   });
@@ -1324,7 +1327,9 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
       const uint32_t layer = LayerArg(info[0]);
       const Napi::Float32Array q = f32_arg(env_, info[1], "q", static_cast<size_t>(heads_) * d_);
       Napi::Float32Array out = f32_arg(env_, info[2], "out", static_cast<size_t>(heads_) * d_);
-      const lh_status st = ref ? lh_speculator_attend_ref(sp, layer, q.Data(), out.Data()) : lh_speculator_attend(sp, layer, q.Data(), out.Data());
+      // attend's optional 4th argument: threads over the KV heads (default 1)
+      const uint32_t threads = !ref && info.Length() > 3 && !info[3].IsUndefined() ? u32_arg(env_, info[3], "threads", 1, LH_MAX_ATTENTION_THREADS) : 1;
+      const lh_status st = ref ? lh_speculator_attend_ref(sp, layer, q.Data(), out.Data()) : lh_speculator_attend(sp, layer, q.Data(), out.Data(), threads);
       if (st != LH_OK) fail(env_, st, "speculator.attend(" + std::to_string(layer) + "): no job begun, or not exactly one token appended since begin()");
       return env_.Undefined();
     });

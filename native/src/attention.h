@@ -35,6 +35,7 @@
 #include "status.h"
 
 constexpr uint32_t LH_MAX_HEADS = 4096;
+constexpr uint32_t LH_MAX_ATTENTION_THREADS = 64;  // threads one attention call may use
 
 struct lh_attention_args {
   const float* q;        // (heads, head_dim); prefill: (queries, heads, head_dim)
@@ -64,6 +65,16 @@ enum lh_attention_impl {
 // LH_BAD_ARGUMENT also when `impl` is not available on this CPU.
 lh_status lh_attention_decode(const lh_attention_args* args, lh_attention_impl impl = LH_ATTN_AUTO);
 
+// lh_attention_decode with the KV heads split into contiguous ranges over up to `threads` threads
+// (the caller's plus ones started for the call, parallel_ranges.h); each range runs the same kernel
+// over its heads, so the result is bit-identical for any thread count. Fewer threads are used when
+// the work is small (see lh_attention_decode_threads_used). threads 1..LH_MAX_ATTENTION_THREADS.
+lh_status lh_attention_decode_threads(const lh_attention_args* args, uint32_t threads, lh_attention_impl impl = LH_ATTN_AUTO);
+// How many threads lh_attention_decode_threads uses for these args: min(threads, kv_heads,
+// tokens·heads / LH_ATTENTION_MIN_WORK_PER_THREAD), at least 1 — a thread only for ~300 us of work.
+constexpr uint64_t LH_ATTENTION_MIN_WORK_PER_THREAD = 32768;  // (token, query head) pairs per thread
+uint32_t lh_attention_decode_threads_used(const lh_attention_args* args, uint32_t threads);
+
 // The scalar reference: two passes, plain loops, fp32 math, scalar fp16 conversion, int8 rows
 // dequantised element by element (k_scale * k_i).
 // Lives in reference/attention_ref.cc. Same validation and contract.
@@ -82,8 +93,8 @@ lh_status lh_attention_prefill(const lh_attention_args* args, uint32_t queries, 
 // started for the call): query i runs on thread i % threads, so the causal triangle's long and short
 // rows are shared evenly. Each query is computed exactly as lh_attention_prefill computes it (same
 // kernel, same rows, its own output block), so the result is bit-identical for any thread count.
+// One query (decode) is lh_attention_decode_threads: its KV heads are split instead.
 // threads 1..LH_MAX_ATTENTION_THREADS (more than queries: the extra ones get nothing).
-constexpr uint32_t LH_MAX_ATTENTION_THREADS = 64;
 lh_status lh_attention_prefill_threads(const lh_attention_args* args, uint32_t queries, uint32_t threads,
                                        lh_attention_impl impl = LH_ATTN_AUTO);
 lh_status lh_attention_prefill_ref(const lh_attention_args* args, uint32_t queries);

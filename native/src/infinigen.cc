@@ -834,7 +834,8 @@ lh_status ready_for_attention(lh_speculator* sp, uint32_t layer, const float* q,
 }
 }  // namespace
 
-lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q, float* out) {
+lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q, float* out, uint32_t threads) {
+  if (threads == 0 || threads > LH_MAX_ATTENTION_THREADS) return LH_BAD_ARGUMENT;
   const lh_status st = ready_for_attention(sp, layer, q, out);
   if (st != LH_OK) return st;
   const uint64_t t0 = lh_now_ns();
@@ -863,7 +864,7 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
   a.v_scale = lh_kv_pool_v_scales(sp->pool, layer);
   a.rows = keep_list(sp, layer, 0);
   a.rows_stride = sp->rows;
-  const lh_status done = lh_attention_decode(&a);
+  const lh_status done = lh_attention_decode_threads(&a, threads);
   sp->stats[layer].attn_ns = lh_now_ns() - t0;
   return done;
 }

@@ -98,7 +98,8 @@ lh_status lh_speculator_begin(lh_speculator* sp, uint32_t layer, const float* q_
 // Waits for every queued job.
 void lh_speculator_drain(lh_speculator* sp);
 // Waits for layer's job, then attention over [staged rows, the layer's last slot]; q, out (heads, head_dim).
-lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q, float* out);
+// threads 1..64: the KV heads split as lh_attention_decode_threads does (same bits for any count).
+lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q, float* out, uint32_t threads = 1);
 // Same attention by the scalar reference, reading the selected rows straight from the pool.
 lh_status lh_speculator_attend_ref(lh_speculator* sp, uint32_t layer, const float* q, float* out);
 // Share of layer's true softmax mass (query q over every slot, current token included) that the

@@ -5,6 +5,7 @@
 
 #include "attention.h"
 #include "fp16.h"
+#include "parallel_ranges.h"
 
 namespace {
 
@@ -14,10 +15,57 @@ bool shape_ok(const lh_kv_pool* pool, uint32_t layer, uint32_t heads) {
 
 }  // namespace
 
+namespace {
+// One call of lh_attention_slots: what every KV head's decode reads.
+struct SlotsCall {
+  const lh_kv_pool* pool;
+  uint32_t layer, group;
+  const float* q;
+  const int32_t* slots;
+  const uint32_t* offsets;
+  float scale;
+  float* out;
+};
+
+// KV head g alone: its rows (capacity, head_dim) in place, its list as the row list.
+lh_attention_args head_args(const SlotsCall& c, uint32_t g) {
+  const lh_kv_pool* pool = c.pool;
+  const size_t d = pool->head_dim, eb = pool->elem_bytes, stride = lh_kv_pool_head_stride(pool);
+  const float* k_scales = lh_kv_pool_k_scales(pool, c.layer);  // int8: (kv_head, capacity); else null
+  const float* v_scales = lh_kv_pool_v_scales(pool, c.layer);
+  lh_attention_args a{};
+  a.q = c.q + static_cast<size_t>(g) * c.group * d;
+  a.k = static_cast<const uint8_t*>(lh_kv_pool_k_rows(pool, c.layer)) + g * stride * eb;
+  a.v = static_cast<const uint8_t*>(lh_kv_pool_v_rows(pool, c.layer)) + g * stride * eb;
+  a.out = c.out + static_cast<size_t>(g) * c.group * d;
+  a.head_stride = stride;
+  a.tokens = c.offsets[g + 1] - c.offsets[g];
+  a.heads = c.group;
+  a.kv_heads = 1;
+  a.head_dim = pool->head_dim;
+  a.scale = c.scale;
+  a.kv_type = pool->kv_type;
+  a.rows = c.slots + c.offsets[g];
+  a.rows_stride = a.tokens;
+  a.k_scale = k_scales != nullptr ? k_scales + static_cast<size_t>(g) * pool->capacity : nullptr;  // (capacity), indexed like the rows
+  a.v_scale = v_scales != nullptr ? v_scales + static_cast<size_t>(g) * pool->capacity : nullptr;
+  return a;
+}
+
+void attend_heads(void* ctx, uint32_t g0, uint32_t g1) {
+  const SlotsCall* c = static_cast<const SlotsCall*>(ctx);
+  for (uint32_t g = g0; g < g1; ++g) {
+    const lh_attention_args a = head_args(*c, g);
+    (void)lh_attention_decode(&a);  // checked before any head ran
+  }
+}
+}  // namespace
+
 lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
-                             const uint32_t* offsets, float scale, float* out) {
+                             const uint32_t* offsets, float scale, float* out, uint32_t threads) {
   if (!shape_ok(pool, layer, heads) || q == nullptr || slots == nullptr || offsets == nullptr || out == nullptr) return LH_BAD_ARGUMENT;
-  const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
+  if (threads == 0 || threads > LH_MAX_ATTENTION_THREADS) return LH_BAD_ARGUMENT;
+  const uint32_t kvh = pool->kv_heads;
   const uint32_t len = lh_kv_pool_length(pool, layer);
   if (offsets[0] != 0) return LH_BAD_ARGUMENT;
   for (uint32_t g = 0; g < kvh; ++g) {
@@ -25,32 +73,18 @@ lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float
     for (uint32_t i = offsets[g]; i < offsets[g + 1]; ++i)
       if (slots[i] < 0 || static_cast<uint32_t>(slots[i]) >= len) return LH_BAD_ARGUMENT;
   }
-  const size_t eb = pool->elem_bytes, stride = lh_kv_pool_head_stride(pool);
-  const auto* k_rows = static_cast<const uint8_t*>(lh_kv_pool_k_rows(pool, layer));
-  const auto* v_rows = static_cast<const uint8_t*>(lh_kv_pool_v_rows(pool, layer));
-  const float* k_scales = lh_kv_pool_k_scales(pool, layer);  // int8: (kv_head, capacity); else null
-  const float* v_scales = lh_kv_pool_v_scales(pool, layer);
+  const SlotsCall call{pool, layer, heads / kvh, q, slots, offsets, scale, out};
+  // every head's args are checked (q/out overlap) before any output is written
   for (uint32_t g = 0; g < kvh; ++g) {
-    // KV head g alone: its rows (capacity, head_dim) in place, its list as the row list
-    lh_attention_args a{};
-    a.q = q + static_cast<size_t>(g) * group * d;
-    a.k = k_rows + g * stride * eb;
-    a.v = v_rows + g * stride * eb;
-    a.out = out + static_cast<size_t>(g) * group * d;
-    a.head_stride = stride;
-    a.tokens = offsets[g + 1] - offsets[g];
-    a.heads = group;
-    a.kv_heads = 1;
-    a.head_dim = d;
-    a.scale = scale;
-    a.kv_type = pool->kv_type;
-    a.rows = slots + offsets[g];
-    a.rows_stride = a.tokens;
-    a.k_scale = k_scales != nullptr ? k_scales + static_cast<size_t>(g) * pool->capacity : nullptr;  // (capacity), indexed like the rows
-    a.v_scale = v_scales != nullptr ? v_scales + static_cast<size_t>(g) * pool->capacity : nullptr;
-    const lh_status st = lh_attention_decode(&a);
+    const lh_attention_args a = head_args(call, g);
+    const lh_status st = lh_attention_check(&a);
     if (st != LH_OK) return st;
   }
+  // as lh_attention_decode_threads: a thread per LH_ATTENTION_MIN_WORK_PER_THREAD (listed row,
+  // query head) pairs, never a split KV head
+  uint64_t used = static_cast<uint64_t>(offsets[kvh]) * call.group / LH_ATTENTION_MIN_WORK_PER_THREAD;
+  if (used > threads) used = threads;
+  lh_parallel_ranges(kvh, used < 1 ? 1u : static_cast<uint32_t>(used), attend_heads, const_cast<SlotsCall*>(&call));
   return LH_OK;
 }
 

@@ -29,9 +29,11 @@
 // ascending order gives exactly lh_attention_decode over the layer (same kernel, same row order),
 // and any list gives exactly the bits of lh_attention_slots_gathered (same arithmetic in the same
 // order; only where the rows are read from differs).
-// LH_BAD_ARGUMENT: bad layer/heads, a slot out of range, an empty list.
+// The KV heads are split into contiguous ranges over up to `threads` threads (1..64; a thread only
+// per LH_ATTENTION_MIN_WORK_PER_THREAD (listed row, query head) pairs), each head computed as alone, so the bits do not depend on threads.
+// LH_BAD_ARGUMENT: bad layer/heads/threads, a slot out of range, an empty list (nothing written).
 lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
-                             const uint32_t* offsets, float scale, float* out);
+                             const uint32_t* offsets, float scale, float* out, uint32_t threads = 1);
 
 // The previous way, kept as the tests' oracle: copy each head's listed rows (and int8 scales) into
 // scratch, then the decode kernel over the packed block. Same contract; LH_BAD_ARGUMENT also when

@@ -807,6 +807,100 @@ void test_attention_prefill(lh_attention_impl impl) {
   check(bad_threads == 0 && bad_thread_args == 0, name, "%d differ, %d bad-argument cases accepted", bad_threads, bad_thread_args);
 }
 
+// Decode with the KV heads split over threads: the same bits as one thread, for fp16/fp32/int8 rows,
+// with and without a row list, shapes big enough that the split really happens (>= 32,768 (token,
+// query head) pairs a thread), odd KV-head counts (uneven ranges), guards untouched; how many threads are used; bad counts.
+void test_attention_decode_threads(lh_attention_impl impl) {
+  Rng rng(2027);
+  struct Shape { uint32_t tokens, heads, kvh, d; };
+  int cases = 0, bad = 0, bad_guard = 0, no_split = 0;
+  char first[200] = "";
+  for (const Shape sh : {Shape{4200, 16, 2, 16}, Shape{2100, 32, 32, 8}, Shape{9000, 9, 3, 13}, Shape{5000, 16, 4, 64}})
+    for (const uint32_t type : {LH_KV_F16, LH_KV_F32, LH_KV_I8})
+      for (const bool listed : {false, true}) {
+        const uint32_t stored = sh.tokens + 7;
+        const size_t stride = static_cast<size_t>(stored) * sh.d;
+        std::vector<float> q(static_cast<size_t>(sh.heads) * sh.d);
+        for (auto& x : q) x = rng.normal();
+        std::vector<uint16_t> k16(sh.kvh * stride), v16(sh.kvh * stride);
+        std::vector<float> k32(sh.kvh * stride), v32(sh.kvh * stride), ks(sh.kvh * stored), vs(sh.kvh * stored);
+        std::vector<int8_t> k8(sh.kvh * stride), v8(sh.kvh * stride);
+        for (size_t i = 0; i < k32.size(); ++i) {
+          k32[i] = rng.normal();
+          v32[i] = rng.normal();
+          k16[i] = lh_fp32_to_fp16(k32[i]);
+          v16[i] = lh_fp32_to_fp16(v32[i]);
+          k8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
+          v8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
+        }
+        for (size_t i = 0; i < ks.size(); ++i) {
+          ks[i] = 0.01f + 0.02f * rng.uniform();
+          vs[i] = 0.01f + 0.02f * rng.uniform();
+        }
+        std::vector<int32_t> rows(static_cast<size_t>(sh.kvh) * sh.tokens);  // (kv_heads, tokens) random rows
+        for (auto& r : rows) r = static_cast<int32_t>(rng.next() % stored);
+        lh_attention_args a{};
+        a.q = q.data();
+        a.k = type == LH_KV_F32 ? static_cast<const void*>(k32.data()) : type == LH_KV_I8 ? static_cast<const void*>(k8.data()) : static_cast<const void*>(k16.data());
+        a.v = type == LH_KV_F32 ? static_cast<const void*>(v32.data()) : type == LH_KV_I8 ? static_cast<const void*>(v8.data()) : static_cast<const void*>(v16.data());
+        a.head_stride = stride;
+        a.tokens = sh.tokens;
+        a.heads = sh.heads;
+        a.kv_heads = sh.kvh;
+        a.head_dim = sh.d;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(sh.d));
+        a.kv_type = type;
+        a.k_scale = type == LH_KV_I8 ? ks.data() : nullptr;
+        a.v_scale = type == LH_KV_I8 ? vs.data() : nullptr;
+        if (listed) {
+          a.rows = rows.data();
+          a.rows_stride = sh.tokens;
+        }
+        const size_t n = q.size();
+        std::vector<float> one(n + 2 * kGuard, kCanary);
+        lh_attention_args a1 = a;
+        a1.out = one.data() + kGuard;
+        const lh_status s1 = lh_attention_decode(&a1, impl);
+        for (const uint32_t threads : {2u, 3u, 7u}) {
+          std::vector<float> ot(n + 2 * kGuard, kCanary), op(n + 2 * kGuard, kCanary);
+          lh_attention_args at = a, ap = a;
+          at.out = ot.data() + kGuard;
+          ap.out = op.data() + kGuard;
+          const lh_status st = lh_attention_decode_threads(&at, threads, impl);
+          // a one-query prefill over threads takes the same path (without a row list: prefill has none)
+          const lh_status sp = listed ? LH_OK : lh_attention_prefill_threads(&ap, 1, threads, impl);
+          const bool same = std::memcmp(ot.data(), one.data(), ot.size() * sizeof(float)) == 0 &&
+                            (listed || std::memcmp(op.data(), one.data(), op.size() * sizeof(float)) == 0);
+          if (lh_attention_decode_threads_used(&a, threads) < 2) ++no_split;
+          if (!Case::guards_ok(ot)) ++bad_guard;
+          ++cases;
+          if ((s1 != LH_OK || st != LH_OK || sp != LH_OK || !same) && bad++ == 0)
+            std::snprintf(first, sizeof first, "type %u tokens %u heads %u/%u dim %u listed %d threads %u: st %d/%d/%d", type, sh.tokens, sh.heads,
+                          sh.kvh, sh.d, listed, threads, s1, st, sp);
+        }
+      }
+  char name[200];
+  std::snprintf(name, sizeof name, "attention decode %s over 2/3/7 threads == one thread bit for bit (%d cases, fp16/fp32/int8, listed rows too)",
+                lh_attention_impl_name(impl), cases);
+  check(bad == 0 && bad_guard == 0 && no_split == 0, name, "%d differ, first %s; %d guards; %d cases did not split", bad, first, bad_guard, no_split);
+  // threads used: a thread per 32,768 (token, query head) pairs, at most one per KV head, at most as asked
+  lh_attention_args u{};
+  const auto used = [&](uint32_t tokens, uint32_t heads, uint32_t kvh, uint32_t threads) {
+    u.tokens = tokens;
+    u.heads = heads;
+    u.kv_heads = kvh;
+    return lh_attention_decode_threads_used(&u, threads);
+  };
+  check(used(2047, 32, 32, 2) == 1 && used(2048, 32, 32, 2) == 2 && used(2048, 32, 32, 64) == 2 && used(32768, 32, 32, 64) == 32 &&
+            used(100000, 3, 3, 7) == 3 && used(8192, 4, 1, 2) == 1 && used(16384, 32, 4, 2) == 2 && used(1, 1, 1, 1) == 1,
+        "attention decode threads used: min(threads, kv_heads, tokens * heads / 32768), at least 1");
+  Case c(9, 4, 2, 8, rng);
+  lh_attention_args b = c.args(c.out_opt);
+  check(lh_attention_decode_threads(&b, 0, impl) == LH_BAD_ARGUMENT && lh_attention_decode_threads(&b, LH_MAX_ATTENTION_THREADS + 1, impl) == LH_BAD_ARGUMENT &&
+            lh_attention_decode_threads(&b, LH_MAX_ATTENTION_THREADS, impl) == LH_OK,
+        "attention decode threads: 0 or more than 64 refused, 64 accepted");
+}
+
 // Non-finite parity for prefill: a NaN in one key row poisons exactly the queries that see it.
 void test_attention_prefill_nonfinite(lh_attention_impl impl) {
   Rng rng(31);
@@ -1555,6 +1649,52 @@ void test_attention_slots() {
           "slots/scores: a slot out of range, an empty list, small scratch, too many tokens are refused");
     lh_kv_pool_free(&p);
   }
+}
+
+// Slot lists over threads: a pool big enough that the KV heads really split (>= 32,768 listed
+// (row, query head) pairs a thread), lists of uneven lengths per head, fp16/fp32/int8: 2/3/7 threads give the one-thread bits;
+// 0 or 65 threads are refused with nothing written.
+void test_attention_slots_threads() {
+  Rng rng(5151);
+  bool same = true, ran = true, refused = true;
+  for (uint32_t kv_type : {LH_KV_F16, LH_KV_F32, LH_KV_I8}) {
+    const uint32_t H = 5, D = 32, T = 20000, heads = 10;  // ~60,000 listed rows x 2 heads: 3 threads
+    lh_kv_pool_config cfg{static_cast<uint64_t>(T + 8) * 2 * H * (2 * D * 4 + 16) + 4096, 2, H, D, kv_type, 0};
+    lh_kv_pool p;
+    if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
+      ran = false;
+      continue;
+    }
+    std::vector<float> k(H * D), v(H * D), q(heads * D);
+    for (uint32_t t = 0; t < T; ++t) {
+      for (auto& x : k) x = rng.normal();
+      for (auto& x : v) x = rng.normal();
+      lh_kv_pool_append(&p, 1, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
+    }
+    for (auto& x : q) x = rng.normal();
+    std::vector<int32_t> slots;
+    std::vector<uint32_t> off{0};
+    for (uint32_t g = 0; g < H; ++g) {  // head g keeps ~(30 + 15 g)% of the slots, the last one always
+      for (uint32_t t = 0; t < T; ++t)
+        if (t == T - 1 || rng.uniform() < 0.3f + 0.15f * g) slots.push_back(static_cast<int32_t>(t));
+      off.push_back(static_cast<uint32_t>(slots.size()));
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    std::vector<float> one(heads * D + 2 * kGuard, kCanary);
+    ran = ran && lh_attention_slots(&p, 1, q.data(), heads, slots.data(), off.data(), scale, one.data() + kGuard) == LH_OK;
+    for (const uint32_t threads : {2u, 3u, 7u}) {
+      std::vector<float> ot(one.size(), kCanary);
+      ran = ran && lh_attention_slots(&p, 1, q.data(), heads, slots.data(), off.data(), scale, ot.data() + kGuard, threads) == LH_OK;
+      same = same && std::memcmp(ot.data(), one.data(), ot.size() * sizeof(float)) == 0;
+    }
+    std::vector<float> untouched(one.size(), kCanary);
+    refused = refused && lh_attention_slots(&p, 1, q.data(), heads, slots.data(), off.data(), scale, untouched.data() + kGuard, 0) == LH_BAD_ARGUMENT &&
+              lh_attention_slots(&p, 1, q.data(), heads, slots.data(), off.data(), scale, untouched.data() + kGuard, 65) == LH_BAD_ARGUMENT;
+    for (float x : untouched) refused = refused && lh_f32_bits(x) == lh_f32_bits(kCanary);
+    lh_kv_pool_free(&p);
+  }
+  check(ran && same && refused, "slots over 2/3/7 threads == one thread bit for bit (fp16/fp32/int8, 5 KV heads, 20,000 tokens, uneven lists); 0/65 threads refused, nothing written",
+        "ran %d same %d refused %d", ran, same, refused);
 }
 
 // In-place listed rows vs the previous gather-into-scratch path: the same bits for fp16/fp32/int8
@@ -2658,6 +2798,8 @@ int main(int argc, char** argv) {
   if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill(LH_ATTN_AVX2);
   test_attention_prefill_nonfinite(LH_ATTN_PORTABLE);
   if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill_nonfinite(LH_ATTN_AVX2);
+  test_attention_decode_threads(LH_ATTN_PORTABLE);
+  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_decode_threads(LH_ATTN_AVX2);
   test_infinigen_select();
   test_partial_rows();
   test_speculator();
@@ -2669,6 +2811,7 @@ int main(int argc, char** argv) {
   test_speculator_select_exact();
   test_attention_slots();
   test_attention_slots_in_place();
+  test_attention_slots_threads();
   test_kv_pool_huge_pages();
   test_policy_select();
   test_kv_eviction();
