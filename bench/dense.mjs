@@ -4,6 +4,12 @@
 //   node --import tsx bench/dense.mjs [--types Q8_0,Q4_0] [--threads 1,2] [--kv-heads 32]
 //        [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR]
 //
+// Types: F32, F16, Q8_0, Q4_0, Q4_K (every matrix that type) and Q4_K_M, Q5_K_M, Q6_K (the
+// per-tensor mix llama-quantize makes, test/fixtures/quant-mix.ts: the files users download). Each
+// table's header gives the file's bytes per tensor type. With --quick, ffn 1408 is not a multiple of
+// 256, so ffn_down takes llama-quantize's fallbacks (Q5_0 / Q5_1 / Q8_0), and plain Q4_K cannot be
+// written at all.
+//
 // For each type it writes a Llama-style fixture (dim 2048, 16 layers, 32 heads, ffn 5632, vocab
 // 32000; --quick: dim 512, 4 layers, 8 heads, ffn 1408, vocab 4000) into os.tmpdir() (deleted at
 // the end unless --keep), then for each thread count runs each engine in a FRESH child process,
@@ -40,6 +46,7 @@ const LONG = 2048;
 const CONTEXT = LONG + 64;
 const SEED = 20240611;
 const CHILD_TIMEOUT_MS = 20 * 60 * 1000;
+const TYPES = ['Q8_0', 'Q4_0', 'Q4_K', 'F16', 'F32', 'Q4_K_M', 'Q5_K_M', 'Q6_K'];
 
 const { values: opts } = parseArgs({
   options: {
@@ -350,11 +357,19 @@ const fmt = (x, d = 1) => (x === undefined || x === null || !Number.isFinite(x) 
 const mib = (b) => (b === undefined ? '—' : `${(b / 2 ** 20).toFixed(0)} MiB`);
 const ratio = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(2)}x` : '—');
 const pct = (x, bound) => (Number.isFinite(x) && bound > 0 ? ` (${((100 * x) / bound).toFixed(0)}%)` : '');
+/** The file's bytes per tensor type, largest first: "Q4_K 380 MiB (71%), Q6_K 150 MiB (28%), F32 0 MiB (0%)". */
+const dtypeMix = (dtypes) => {
+  const total = Object.values(dtypes).reduce((a, b) => a + b, 0);
+  return Object.entries(dtypes)
+    .sort((a, b) => b[1] - a[1])
+    .map(([t, n]) => `${t} ${mib(n)} (${((100 * n) / total).toFixed(0)}%)`)
+    .join(', ');
+};
 
 function table(type, info, runs, bounds) {
   const lines = [];
   const h = info.hyper;
-  lines.push(`### ${type} — dim ${h.dim}, ${h.layers} layers, ${h.heads} heads / ${h.kvHeads} KV heads, ffn ${h.ffn}, vocab ${h.vocab}; ${(info.parameters / 1e6).toFixed(0)} M params, file weights ${mib(info.fileWeightBytes)}, read per decode token ${mib(info.weightBytesPerToken)} weights + KV`);
+  lines.push(`### ${type} — dim ${h.dim}, ${h.layers} layers, ${h.heads} heads / ${h.kvHeads} KV heads, ffn ${h.ffn}, vocab ${h.vocab}; ${(info.parameters / 1e6).toFixed(0)} M params, file weights ${mib(info.fileWeightBytes)} (${dtypeMix(info.dtypes)}), read per decode token ${mib(info.weightBytesPerToken)} weights + KV`);
   lines.push('');
   lines.push('| metric | threads | Longhand | llama.cpp | ratio ours/llama | bound |');
   lines.push('|---|---|---|---|---|---|');
@@ -397,11 +412,11 @@ function table(type, info, runs, bounds) {
 
 async function parent() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/dense.mjs [--types Q8_0,Q4_0] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512]');
+    console.log('usage: node --import tsx bench/dense.mjs [--types Q8_0,Q4_0 (any of ' + TYPES.join(', ') + ')] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512]');
     return;
   }
   const types = opts.types.split(',').map((s) => s.trim());
-  for (const t of types) if (!['Q8_0', 'Q4_0', 'Q4_K', 'F16', 'F32'].includes(t)) throw new Error(`unknown type ${t}`);
+  for (const t of types) if (!TYPES.includes(t)) throw new Error(`unknown type ${t}; known: ${TYPES.join(', ')}`);
   const threadList = opts.threads.split(',').map((s) => positiveInt(s, '--threads'));
   const kvHeadsArg = positiveInt(opts['kv-heads'], '--kv-heads');
   const steps = positiveInt(opts.steps ?? (opts.quick ? '16' : '32'), '--steps');
@@ -432,6 +447,7 @@ async function parent() {
       console.log(`${type}: wrote ${path} in ${((performance.now() - w0) / 1000).toFixed(0)} s`);
       const info = await runChild(['inspect', '--model', path]);
       if (info.error) throw new Error(`inspecting ${path}: ${info.error}`);
+      console.log(`${type}: tensor bytes by type ${dtypeMix(info.dtypes)}`);
       const runs = [];
       for (const threads of threadList) {
         const common = ['--model', path, '--threads', `${threads}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`, '--steps', `${steps}`];
