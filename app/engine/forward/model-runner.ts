@@ -207,7 +207,7 @@ export interface ModelRunner extends TokenRunner {
 }
 
 const DEFAULT_MAX_CONTEXT = 4096;
-/** attendCausal's most threads (native LH_MAX_ATTENTION_THREADS) */
+/** the native attention calls' most threads (native LH_MAX_ATTENTION_THREADS) */
 const MAX_ATTENTION_THREADS = 64;
 
 function ggufEosIds(model: LoadedModel): number[] {
@@ -327,7 +327,8 @@ interface RunnerConfig {
   contextLength: number;
   prefillChunk: number;
   kvType: KvType;
-  /** onnxruntime's intra-op threads; prefill attention uses as many (between the graphs, the cores are idle) */
+  /** onnxruntime's intra-op threads; native attention uses as many (between the graphs the cores are idle):
+   * a prefill chunk's queries, or one decode query's KV heads, are spread over them */
   threads: number;
   graphWeightBytes: number;
   eosIds: readonly number[];
@@ -834,6 +835,7 @@ class Runner implements ModelRunner {
     const measure = probe?.armed === true && (sparse || spStep);
     // offload mode covers decode steps (a prompt chunk attends natively, causal, in place)
     const off = T === 1 && !prompt && !this.selfCalibrating ? this.off : undefined;
+    const attentionThreads = Math.min(this.cfg.threads, MAX_ATTENTION_THREADS);
     for (let l = 0; l < this.layers; l++) {
       if (signal) {
         // session.run may finish without giving timers a turn: let an abort be delivered
@@ -880,7 +882,10 @@ class Runner implements ModelRunner {
           if (sparse) stepLayers.push({ ...this.denseLayerStats(l, p0), bytes: mine.crossedBytes, hits: mine.hits, misses: mine.misses });
         }
       } else if (sparse && l >= dense) {
-        spec.attend(l, q, attn);
+        // one thread: the speculator's worker is scoring the next layer on the other core meanwhile
+        // (bench/long-context.mjs, MHA, 2 threads: splitting this attention too took InfiniGen from
+        // 8.25 / 7.27 to 6.62 / 5.83 tok/s at 16K / 32K)
+        spec.attend(l, q, attn, 1);
         const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
         const [stageStartNs, stageEndNs] = this.stageNs[l]!;
         stepLayers.push(layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }));
@@ -888,7 +893,7 @@ class Runner implements ModelRunner {
       } else if (spStep && l >= sp.settings.denseLayers) {
         const { lists, figures } = sp.select(l, q, p0);
         const { slots, offsets } = packSlotLists(lists, p0);
-        attendSlots(this.pool, l, q, this.heads, slots, offsets, attn);
+        attendSlots(this.pool, l, q, this.heads, slots, offsets, attn, attentionThreads);
         sp.afterAttend(l, q, p0);
         if (measure) probe.measure(this.pool, l, q, this.heads, lists);
         const rowBytes = kvRowBytes(this.kvType, this.model.hyper.headDim);
@@ -896,7 +901,7 @@ class Runner implements ModelRunner {
         const zero = { speculationMs: 0, gatherMs: 0, waitMs: 0, attentionMs: 0 };
         stepLayers.push({ layer: l, dense: false, selected, candidates, fetchRatio: candidates > 0 ? selected / candidates : 0, bytes: misses * 2 * rowBytes, hits, misses, ...zero });
       } else {
-        attendCausal(this.pool, l, q, this.heads, attn, T > 1 ? Math.min(this.cfg.threads, MAX_ATTENTION_THREADS) : 1);
+        attendCausal(this.pool, l, q, this.heads, attn, attentionThreads);
         if (sparse || spStep) stepLayers.push(this.denseLayerStats(l, p0));
         else if (sp && l >= sp.settings.denseLayers) sp.observePrefill(l, q, p0, T);
       }
