@@ -1,7 +1,12 @@
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 import { OnnxError } from './errors.ts';
 import { GraphBuilder } from './graph-builder.ts';
+import { quantizeNBits } from './matmul-nbits.ts';
+import { linear } from './ops.ts';
 import { createSession, listProviders, probeProvider, sessionOptions } from './session.ts';
 
 function tinyModel(): Uint8Array {
@@ -105,5 +110,33 @@ describe('graph builder checks', () => {
     const spec = g.toModelSpec();
     expect(spec.graph.nodes[0]!.inputs).toEqual(['x']);
     expect(spec.opsetImports).toEqual([{ domain: '', version: 21 }]);
+  });
+
+  it('saves the optimised graph with its pre-packed weights and reloads it by path, bit for bit', async () => {
+    const n = 96;
+    const k = 256;
+    let seed = 7;
+    const rand = (): number => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 2 - 1;
+    const packed = quantizeNBits(Float32Array.from({ length: n * k }, rand), n, k, 8);
+    const g = new GraphBuilder('nbits');
+    const x = g.input('x', 'float32', [1, 'T', k]);
+    g.rename(linear(g, x, { kind: 'nbits', packed, accuracyLevel: 4 }, 'proj'), 'y');
+    g.output('y', 'float32', [1, 'T', n]);
+    const dir = mkdtempSync(path.join(tmpdir(), 'lh-session-'));
+    try {
+      const modelPath = path.join(dir, 'g.onnx');
+      const feeds = { x: { elemType: 'float32' as const, dims: [1, 3, k], data: Float32Array.from({ length: 3 * k }, rand) } };
+      const cold = await createSession(g.toModel(), { intraOpThreads: 1, saveOptimized: { modelPath, externalFile: 'g.bin' } });
+      const expected = (await cold.run(feeds)).y!.data as Float32Array;
+      await cold.release();
+      // the external file holds B as given and, beside it, MatMulNBits' packed copy of it
+      expect(statSync(path.join(dir, 'g.bin')).size).toBeGreaterThan(1.5 * packed.b.byteLength);
+      const warm = await createSession(modelPath, { intraOpThreads: 1, graphOptimizationLevel: 'disabled' });
+      const got = (await warm.run(feeds)).y!.data as Float32Array;
+      await warm.release();
+      expect(new Uint32Array(got.buffer, got.byteOffset, got.length)).toEqual(new Uint32Array(expected.buffer, expected.byteOffset, expected.length));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
