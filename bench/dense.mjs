@@ -38,7 +38,6 @@ import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { withHeapTunables } from '../app/engine/host/heap-tunables.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SELF = fileURLToPath(import.meta.url);
@@ -330,10 +329,10 @@ async function childLlama(path, threads, vocab, bos, steps) {
 // ─── parent ──────────────────────────────────────────────────────────────────────────────────
 
 /** Runs this file as a child; resolves with its RESULT object, or { error }. */
-function runChild(args, { tsx = true, env = process.env } = {}) {
+function runChild(args, { tsx = true } = {}) {
   const nodeArgs = [...(tsx ? ['--import', 'tsx'] : []), SELF, '--child', ...args];
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, nodeArgs, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env });
+    const child = spawn(process.execPath, nodeArgs, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -452,8 +451,7 @@ async function parent() {
       const runs = [];
       for (const threads of threadList) {
         const common = ['--model', path, '--threads', `${threads}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`, '--steps', `${steps}`];
-        // our child gets the environment an engine host process starts with (glibc's hugetlb tunable)
-        const ours = await runChild(['ours', ...common], { env: withHeapTunables(process.env) });
+        const ours = await runChild(['ours', ...common]);
         console.log(`${type} ${threads} thread(s) Longhand: ${ours.error ?? `prefill ${fmt(ours.prefillTps)} tok/s, decode@512 ${fmt(ours.decode512Tps, 2)}, decode@2048 ${fmt(ours.decode2048Tps, 2)} tok/s, peak RSS ${mib(ours.peakRssBytes)}`}`);
         const llama = await runChild(['llama', ...common], { tsx: false });
         console.log(`${type} ${threads} thread(s) llama.cpp: ${llama.error ?? `prefill ${fmt(llama.prefillTps)} tok/s, decode@512 ${fmt(llama.decode512Tps, 2)}, decode@2048 ${fmt(llama.decode2048Tps, 2)} tok/s, peak RSS ${mib(llama.peakRssBytes)}`}`);
