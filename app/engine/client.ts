@@ -5,7 +5,6 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { withHeapTunables } from './host/heap-tunables.ts';
 import { LonghandError, type ErrorCode } from '../common/errors.ts';
 import {
   parseEngineEvent,
@@ -106,7 +105,7 @@ export class EngineClient {
     const child = fork(HOST_ENTRY, [], {
       execArgv: ['--import', 'tsx'],
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: withHeapTunables(options.env ?? process.env), // 2 MiB pages for the load's fresh memory (heap-tunables.ts)
+      env: options.env ?? process.env,
     });
     const pid = await new Promise<number>((resolve, reject) => {
       const onMessage = (message: unknown) => {

@@ -4,7 +4,6 @@
 // The desktop app uses Electron's userData folder instead.
 import { homedir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
-import { withHeapTunables } from '../../engine/host/heap-tunables.ts';
 import { SNAPSHOT_DIR_ENV, SNAPSHOT_FOLDER } from '../../common/protocol.ts';
 
 export function defaultDataDir(env: NodeJS.ProcessEnv = process.env, home: string = homedir(), platform: NodeJS.Platform = process.platform): string {
@@ -20,7 +19,7 @@ export function snapshotDir(dataDir: string): string {
   return join(dataDir, SNAPSHOT_FOLDER);
 }
 
-/** The environment of an engine host serving this data folder: `env` plus its snapshot folder and the heap tunables. */
+/** The environment of an engine host serving this data folder: `env` plus its snapshot folder. */
 export function engineEnv(dataDir: string, env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
-  return withHeapTunables({ ...env, [SNAPSHOT_DIR_ENV]: snapshotDir(dataDir) });
+  return { ...env, [SNAPSHOT_DIR_ENV]: snapshotDir(dataDir) };
 }
