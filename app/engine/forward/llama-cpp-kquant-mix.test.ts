@@ -10,10 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { writeLlamaGguf, type LlamaGgufOptions } from '../../../test/fixtures/index.ts';
-import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK, meanKl } from '../../../test/support/llama-cpp-reference.ts';
-import { logSoftmax } from '../../../test/support/reference-forward.ts';
-import { loadModel } from '../model/load-model.ts';
-import { createModelRunner } from './model-runner.ts';
+import { llamaCppAgreement } from '../../../test/support/llama-cpp-agreement.ts';
+import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 
 const dir = join(tmpdir(), 'longhand-llamacpp-kquant-mix');
 mkdirSync(dir, { recursive: true });
@@ -24,23 +22,6 @@ const ids = [1, ...Array.from({ length: TOKENS - 1 }, (_, i) => 3 + ((i * 53 + 7
 
 // The bound llama-cpp.test.ts uses for Q4_K (~5x what it measured there).
 const BOUND = { kl: 1e-4, top5: 6e-2 };
-
-/** Mean KL(llama.cpp ‖ ours) per position, and the largest top-5 log-probability gap. */
-async function agreement(path: string) {
-  const reference = await llamaCppLogProbs(path, ids, { kvType: 'f32', threads: 1 });
-  const model = await loadModel(path);
-  try {
-    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk: 32 });
-    const logits = await runner.prefill(ids, undefined, { allLogits: true });
-    await runner.dispose();
-    const V = model.hyper.vocabSize;
-    const ours = ids.map((_, t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
-    const dtypes = [...new Set([...model.tensors.values()].map((t) => t.dtype))].sort();
-    return { kl: meanKl(reference.logProbs, ours), top5: maxAbsLogProbDiffTopK(reference.logProbs, ours, 5), dtypes };
-  } finally {
-    model.close();
-  }
-}
 
 // 8 layers so that use_more_bits picks some layers (0, 3, 6, 7) and not others; ffn 512 keeps every
 // row a multiple of 256, ffn 384 sends ffn_down through the fallbacks.
@@ -59,7 +40,7 @@ describe('forward pass vs llama.cpp on mixed K-quant fixtures', () => {
   it.each(cases)('%s', async (name, o, dtypes) => {
     const path = join(dir, `${name.replace(/[^A-Za-z0-9]+/g, '-').toLowerCase()}.gguf`);
     writeLlamaGguf(path, { ...o, context: base.context, vocab: base.vocab, seed: base.seed });
-    const r = await agreement(path);
+    const r = await llamaCppAgreement(path, ids);
     console.log(`${name}: ${r.dtypes.join('/')}, mean KL ${r.kl.toExponential(2)}, max top-5 |Δ log p| ${r.top5.toExponential(2)}`);
     expect(r.dtypes).toEqual(dtypes);
     expect(r.kl).toBeLessThan(BOUND.kl);

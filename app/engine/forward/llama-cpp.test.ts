@@ -8,10 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { fixtureSet } from '../../../test/fixtures/index.ts';
-import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK, meanKl } from '../../../test/support/llama-cpp-reference.ts';
-import { logSoftmax } from '../../../test/support/reference-forward.ts';
-import { loadModel } from '../model/load-model.ts';
-import { createModelRunner } from './model-runner.ts';
+import { llamaCppAgreement } from '../../../test/support/llama-cpp-agreement.ts';
+import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 
 const dir = join(tmpdir(), 'longhand-llamacpp-fixtures');
 mkdirSync(dir, { recursive: true });
@@ -21,22 +19,6 @@ afterAll(() => disposeLlamaCpp());
 const TOKENS = 64;
 // BOS, then a fixed walk through the fixture vocabulary (400 tokens)
 const ids = [1, ...Array.from({ length: TOKENS - 1 }, (_, i) => 3 + ((i * 53 + 7) % 390))];
-
-/** Mean KL(llama.cpp ‖ ours) per position, and the largest top-5 log-probability gap. */
-async function agreement(path: string) {
-  const reference = await llamaCppLogProbs(path, ids, { kvType: 'f32', threads: 1 });
-  const model = await loadModel(path);
-  try {
-    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk: 32 });
-    const logits = await runner.prefill(ids, undefined, { allLogits: true });
-    await runner.dispose();
-    const V = model.hyper.vocabSize;
-    const ours = ids.map((_, t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
-    return { kl: meanKl(reference.logProbs, ours), top5: maxAbsLogProbDiffTopK(reference.logProbs, ours, 5) };
-  } finally {
-    model.close();
-  }
-}
 
 // Bounds per weight type, ~3-10x above what was measured (2026-12-02: F32 KL 3e-14 and top-5
 // 1.2e-6; F16 9e-9 / 4.4e-4, llama.cpp rounds activations to fp16 for F16 weights; Q8_0 6.2e-6 /
@@ -58,7 +40,7 @@ const cases: [string, string, keyof typeof BOUNDS][] = [
 
 describe('forward pass vs llama.cpp on GGUF fixtures', () => {
   it.each(cases)('%s', async (name, path, type) => {
-    const { kl, top5 } = await agreement(path);
+    const { kl, top5 } = await llamaCppAgreement(path, ids);
     console.log(`${name}: mean KL ${kl.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)}`);
     expect(kl).toBeLessThan(BOUNDS[type]!.kl);
     expect(top5).toBeLessThan(BOUNDS[type]!.top5);
