@@ -78,7 +78,7 @@ async function child(mode) {
       for (let s = 0; s <= layers; s++) {
         const a = performance.now();
         const ac = cpu();
-        const g = buildStage(w, s, { maxPositions: 4096, speculateNext: false });
+        const g = buildStage(w, s, { speculateNext: false });
         const b = performance.now();
         const bc = cpu();
         const save =

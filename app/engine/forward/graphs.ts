@@ -8,10 +8,12 @@
 // pre(ℓ) = norm, q/k/v projections (+bias), RoPE at `pos`; post(ℓ) = output projection,
 // residual, norm, MLP, residual. Fusing post(ℓ−1) with pre(ℓ) halves the runs per token.
 // Shapes: h [1, T, d], attn and q [1, T, heads·headDim], k and v [1, T, kvHeads·headDim],
-// pos int64 [1, T], rows int64 [R] (indices into T), logits [1, R, vocab].
+// pos int64 [1, T] = 0..T−1 (each token's row of the RoPE rows), rope_cos and rope_sin float32
+// [T, rotaryDim/2] (the cos/sin of the chunk's absolute positions: ropeRows(stageRope(hyper), p0, T)),
+// rows int64 [R] (indices into T), logits [1, R, vocab].
 import type { ModelHyperparameters } from '../model/types.ts';
 import { GraphBuilder } from '../onnx/graph-builder.ts';
-import { addRopeCaches, layerNorm, linear, reluMlp, rmsNorm, rope, skipRmsNorm, swigluMlp, type RopeCaches } from '../onnx/ops.ts';
+import { addRopeInputs, layerNorm, linear, reluMlp, rmsNorm, rope, skipRmsNorm, swigluMlp, type RopeCaches, type RopeFrequencies } from '../onnx/ops.ts';
 import type { ModelWeights } from './weights.ts';
 
 export interface StageGraph {
@@ -19,12 +21,10 @@ export interface StageGraph {
   model: Uint8Array;
   /** Bytes of weights in the graph. */
   weightBytes: number;
-  inputs: readonly ('h' | 'attn' | 'pos' | 'rows')[];
+  inputs: readonly ('h' | 'attn' | 'pos' | 'rope_cos' | 'rope_sin' | 'rows')[];
 }
 
 export interface StageOptions {
-  /** Rows of the RoPE tables (the runner's context length). */
-  maxPositions: number;
   /**
    * InfiniGen (llama family): stage s also outputs q_spec [1, T, heads·headDim] = RoPE(x_s·W_q^{(s+1)} + b),
    * layer s+1's query computed from layer s's normalised attention input (ARCHITECTURE.md §4.4).
@@ -39,6 +39,11 @@ const blk = (l: number, what: string): string => `blk.${l}.${what}`;
 export function buildStage(w: ModelWeights, s: number, opts: StageOptions): StageGraph {
   const hyper = w.model.hyper;
   return hyper.architecture === 'opt' ? optStage(w, hyper, s) : llamaStage(w, hyper, s, opts);
+}
+
+/** The RoPE of a llama-family model's stages (its cos/sin rows are fed per run: ropeRows). */
+export function stageRope(hyper: ModelHyperparameters): RopeFrequencies {
+  return { headDim: hyper.headDim, theta: hyper.ropeTheta ?? 10000, layout: hyper.ropeLayout ?? 'neox', ...(hyper.ropeScaling ? { scaling: hyper.ropeScaling } : {}) };
 }
 
 function dims(hyper: ModelHyperparameters): { d: number; qw: number; kvw: number } {
@@ -87,10 +92,8 @@ function llamaStage(w: ModelWeights, hyper: ModelHyperparameters, s: number, opt
     return finish(g, inputs);
   }
   const pos = g.input('pos', 'int64', [1, 'T']);
-  inputs.push('pos');
-  const layout = hyper.ropeLayout ?? 'neox';
-  const ropeOpts = { headDim: hyper.headDim, theta: hyper.ropeTheta ?? 10000, layout, maxPositions: opts.maxPositions, ...(hyper.ropeScaling ? { scaling: hyper.ropeScaling } : {}) };
-  const caches: RopeCaches = addRopeCaches(g, ropeOpts);
+  const caches: RopeCaches = addRopeInputs(g, stageRope(hyper));
+  inputs.push('pos', 'rope_cos', 'rope_sin');
   const q = rope(g, linear(g, normed, w.linear(blk(s, 'attn_q.weight'), blk(s, 'attn_q.bias')), `l${s}.q_proj`), pos, caches, hyper.heads, `l${s}.q_rope`);
   const k = rope(g, linear(g, normed, w.linear(blk(s, 'attn_k.weight'), blk(s, 'attn_k.bias')), `l${s}.k_proj`), pos, caches, hyper.kvHeads, `l${s}.k_rope`);
   const v = linear(g, normed, w.linear(blk(s, 'attn_v.weight'), blk(s, 'attn_v.bias')), `l${s}.v_proj`);

@@ -32,6 +32,7 @@ import { LonghandError } from '../../common/errors.ts';
 import type { TokenRunner } from '../generate/loop.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { kvRowBytes } from '../model/memory-estimate.ts';
+import { ropeRows, type RopeFrequencies } from '../onnx/ops.ts';
 import { createSession, type EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
@@ -42,7 +43,7 @@ import { EmbeddingTable } from './embedding.ts';
 import type { StepProbe } from '../metrics/step-probe.ts';
 import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyName, type SparsePolicyOptions } from './sparse-policies.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
-import { buildStage, type StageGraph } from './graphs.ts';
+import { buildStage, stageRope, type StageGraph } from './graphs.ts';
 import { ModelWeights, type AccuracyLevel } from './weights.ts';
 import { OffloadAttention, type OffloadStepStats } from './offload-attention.ts';
 
@@ -259,7 +260,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   try {
     for (let s = 0; s <= hyper.layers; s++) {
       const speculateNext = speculates[s]!;
-      const graph = buildStage(weights, s, { maxPositions: contextLength, speculateNext });
+      const graph = buildStage(weights, s, { speculateNext });
       graphWeightBytes += graph.weightBytes;
       sessions.push(await createSession(graph.model, { intraOpThreads: threads, label: graph.name, ...(providers ? { executionProviders: providers } : {}) }));
       graphs.push({ ...graph, model: new Uint8Array(0) }); // drop the bytes: onnxruntime has its copy
@@ -352,6 +353,8 @@ class Runner implements ModelRunner {
   private readonly tokenEmbd: EmbeddingTable;
   private readonly positionEmbd: EmbeddingTable | undefined;
   private readonly positionOffset: number;
+  /** RoPE of the stage graphs (llama family; OPT adds learned position embeddings instead) */
+  private readonly rope: RopeFrequencies | undefined;
   private readonly d: number;
   private readonly qw: number;
   private readonly heads: number;
@@ -407,6 +410,7 @@ class Runner implements ModelRunner {
     const posView = model.tensors.get('position_embd.weight');
     this.positionEmbd = h.architecture === 'opt' && posView ? new EmbeddingTable(posView) : undefined;
     this.positionOffset = h.positionOffset ?? 2;
+    this.rope = h.architecture === 'opt' ? undefined : stageRope(h);
     this.scratch = new Float32Array(this.d);
     this.attnOne = new Float32Array(this.qw);
     this.evictedBefore = new Array<number>(h.layers).fill(0);
@@ -813,10 +817,17 @@ class Runner implements ModelRunner {
     const t1 = performance.now();
     this.t.embedding += t1 - t0;
 
-    const pos: TensorData = { elemType: 'int64', dims: [1, T], data: BigInt64Array.from({ length: T }, (_, i) => BigInt(p0 + i)) };
+    // RoPE (llama family): the cos/sin rows of positions p0..p0+T−1, read by the graphs at rows 0..T−1 (graphs.ts)
+    const pos: TensorData = { elemType: 'int64', dims: [1, T], data: BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) };
+    const rope: Record<string, TensorData> = {};
+    if (this.rope) {
+      const { cos, sin } = ropeRows(this.rope, p0, T);
+      rope.rope_cos = f32([T, cos.length / T], cos);
+      rope.rope_sin = f32([T, sin.length / T], sin);
+    }
     const hT = f32([1, T, d], h);
     const attnDims = [1, T, this.qw];
-    let out = await this.runStage(0, { h: hT, pos }, 'layer');
+    let out = await this.runStage(0, { h: hT, pos, ...rope }, 'layer');
     let residual = hT;
     let logits: Float32Array | undefined;
     // InfiniGen: a decode step once the columns are chosen speculates; prefill stays dense
@@ -909,7 +920,7 @@ class Runner implements ModelRunner {
       this.t.attention += a - b;
       const feeds: Record<string, TensorData> = { h: residual, attn: f32(attnDims, attn) };
       const last = l === this.layers - 1;
-      if (!last) feeds.pos = pos;
+      if (!last) Object.assign(feeds, { pos, ...rope });
       else if (rows === 'none') break;
       else feeds.rows = { elemType: 'int64', dims: [rows === 'all' ? T : 1], data: rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
       out = await this.runStage(l + 1, feeds, last ? 'head' : 'layer');

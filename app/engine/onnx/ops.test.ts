@@ -7,7 +7,7 @@ import type { RopeLayout } from '../model/types.ts';
 import { fromFloat16Array, toFloat16Array } from './float16.ts';
 import { GraphBuilder } from './graph-builder.ts';
 import { dequantizeNBits, quantizeNBits } from './matmul-nbits.ts';
-import { addRopeCaches, layerNorm, linear, reluMlp, rmsNorm, rope, ropeInvFreq, skipRmsNorm, swigluMlp, type LinearF32 } from './ops.ts';
+import { addRopeCaches, addRopeInputs, layerNorm, linear, reluMlp, rmsNorm, ROPE_INPUTS, rope, ropeInvFreq, ropeRows, ropeTables, skipRmsNorm, swigluMlp, type LinearF32 } from './ops.ts';
 import * as ref from './reference-ops.ts';
 import { createSession } from './session.ts';
 import { maxAbsDiff, randomArray } from './test-helpers.ts';
@@ -105,6 +105,46 @@ describe('pre-attention of one Llama layer', () => {
     const a = ref.rope(qlin, positions, heads, headDim, theta, 'interleaved');
     const b = ref.rope(qlin, positions, heads, headDim, theta, 'neox');
     expect(maxAbsDiff(a, b).maxAbs).toBeGreaterThan(0.01);
+  });
+
+  it('RoPE rows fed per run (ropeRows at p0, ids 0..T−1) give the bits of the whole table as initializers', async () => {
+    const scaling = { kind: 'llama3' as const, factor: 8, originalContextLength: 32 };
+    const freq = { headDim, theta, layout: 'neox' as const, scaling };
+    // the rows themselves: ropeTables' rows p0.. bit for bit, at a position past a float32 integer's exactness
+    const table = ropeTables({ ...freq, maxPositions: 64 });
+    const rows = ropeRows(freq, 3, 5);
+    expect(rows.cos).toEqual(table.cos.subarray(3 * 8, 8 * 8));
+    expect(rows.sin).toEqual(table.sin.subarray(3 * 8, 8 * 8));
+    const far = ropeRows(freq, 20_000_001, 1);
+    expect(far.cos[7]).toBe(Math.fround(Math.cos(20_000_001 * ropeInvFreq(freq)[7]!)));
+    const graph = (fed: boolean) => {
+      const g = new GraphBuilder(`rope.${fed ? 'inputs' : 'table'}`);
+      const h = g.input('h', 'float32', [1, 'seq', hidden]);
+      const pos = g.input('position_ids', 'int64', [1, 'seq']);
+      const caches = fed ? addRopeInputs(g, freq) : addRopeCaches(g, { ...freq, maxPositions: 64 });
+      g.output(rope(g, linear(g, h, wq, 'q'), pos, caches, heads, 'q_rope'), 'float32');
+      return g;
+    };
+    const hT = { elemType: 'float32' as const, dims: [1, seq, hidden], data: x };
+    const ids = (from: number) => ({ elemType: 'int64' as const, dims: [1, seq], data: BigInt64Array.from({ length: seq }, (_, i) => BigInt(from + i)) });
+    const fromTable = await runGraph(graph(false), { h: hT, position_ids: ids(3) });
+    const fed = await runGraph(graph(true), {
+      h: hT,
+      position_ids: ids(0),
+      [ROPE_INPUTS.cos]: { elemType: 'float32', dims: [seq, 8], data: rows.cos },
+      [ROPE_INPUTS.sin]: { elemType: 'float32', dims: [seq, 8], data: rows.sin },
+    });
+    const [a, b] = [Object.values(fromTable)[0]!, Object.values(fed)[0]!];
+    expect(b).toEqual(a);
+    // and a fed row set of other positions does change the result (the inputs are really read)
+    const other = ropeRows(freq, 4, 5);
+    const shifted = await runGraph(graph(true), {
+      h: hT,
+      position_ids: ids(0),
+      [ROPE_INPUTS.cos]: { elemType: 'float32', dims: [seq, 8], data: other.cos },
+      [ROPE_INPUTS.sin]: { elemType: 'float32', dims: [seq, 8], data: other.sin },
+    });
+    expect(maxAbsDiff(Object.values(shifted)[0]!, a).maxAbs).toBeGreaterThan(1e-3);
   });
 });
 

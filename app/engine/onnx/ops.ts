@@ -166,35 +166,66 @@ export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 't
   });
 }
 
-/** cos/sin tables [maxPositions, rotaryDim/2] as the RotaryEmbedding op reads them. */
-export function ropeTables(opts: RopeOptions): { cos: Float32Array; sin: Float32Array } {
+/** What the cos/sin values depend on (every RopeOptions field but the table length). */
+export type RopeFrequencies = Omit<RopeOptions, 'maxPositions'>;
+
+/**
+ * cos/sin rows of positions p0 .. p0+count−1, each [count, rotaryDim/2]: row r holds
+ * cos((p0 + r)·f_i) and sin((p0 + r)·f_i), the angle in float64, then rounded to float32 — the
+ * values of ropeTables' rows p0.., bit for bit (ropeTables is this with p0 = 0).
+ */
+export function ropeRows(opts: RopeFrequencies, p0: number, count: number): { cos: Float32Array; sin: Float32Array } {
   const inv = ropeInvFreq(opts);
   const half = inv.length;
-  const cos = new Float32Array(opts.maxPositions * half);
-  const sin = new Float32Array(opts.maxPositions * half);
-  for (let p = 0; p < opts.maxPositions; p++) {
+  const cos = new Float32Array(count * half);
+  const sin = new Float32Array(count * half);
+  for (let r = 0; r < count; r++) {
+    const p = p0 + r;
     for (let i = 0; i < half; i++) {
       const angle = p * inv[i]!;
-      cos[p * half + i] = Math.cos(angle);
-      sin[p * half + i] = Math.sin(angle);
+      cos[r * half + i] = Math.cos(angle);
+      sin[r * half + i] = Math.sin(angle);
     }
   }
   return { cos, sin };
 }
 
+/** cos/sin tables [maxPositions, rotaryDim/2] as the RotaryEmbedding op reads them. */
+export function ropeTables(opts: RopeOptions): { cos: Float32Array; sin: Float32Array } {
+  return ropeRows(opts, 0, opts.maxPositions);
+}
+
 export interface RopeCaches {
   cos: string;
   sin: string;
-  options: RopeOptions;
+  options: RopeFrequencies;
 }
 
-/** Adds the cos/sin tables once per graph; q and k share them. */
+/** Adds the cos/sin tables once per graph, as initializers [maxPositions, rotaryDim/2]; q and k share them. */
 export function addRopeCaches(g: GraphBuilder, opts: RopeOptions, prefix = 'rope'): RopeCaches {
   const { cos, sin } = ropeTables(opts);
   const half = cos.length / opts.maxPositions;
   return {
     cos: g.floatInitializer(`${prefix}.cos`, [opts.maxPositions, half], cos),
     sin: g.floatInitializer(`${prefix}.sin`, [opts.maxPositions, half], sin),
+    options: opts,
+  };
+}
+
+/** Graph inputs ROPE_INPUTS.cos / .sin: float32 [T, rotaryDim/2] each, the rows of the chunk's own positions (ropeRows(opts, p0, T)). */
+export const ROPE_INPUTS = { cos: 'rope_cos', sin: 'rope_sin' } as const;
+
+/**
+ * The cos/sin tables as graph inputs holding only the chunk's T rows (ropeRows), read with
+ * position ids 0..T−1. A graph with tables as initializers holds maxPositions rows of both per
+ * graph (16 stages of a 64-dim model at a 32K context: 134 MB, and the time to compute them at
+ * load); fed per run they cost T·rotaryDim values and keep the graph independent of the context.
+ */
+export function addRopeInputs(g: GraphBuilder, opts: RopeFrequencies): RopeCaches {
+  const half = (opts.rotaryDim ?? opts.headDim) / 2;
+  return {
+    cos: g.input(ROPE_INPUTS.cos, 'float32', ['T', half]),
+    sin: g.input(ROPE_INPUTS.sin, 'float32', ['T', half]),
     options: opts,
   };
 }
