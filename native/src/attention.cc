@@ -109,6 +109,151 @@ struct Avx2Ops {
     for (; i < n; ++i) out[i] *= c;
   }
 };
+
+// ---------------------------------------------------------------------------------------------
+// Tile operations of the grouped kernel, AVX2 + FMA + F16C (see decode_grouped below).
+// Buffers here are the driver's stack tiles: rows of dp floats (head_dim rounded up to kLanes,
+// zero padded), 32-byte aligned.
+// ---------------------------------------------------------------------------------------------
+struct Avx2Tile {
+  static constexpr uint32_t kLanes = 8;
+
+  // dst (dp) = the row src (d elements of T) as fp32, zeros in [d, dp). int8: unscaled values.
+  static inline void widen(float* dst, const uint16_t* src, size_t d, size_t dp) {
+    size_t i = 0;
+    for (; i + 8 <= d; i += 8) _mm256_store_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    for (; i < d; ++i) dst[i] = _cvtsh_ss(src[i]);
+    for (; i < dp; ++i) dst[i] = 0.0f;
+  }
+  static inline void widen(float* dst, const float* src, size_t d, size_t dp) {
+    size_t i = 0;
+    for (; i + 8 <= d; i += 8) _mm256_store_ps(dst + i, _mm256_loadu_ps(src + i));
+    for (; i < d; ++i) dst[i] = src[i];
+    for (; i < dp; ++i) dst[i] = 0.0f;
+  }
+  static inline void widen(float* dst, const int8_t* src, size_t d, size_t dp) {
+    size_t i = 0;
+    for (; i + 8 <= d; i += 8)
+      _mm256_store_ps(dst + i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i)))));
+    for (; i < d; ++i) dst[i] = static_cast<float>(src[i]);
+    for (; i < dp; ++i) dst[i] = 0.0f;
+  }
+
+  // exp(x) per lane: Cephes' expf polynomial on r = x - n·ln2 (|r| <= ln2/2, n = round(x·log2 e)),
+  // scaled by 2^n as two halves (2^(n>>1) · 2^(n - (n>>1)): n reaches 128 near ln(FLT_MAX), one
+  // power of two would overflow). Within ~2 ulp of exp over [-87.3, 88.72]; below -87.3 (results
+  // under FLT_MIN, -inf included) exactly 0, so no denormal ever enters the sums; above: +inf;
+  // NaN stays NaN. test_attention_exp holds it to that.
+  static inline __m256 exp(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.7228394f);
+    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);  // ln2 split in two (Cephes C1, C2)
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i e1 = _mm256_srai_epi32(ni, 1), e2 = _mm256_sub_epi32(ni, e1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e1, bias), 23)));
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e2, bias), 23)));
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
+
+  // 8 dot products at once: lane t = q · kb[t], kb rows t = 0..7 of dp floats. One accumulator a
+  // row, then a transposing add tree, so each score costs no horizontal sum of its own.
+  static inline __m256 dots8(const float* q, const float* kb, size_t dp) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (size_t i = 0; i < dp; i += 8) {
+      const __m256 qv = _mm256_load_ps(q + i);
+      a0 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 0 * dp + i), a0);
+      a1 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 1 * dp + i), a1);
+      a2 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 2 * dp + i), a2);
+      a3 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 3 * dp + i), a3);
+      a4 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 4 * dp + i), a4);
+      a5 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 5 * dp + i), a5);
+      a6 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 6 * dp + i), a6);
+      a7 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 7 * dp + i), a7);
+    }
+    const __m256 b0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));  // [rows 0-3 low half | rows 0-3 high half]
+    const __m256 b1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));  // rows 4-7
+    return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+  }
+
+  static inline float hmax(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+  }
+
+  // Lanes t >= n (past the tile's rows) set to -inf: weight 0.
+  static inline __m256 mask_tail(__m256 s, int32_t n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, live);
+  }
+  // NaN or +inf lanes (the scores that make a head NaN).
+  static inline bool any_bad(__m256 s) {
+    const __m256 b = _mm256_or_ps(_mm256_cmp_ps(s, s, _CMP_UNORD_Q), _mm256_cmp_ps(s, _mm256_set1_ps(INFINITY), _CMP_EQ_OQ));
+    return _mm256_movemask_ps(b) != 0;
+  }
+
+  // One head over one tile of n (1..16) rows: scores s_t = (q · kb[t]) · sc[t], the online-softmax
+  // step of (m, l), the correction `corr` for the head's accumulator and the weights p[t] (times
+  // vs[t] for int8 value rows). kb rows n..15 are zero, sc/vs lanes n..15 zero.
+  static inline void softmax_tile(const float* q, const float* kb, size_t dp, uint32_t n, const float* sc, const float* vs,
+                                  float* m, float* l, bool* bad, float* corr, float* p) {
+    __m256 s0 = mask_tail(_mm256_mul_ps(dots8(q, kb, dp), _mm256_load_ps(sc)), static_cast<int32_t>(n));
+    __m256 s1 = n > 8 ? mask_tail(_mm256_mul_ps(dots8(q, kb + 8 * dp, dp), _mm256_load_ps(sc + 8)), static_cast<int32_t>(n) - 8)
+                      : _mm256_set1_ps(-INFINITY);
+    if (any_bad(s0) || any_bad(s1)) *bad = true;
+    const float mt = hmax(_mm256_max_ps(s0, s1));
+    const float m_new = mt > *m ? mt : *m;
+    // Everything so far -inf: weights exp(s - 0) = 0 and nothing to correct (exp(-inf - -inf) would be NaN).
+    const bool none = m_new == -INFINITY;
+    const __m256 sub = _mm256_set1_ps(none ? 0.0f : m_new);
+    *corr = none ? 1.0f : _mm256_cvtss_f32(exp(_mm256_set1_ps(*m - m_new)));
+    __m256 p0 = exp(_mm256_sub_ps(s0, sub)), p1 = exp(_mm256_sub_ps(s1, sub));
+    const __m256 ps = _mm256_add_ps(p0, p1);
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(ps), _mm256_extractf128_ps(ps, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    *l = *l * *corr + _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+    if (vs != nullptr) {
+      p0 = _mm256_mul_ps(p0, _mm256_load_ps(vs));
+      p1 = _mm256_mul_ps(p1, _mm256_load_ps(vs + 8));
+    }
+    _mm256_store_ps(p, p0);
+    _mm256_store_ps(p + 8, p1);
+    *m = m_new;
+  }
+
+  // acc (dp) = acc · corr + sum_t p[t] · vb[t] over the tile's n rows, NV vectors of acc at a time
+  // held in registers.
+  template <int NV>
+  static inline void pv_chunk(float* acc, __m256 c, const float* p, const float* vb, uint32_t n, size_t dp) {
+    __m256 r[NV];
+    for (int k = 0; k < NV; ++k) r[k] = _mm256_mul_ps(_mm256_load_ps(acc + 8 * k), c);
+    for (uint32_t t = 0; t < n; ++t) {
+      const __m256 pb = _mm256_broadcast_ss(p + t);
+      for (int k = 0; k < NV; ++k) r[k] = _mm256_fmadd_ps(pb, _mm256_load_ps(vb + t * dp + 8 * k), r[k]);
+    }
+    for (int k = 0; k < NV; ++k) _mm256_store_ps(acc + 8 * k, r[k]);
+  }
+  static inline void pv(float* acc, float corr, const float* p, const float* vb, uint32_t n, size_t dp) {
+    const __m256 c = _mm256_set1_ps(corr);
+    size_t i = 0;
+    for (; i + 64 <= dp; i += 64) pv_chunk<8>(acc + i, c, p, vb + i, n, dp);
+    for (; i + 32 <= dp; i += 32) pv_chunk<4>(acc + i, c, p, vb + i, n, dp);
+    for (; i < dp; i += 8) pv_chunk<1>(acc + i, c, p, vb + i, n, dp);
+  }
+};
 #pragma GCC pop_options
 #endif
 
@@ -213,6 +358,116 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The grouped driver: per KV head g, its query heads in batches of up to kHeadBatch, over tiles
+// of kRowTile rows. Each tile's K and V rows are read and widened to fp32 once (into stack tiles)
+// and serve every head of the batch; per head the tile's scores are computed 8 or 16 at a time,
+// the online-softmax step runs on whole vectors with a vector exp, and the tile's P·V is added
+// into the head's accumulator (a stack row, written to out only at the end). What one head
+// computes depends only on its own q, the rows and their order: not on the batch, the thread or
+// whether the rows came through a list, so threads and listed rows give the same bits.
+// T = int8_t: score = dot · (k_scale[r] · scale), weight p · v_scale[r].
+// Non-finite: a NaN or +inf score marks the head `bad` (its output is NaN, like the reference);
+// a head whose scores are all -inf ends with m = -inf and is NaN too; -inf scores get weight 0.
+// ---------------------------------------------------------------------------------------------
+constexpr uint32_t kRowTile = 16;      // rows per tile: 16 scores a head, 2 AVX2 / 1 AVX-512 vector
+constexpr uint32_t kHeadBatch = 16;    // query heads of one KV head sharing each tile (a GQA group)
+constexpr uint32_t kTileMaxDim = 256;  // the grouped kernels' head_dim limit (stack tiles); above: per-head kernel
+
+template <class Ops, class T, bool kIndexed>
+inline __attribute__((always_inline)) void decode_grouped(const lh_attention_args* a) {
+  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
+  constexpr size_t L = Ops::kLanes;
+  const uint32_t group = a->heads / a->kv_heads;
+  const size_t d = a->head_dim;
+  const size_t dp = (d + L - 1) / L * L;           // padded row length of the stack tiles
+  const size_t scale_stride = a->head_stride / d;  // int8: scales per KV head (rows per head stride)
+  alignas(64) float kb[kRowTile * kTileMaxDim];    // (kRowTile, dp) this tile's K rows, fp32, zero padded
+  alignas(64) float vb[kRowTile * kTileMaxDim];    // (kRowTile, dp) this tile's V rows
+  alignas(64) float qb[kHeadBatch * kTileMaxDim];  // (batch heads, dp) q of the batch, zero padded
+  alignas(64) float acc[kHeadBatch * kTileMaxDim]; // (batch heads, dp) unnormalised outputs
+  alignas(64) float sc[kRowTile];                  // (kRowTile) score scale of each row (int8: k_scale · scale)
+  alignas(64) float vs[kRowTile];                  // (kRowTile) int8 value scale of each row
+  alignas(64) float p[kRowTile];                   // (kRowTile) one head's weights over the tile
+  float m[kHeadBatch], l[kHeadBatch];              // (batch heads) running max and denominator
+  bool bad[kHeadBatch];                            // (batch heads) a NaN or +inf score seen
+  for (uint32_t g = 0; g < a->kv_heads; ++g) {
+    const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;  // (rows, head_dim)
+    const T* vg = static_cast<const T*>(a->v) + g * a->head_stride;  // (rows, head_dim)
+    const int32_t* rows = kIndexed ? a->rows + g * a->rows_stride : nullptr;  // (tokens) rows of this head
+    const float* ksg = kInt8 ? a->k_scale + g * scale_stride : nullptr;  // (head_stride / head_dim) int8 key scales
+    const float* vsg = kInt8 ? a->v_scale + g * scale_stride : nullptr;  // (head_stride / head_dim) int8 value scales
+    for (uint32_t h0 = 0; h0 < group; h0 += kHeadBatch) {
+      const uint32_t nb = group - h0 < kHeadBatch ? group - h0 : kHeadBatch;
+      const size_t head0 = static_cast<size_t>(g) * group + h0;  // first query head of the batch
+      for (uint32_t j = 0; j < nb; ++j) {
+        const float* q = a->q + (head0 + j) * d;
+        for (size_t i = 0; i < dp; ++i) {
+          qb[j * dp + i] = i < d ? q[i] : 0.0f;
+          acc[j * dp + i] = 0.0f;
+        }
+        m[j] = -INFINITY;
+        l[j] = 0.0f;
+        bad[j] = false;
+      }
+      if (kIndexed) {
+        const uint32_t first = a->tokens < kRowTile ? a->tokens : kRowTile;
+        prefetch_rows(kg, rows, 0, first, d);
+        prefetch_rows(vg, rows, 0, first, d);
+      }
+      for (uint32_t t0 = 0; t0 < a->tokens; t0 += kRowTile) {
+        const uint32_t n = a->tokens - t0 < kRowTile ? a->tokens - t0 : kRowTile;
+        if (kIndexed) {
+          // Listed rows are scattered: the hardware prefetcher cannot guess them, so ask for the
+          // next tile's rows now; this tile's arithmetic hides their latency.
+          const uint32_t next_end = t0 + n + kRowTile < a->tokens ? t0 + n + kRowTile : a->tokens;
+          prefetch_rows(kg, rows, t0 + n, next_end, d);
+          prefetch_rows(vg, rows, t0 + n, next_end, d);
+          if constexpr (kInt8) {
+            prefetch_scales(ksg, rows, t0 + n, next_end);
+            prefetch_scales(vsg, rows, t0 + n, next_end);
+          }
+        }
+        for (uint32_t t = 0; t < n; ++t) {
+          const size_t r = kIndexed ? static_cast<size_t>(rows[t0 + t]) : t0 + t;
+          Ops::widen(kb + t * dp, kg + r * d, d, dp);
+          Ops::widen(vb + t * dp, vg + r * d, d, dp);
+          sc[t] = kInt8 ? ksg[r] * a->scale : a->scale;
+          vs[t] = kInt8 ? vsg[r] : 1.0f;
+        }
+        for (uint32_t t = n; t < kRowTile; ++t) {  // last tile: rows the score vectors read but that are not there
+          for (size_t i = 0; i < dp; ++i) kb[t * dp + i] = 0.0f;
+          sc[t] = 0.0f;
+          vs[t] = 0.0f;
+        }
+        for (uint32_t j = 0; j < nb; ++j) {
+          float corr;
+          Ops::softmax_tile(qb + j * dp, kb, dp, n, sc, kInt8 ? vs : nullptr, &m[j], &l[j], &bad[j], &corr, p);
+          Ops::pv(acc + j * dp, corr, p, vb, n, dp);
+        }
+      }
+      for (uint32_t j = 0; j < nb; ++j) {
+        float* out = a->out + (head0 + j) * d;  // (head_dim)
+        if (bad[j] || m[j] == -INFINITY) {
+          for (size_t i = 0; i < d; ++i) out[i] = NAN;
+          continue;
+        }
+        const float inv = 1.0f / l[j];
+        for (size_t i = 0; i < d; ++i) out[i] = acc[j * dp + i] * inv;
+      }
+    }
+  }
+}
+
+template <class Ops, bool kIndexed>
+inline __attribute__((always_inline)) void run_grouped_typed(const lh_attention_args* a) {
+  switch (a->kv_type) {
+    case LH_KV_F32: decode_grouped<Ops, float, kIndexed>(a); break;
+    case LH_KV_I8: decode_grouped<Ops, int8_t, kIndexed>(a); break;
+    default: decode_grouped<Ops, uint16_t, kIndexed>(a); break;
+  }
+}
+
 // One instantiation per (row operations, element type, listed rows or not).
 template <class Ops, bool kIndexed>
 inline __attribute__((always_inline)) void run_typed(const lh_attention_args* a) {
@@ -229,9 +484,28 @@ void run_portable(const lh_attention_args* a) {
 }
 
 #ifdef LH_X86
-__attribute__((target("avx2,fma,f16c"))) void run_avx2(const lh_attention_args* a) {
+// The previous AVX2 kernel: per (row, head) a dot, a scalar exp and an axpy. LH_ATTN_AVX2_PER_HEAD,
+// the grouped kernels' fallback above kTileMaxDim, and the baseline bench/attention-kernel.mjs
+// measures against.
+__attribute__((target("avx2,fma,f16c"))) void run_avx2_per_head(const lh_attention_args* a) {
   if (a->rows != nullptr) run_typed<Avx2Ops, true>(a);
   else run_typed<Avx2Ops, false>(a);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void run_avx2(const lh_attention_args* a) {
+  if (a->head_dim > kTileMaxDim) run_avx2_per_head(a);
+  else if (a->rows != nullptr) run_grouped_typed<Avx2Tile, true>(a);
+  else run_grouped_typed<Avx2Tile, false>(a);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void exp_avx2(const float* x, float* y, size_t n) {
+  alignas(32) float buf[8];
+  for (size_t i = 0; i < n; i += 8) {
+    const size_t k = n - i < 8 ? n - i : 8;
+    for (size_t j = 0; j < 8; ++j) buf[j] = j < k ? x[i + j] : 0.0f;
+    _mm256_store_ps(buf, Avx2Tile::exp(_mm256_load_ps(buf)));
+    for (size_t j = 0; j < k; ++j) y[i + j] = buf[j];
+  }
 }
 
 bool cpu_has_avx2() {
@@ -295,6 +569,7 @@ bool lh_attention_available(lh_attention_impl impl) {
     case LH_ATTN_PORTABLE:
       return true;
     case LH_ATTN_AVX2:
+    case LH_ATTN_AVX2_PER_HEAD:
 #ifdef LH_X86
       return cpu_has_avx2();
 #else
@@ -312,14 +587,31 @@ const char* lh_attention_impl_name(lh_attention_impl impl) {
       return "portable";
     case LH_ATTN_AVX2:
       return "avx2-fma-f16c";
+    case LH_ATTN_AVX2_PER_HEAD:
+      return "avx2-per-head";
   }
   return "unknown";
+}
+
+lh_status lh_attention_vector_exp(lh_attention_impl impl, const float* x, float* y, size_t n) {
+  if (x == nullptr || y == nullptr || !lh_attention_available(impl)) return LH_BAD_ARGUMENT;
+#ifdef LH_X86
+  if (impl == LH_ATTN_AVX2) {
+    exp_avx2(x, y, n);
+    return LH_OK;
+  }
+#endif
+  return LH_BAD_ARGUMENT;
 }
 
 namespace {
 // The chosen implementation over checked args.
 void run_impl(const lh_attention_args* a, lh_attention_impl impl) {
 #ifdef LH_X86
+  if (impl == LH_ATTN_AVX2_PER_HEAD) {
+    run_avx2_per_head(a);
+    return;
+  }
   if (impl == LH_ATTN_AVX2 || (impl == LH_ATTN_AUTO && cpu_has_avx2())) {
     run_avx2(a);
     return;

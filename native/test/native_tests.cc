@@ -965,6 +965,83 @@ void bench_attention() {
 }
 
 
+// Not a test: `native_tests --bench-kernels [reps]` (bench/attention-kernel.mjs runs it). ms per
+// call of one layer's decode attention for every kernel this CPU runs but the portable one, over
+// GQA 32/4 and MHA 32/32, head_dim 64, fp16 rows in a pool-like layout (capacity 32,768 rows a KV
+// head, so the head stride is the same at every length), 1 and 2 threads, full attention and a
+// listed 10% of the rows (sorted random subset per KV head, as InfiniGen lists them). Each figure
+// is the minimum of `reps` calls in this process (another job on the machine only adds time).
+void bench_attention_kernels(int reps) {
+  const uint32_t d = 64, cap = 32768;
+  const uint32_t token_counts[] = {2048, 8192, 32768};
+  struct Shape { uint32_t heads, kvh; const char* name; };
+  const Shape shapes[] = {{32, 4, "GQA 32/4"}, {32, 32, "MHA 32/32"}};
+  std::vector<lh_attention_impl> impls;
+  for (const lh_attention_impl impl : {LH_ATTN_AVX2_PER_HEAD, LH_ATTN_AVX2})
+    if (lh_attention_available(impl)) impls.push_back(impl);
+  std::printf("decode attention, one layer, head_dim %u, fp16, ms per call (min of %d), auto = %s\n", d, reps, lh_attention_impl_name(LH_ATTN_AUTO));
+  std::printf("%-10s %6s %-8s %3s %4s", "shape", "tokens", "rows", "thr", "used");
+  for (const lh_attention_impl impl : impls) std::printf(" %14s", lh_attention_impl_name(impl));
+  std::printf(" %8s %8s\n", "speedup", "GB/s");
+  Rng rng(8);
+  for (const Shape& sh : shapes) {
+    const size_t stride = static_cast<size_t>(cap) * d;
+    std::vector<uint16_t> k(sh.kvh * stride), v(sh.kvh * stride);  // (kv_heads, cap, d)
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = lh_fp32_to_fp16(rng.normal());
+      v[i] = lh_fp32_to_fp16(rng.normal());
+    }
+    std::vector<float> q(static_cast<size_t>(sh.heads) * d), out(q.size());
+    for (auto& x : q) x = rng.normal();
+    for (const uint32_t t : token_counts)
+      for (const bool listed : {false, true}) {
+        const uint32_t n = listed ? t / 10 : t;
+        std::vector<int32_t> rows(static_cast<size_t>(sh.kvh) * n);  // (kv_heads, n) ascending subset
+        for (uint32_t g = 0; g < sh.kvh && listed; ++g) {
+          std::vector<int32_t> all(t);
+          for (uint32_t i = 0; i < t; ++i) all[i] = static_cast<int32_t>(i);
+          for (uint32_t i = 0; i < n; ++i) std::swap(all[i], all[i + rng.next() % (t - i)]);
+          std::sort(all.begin(), all.begin() + n);
+          std::copy(all.begin(), all.begin() + n, rows.begin() + static_cast<size_t>(g) * n);
+        }
+        lh_attention_args a{};
+        a.q = q.data();
+        a.k = k.data();
+        a.v = v.data();
+        a.out = out.data();
+        a.head_stride = stride;
+        a.tokens = n;
+        a.heads = sh.heads;
+        a.kv_heads = sh.kvh;
+        a.head_dim = d;
+        a.scale = 0.125f;
+        a.kv_type = LH_KV_F16;
+        if (listed) {
+          a.rows = rows.data();
+          a.rows_stride = n;
+        }
+        for (const uint32_t threads : {1u, 2u}) {
+          std::printf("%-10s %6u %-8s %3u %4u", sh.name, t, listed ? "10%" : "all", threads, lh_attention_decode_threads_used(&a, threads));
+          double first = 0, last = 0;
+          for (const lh_attention_impl impl : impls) {
+            double best = 1e30;
+            for (int rep = 0; rep < reps; ++rep) {
+              const auto t0 = std::chrono::steady_clock::now();
+              lh_attention_decode_threads(&a, threads, impl);
+              const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+              best = ms < best ? ms : best;
+            }
+            if (first == 0) first = best;
+            last = best;
+            std::printf(" %14.3f", best);
+          }
+          const double bytes = 2.0 * sh.kvh * n * d * sizeof(uint16_t);
+          std::printf(" %7.1fx %8.1f\n", first / last, bytes / (last * 1e6));
+        }
+      }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // InfiniGen
 // ---------------------------------------------------------------------------------------------
@@ -2781,6 +2858,10 @@ void test_kv_snapshot() {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc > 1 && std::strcmp(argv[1], "--bench-kernels") == 0) {
+    bench_attention_kernels(argc > 2 ? std::atoi(argv[2]) : 7);
+    return 0;
+  }
   test_fp16();
   test_kv_pool();
   test_mapped_file();
