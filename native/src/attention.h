@@ -61,6 +61,7 @@ enum lh_attention_impl {
   LH_ATTN_AVX2 = 2,      // AVX2 + FMA + F16C (x86-64 with those features, checked at run time): the
                          // grouped kernel (each K/V row widened once per KV head for all of its query
                          // heads, tiles of 16 rows, vector exp); head_dim > 256 runs the per-head kernel
+  LH_ATTN_AVX512 = 3,    // AVX-512 F/BW/VL/DQ (+ AVX2, FMA, F16C): the grouped kernel on 16 lanes
   LH_ATTN_AVX2_PER_HEAD = 4,  // the previous AVX2 kernel: per (row, query head) a dot, a scalar exp and an
                               // axpy; kept as the baseline bench/attention-kernel.mjs measures against
 };

@@ -293,6 +293,9 @@ void test_mapped_file() {
 // ---------------------------------------------------------------------------------------------
 // Attention: optimised vs scalar reference
 // ---------------------------------------------------------------------------------------------
+// Every decode kernel; each test runs the ones this CPU has (lh_attention_available).
+constexpr lh_attention_impl kAttentionImpls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AVX512, LH_ATTN_AVX2_PER_HEAD};
+
 constexpr size_t kGuard = 16;        // canary floats before and after every output buffer
 constexpr float kCanary = -12345.678f;
 
@@ -546,6 +549,134 @@ void test_attention_nonfinite(lh_attention_impl impl) {
   }
 }
 
+// The grouped kernels' edges, against the reference: query heads per KV head 1..24 (past the
+// 16-head batch: 24 = a full and a partial batch), token counts around the 16-row tile (1, 7, 16,
+// 17, 33, 1029), head dims 8, 64, 128, 13 (padded), 256 (largest tiled), 300 (the per-head
+// fallback), fp16 / fp32 / int8 rows, contiguous and listed. Tolerance as kNmseTol / kAtol / kRtol:
+// both sides sum fp32 products of the same inputs; the vector exp is within 2 ulp of std::exp
+// (test_attention_exp), i.e. weights within ~3e-7 relative, far inside 1e-4. A wrong exp, a wrong
+// lane order in the transposed dots or a lost tail row is off by >= 1e-3.
+void test_attention_grouped_shapes(lh_attention_impl impl) {
+  Rng rng(606);
+  int cases = 0, bad = 0, bad_guard = 0;
+  double worst = 0;
+  char first[200] = "";
+  for (const uint32_t type : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32), static_cast<uint32_t>(LH_KV_I8)})
+    for (const uint32_t group : {1u, 2u, 4u, 8u, 16u, 24u})
+      for (const uint32_t t : {1u, 7u, 16u, 17u, 33u, 1029u})
+        for (const uint32_t d : {8u, 64u, 128u, 13u, 256u, 300u}) {
+          if (t == 1029 && (d > 128 || group > 8)) continue;  // the reference's time, not the kernel's
+          const bool listed = (cases % 2) == 1;
+          const uint32_t kvh = 2, heads = kvh * group, stored = t + 9;
+          const size_t stride = static_cast<size_t>(stored) * d;
+          std::vector<float> q(static_cast<size_t>(heads) * d);
+          for (auto& x : q) x = rng.normal();
+          std::vector<uint16_t> k16(kvh * stride), v16(kvh * stride);
+          std::vector<float> k32(kvh * stride), v32(kvh * stride), ks(kvh * stored), vs(kvh * stored);
+          std::vector<int8_t> k8(kvh * stride), v8(kvh * stride);
+          for (size_t i = 0; i < k32.size(); ++i) {
+            k32[i] = rng.normal();
+            v32[i] = rng.normal();
+            k16[i] = lh_fp32_to_fp16(k32[i]);
+            v16[i] = lh_fp32_to_fp16(v32[i]);
+            k8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
+            v8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
+          }
+          for (size_t i = 0; i < ks.size(); ++i) {
+            ks[i] = 0.005f + 0.02f * rng.uniform();
+            vs[i] = 0.005f + 0.02f * rng.uniform();
+          }
+          std::vector<int32_t> rows(static_cast<size_t>(kvh) * t);  // (kv_heads, t) random rows, repeats allowed
+          for (auto& r : rows) r = static_cast<int32_t>(rng.next() % stored);
+          lh_attention_args a{};
+          a.q = q.data();
+          a.k = type == LH_KV_F32 ? static_cast<const void*>(k32.data()) : type == LH_KV_I8 ? static_cast<const void*>(k8.data()) : static_cast<const void*>(k16.data());
+          a.v = type == LH_KV_F32 ? static_cast<const void*>(v32.data()) : type == LH_KV_I8 ? static_cast<const void*>(v8.data()) : static_cast<const void*>(v16.data());
+          a.head_stride = stride;
+          a.tokens = t;
+          a.heads = heads;
+          a.kv_heads = kvh;
+          a.head_dim = d;
+          a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+          a.kv_type = type;
+          a.k_scale = type == LH_KV_I8 ? ks.data() : nullptr;
+          a.v_scale = type == LH_KV_I8 ? vs.data() : nullptr;
+          if (listed) {
+            a.rows = rows.data();
+            a.rows_stride = t;
+          }
+          const size_t n = q.size();
+          std::vector<float> oo(n + 2 * kGuard, kCanary), orr(n + 2 * kGuard, kCanary);
+          lh_attention_args ao = a, ar = a;
+          ao.out = oo.data() + kGuard;
+          ar.out = orr.data() + kGuard;
+          const lh_status so = lh_attention_decode(&ao, impl), sr = lh_attention_decode_ref(&ar);
+          const Diff df = compare(oo.data() + kGuard, orr.data() + kGuard, n, kAtol, kRtol);
+          worst = df.nmse > worst ? df.nmse : worst;
+          ++cases;
+          if (!Case::guards_ok(oo)) ++bad_guard;
+          if ((so != LH_OK || sr != LH_OK || df.nmse > kNmseTol || !df.within) && bad++ == 0)
+            std::snprintf(first, sizeof first, "type %u group %u tokens %u dim %u listed %d: nmse %.3g max %.3g st %d/%d", type, group, t, d,
+                          listed, df.nmse, df.max_abs, so, sr);
+        }
+  char name[200];
+  std::snprintf(name, sizeof name, "attention %s vs reference: %d shapes, group 1..24, tokens 1..1029 around the tile, dims 8..300, fp16/fp32/int8, listed",
+                lh_attention_impl_name(impl), cases);
+  check(bad == 0 && bad_guard == 0, name, "%d bad, first %s; %d guards", bad, first, bad_guard);
+  std::printf("      worst NMSE %.3e\n", worst);
+}
+
+// The grouped kernels' vector exp against std::exp: within 2 ulp wherever the result is a normal
+// float ([-87.3, 88.72]), exactly 0 below -87.3 (std::exp is under FLT_MIN there: a weight that
+// small is nothing next to the max's 1), +inf above ln(FLT_MAX), +inf -> +inf, -inf -> 0,
+// NaN -> NaN; the AVX2 and AVX-512 versions give the same bits.
+void test_attention_exp() {
+  std::vector<float> x;
+  for (double v = -120.0; v <= 100.0; v += 0.00731) x.push_back(static_cast<float>(v));
+  for (const float v : {-INFINITY, INFINITY, NAN, -100.0f, -87.3f, -87.29f, -87.31f, -0.0f, 0.0f, 1e-8f, -1e-8f, 0.5f, -0.5f, 1.0f,
+                        -1.0f, 88.0f, 88.7f, 88.72f, 88.73f, 89.0f, 1e30f, -1e30f, -0.34657359f, 0.34657359f})
+    x.push_back(v);
+  Rng rng(3);
+  for (int i = 0; i < 100000; ++i) x.push_back(static_cast<float>(-30.0 * rng.uniform()));  // attention's range: s - max <= 0
+  std::vector<float> y2(x.size()), y5(x.size());
+  bool same = true;
+  for (const lh_attention_impl impl : {LH_ATTN_AVX2, LH_ATTN_AVX512}) {
+    if (!lh_attention_available(impl)) continue;
+
+    std::vector<float>& y = impl == LH_ATTN_AVX2 ? y2 : y5;
+    const lh_status st = lh_attention_vector_exp(impl, x.data(), y.data(), x.size());
+    int bad = 0;
+    int64_t worst_ulp = 0;
+    char first[120] = "";
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float e = std::exp(x[i]);
+      bool ok;
+      if (std::isnan(x[i])) ok = std::isnan(y[i]);
+      else if (x[i] < -87.3f) ok = lh_f32_bits(y[i]) == 0 && e < 1.3e-38f;
+      else if (std::isinf(e)) ok = std::isinf(y[i]) && y[i] > 0;
+      else {
+        const int64_t ulp = std::llabs(static_cast<int64_t>(lh_f32_bits(y[i])) - static_cast<int64_t>(lh_f32_bits(e)));
+        worst_ulp = ulp > worst_ulp ? ulp : worst_ulp;
+        ok = ulp <= 2;
+      }
+      if (!ok && bad++ == 0) std::snprintf(first, sizeof first, "exp(%.9g) = %.9g, std::exp %.9g", x[i], y[i], e);
+    }
+    char name[200];
+    std::snprintf(name, sizeof name, "attention %s vector exp vs std::exp over %zu inputs in [-120, 100] and +-inf, NaN: <= 2 ulp, 0 below -87.3",
+                  lh_attention_impl_name(impl), x.size());
+    check(st == LH_OK && bad == 0, name, "%d bad, first %s", bad, first);
+    std::printf("      worst %lld ulp\n", static_cast<long long>(worst_ulp));
+  }
+  if (lh_attention_available(LH_ATTN_AVX2) && lh_attention_available(LH_ATTN_AVX512)) {
+    for (size_t i = 0; i < x.size(); ++i) same = same && lh_f32_bits(y2[i]) == lh_f32_bits(y5[i]);
+    check(same, "attention vector exp: AVX2 and AVX-512 give the same bits");
+  }
+  float one = 0.0f;
+  check(lh_attention_vector_exp(LH_ATTN_PORTABLE, &one, &one, 1) == LH_BAD_ARGUMENT &&
+            lh_attention_vector_exp(LH_ATTN_AVX2_PER_HEAD, &one, &one, 1) == LH_BAD_ARGUMENT,
+        "attention vector exp: kernels without one (portable, per-head) are LH_BAD_ARGUMENT");
+}
+
 void test_attention_bad_args() {
   Rng rng(5);
   Case c(10, 4, 2, 8, rng);
@@ -636,7 +767,7 @@ void test_kv_fp32() {
   lh_attention_args b = a;
   b.out = r.data();
   bool ok = lh_attention_decode_ref(&b) == LH_OK;
-  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+  for (const lh_attention_impl impl : kAttentionImpls) {
     if (!lh_attention_available(impl)) continue;
     ok = ok && lh_attention_decode(&a, impl) == LH_OK;
     const Diff df = compare(o.data(), r.data(), o.size(), kAtol, kRtol);
@@ -977,7 +1108,7 @@ void bench_attention_kernels(int reps) {
   struct Shape { uint32_t heads, kvh; const char* name; };
   const Shape shapes[] = {{32, 4, "GQA 32/4"}, {32, 32, "MHA 32/32"}};
   std::vector<lh_attention_impl> impls;
-  for (const lh_attention_impl impl : {LH_ATTN_AVX2_PER_HEAD, LH_ATTN_AVX2})
+  for (const lh_attention_impl impl : {LH_ATTN_AVX2_PER_HEAD, LH_ATTN_AVX2, LH_ATTN_AVX512})
     if (lh_attention_available(impl)) impls.push_back(impl);
   std::printf("decode attention, one layer, head_dim %u, fp16, ms per call (min of %d), auto = %s\n", d, reps, lh_attention_impl_name(LH_ATTN_AUTO));
   std::printf("%-10s %6s %-8s %3s %4s", "shape", "tokens", "rows", "thr", "used");
@@ -2525,7 +2656,7 @@ void test_kv_int8() {
   lh_attention_args b = a;
   b.out = r.data();
   bool ok = lh_attention_decode_ref(&b) == LH_OK;
-  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+  for (const lh_attention_impl impl : kAttentionImpls) {
     if (!lh_attention_available(impl)) continue;
     ok = ok && lh_attention_decode(&a, impl) == LH_OK;
     const Diff df = compare(o.data(), r.data(), o.size(), kAtol, kRtol);
@@ -2568,7 +2699,7 @@ void test_kv_int8() {
   a.tokens = T + 1;
   b.tokens = T + 1;
   bool heads_ok = sa == LH_OK && all_nan && head0_finite;
-  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+  for (const lh_attention_impl impl : kAttentionImpls) {
     if (!lh_attention_available(impl)) continue;
     heads_ok = heads_ok && lh_attention_decode(&a, impl) == LH_OK && lh_attention_decode_ref(&b) == LH_OK;
     for (uint32_t h = 0; h < heads; ++h)
@@ -2865,22 +2996,25 @@ int main(int argc, char** argv) {
   test_fp16();
   test_kv_pool();
   test_mapped_file();
-  test_attention_sweep(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_sweep(LH_ATTN_AVX2);
-  test_attention_nonfinite(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_nonfinite(LH_ATTN_AVX2);
-  test_attention_rows(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_rows(LH_ATTN_AVX2);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_sweep(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_nonfinite(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_rows(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_grouped_shapes(impl);
+  test_attention_exp();
   test_attention_bad_args();
   test_attention_over_pool();
   test_kv_fp32();
   test_kv_batch_append();
-  test_attention_prefill(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill(LH_ATTN_AVX2);
-  test_attention_prefill_nonfinite(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill_nonfinite(LH_ATTN_AVX2);
-  test_attention_decode_threads(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_decode_threads(LH_ATTN_AVX2);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_prefill(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_prefill_nonfinite(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_decode_threads(impl);
   test_infinigen_select();
   test_partial_rows();
   test_speculator();
@@ -2897,8 +3031,8 @@ int main(int argc, char** argv) {
   test_policy_select();
   test_kv_eviction();
   test_int8_quantize();
-  test_attention_int8(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_int8(LH_ATTN_AVX2);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_int8(impl);
   test_kv_int8();
   test_kv_snapshot();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
