@@ -20,7 +20,9 @@
 
 namespace {
 
-constexpr uint32_t kTile = 32;  // tokens per tile: 32 scores on the stack
+constexpr uint32_t kTile = 32;  // tokens per tile of the portable and per-head kernels: 32 scores on the stack
+constexpr uint32_t kRowTileLanes = 16;   // rows per tile of the grouped kernels (kRowTile below)
+constexpr uint32_t kHeadBatchLanes = 16; // query heads per batch of the grouped kernels (kHeadBatch below)
 
 // ---------------------------------------------------------------------------------------------
 // Row operations, portable
@@ -205,9 +207,9 @@ struct Avx2Tile {
     return _mm256_movemask_ps(b) != 0;
   }
 
-  // One head over one tile of n (1..16) rows: scores s_t = (q · kb[t]) · sc[t], the online-softmax
-  // step of (m, l), the correction `corr` for the head's accumulator and the weights p[t] (times
-  // vs[t] for int8 value rows). kb rows n..15 are zero, sc/vs lanes n..15 zero.
+  // The online-softmax step of one head over a tile of n (1..16) rows: scores s_t = (q · kb[t]) ·
+  // sc[t], the update of (m, l), the correction `corr` for the head's accumulator and the weights
+  // p[t] (times vs[t] for int8 value rows). kb rows n..15 are zero, sc/vs lanes n..15 zero.
   static inline void softmax_tile(const float* q, const float* kb, size_t dp, uint32_t n, const float* sc, const float* vs,
                                   float* m, float* l, bool* bad, float* corr, float* p) {
     __m256 s0 = mask_tail(_mm256_mul_ps(dots8(q, kb, dp), _mm256_load_ps(sc)), static_cast<int32_t>(n));
@@ -234,25 +236,46 @@ struct Avx2Tile {
     *m = m_new;
   }
 
-  // acc (dp) = acc · corr + sum_t p[t] · vb[t] over the tile's n rows, NV vectors of acc at a time
-  // held in registers.
-  template <int NV>
-  static inline void pv_chunk(float* acc, __m256 c, const float* p, const float* vb, uint32_t n, size_t dp) {
-    __m256 r[NV];
-    for (int k = 0; k < NV; ++k) r[k] = _mm256_mul_ps(_mm256_load_ps(acc + 8 * k), c);
+  // acc of NH heads (rows of dp floats, dp apart) = acc · corr[h] + sum_t p[h][t] · vb[t], NV
+  // vectors of each in registers: each V load serves NH FMAs.
+  template <int NH, int NV>
+  static inline void pv_chunk(float* acc, size_t dp, const float* corr, const float* p, const float* vb, uint32_t n) {
+    __m256 r[NH][NV];
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < NV; ++k) r[h][k] = _mm256_mul_ps(_mm256_load_ps(acc + h * dp + 8 * k), _mm256_set1_ps(corr[h]));
     for (uint32_t t = 0; t < n; ++t) {
-      const __m256 pb = _mm256_broadcast_ss(p + t);
-      for (int k = 0; k < NV; ++k) r[k] = _mm256_fmadd_ps(pb, _mm256_load_ps(vb + t * dp + 8 * k), r[k]);
+      __m256 v[NV];
+      for (int k = 0; k < NV; ++k) v[k] = _mm256_load_ps(vb + t * dp + 8 * k);
+      for (int h = 0; h < NH; ++h) {
+        const __m256 pb = _mm256_broadcast_ss(p + h * kRowTileLanes + t);
+        for (int k = 0; k < NV; ++k) r[h][k] = _mm256_fmadd_ps(pb, v[k], r[h][k]);
+      }
     }
-    for (int k = 0; k < NV; ++k) _mm256_store_ps(acc + 8 * k, r[k]);
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < NV; ++k) _mm256_store_ps(acc + h * dp + 8 * k, r[h][k]);
   }
-  static inline void pv(float* acc, float corr, const float* p, const float* vb, uint32_t n, size_t dp) {
-    const __m256 c = _mm256_set1_ps(corr);
+  template <int NH>
+  static inline void pv_heads(float* acc, size_t dp, const float* corr, const float* p, const float* vb, uint32_t n) {
     size_t i = 0;
-    for (; i + 64 <= dp; i += 64) pv_chunk<8>(acc + i, c, p, vb + i, n, dp);
-    for (; i + 32 <= dp; i += 32) pv_chunk<4>(acc + i, c, p, vb + i, n, dp);
-    for (; i < dp; i += 8) pv_chunk<1>(acc + i, c, p, vb + i, n, dp);
+    for (; i + 32 <= dp; i += 32) pv_chunk<NH, 4>(acc + i, dp, corr, p, vb + i, n);
+    for (; i < dp; i += 8) pv_chunk<NH, 1>(acc + i, dp, corr, p, vb + i, n);
   }
+
+  // One tile for the nb heads of a batch: q (nb, dp), acc (nb, dp), per head m, l (l[16 j]), bad;
+  // kb / vb (16, dp) the tile's rows; sc, vs (16) row scales. Scores head by head, then P·V two heads at
+  // a time (8 accumulators + 4 V vectors of 16 registers).
+  static inline void heads_tile(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
+                                const float* sc, const float* vs, float* m, float* l, bool* bad) {
+    alignas(32) float p[kHeadBatchLanes * kRowTileLanes];  // (nb, 16) weights
+    float corr[kHeadBatchLanes];                           // (nb) accumulator corrections
+    for (uint32_t j = 0; j < nb; ++j)
+      softmax_tile(q + j * dp, kb, dp, n, sc, vs, &m[j], &l[j * kRowTileLanes], &bad[j], &corr[j], p + j * kRowTileLanes);
+    uint32_t j = 0;
+    for (; j + 2 <= nb; j += 2) pv_heads<2>(acc + j * dp, dp, corr + j, p + j * kRowTileLanes, vb, n);
+    for (; j < nb; ++j) pv_heads<1>(acc + j * dp, dp, corr + j, p + j * kRowTileLanes, vb, n);
+  }
+  // The softmax denominator of a head: softmax_tile keeps it whole in l[0].
+  static inline float denominator(const float* l) { return l[0]; }
 };
 #pragma GCC pop_options
 #endif
@@ -322,51 +345,120 @@ struct Avx512Tile {
       const __m512 qv = _mm512_load_ps(q + i);
       for (int s = 0; s < 16; ++s) a[s] = _mm512_fmadd_ps(qv, _mm512_load_ps(kb + static_cast<size_t>(4 * (s % 4) + s / 4) * dp + i), a[s]);
     }
+    return tree16(a);
+  }
+
+  // Scores of two heads over the tile's 16 rows at once: 8 rows a pass, accumulators for
+  // (head a, rows r..r+7) and (head b, the same rows), so each K load serves two FMAs (one q load
+  // per head per pass). The tree puts head a's 8 rows in lanes 0-7 and head b's in 8-15 (the same
+  // slot order as dots16: slot s holds output lane 4·(s % 4) + s / 4); two passes are regrouped
+  // into one vector a head.
+  // The add (or max) tree: 16 vectors in, lane 4·(s % 4) + s / 4 of the result = the sum (max)
+  // of the 16 lanes of a[s]. Each lane only ever combines lanes of one input vector.
+  template <bool kMax>
+  LH_AVX512 static inline __m512 op(__m512 x, __m512 y) { return kMax ? _mm512_max_ps(x, y) : _mm512_add_ps(x, y); }
+  template <bool kMax = false>
+  LH_AVX512 static inline __m512 tree16(const __m512* a) {
     __m512 b[8], c[4];
-    for (int k = 0; k < 8; ++k)  // b[k]: lanes 0-7 partials of a[2k], lanes 8-15 of a[2k+1]
-      b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44), _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
-    for (int k = 0; k < 4; ++k)  // c[k]: 128-bit lane L holds 4 partials of a[4k + L]
-      c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0x88), _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0xDD));
-    const __m512 d0 = _mm512_add_ps(_mm512_unpacklo_ps(c[0], c[1]), _mm512_unpackhi_ps(c[0], c[1]));
-    const __m512 d1 = _mm512_add_ps(_mm512_unpacklo_ps(c[2], c[3]), _mm512_unpackhi_ps(c[2], c[3]));
-    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(d0), _mm512_castps_pd(d1))),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d0), _mm512_castps_pd(d1))));
+    for (int k = 0; k < 8; ++k)
+      b[k] = op<kMax>(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44), _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; ++k)
+      c[k] = op<kMax>(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0x88), _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0xDD));
+    const __m512 d0 = op<kMax>(_mm512_unpacklo_ps(c[0], c[1]), _mm512_unpackhi_ps(c[0], c[1]));
+    const __m512 d1 = op<kMax>(_mm512_unpacklo_ps(c[2], c[3]), _mm512_unpackhi_ps(c[2], c[3]));
+    return op<kMax>(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(d0), _mm512_castps_pd(d1))),
+                    _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d0), _mm512_castps_pd(d1))));
   }
-
-  // As Avx2Tile::softmax_tile, one vector of 16 scores.
-  LH_AVX512 static inline void softmax_tile(const float* q, const float* kb, size_t dp, uint32_t n, const float* sc, const float* vs,
-                                            float* m, float* l, bool* bad, float* corr, float* p) {
-    __m512 s = _mm512_mul_ps(dots16(q, kb, dp), _mm512_load_ps(sc));
-    s = _mm512_mask_blend_ps(first_lanes(n), _mm512_set1_ps(-INFINITY), s);
-    if ((_mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(s, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ)) != 0) *bad = true;
-    const float mt = _mm512_reduce_max_ps(s);
-    const float m_new = mt > *m ? mt : *m;
-    const bool none = m_new == -INFINITY;
-    *corr = none ? 1.0f : _mm512_cvtss_f32(exp(_mm512_set1_ps(*m - m_new)));
-    __m512 pv = exp(_mm512_sub_ps(s, _mm512_set1_ps(none ? 0.0f : m_new)));
-    *l = *l * *corr + _mm512_reduce_add_ps(pv);
-    if (vs != nullptr) pv = _mm512_mul_ps(pv, _mm512_load_ps(vs));
-    _mm512_store_ps(p, pv);
-    *m = m_new;
-  }
-
-  template <int NV>
-  LH_AVX512 static inline void pv_chunk(float* acc, __m512 c, const float* p, const float* vb, uint32_t n, size_t dp) {
-    __m512 r[NV];
-    for (int k = 0; k < NV; ++k) r[k] = _mm512_mul_ps(_mm512_load_ps(acc + 16 * k), c);
-    for (uint32_t t = 0; t < n; ++t) {
-      const __m512 pb = _mm512_set1_ps(p[t]);
-      for (int k = 0; k < NV; ++k) r[k] = _mm512_fmadd_ps(pb, _mm512_load_ps(vb + t * dp + 16 * k), r[k]);
+  LH_AVX512 static inline void dots16x2(const float* qa, const float* qb, const float* kb, size_t dp, __m512* sa, __m512* sb) {
+    __m512 pass[2];
+    for (int half = 0; half < 2; ++half) {
+      const float* k8 = kb + static_cast<size_t>(8 * half) * dp;
+      __m512 a[16];
+      for (int s = 0; s < 16; ++s) a[s] = _mm512_setzero_ps();
+      for (size_t i = 0; i < dp; i += 16) {
+        const __m512 qva = _mm512_load_ps(qa + i), qvb = _mm512_load_ps(qb + i);
+        for (int lane = 0; lane < 8; ++lane) {  // output lane `lane` (head a) and lane + 8 (head b) hold row `lane`
+          const __m512 kv = _mm512_load_ps(k8 + static_cast<size_t>(lane) * dp + i);
+          const int sa_slot = 4 * (lane % 4) + lane / 4, sb_slot = 4 * ((lane + 8) % 4) + (lane + 8) / 4;
+          a[sa_slot] = _mm512_fmadd_ps(qva, kv, a[sa_slot]);
+          a[sb_slot] = _mm512_fmadd_ps(qvb, kv, a[sb_slot]);
+        }
+      }
+      pass[half] = tree16(a);
     }
-    for (int k = 0; k < NV; ++k) _mm512_store_ps(acc + 16 * k, r[k]);
+    *sa = _mm512_shuffle_f32x4(pass[0], pass[1], 0x44);  // head a: rows 0-7 | rows 8-15
+    *sb = _mm512_shuffle_f32x4(pass[0], pass[1], 0xEE);  // head b
   }
-  LH_AVX512 static inline void pv(float* acc, float corr, const float* p, const float* vb, uint32_t n, size_t dp) {
-    const __m512 c = _mm512_set1_ps(corr);
+
+  // acc of NH heads (rows of dp floats, dp apart) = acc · corr[h] + sum_t p[h][t] · vb[t], NV
+  // vectors of each at a time in registers: each V load serves NH FMAs.
+  template <int NH, int NV>
+  LH_AVX512 static inline void pv_chunk(float* acc, size_t dp, const float* corr, const float* p, const float* vb, uint32_t n) {
+    __m512 r[NH][NV];
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < NV; ++k) r[h][k] = _mm512_mul_ps(_mm512_load_ps(acc + h * dp + 16 * k), _mm512_set1_ps(corr[h]));
+    for (uint32_t t = 0; t < n; ++t) {
+      __m512 v[NV];
+      for (int k = 0; k < NV; ++k) v[k] = _mm512_load_ps(vb + t * dp + 16 * k);
+      for (int h = 0; h < NH; ++h) {
+        const __m512 pb = _mm512_set1_ps(p[h * kRowTileLanes + t]);
+        for (int k = 0; k < NV; ++k) r[h][k] = _mm512_fmadd_ps(pb, v[k], r[h][k]);
+      }
+    }
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < NV; ++k) _mm512_store_ps(acc + h * dp + 16 * k, r[h][k]);
+  }
+  template <int NH>
+  LH_AVX512 static inline void pv_heads(float* acc, size_t dp, const float* corr, const float* p, const float* vb, uint32_t n) {
     size_t i = 0;
-    for (; i + 128 <= dp; i += 128) pv_chunk<8>(acc + i, c, p, vb + i, n, dp);
-    for (; i + 64 <= dp; i += 64) pv_chunk<4>(acc + i, c, p, vb + i, n, dp);
-    for (; i < dp; i += 16) pv_chunk<1>(acc + i, c, p, vb + i, n, dp);
+    for (; i + 64 <= dp; i += 64) pv_chunk<NH, 4>(acc + i, dp, corr, p, vb + i, n);
+    for (; i < dp; i += 16) pv_chunk<NH, 1>(acc + i, dp, corr, p, vb + i, n);
   }
+
+  // One tile for the nb heads of a batch: q (nb, dp), acc (nb, dp); m (16) running maxes, l (16,
+  // 16) per-lane partial denominators, bad (16); kb / vb (16, dp) the tile's rows; sc, vs (16) row
+  // scales. Scores two heads at a time; the online-softmax step for all heads at once where it is
+  // per head (tile max by one max tree over the heads, one exp for every head's correction); the
+  // weights' exp per head; P·V four heads at a time.
+  LH_AVX512 static inline void heads_tile(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
+                                          const float* sc, const float* vs, float* m, float* l, bool* bad) {
+    alignas(64) float p[kHeadBatchLanes * kRowTileLanes];  // (nb, 16) weights
+    alignas(64) float corr[kHeadBatchLanes];               // (16) accumulator corrections
+    alignas(64) float sub[kHeadBatchLanes];                // (16) what each head's scores are shifted by
+    __m512 s[kHeadBatchLanes];                             // (nb) scores, one vector a head
+    __m512 slot[kHeadBatchLanes];                          // the same in max-tree slot order, -inf past nb
+    uint32_t j = 0;
+    for (; j + 2 <= nb; j += 2) dots16x2(q + j * dp, q + (j + 1) * dp, kb, dp, &s[j], &s[j + 1]);
+    if (j < nb) s[j] = dots16(q + j * dp, kb, dp);
+    const __m512 scv = _mm512_load_ps(sc), ninf = _mm512_set1_ps(-INFINITY), pinf = _mm512_set1_ps(INFINITY);
+    const __mmask16 live = first_lanes(n);
+    for (j = 0; j < kHeadBatchLanes; ++j) {
+      if (j < nb) {
+        s[j] = _mm512_mask_blend_ps(live, ninf, _mm512_mul_ps(s[j], scv));  // rows past n: -inf, weight 0
+        if ((_mm512_cmp_ps_mask(s[j], s[j], _CMP_UNORD_Q) | _mm512_cmp_ps_mask(s[j], pinf, _CMP_EQ_OQ)) != 0) bad[j] = true;
+      }
+      slot[4 * (j % 4) + j / 4] = j < nb ? s[j] : ninf;
+    }
+    const __m512 mo = _mm512_load_ps(m);
+    const __m512 mn = _mm512_max_ps(tree16<true>(slot), mo);  // lane j: new running max of head j (a NaN lane: that head is bad)
+    // A head whose scores so far are all -inf: weights exp(s - 0) = 0, correction 1 (exp(-inf - -inf) would be NaN).
+    const __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
+    _mm512_store_ps(corr, _mm512_mask_blend_ps(none, exp(_mm512_sub_ps(mo, mn)), _mm512_set1_ps(1.0f)));
+    _mm512_store_ps(sub, _mm512_mask_blend_ps(none, mn, _mm512_setzero_ps()));
+    _mm512_store_ps(m, mn);
+    const __m512 vsv = vs != nullptr ? _mm512_load_ps(vs) : _mm512_set1_ps(1.0f);
+    for (j = 0; j < nb; ++j) {
+      __m512 pj = exp(_mm512_sub_ps(s[j], _mm512_set1_ps(sub[j])));
+      _mm512_store_ps(l + j * kRowTileLanes, _mm512_fmadd_ps(_mm512_load_ps(l + j * kRowTileLanes), _mm512_set1_ps(corr[j]), pj));
+      if (vs != nullptr) pj = _mm512_mul_ps(pj, vsv);
+      _mm512_store_ps(p + j * kRowTileLanes, pj);
+    }
+    j = 0;
+    for (; j + 4 <= nb; j += 4) pv_heads<4>(acc + j * dp, dp, corr + j, p + j * kRowTileLanes, vb, n);
+    for (; j < nb; ++j) pv_heads<1>(acc + j * dp, dp, corr + j, p + j * kRowTileLanes, vb, n);
+  }
+  // The softmax denominator of a head from its per-lane partials (16).
+  LH_AVX512 static inline float denominator(const float* l) { return _mm512_reduce_add_ps(_mm512_load_ps(l)); }
 };
 #endif
 
@@ -483,8 +575,8 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
 // Non-finite: a NaN or +inf score marks the head `bad` (its output is NaN, like the reference);
 // a head whose scores are all -inf ends with m = -inf and is NaN too; -inf scores get weight 0.
 // ---------------------------------------------------------------------------------------------
-constexpr uint32_t kRowTile = 16;      // rows per tile: 16 scores a head, 2 AVX2 / 1 AVX-512 vector
-constexpr uint32_t kHeadBatch = 16;    // query heads of one KV head sharing each tile (a GQA group)
+constexpr uint32_t kRowTile = kRowTileLanes;      // rows per tile: 16 scores a head, 2 AVX2 / 1 AVX-512 vector
+constexpr uint32_t kHeadBatch = kHeadBatchLanes;  // query heads of one KV head sharing each tile (a GQA group)
 constexpr uint32_t kTileMaxDim = 256;  // the grouped kernels' head_dim limit (stack tiles); above: per-head kernel
 
 template <class Ops, class T, bool kIndexed>
@@ -501,8 +593,8 @@ inline __attribute__((always_inline)) void decode_grouped(const lh_attention_arg
   alignas(64) float acc[kHeadBatch * kTileMaxDim]; // (batch heads, dp) unnormalised outputs
   alignas(64) float sc[kRowTile];                  // (kRowTile) score scale of each row (int8: k_scale · scale)
   alignas(64) float vs[kRowTile];                  // (kRowTile) int8 value scale of each row
-  alignas(64) float p[kRowTile];                   // (kRowTile) one head's weights over the tile
-  float m[kHeadBatch], l[kHeadBatch];              // (batch heads) running max and denominator
+  alignas(64) float m[kHeadBatch];                 // (batch heads) running max
+  alignas(64) float l[kHeadBatch * kRowTile];      // (batch heads, 16) running denominator, as Ops keeps it (Ops::denominator)
   bool bad[kHeadBatch];                            // (batch heads) a NaN or +inf score seen
   for (uint32_t g = 0; g < a->kv_heads; ++g) {
     const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;  // (rows, head_dim)
@@ -519,8 +611,10 @@ inline __attribute__((always_inline)) void decode_grouped(const lh_attention_arg
           qb[j * dp + i] = i < d ? q[i] : 0.0f;
           acc[j * dp + i] = 0.0f;
         }
+      }
+      for (uint32_t j = 0; j < kHeadBatch; ++j) {  // all 16: the AVX-512 step reads every lane
         m[j] = -INFINITY;
-        l[j] = 0.0f;
+        for (uint32_t i = 0; i < kRowTile; ++i) l[j * kRowTile + i] = 0.0f;
         bad[j] = false;
       }
       if (kIndexed) {
@@ -553,11 +647,7 @@ inline __attribute__((always_inline)) void decode_grouped(const lh_attention_arg
           sc[t] = 0.0f;
           vs[t] = 0.0f;
         }
-        for (uint32_t j = 0; j < nb; ++j) {
-          float corr;
-          Ops::softmax_tile(qb + j * dp, kb, dp, n, sc, kInt8 ? vs : nullptr, &m[j], &l[j], &bad[j], &corr, p);
-          Ops::pv(acc + j * dp, corr, p, vb, n, dp);
-        }
+        Ops::heads_tile(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad);
       }
       for (uint32_t j = 0; j < nb; ++j) {
         float* out = a->out + (head0 + j) * d;  // (head_dim)
@@ -565,7 +655,7 @@ inline __attribute__((always_inline)) void decode_grouped(const lh_attention_arg
           for (size_t i = 0; i < d; ++i) out[i] = NAN;
           continue;
         }
-        const float inv = 1.0f / l[j];
+        const float inv = 1.0f / Ops::denominator(l + j * kRowTile);
         for (size_t i = 0; i < d; ++i) out[i] = acc[j * dp + i] * inv;
       }
     }
