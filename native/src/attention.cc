@@ -184,9 +184,7 @@ struct Avx2Tile {
       a6 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 6 * dp + i), a6);
       a7 = _mm256_fmadd_ps(qv, _mm256_load_ps(kb + 7 * dp + i), a7);
     }
-    const __m256 b0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));  // [rows 0-3 low half | rows 0-3 high half]
-    const __m256 b1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));  // rows 4-7
-    return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+    return tree8(a0, a1, a2, a3, a4, a5, a6, a7);
   }
 
   static inline float hmax(__m256 v) {
@@ -205,35 +203,6 @@ struct Avx2Tile {
   static inline bool any_bad(__m256 s) {
     const __m256 b = _mm256_or_ps(_mm256_cmp_ps(s, s, _CMP_UNORD_Q), _mm256_cmp_ps(s, _mm256_set1_ps(INFINITY), _CMP_EQ_OQ));
     return _mm256_movemask_ps(b) != 0;
-  }
-
-  // The online-softmax step of one head over a tile of n (1..16) rows: scores s_t = (q · kb[t]) ·
-  // sc[t], the update of (m, l), the correction `corr` for the head's accumulator and the weights
-  // p[t] (times vs[t] for int8 value rows). kb rows n..15 are zero, sc/vs lanes n..15 zero.
-  static inline void softmax_tile(const float* q, const float* kb, size_t dp, uint32_t n, const float* sc, const float* vs,
-                                  float* m, float* l, bool* bad, float* corr, float* p) {
-    __m256 s0 = mask_tail(_mm256_mul_ps(dots8(q, kb, dp), _mm256_load_ps(sc)), static_cast<int32_t>(n));
-    __m256 s1 = n > 8 ? mask_tail(_mm256_mul_ps(dots8(q, kb + 8 * dp, dp), _mm256_load_ps(sc + 8)), static_cast<int32_t>(n) - 8)
-                      : _mm256_set1_ps(-INFINITY);
-    if (any_bad(s0) || any_bad(s1)) *bad = true;
-    const float mt = hmax(_mm256_max_ps(s0, s1));
-    const float m_new = mt > *m ? mt : *m;
-    // Everything so far -inf: weights exp(s - 0) = 0 and nothing to correct (exp(-inf - -inf) would be NaN).
-    const bool none = m_new == -INFINITY;
-    const __m256 sub = _mm256_set1_ps(none ? 0.0f : m_new);
-    *corr = none ? 1.0f : _mm256_cvtss_f32(exp(_mm256_set1_ps(*m - m_new)));
-    __m256 p0 = exp(_mm256_sub_ps(s0, sub)), p1 = exp(_mm256_sub_ps(s1, sub));
-    const __m256 ps = _mm256_add_ps(p0, p1);
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(ps), _mm256_extractf128_ps(ps, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    *l = *l * *corr + _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-    if (vs != nullptr) {
-      p0 = _mm256_mul_ps(p0, _mm256_load_ps(vs));
-      p1 = _mm256_mul_ps(p1, _mm256_load_ps(vs + 8));
-    }
-    _mm256_store_ps(p, p0);
-    _mm256_store_ps(p + 8, p1);
-    *m = m_new;
   }
 
   // acc of NH heads (rows of dp floats, dp apart) = acc · corr[h] + sum_t p[h][t] · vb[t], NV
@@ -261,21 +230,106 @@ struct Avx2Tile {
     for (; i < dp; i += 8) pv_chunk<NH, 1>(acc + i, dp, corr, p, vb + i, n);
   }
 
-  // One tile for the nb heads of a batch: q (nb, dp), acc (nb, dp), per head m, l (l[16 j]), bad;
-  // kb / vb (16, dp) the tile's rows; sc, vs (16) row scales. Scores head by head, then P·V two heads at
-  // a time (8 accumulators + 4 V vectors of 16 registers).
+  // 8 accumulators -> one vector: lane t = sum of a[t] (the transposing add tree of dots8).
+  static inline __m256 tree8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6, __m256 a7) {
+    const __m256 b0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m256 b1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+    return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+  }
+  // Scores of two heads over the tile's rows (16, or fewer: quarters wholly past n are skipped and
+  // left 0), 4 rows a pass, so each K load serves two FMAs: sa[0] rows 0-7 and sa[1] rows 8-15 of
+  // head a, sb the same of head b.
+  static inline void dots16x2(const float* qa, const float* qb, const float* kb, size_t dp, uint32_t n, __m256* sa, __m256* sb) {
+    __m256 pass[4];  // lanes 0-3 head a, 4-7 head b, rows 4·quarter ..
+    for (uint32_t quarter = 0; quarter < 4; ++quarter) {
+      if (4 * quarter >= n) {
+        pass[quarter] = _mm256_setzero_ps();
+        continue;
+      }
+      const float* k4 = kb + static_cast<size_t>(4 * quarter) * dp;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+      for (size_t i = 0; i < dp; i += 8) {
+        const __m256 qva = _mm256_load_ps(qa + i), qvb = _mm256_load_ps(qb + i);
+        const __m256 k0 = _mm256_load_ps(k4 + i), k1 = _mm256_load_ps(k4 + dp + i);
+        const __m256 k2 = _mm256_load_ps(k4 + 2 * dp + i), k3 = _mm256_load_ps(k4 + 3 * dp + i);
+        a0 = _mm256_fmadd_ps(qva, k0, a0);
+        a1 = _mm256_fmadd_ps(qva, k1, a1);
+        a2 = _mm256_fmadd_ps(qva, k2, a2);
+        a3 = _mm256_fmadd_ps(qva, k3, a3);
+        b0 = _mm256_fmadd_ps(qvb, k0, b0);
+        b1 = _mm256_fmadd_ps(qvb, k1, b1);
+        b2 = _mm256_fmadd_ps(qvb, k2, b2);
+        b3 = _mm256_fmadd_ps(qvb, k3, b3);
+      }
+      pass[quarter] = tree8(a0, a1, a2, a3, b0, b1, b2, b3);
+    }
+    sa[0] = _mm256_permute2f128_ps(pass[0], pass[1], 0x20);
+    sa[1] = _mm256_permute2f128_ps(pass[2], pass[3], 0x20);
+    sb[0] = _mm256_permute2f128_ps(pass[0], pass[1], 0x31);
+    sb[1] = _mm256_permute2f128_ps(pass[2], pass[3], 0x31);
+  }
+
+  // One tile for the nb heads of a batch: q (nb, dp), acc (nb, dp); m (16) running maxes, l (16,
+  // 16) per-lane partial denominators, bad (16); kb / vb (16, dp) the tile's rows (rows n..15
+  // zero); sc, vs (16) row scales (lanes n..15 zero). Scores two heads at a time; the correction
+  // exp for 8 heads at once; P·V two heads at a time (8 accumulators + 4 V vectors of 16 registers).
   static inline void heads_tile(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
                                 const float* sc, const float* vs, float* m, float* l, bool* bad) {
     alignas(32) float p[kHeadBatchLanes * kRowTileLanes];  // (nb, 16) weights
-    float corr[kHeadBatchLanes];                           // (nb) accumulator corrections
-    for (uint32_t j = 0; j < nb; ++j)
-      softmax_tile(q + j * dp, kb, dp, n, sc, vs, &m[j], &l[j * kRowTileLanes], &bad[j], &corr[j], p + j * kRowTileLanes);
+    alignas(32) float corr[kHeadBatchLanes];               // (16) accumulator corrections
+    alignas(32) float sub[kHeadBatchLanes];                // (16) what each head's scores are shifted by
+    alignas(32) float tmax[kHeadBatchLanes];               // (16) each head's max over this tile
+    __m256 s[kHeadBatchLanes][2];                          // (nb) scores: rows 0-7, 8-15
     uint32_t j = 0;
+    for (; j + 2 <= nb; j += 2) dots16x2(q + j * dp, q + (j + 1) * dp, kb, dp, n, s[j], s[j + 1]);
+    if (j < nb) {
+      s[j][0] = dots8(q + j * dp, kb, dp);
+      s[j][1] = n > 8 ? dots8(q + j * dp, kb + 8 * dp, dp) : _mm256_setzero_ps();
+    }
+    const __m256 sc0 = _mm256_load_ps(sc), sc1 = _mm256_load_ps(sc + 8);
+    for (j = 0; j < kHeadBatchLanes; ++j) {
+      if (j >= nb) {
+        tmax[j] = -INFINITY;
+        continue;
+      }
+      s[j][0] = mask_tail(_mm256_mul_ps(s[j][0], sc0), static_cast<int32_t>(n));  // rows past n: -inf, weight 0
+      s[j][1] = mask_tail(_mm256_mul_ps(s[j][1], sc1), static_cast<int32_t>(n) - 8);
+      if (any_bad(s[j][0]) || any_bad(s[j][1])) bad[j] = true;
+      tmax[j] = hmax(_mm256_max_ps(s[j][0], s[j][1]));
+    }
+    for (j = 0; j < kHeadBatchLanes; j += 8) {  // the step of (m, l) for 8 heads at once
+      const __m256 mo = _mm256_load_ps(m + j);
+      const __m256 mn = _mm256_max_ps(_mm256_load_ps(tmax + j), mo);  // a NaN tile max: that head is bad anyway
+      // A head whose scores so far are all -inf: weights exp(s - 0) = 0, correction 1 (exp(-inf - -inf) would be NaN).
+      const __m256 none = _mm256_cmp_ps(mn, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
+      _mm256_store_ps(corr + j, _mm256_blendv_ps(exp(_mm256_sub_ps(mo, mn)), _mm256_set1_ps(1.0f), none));
+      _mm256_store_ps(sub + j, _mm256_blendv_ps(mn, _mm256_setzero_ps(), none));
+      _mm256_store_ps(m + j, mn);
+    }
+    for (j = 0; j < nb; ++j) {
+      const __m256 sj = _mm256_set1_ps(sub[j]), cj = _mm256_set1_ps(corr[j]);
+      __m256 p0 = exp(_mm256_sub_ps(s[j][0], sj)), p1 = exp(_mm256_sub_ps(s[j][1], sj));
+      float* lj = l + j * kRowTileLanes;
+      _mm256_store_ps(lj, _mm256_fmadd_ps(_mm256_load_ps(lj), cj, p0));
+      _mm256_store_ps(lj + 8, _mm256_fmadd_ps(_mm256_load_ps(lj + 8), cj, p1));
+      if (vs != nullptr) {
+        p0 = _mm256_mul_ps(p0, _mm256_load_ps(vs));
+        p1 = _mm256_mul_ps(p1, _mm256_load_ps(vs + 8));
+      }
+      _mm256_store_ps(p + j * kRowTileLanes, p0);
+      _mm256_store_ps(p + j * kRowTileLanes + 8, p1);
+    }
+    j = 0;
     for (; j + 2 <= nb; j += 2) pv_heads<2>(acc + j * dp, dp, corr + j, p + j * kRowTileLanes, vb, n);
     for (; j < nb; ++j) pv_heads<1>(acc + j * dp, dp, corr + j, p + j * kRowTileLanes, vb, n);
   }
-  // The softmax denominator of a head: softmax_tile keeps it whole in l[0].
-  static inline float denominator(const float* l) { return l[0]; }
+  // The softmax denominator of a head from its per-lane partials (16).
+  static inline float denominator(const float* l) {
+    const __m256 v = _mm256_add_ps(_mm256_load_ps(l), _mm256_load_ps(l + 8));
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+  }
 };
 #pragma GCC pop_options
 #endif
