@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../src/attention.h"
+#include "../src/bandwidth.h"
 #include "../src/fp16.h"
 #include "../src/heap_trim.h"
 #include "../src/infinigen.h"
@@ -1103,6 +1104,7 @@ void bench_attention() {
 // head, so the head stride is the same at every length), 1 and 2 threads, full attention and a
 // listed 10% of the rows (sorted random subset per KV head, as InfiniGen lists them). Each figure
 // is the minimum of `reps` calls in this process (another job on the machine only adds time).
+// "bound ms": the K+V bytes at the read bandwidth lh_measure_read_bandwidth finds for the threads used.
 void bench_attention_kernels(int reps) {
   const uint32_t d = 64, cap = 32768;
   const uint32_t token_counts[] = {2048, 8192, 32768};
@@ -1111,10 +1113,14 @@ void bench_attention_kernels(int reps) {
   std::vector<lh_attention_impl> impls;
   for (const lh_attention_impl impl : {LH_ATTN_AVX2_PER_HEAD, LH_ATTN_AVX2, LH_ATTN_AVX512})
     if (lh_attention_available(impl)) impls.push_back(impl);
-  std::printf("decode attention, one layer, head_dim %u, fp16, ms per call (min of %d), auto = %s\n", d, reps, lh_attention_impl_name(LH_ATTN_AUTO));
+  // The bound: K+V bytes over the read bandwidth of as many threads (best of 5 passes over 256 MiB).
+  double bw[3] = {0, 0, 0};
+  for (uint32_t th = 1; th <= 2; ++th) lh_measure_read_bandwidth(256ull << 20, 5, th, &bw[th]);
+  std::printf("decode attention, one layer, head_dim %u, fp16, ms per call (min of %d), auto = %s; read bandwidth %.1f GB/s (1 thread), %.1f (2)\n",
+              d, reps, lh_attention_impl_name(LH_ATTN_AUTO), bw[1], bw[2]);
   std::printf("%-10s %6s %-8s %3s %4s", "shape", "tokens", "rows", "thr", "used");
   for (const lh_attention_impl impl : impls) std::printf(" %14s", lh_attention_impl_name(impl));
-  std::printf(" %8s %8s\n", "speedup", "GB/s");
+  std::printf(" %8s %8s %8s\n", "speedup", "GB/s", "bound ms");
   Rng rng(8);
   for (const Shape& sh : shapes) {
     const size_t stride = static_cast<size_t>(cap) * d;
@@ -1177,7 +1183,9 @@ void bench_attention_kernels(int reps) {
             last = best;
             std::printf(" %14.3f", best);
           }
-          std::printf(" %7.1fx %8.1f\n", first / last, 2.0 * sh.kvh * n * d * sizeof(uint16_t) / (last * 1e6));
+          const double bytes = 2.0 * sh.kvh * n * d * sizeof(uint16_t);
+          const uint32_t used = lh_attention_decode_threads_used(&a, threads);
+          std::printf(" %7.1fx %8.1f %8.3f\n", first / last, bytes / (last * 1e6), bw[used] > 0 ? bytes / (bw[used] * 1e6) : 0.0);
         }
       }
     munmap(map, bytes);
