@@ -1,7 +1,13 @@
-// Decode attention, optimised: tiled online softmax (one pass over K and V, no scratch beyond a
-// tile of scores on the stack), GQA-aware loop order (a tile of K/V rows of one KV head is
-// reused by every query head of its group while it is in L1), and an AVX2+FMA+F16C variant
-// selected at run time by cpuid. The scalar reference is reference/attention_ref.cc.
+// Decode attention, optimised: tiled online softmax (one pass over K and V, nothing allocated; the
+// tiles live on the stack), chosen at run time by cpuid:
+//   - grouped kernels, AVX-512 and AVX2+FMA+F16C (decode_grouped): per KV head, each tile of 16
+//     K/V rows is read and widened to fp32 once and serves every query head of the group; scores
+//     8 or 16 at a time, a vector exp, P·V for several heads per V load. Reading a row once per
+//     group instead of once per head is what lets GQA approach memory speed.
+//   - the per-head kernels (decode_online), portable and AVX2: per (row, head) a dot, a scalar exp
+//     and an axpy. The AVX2 one stays as LH_ATTN_AVX2_PER_HEAD (the baseline of
+//     bench/attention-kernel.mjs, and the grouped kernels' fallback above kTileMaxDim).
+// The scalar reference is reference/attention_ref.cc.
 #include "attention.h"
 
 #include <pthread.h>
