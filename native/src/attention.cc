@@ -888,6 +888,7 @@ const char* lh_attention_impl_name(lh_attention_impl impl) {
 lh_status lh_attention_vector_exp(lh_attention_impl impl, const float* x, float* y, size_t n) {
   if (x == nullptr || y == nullptr || !lh_attention_available(impl)) return LH_BAD_ARGUMENT;
 #ifdef LH_X86
+  if (impl == LH_ATTN_AUTO) impl = cpu_has_avx512() ? LH_ATTN_AVX512 : cpu_has_avx2() ? LH_ATTN_AVX2 : LH_ATTN_PORTABLE;
   if (impl == LH_ATTN_AVX2) {
     exp_avx2(x, y, n);
     return LH_OK;

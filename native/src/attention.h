@@ -107,8 +107,9 @@ lh_status lh_attention_prefill_check(const lh_attention_args* args, uint32_t que
 
 // The vector exp the grouped kernels use, over n floats (x and y may be the same buffer), for
 // tests: y = exp(x) within ~2 ulp on [-87.3, 88.72], 0 below (-inf included), +inf above, NaN for
-// NaN. LH_BAD_ARGUMENT when impl has no vector exp (portable, per-head: they call std::exp) or
-// is not available here.
+// NaN. AUTO: the exp of the kernel AUTO runs. LH_BAD_ARGUMENT when impl has no vector exp
+// (portable, per-head, or AUTO on a CPU that runs the portable kernel: they call std::exp) or is
+// not available here.
 lh_status lh_attention_vector_exp(lh_attention_impl impl, const float* x, float* y, size_t n);
 
 // Whether an implementation runs on this CPU, and its name ("portable", "avx2-fma-f16c").

@@ -674,6 +674,16 @@ void test_attention_exp() {
     check(same, "attention vector exp: AVX2 and AVX-512 give the same bits");
   }
   float one = 0.0f;
+  bool auto_ok = !lh_attention_available(LH_ATTN_AVX2);  // portable-only CPU: AUTO has no vector exp (checked below)
+  if (!auto_ok) {
+    std::vector<float> ya(x.size());
+    const std::vector<float>& yk = lh_attention_available(LH_ATTN_AVX512) ? y5 : y2;
+    auto_ok = lh_attention_vector_exp(LH_ATTN_AUTO, x.data(), ya.data(), x.size()) == LH_OK &&
+              std::memcmp(ya.data(), yk.data(), ya.size() * sizeof(float)) == 0;
+  } else {
+    auto_ok = lh_attention_vector_exp(LH_ATTN_AUTO, &one, &one, 1) == LH_BAD_ARGUMENT;
+  }
+  check(auto_ok, "attention vector exp: AUTO is the exp of the kernel AUTO runs");
   check(lh_attention_vector_exp(LH_ATTN_PORTABLE, &one, &one, 1) == LH_BAD_ARGUMENT &&
             lh_attention_vector_exp(LH_ATTN_AVX2_PER_HEAD, &one, &one, 1) == LH_BAD_ARGUMENT,
         "attention vector exp: kernels without one (portable, per-head) are LH_BAD_ARGUMENT");
