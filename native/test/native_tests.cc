@@ -628,6 +628,40 @@ void test_attention_grouped_shapes(lh_attention_impl impl) {
   std::printf("      worst NMSE %.3e\n", worst);
 }
 
+// Each query head's running max is its own: the heads of a group get scores 150 apart (head j of
+// the group: every score exactly 150·j - 75·(group - 1), q = that times e0, every key row starting
+// with 1), so a head shifted by another head's max would get weights exp(±150) — 0 or inf — and a
+// NaN output, where the right answer is the mean of its value rows. The random shapes cannot tell
+// (softmax does not care which finite shift it gets while nothing overflows).
+void test_attention_head_maxes(lh_attention_impl impl) {
+  Rng rng(77);
+  int cases = 0, bad = 0;
+  char first[160] = "";
+  for (const uint32_t group : {2u, 3u, 4u, 8u, 16u, 24u})
+    for (const uint32_t t : {1u, 17u, 100u})
+      for (const uint32_t d : {8u, 64u}) {
+        const uint32_t kvh = 2;
+        Case c(t, kvh * group, kvh, d, rng);
+        for (uint32_t g = 0; g < kvh; ++g)
+          for (uint32_t r = 0; r < t; ++r) c.k[g * c.stride + static_cast<size_t>(r) * d] = lh_fp32_to_fp16(1.0f);
+        for (uint32_t h = 0; h < kvh * group; ++h) {
+          for (uint32_t i = 0; i < d; ++i) c.q[static_cast<size_t>(h) * d + i] = 0.0f;
+          c.q[static_cast<size_t>(h) * d] = 150.0f * static_cast<float>(h % group) - 75.0f * static_cast<float>(group - 1);
+        }
+        lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+        ao.scale = ar.scale = 1.0f;
+        const lh_status so = lh_attention_decode(&ao, impl), sr = lh_attention_decode_ref(&ar);
+        const Diff df = compare(c.out_opt.data() + kGuard, c.out_ref.data() + kGuard, c.n(), kAtol, kRtol);
+        ++cases;
+        if ((so != LH_OK || sr != LH_OK || !df.within || df.nmse > kNmseTol) && bad++ == 0)
+          std::snprintf(first, sizeof first, "group %u tokens %u dim %u: max |e| %.3g", group, t, d, df.max_abs);
+      }
+  char name[200];
+  std::snprintf(name, sizeof name, "attention %s: every head softmaxed by its own max (group 2..24, scores 150 apart, %d cases)",
+                lh_attention_impl_name(impl), cases);
+  check(bad == 0, name, "%d bad, first %s", bad, first);
+}
+
 // The grouped kernels' vector exp against std::exp: within 2 ulp wherever the result is a normal
 // float ([-87.3, 88.72]), exactly 0 below -87.3 (std::exp is under FLT_MIN there: a weight that
 // small is nothing next to the max's 1), +inf above ln(FLT_MAX), +inf -> +inf, -inf -> 0,
@@ -3032,7 +3066,10 @@ int main(int argc, char** argv) {
   for (const lh_attention_impl impl : kAttentionImpls)
     if (lh_attention_available(impl)) test_attention_rows(impl);
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) test_attention_grouped_shapes(impl);
+    if (lh_attention_available(impl)) {
+      test_attention_grouped_shapes(impl);
+      test_attention_head_maxes(impl);
+    }
   test_attention_exp();
   test_attention_bad_args();
   test_attention_over_pool();
