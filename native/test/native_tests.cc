@@ -1149,6 +1149,7 @@ void bench_attention() {
 // listed 10% of the rows (sorted random subset per KV head, as InfiniGen lists them). Each figure
 // is the minimum of `reps` calls in this process (another job on the machine only adds time).
 // "bound ms": the K+V bytes at the read bandwidth lh_measure_read_bandwidth finds for the threads used.
+// Then per shape a causal prefill of a 128-query chunk over 2,048 / 8,192 rows (1 thread, min of reps / 2).
 void bench_attention_kernels(int reps) {
   const uint32_t d = 64, cap = 32768;
   const uint32_t token_counts[] = {2048, 8192, 32768};
@@ -1232,6 +1233,40 @@ void bench_attention_kernels(int reps) {
           std::printf(" %7.1fx %8.1f %8.3f\n", first / last, bytes / (last * 1e6), bw[used] > 0 ? bytes / (bw[used] * 1e6) : 0.0);
         }
       }
+    // Causal prefill of a 128-token chunk at the end of 2,048 and 8,192 stored rows, 1 thread (the
+    // engine's prefillChunk 128): each query is the decode of its own prefix.
+    const uint32_t chunk = 128;
+    std::vector<float> qp(static_cast<size_t>(chunk) * sh.heads * d), op(qp.size());
+    for (auto& x : qp) x = rng.normal();
+    for (const uint32_t t : {2048u, 8192u}) {
+      lh_attention_args a{};
+      a.q = qp.data();
+      a.k = k;
+      a.v = v;
+      a.out = op.data();
+      a.head_stride = stride;
+      a.tokens = t;
+      a.heads = sh.heads;
+      a.kv_heads = sh.kvh;
+      a.head_dim = d;
+      a.scale = 0.125f;
+      a.kv_type = LH_KV_F16;
+      std::printf("%-10s %6u %-8s %3u %4s", sh.name, t, "prefill", 1u, "128q");
+      double first = 0, last = 0;
+      for (const lh_attention_impl impl : impls) {
+        double best = 1e30;
+        for (int rep = 0; rep < (reps + 1) / 2; ++rep) {
+          const auto t0 = std::chrono::steady_clock::now();
+          lh_attention_prefill(&a, chunk, impl);
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          best = ms < best ? ms : best;
+        }
+        if (first == 0) first = best;
+        last = best;
+        std::printf(" %14.3f", best);
+      }
+      std::printf(" %7.1fx\n", first / last);
+    }
     munmap(map, bytes);
   }
 }
