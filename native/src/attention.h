@@ -62,6 +62,7 @@ enum lh_attention_impl {
                          // grouped kernel (each K/V row widened once per KV head for all of its query
                          // heads, tiles of 16 rows, vector exp); head_dim > 256 runs the per-head kernel
   LH_ATTN_AVX512 = 3,    // AVX-512 F/BW/VL/DQ (+ AVX2, FMA, F16C): the grouped kernel on 16 lanes
+                         // (AUTO's choice where available); head_dim > 256 runs the per-head kernel
   LH_ATTN_AVX2_PER_HEAD = 4,  // the previous AVX2 kernel: per (row, query head) a dot, a scalar exp and an
                               // axpy; kept as the baseline bench/attention-kernel.mjs measures against
 };
@@ -112,6 +113,7 @@ lh_status lh_attention_prefill_check(const lh_attention_args* args, uint32_t que
 // not available here.
 lh_status lh_attention_vector_exp(lh_attention_impl impl, const float* x, float* y, size_t n);
 
-// Whether an implementation runs on this CPU, and its name ("portable", "avx2-fma-f16c").
+// Whether an implementation runs on this CPU, and its name ("portable", "avx2-fma-f16c", "avx512",
+// "avx2-per-head"; AUTO: the name of the one it runs).
 bool lh_attention_available(lh_attention_impl impl);
 const char* lh_attention_impl_name(lh_attention_impl impl);
