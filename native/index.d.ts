@@ -25,7 +25,7 @@ export declare function loadAddon(path?: string): NativeBinding;
 /** True when the addon loads. Never throws. */
 export declare function isNativeAvailable(): boolean;
 
-/** 'avx2-fma-f16c' where the CPU has AVX2+FMA+F16C, else 'portable'. */
+/** 'avx512' where the CPU has AVX-512 F/BW/VL/DQ (and AVX2+FMA+F16C), else 'avx2-fma-f16c' where it has AVX2+FMA+F16C, else 'portable'. */
 export declare function attentionKernel(): string;
 
 export interface MapFileOptions {

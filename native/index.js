@@ -85,7 +85,7 @@ export function isNativeAvailable() {
   }
 }
 
-/** Which attention kernel this CPU runs: 'avx2-fma-f16c' or 'portable'. */
+/** Which attention kernel this CPU runs: 'avx512', 'avx2-fma-f16c' or 'portable'. */
 export function attentionKernel() {
   return loadAddon().attentionKernel;
 }

@@ -45,7 +45,7 @@ describe('loadAddon', () => {
     const binding = loadAddon();
     expect(binding.abiVersion).toBe(15);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
-    expect(['avx2-fma-f16c', 'portable']).toContain(attentionKernel());
+    expect(['avx512', 'avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
   });
 

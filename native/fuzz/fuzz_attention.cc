@@ -112,7 +112,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           [&](uint32_t t, uint32_t j) { return v.at(g0 + t * d + j); });
     }
 
-  for (lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AUTO}) {
+  for (lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AVX512, LH_ATTN_AVX2_PER_HEAD, LH_ATTN_AUTO}) {
     if (!lh_attention_available(impl)) {
       Guarded<float> o(width);
       lh_attention_args x = last;
@@ -166,7 +166,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (bad <= 2 || (bad == 3 && q_count < 2)) {
       if (bad <= 2) {
         FUZZ_CHECK(rs == LH_BAD_ARGUMENT && ref.untouched(), "listed rows case %u accepted by the reference: %d", bad, rs);
-        for (lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+        for (lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AVX512, LH_ATTN_AVX2_PER_HEAD}) {
           if (!lh_attention_available(impl)) continue;
           Guarded<float> o(width);
           r.out = o.data();
@@ -183,7 +183,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(lh_attention_prefill(&y, q_count) == LH_BAD_ARGUMENT && o.untouched(), "listed rows with %u queries accepted", q_count);
     } else {
       FUZZ_CHECK(rs == LH_OK && ref.guards_intact(), "reference over listed rows: %d", rs);
-      for (lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+      for (lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AVX512, LH_ATTN_AVX2_PER_HEAD}) {
         if (!lh_attention_available(impl)) continue;
         Guarded<float> o(width);
         r.out = o.data();

@@ -58,7 +58,13 @@ struct lh_attention_args {
 enum lh_attention_impl {
   LH_ATTN_AUTO = 0,      // the best one this CPU runs
   LH_ATTN_PORTABLE = 1,  // tiled online softmax, plain C++ (any CPU)
-  LH_ATTN_AVX2 = 2,      // AVX2 + FMA + F16C (x86-64 with those features, checked at run time)
+  LH_ATTN_AVX2 = 2,      // AVX2 + FMA + F16C (x86-64 with those features, checked at run time): the
+                         // grouped kernel (each K/V row widened once per KV head for all of its query
+                         // heads, tiles of 16 rows, vector exp); head_dim > 256 runs the per-head kernel
+  LH_ATTN_AVX512 = 3,    // AVX-512 F/BW/VL/DQ (+ AVX2, FMA, F16C): the grouped kernel on 16 lanes
+                         // (AUTO's choice where available); head_dim > 256 runs the per-head kernel
+  LH_ATTN_AVX2_PER_HEAD = 4,  // the previous AVX2 kernel: per (row, query head) a dot, a scalar exp and an
+                              // axpy; kept as the baseline bench/attention-kernel.mjs measures against
 };
 
 // Validates args (LH_BAD_ARGUMENT, nothing written) and runs the chosen implementation.
@@ -100,6 +106,14 @@ lh_status lh_attention_prefill_threads(const lh_attention_args* args, uint32_t q
 lh_status lh_attention_prefill_ref(const lh_attention_args* args, uint32_t queries);
 lh_status lh_attention_prefill_check(const lh_attention_args* args, uint32_t queries);
 
-// Whether an implementation runs on this CPU, and its name ("portable", "avx2-fma-f16c").
+// The vector exp the grouped kernels use, over n floats (x and y may be the same buffer), for
+// tests: y = exp(x) within ~2 ulp on [-87.3, 88.72], 0 below (-inf included), +inf above, NaN for
+// NaN. AUTO: the exp of the kernel AUTO runs. LH_BAD_ARGUMENT when impl has no vector exp
+// (portable, per-head, or AUTO on a CPU that runs the portable kernel: they call std::exp) or is
+// not available here.
+lh_status lh_attention_vector_exp(lh_attention_impl impl, const float* x, float* y, size_t n);
+
+// Whether an implementation runs on this CPU, and its name ("portable", "avx2-fma-f16c", "avx512",
+// "avx2-per-head"; AUTO: the name of the one it runs).
 bool lh_attention_available(lh_attention_impl impl);
 const char* lh_attention_impl_name(lh_attention_impl impl);

@@ -6,6 +6,7 @@
 // Built without exceptions; every check is a plain function returning normally.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "../src/attention.h"
+#include "../src/bandwidth.h"
 #include "../src/fp16.h"
 #include "../src/heap_trim.h"
 #include "../src/infinigen.h"
@@ -293,6 +295,9 @@ void test_mapped_file() {
 // ---------------------------------------------------------------------------------------------
 // Attention: optimised vs scalar reference
 // ---------------------------------------------------------------------------------------------
+// Every decode kernel; each test runs the ones this CPU has (lh_attention_available).
+constexpr lh_attention_impl kAttentionImpls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AVX512, LH_ATTN_AVX2_PER_HEAD};
+
 constexpr size_t kGuard = 16;        // canary floats before and after every output buffer
 constexpr float kCanary = -12345.678f;
 
@@ -546,6 +551,178 @@ void test_attention_nonfinite(lh_attention_impl impl) {
   }
 }
 
+// The grouped kernels' edges, against the reference: query heads per KV head 1..24 (past the
+// 16-head batch: 24 = a full and a partial batch), token counts around the 16-row tile (1, 7, 16,
+// 17, 33, 1029), head dims 8, 64, 128, 13 (padded), 256 (largest tiled), 300 (the per-head
+// fallback), fp16 / fp32 / int8 rows, contiguous and listed. Tolerance as kNmseTol / kAtol / kRtol:
+// both sides sum fp32 products of the same inputs; the vector exp is within 2 ulp of std::exp
+// (test_attention_exp), i.e. weights within ~3e-7 relative, far inside 1e-4. A wrong exp, a wrong
+// lane order in the transposed dots or a lost tail row is off by >= 1e-3.
+void test_attention_grouped_shapes(lh_attention_impl impl) {
+  Rng rng(606);
+  int cases = 0, bad = 0, bad_guard = 0;
+  double worst = 0;
+  char first[200] = "";
+  for (const uint32_t type : {static_cast<uint32_t>(LH_KV_F16), static_cast<uint32_t>(LH_KV_F32), static_cast<uint32_t>(LH_KV_I8)})
+    for (const uint32_t group : {1u, 2u, 4u, 8u, 16u, 24u})
+      for (const uint32_t t : {1u, 7u, 16u, 17u, 33u, 1029u})
+        for (const uint32_t d : {8u, 64u, 128u, 13u, 256u, 300u}) {
+          if (t == 1029 && (d > 128 || group > 8)) continue;  // the reference's time, not the kernel's
+          const bool listed = (cases % 2) == 1;
+          const uint32_t kvh = 2, heads = kvh * group, stored = t + 9;
+          const size_t stride = static_cast<size_t>(stored) * d;
+          std::vector<float> q(static_cast<size_t>(heads) * d);
+          for (auto& x : q) x = rng.normal();
+          std::vector<uint16_t> k16(kvh * stride), v16(kvh * stride);
+          std::vector<float> k32(kvh * stride), v32(kvh * stride), ks(kvh * stored), vs(kvh * stored);
+          std::vector<int8_t> k8(kvh * stride), v8(kvh * stride);
+          for (size_t i = 0; i < k32.size(); ++i) {
+            k32[i] = rng.normal();
+            v32[i] = rng.normal();
+            k16[i] = lh_fp32_to_fp16(k32[i]);
+            v16[i] = lh_fp32_to_fp16(v32[i]);
+            k8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
+            v8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
+          }
+          for (size_t i = 0; i < ks.size(); ++i) {
+            ks[i] = 0.005f + 0.02f * rng.uniform();
+            vs[i] = 0.005f + 0.02f * rng.uniform();
+          }
+          std::vector<int32_t> rows(static_cast<size_t>(kvh) * t);  // (kv_heads, t) random rows, repeats allowed
+          for (auto& r : rows) r = static_cast<int32_t>(rng.next() % stored);
+          lh_attention_args a{};
+          a.q = q.data();
+          a.k = type == LH_KV_F32 ? static_cast<const void*>(k32.data()) : type == LH_KV_I8 ? static_cast<const void*>(k8.data()) : static_cast<const void*>(k16.data());
+          a.v = type == LH_KV_F32 ? static_cast<const void*>(v32.data()) : type == LH_KV_I8 ? static_cast<const void*>(v8.data()) : static_cast<const void*>(v16.data());
+          a.head_stride = stride;
+          a.tokens = t;
+          a.heads = heads;
+          a.kv_heads = kvh;
+          a.head_dim = d;
+          a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+          a.kv_type = type;
+          a.k_scale = type == LH_KV_I8 ? ks.data() : nullptr;
+          a.v_scale = type == LH_KV_I8 ? vs.data() : nullptr;
+          if (listed) {
+            a.rows = rows.data();
+            a.rows_stride = t;
+          }
+          const size_t n = q.size();
+          std::vector<float> oo(n + 2 * kGuard, kCanary), orr(n + 2 * kGuard, kCanary);
+          lh_attention_args ao = a, ar = a;
+          ao.out = oo.data() + kGuard;
+          ar.out = orr.data() + kGuard;
+          const lh_status so = lh_attention_decode(&ao, impl), sr = lh_attention_decode_ref(&ar);
+          const Diff df = compare(oo.data() + kGuard, orr.data() + kGuard, n, kAtol, kRtol);
+          worst = df.nmse > worst ? df.nmse : worst;
+          ++cases;
+          if (!Case::guards_ok(oo)) ++bad_guard;
+          if ((so != LH_OK || sr != LH_OK || df.nmse > kNmseTol || !df.within) && bad++ == 0)
+            std::snprintf(first, sizeof first, "type %u group %u tokens %u dim %u listed %d: nmse %.3g max %.3g st %d/%d", type, group, t, d,
+                          listed, df.nmse, df.max_abs, so, sr);
+        }
+  char name[200];
+  std::snprintf(name, sizeof name, "attention %s vs reference: %d shapes, group 1..24, tokens 1..1029 around the tile, dims 8..300, fp16/fp32/int8, listed",
+                lh_attention_impl_name(impl), cases);
+  check(bad == 0 && bad_guard == 0, name, "%d bad, first %s; %d guards", bad, first, bad_guard);
+  std::printf("      worst NMSE %.3e\n", worst);
+}
+
+// Each query head's running max is its own: the heads of a group get scores 150 apart (head j of
+// the group: every score exactly 150·j - 75·(group - 1), q = that times e0, every key row starting
+// with 1), so a head shifted by another head's max would get weights exp(±150) — 0 or inf — and a
+// NaN output, where the right answer is the mean of its value rows. The random shapes cannot tell
+// (softmax does not care which finite shift it gets while nothing overflows).
+void test_attention_head_maxes(lh_attention_impl impl) {
+  Rng rng(77);
+  int cases = 0, bad = 0;
+  char first[160] = "";
+  for (const uint32_t group : {2u, 3u, 4u, 8u, 16u, 24u})
+    for (const uint32_t t : {1u, 17u, 100u})
+      for (const uint32_t d : {8u, 64u}) {
+        const uint32_t kvh = 2;
+        Case c(t, kvh * group, kvh, d, rng);
+        for (uint32_t g = 0; g < kvh; ++g)
+          for (uint32_t r = 0; r < t; ++r) c.k[g * c.stride + static_cast<size_t>(r) * d] = lh_fp32_to_fp16(1.0f);
+        for (uint32_t h = 0; h < kvh * group; ++h) {
+          for (uint32_t i = 0; i < d; ++i) c.q[static_cast<size_t>(h) * d + i] = 0.0f;
+          c.q[static_cast<size_t>(h) * d] = 150.0f * static_cast<float>(h % group) - 75.0f * static_cast<float>(group - 1);
+        }
+        lh_attention_args ao = c.args(c.out_opt), ar = c.args(c.out_ref);
+        ao.scale = ar.scale = 1.0f;
+        const lh_status so = lh_attention_decode(&ao, impl), sr = lh_attention_decode_ref(&ar);
+        const Diff df = compare(c.out_opt.data() + kGuard, c.out_ref.data() + kGuard, c.n(), kAtol, kRtol);
+        ++cases;
+        if ((so != LH_OK || sr != LH_OK || !df.within || df.nmse > kNmseTol) && bad++ == 0)
+          std::snprintf(first, sizeof first, "group %u tokens %u dim %u: max |e| %.3g", group, t, d, df.max_abs);
+      }
+  char name[200];
+  std::snprintf(name, sizeof name, "attention %s: every head softmaxed by its own max (group 2..24, scores 150 apart, %d cases)",
+                lh_attention_impl_name(impl), cases);
+  check(bad == 0, name, "%d bad, first %s", bad, first);
+}
+
+// The grouped kernels' vector exp against std::exp: within 2 ulp wherever the result is a normal
+// float ([-87.3, 88.72]), exactly 0 below -87.3 (std::exp is under FLT_MIN there: a weight that
+// small is nothing next to the max's 1), +inf above ln(FLT_MAX), +inf -> +inf, -inf -> 0,
+// NaN -> NaN; the AVX2 and AVX-512 versions give the same bits.
+void test_attention_exp() {
+  std::vector<float> x;
+  for (double v = -120.0; v <= 100.0; v += 0.00731) x.push_back(static_cast<float>(v));
+  for (const float v : {-INFINITY, INFINITY, NAN, -100.0f, -87.3f, -87.29f, -87.31f, -0.0f, 0.0f, 1e-8f, -1e-8f, 0.5f, -0.5f, 1.0f,
+                        -1.0f, 88.0f, 88.7f, 88.72f, 88.73f, 89.0f, 1e30f, -1e30f, -0.34657359f, 0.34657359f})
+    x.push_back(v);
+  Rng rng(3);
+  for (int i = 0; i < 100000; ++i) x.push_back(static_cast<float>(-30.0 * rng.uniform()));  // attention's range: s - max <= 0
+  std::vector<float> y2(x.size()), y5(x.size());
+  bool same = true;
+  for (const lh_attention_impl impl : {LH_ATTN_AVX2, LH_ATTN_AVX512}) {
+    if (!lh_attention_available(impl)) continue;
+
+    std::vector<float>& y = impl == LH_ATTN_AVX2 ? y2 : y5;
+    const lh_status st = lh_attention_vector_exp(impl, x.data(), y.data(), x.size());
+    int bad = 0;
+    int64_t worst_ulp = 0;
+    char first[120] = "";
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float e = std::exp(x[i]);
+      bool ok;
+      if (std::isnan(x[i])) ok = std::isnan(y[i]);
+      else if (x[i] < -87.3f) ok = lh_f32_bits(y[i]) == 0 && e < 1.3e-38f;
+      else if (std::isinf(e)) ok = std::isinf(y[i]) && y[i] > 0;
+      else {
+        const int64_t ulp = std::llabs(static_cast<int64_t>(lh_f32_bits(y[i])) - static_cast<int64_t>(lh_f32_bits(e)));
+        worst_ulp = ulp > worst_ulp ? ulp : worst_ulp;
+        ok = ulp <= 2;
+      }
+      if (!ok && bad++ == 0) std::snprintf(first, sizeof first, "exp(%.9g) = %.9g, std::exp %.9g", x[i], y[i], e);
+    }
+    char name[200];
+    std::snprintf(name, sizeof name, "attention %s vector exp vs std::exp over %zu inputs in [-120, 100] and +-inf, NaN: <= 2 ulp, 0 below -87.3",
+                  lh_attention_impl_name(impl), x.size());
+    check(st == LH_OK && bad == 0, name, "%d bad, first %s", bad, first);
+    std::printf("      worst %lld ulp\n", static_cast<long long>(worst_ulp));
+  }
+  if (lh_attention_available(LH_ATTN_AVX2) && lh_attention_available(LH_ATTN_AVX512)) {
+    for (size_t i = 0; i < x.size(); ++i) same = same && lh_f32_bits(y2[i]) == lh_f32_bits(y5[i]);
+    check(same, "attention vector exp: AVX2 and AVX-512 give the same bits");
+  }
+  float one = 0.0f;
+  bool auto_ok = !lh_attention_available(LH_ATTN_AVX2);  // portable-only CPU: AUTO has no vector exp (checked below)
+  if (!auto_ok) {
+    std::vector<float> ya(x.size());
+    const std::vector<float>& yk = lh_attention_available(LH_ATTN_AVX512) ? y5 : y2;
+    auto_ok = lh_attention_vector_exp(LH_ATTN_AUTO, x.data(), ya.data(), x.size()) == LH_OK &&
+              std::memcmp(ya.data(), yk.data(), ya.size() * sizeof(float)) == 0;
+  } else {
+    auto_ok = lh_attention_vector_exp(LH_ATTN_AUTO, &one, &one, 1) == LH_BAD_ARGUMENT;
+  }
+  check(auto_ok, "attention vector exp: AUTO is the exp of the kernel AUTO runs");
+  check(lh_attention_vector_exp(LH_ATTN_PORTABLE, &one, &one, 1) == LH_BAD_ARGUMENT &&
+            lh_attention_vector_exp(LH_ATTN_AVX2_PER_HEAD, &one, &one, 1) == LH_BAD_ARGUMENT,
+        "attention vector exp: kernels without one (portable, per-head) are LH_BAD_ARGUMENT");
+}
+
 void test_attention_bad_args() {
   Rng rng(5);
   Case c(10, 4, 2, 8, rng);
@@ -636,7 +813,7 @@ void test_kv_fp32() {
   lh_attention_args b = a;
   b.out = r.data();
   bool ok = lh_attention_decode_ref(&b) == LH_OK;
-  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+  for (const lh_attention_impl impl : kAttentionImpls) {
     if (!lh_attention_available(impl)) continue;
     ok = ok && lh_attention_decode(&a, impl) == LH_OK;
     const Diff df = compare(o.data(), r.data(), o.size(), kAtol, kRtol);
@@ -964,6 +1141,135 @@ void bench_attention() {
               lh_attention_impl_name(LH_ATTN_AUTO), best, ref / best, kv_mb / best);
 }
 
+
+// Not a test: `native_tests --bench-kernels [reps]` (bench/attention-kernel.mjs runs it). ms per
+// call of one layer's decode attention for every kernel this CPU runs but the portable one, over
+// GQA 32/4 and MHA 32/32, head_dim 64, fp16 rows in a pool-like layout (capacity 32,768 rows a KV
+// head, so the head stride is the same at every length), 1 and 2 threads, full attention and a
+// listed 10% of the rows (sorted random subset per KV head, as InfiniGen lists them). Each figure
+// is the minimum of `reps` calls in this process (another job on the machine only adds time).
+// "bound ms": the K+V bytes at the read bandwidth lh_measure_read_bandwidth finds for the threads used.
+// Then per shape a causal prefill of a 128-query chunk over 2,048 / 8,192 rows (1 thread, min of reps / 2).
+void bench_attention_kernels(int reps) {
+  const uint32_t d = 64, cap = 32768;
+  const uint32_t token_counts[] = {2048, 8192, 32768};
+  struct Shape { uint32_t heads, kvh; const char* name; };
+  const Shape shapes[] = {{32, 4, "GQA 32/4"}, {32, 32, "MHA 32/32"}};
+  std::vector<lh_attention_impl> impls;
+  for (const lh_attention_impl impl : {LH_ATTN_AVX2_PER_HEAD, LH_ATTN_AVX2, LH_ATTN_AVX512})
+    if (lh_attention_available(impl)) impls.push_back(impl);
+  // The bound: K+V bytes over the read bandwidth of as many threads (best of 5 passes over 256 MiB).
+  double bw[3] = {0, 0, 0};
+  for (uint32_t th = 1; th <= 2; ++th) lh_measure_read_bandwidth(256ull << 20, 5, th, &bw[th]);
+  std::printf("decode attention, one layer, head_dim %u, fp16, ms per call (min of %d), auto = %s; read bandwidth %.1f GB/s (1 thread), %.1f (2)\n",
+              d, reps, lh_attention_impl_name(LH_ATTN_AUTO), bw[1], bw[2]);
+  std::printf("%-10s %6s %-8s %3s %4s", "shape", "tokens", "rows", "thr", "used");
+  for (const lh_attention_impl impl : impls) std::printf(" %14s", lh_attention_impl_name(impl));
+  std::printf(" %8s %8s %8s\n", "speedup", "GB/s", "bound ms");
+  Rng rng(8);
+  for (const Shape& sh : shapes) {
+    const size_t stride = static_cast<size_t>(cap) * d;
+    // K and V (kv_heads, cap, d) fp16 in one mapping with transparent huge pages asked for, as the
+    // pool maps its rows (kv_pool.h): with 4 KiB pages a listed 10% of 32,768 rows costs a TLB miss a row.
+    const size_t elems = sh.kvh * stride, bytes = 2 * elems * sizeof(uint16_t);
+    void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+      std::printf("bench: mmap of %zu bytes failed\n", bytes);
+      return;
+    }
+    madvise(map, bytes, MADV_HUGEPAGE);
+    uint16_t* k = static_cast<uint16_t*>(map);
+    uint16_t* v = k + elems;
+    for (size_t i = 0; i < elems; ++i) {
+      k[i] = lh_fp32_to_fp16(rng.normal());
+      v[i] = lh_fp32_to_fp16(rng.normal());
+    }
+    std::vector<float> q(static_cast<size_t>(sh.heads) * d), out(q.size());
+    for (auto& x : q) x = rng.normal();
+    for (const uint32_t t : token_counts)
+      for (const bool listed : {false, true}) {
+        const uint32_t n = listed ? t / 10 : t;
+        std::vector<int32_t> rows(static_cast<size_t>(sh.kvh) * n);  // (kv_heads, n) ascending subset
+        for (uint32_t g = 0; g < sh.kvh && listed; ++g) {
+          std::vector<int32_t> all(t);
+          for (uint32_t i = 0; i < t; ++i) all[i] = static_cast<int32_t>(i);
+          for (uint32_t i = 0; i < n; ++i) std::swap(all[i], all[i + rng.next() % (t - i)]);
+          std::sort(all.begin(), all.begin() + n);
+          std::copy(all.begin(), all.begin() + n, rows.begin() + static_cast<size_t>(g) * n);
+        }
+        lh_attention_args a{};
+        a.q = q.data();
+        a.k = k;
+        a.v = v;
+        a.out = out.data();
+        a.head_stride = stride;
+        a.tokens = n;
+        a.heads = sh.heads;
+        a.kv_heads = sh.kvh;
+        a.head_dim = d;
+        a.scale = 0.125f;
+        a.kv_type = LH_KV_F16;
+        if (listed) {
+          a.rows = rows.data();
+          a.rows_stride = n;
+        }
+        for (const uint32_t threads : {1u, 2u}) {
+          std::printf("%-10s %6u %-8s %3u %4u", sh.name, t, listed ? "10%" : "all", threads, lh_attention_decode_threads_used(&a, threads));
+          double first = 0, last = 0;
+          for (const lh_attention_impl impl : impls) {
+            double best = 1e30;
+            for (int rep = 0; rep < reps; ++rep) {
+              const auto t0 = std::chrono::steady_clock::now();
+              lh_attention_decode_threads(&a, threads, impl);
+              const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+              best = ms < best ? ms : best;
+            }
+            if (first == 0) first = best;
+            last = best;
+            std::printf(" %14.3f", best);
+          }
+          const double bytes = 2.0 * sh.kvh * n * d * sizeof(uint16_t);
+          const uint32_t used = lh_attention_decode_threads_used(&a, threads);
+          std::printf(" %7.1fx %8.1f %8.3f\n", first / last, bytes / (last * 1e6), bw[used] > 0 ? bytes / (bw[used] * 1e6) : 0.0);
+        }
+      }
+    // Causal prefill of a 128-token chunk at the end of 2,048 and 8,192 stored rows, 1 thread (the
+    // engine's prefillChunk 128): each query is the decode of its own prefix.
+    const uint32_t chunk = 128;
+    std::vector<float> qp(static_cast<size_t>(chunk) * sh.heads * d), op(qp.size());
+    for (auto& x : qp) x = rng.normal();
+    for (const uint32_t t : {2048u, 8192u}) {
+      lh_attention_args a{};
+      a.q = qp.data();
+      a.k = k;
+      a.v = v;
+      a.out = op.data();
+      a.head_stride = stride;
+      a.tokens = t;
+      a.heads = sh.heads;
+      a.kv_heads = sh.kvh;
+      a.head_dim = d;
+      a.scale = 0.125f;
+      a.kv_type = LH_KV_F16;
+      std::printf("%-10s %6u %-8s %3u %4s", sh.name, t, "prefill", 1u, "128q");
+      double first = 0, last = 0;
+      for (const lh_attention_impl impl : impls) {
+        double best = 1e30;
+        for (int rep = 0; rep < (reps + 1) / 2; ++rep) {
+          const auto t0 = std::chrono::steady_clock::now();
+          lh_attention_prefill(&a, chunk, impl);
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          best = ms < best ? ms : best;
+        }
+        if (first == 0) first = best;
+        last = best;
+        std::printf(" %14.3f", best);
+      }
+      std::printf(" %7.1fx\n", first / last);
+    }
+    munmap(map, bytes);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // InfiniGen
@@ -2448,7 +2754,7 @@ void test_kv_int8() {
   lh_attention_args b = a;
   b.out = r.data();
   bool ok = lh_attention_decode_ref(&b) == LH_OK;
-  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+  for (const lh_attention_impl impl : kAttentionImpls) {
     if (!lh_attention_available(impl)) continue;
     ok = ok && lh_attention_decode(&a, impl) == LH_OK;
     const Diff df = compare(o.data(), r.data(), o.size(), kAtol, kRtol);
@@ -2491,7 +2797,7 @@ void test_kv_int8() {
   a.tokens = T + 1;
   b.tokens = T + 1;
   bool heads_ok = sa == LH_OK && all_nan && head0_finite;
-  for (const lh_attention_impl impl : {LH_ATTN_PORTABLE, LH_ATTN_AVX2}) {
+  for (const lh_attention_impl impl : kAttentionImpls) {
     if (!lh_attention_available(impl)) continue;
     heads_ok = heads_ok && lh_attention_decode(&a, impl) == LH_OK && lh_attention_decode_ref(&b) == LH_OK;
     for (uint32_t h = 0; h < heads; ++h)
@@ -2781,25 +3087,35 @@ void test_kv_snapshot() {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc > 1 && std::strcmp(argv[1], "--bench-kernels") == 0) {
+    bench_attention_kernels(argc > 2 ? std::atoi(argv[2]) : 7);
+    return 0;
+  }
   test_fp16();
   test_kv_pool();
   test_mapped_file();
-  test_attention_sweep(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_sweep(LH_ATTN_AVX2);
-  test_attention_nonfinite(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_nonfinite(LH_ATTN_AVX2);
-  test_attention_rows(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_rows(LH_ATTN_AVX2);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_sweep(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_nonfinite(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_rows(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) {
+      test_attention_grouped_shapes(impl);
+      test_attention_head_maxes(impl);
+    }
+  test_attention_exp();
   test_attention_bad_args();
   test_attention_over_pool();
   test_kv_fp32();
   test_kv_batch_append();
-  test_attention_prefill(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill(LH_ATTN_AVX2);
-  test_attention_prefill_nonfinite(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_prefill_nonfinite(LH_ATTN_AVX2);
-  test_attention_decode_threads(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_decode_threads(LH_ATTN_AVX2);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_prefill(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_prefill_nonfinite(impl);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_decode_threads(impl);
   test_infinigen_select();
   test_partial_rows();
   test_speculator();
@@ -2816,8 +3132,8 @@ int main(int argc, char** argv) {
   test_policy_select();
   test_kv_eviction();
   test_int8_quantize();
-  test_attention_int8(LH_ATTN_PORTABLE);
-  if (lh_attention_available(LH_ATTN_AVX2)) test_attention_int8(LH_ATTN_AVX2);
+  for (const lh_attention_impl impl : kAttentionImpls)
+    if (lh_attention_available(impl)) test_attention_int8(impl);
   test_kv_int8();
   test_kv_snapshot();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
