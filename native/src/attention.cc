@@ -970,10 +970,14 @@ lh_status lh_attention_decode(const lh_attention_args* a, lh_attention_impl impl
 
 uint32_t lh_attention_decode_threads_used(const lh_attention_args* a, uint32_t threads) {
   // Starting and joining a thread costs ~100 us on this VM (measured: pthread_create + join after
-  // the other core idled 1.5 ms, i.e. the vCPU's wake-up), so a thread needs ~300 us of work to pay:
-  // LH_ATTENTION_MIN_WORK_PER_THREAD (token, query head) pairs, e.g. 32 heads over 1,024 tokens. Below that (MHA
-  // under 2,048 tokens) one thread is faster. A KV head is never split (its rows serve its group).
-  const uint64_t work = static_cast<uint64_t>(a->tokens) * a->heads;
+  // the other core idled 1.5 ms, i.e. the vCPU's wake-up), so a thread needs ~300 us of work to pay.
+  // The grouped kernels' cost (bench/attention-kernel.mjs, AVX-512, one thread) is a score per
+  // (token, query head) plus about four scores' worth per (token, KV head) row read: GQA 32/4 at
+  // 32,768 tokens 2.5 ms (1.6 ns a unit), MHA 32/32 10.9 ms (2.1 ns). Counting query heads alone
+  // (32,768 pairs a thread) split GQA 32/4 at 2,048 tokens, where two threads took 0.26 ms and one
+  // 0.15. Now: MHA 32/32 splits from 1,639 tokens, GQA 32/4 from 5,462. A KV head is never split
+  // (its rows serve its group).
+  const uint64_t work = static_cast<uint64_t>(a->tokens) * (a->heads + LH_ATTENTION_ROW_WORK * a->kv_heads);
   uint64_t used = work / LH_ATTENTION_MIN_WORK_PER_THREAD;
   if (used > threads) used = threads;
   if (used > a->kv_heads) used = a->kv_heads;

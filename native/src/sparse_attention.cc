@@ -80,9 +80,9 @@ lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float
     const lh_status st = lh_attention_check(&a);
     if (st != LH_OK) return st;
   }
-  // as lh_attention_decode_threads: a thread per LH_ATTENTION_MIN_WORK_PER_THREAD (listed row,
-  // query head) pairs, never a split KV head
-  uint64_t used = static_cast<uint64_t>(offsets[kvh]) * call.group / LH_ATTENTION_MIN_WORK_PER_THREAD;
+  // as lh_attention_decode_threads: a thread per LH_ATTENTION_MIN_WORK_PER_THREAD work units (a
+  // score per (listed row, query head), LH_ATTENTION_ROW_WORK per listed row read), never a split KV head
+  uint64_t used = static_cast<uint64_t>(offsets[kvh]) * (call.group + LH_ATTENTION_ROW_WORK) / LH_ATTENTION_MIN_WORK_PER_THREAD;
   if (used > threads) used = threads;
   lh_parallel_ranges(kvh, used < 1 ? 1u : static_cast<uint32_t>(used), attend_heads, const_cast<SlotsCall*>(&call));
   return LH_OK;

@@ -30,7 +30,7 @@
 // and any list gives exactly the bits of lh_attention_slots_gathered (same arithmetic in the same
 // order; only where the rows are read from differs).
 // The KV heads are split into contiguous ranges over up to `threads` threads (1..64; a thread only
-// per LH_ATTENTION_MIN_WORK_PER_THREAD (listed row, query head) pairs), each head computed as alone, so the bits do not depend on threads.
+// per LH_ATTENTION_MIN_WORK_PER_THREAD work units: a score per (listed row, query head), LH_ATTENTION_ROW_WORK per listed row), each head computed as alone, so the bits do not depend on threads.
 // LH_BAD_ARGUMENT: bad layer/heads/threads, a slot out of range, an empty list (nothing written).
 lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
                              const uint32_t* offsets, float scale, float* out, uint32_t threads = 1);

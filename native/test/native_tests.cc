@@ -985,14 +985,14 @@ void test_attention_prefill(lh_attention_impl impl) {
 }
 
 // Decode with the KV heads split over threads: the same bits as one thread, for fp16/fp32/int8 rows,
-// with and without a row list, shapes big enough that the split really happens (>= 32,768 (token,
-// query head) pairs a thread), odd KV-head counts (uneven ranges), guards untouched; how many threads are used; bad counts.
+// with and without a row list, shapes big enough that the split really happens (>= 131,072 work
+// units a thread: tokens · (heads + 4 · kv_heads)), odd KV-head counts (uneven ranges), guards untouched; how many threads are used; bad counts.
 void test_attention_decode_threads(lh_attention_impl impl) {
   Rng rng(2027);
   struct Shape { uint32_t tokens, heads, kvh, d; };
   int cases = 0, bad = 0, bad_guard = 0, no_split = 0;
   char first[200] = "";
-  for (const Shape sh : {Shape{4200, 16, 2, 16}, Shape{2100, 32, 32, 8}, Shape{9000, 9, 3, 13}, Shape{5000, 16, 4, 64}})
+  for (const Shape sh : {Shape{11000, 16, 2, 16}, Shape{2100, 32, 32, 8}, Shape{13000, 9, 3, 13}, Shape{8400, 16, 4, 64}})
     for (const uint32_t type : {LH_KV_F16, LH_KV_F32, LH_KV_I8})
       for (const bool listed : {false, true}) {
         const uint32_t stored = sh.tokens + 7;
@@ -1060,7 +1060,7 @@ void test_attention_decode_threads(lh_attention_impl impl) {
   std::snprintf(name, sizeof name, "attention decode %s over 2/3/7 threads == one thread bit for bit (%d cases, fp16/fp32/int8, listed rows too)",
                 lh_attention_impl_name(impl), cases);
   check(bad == 0 && bad_guard == 0 && no_split == 0, name, "%d differ, first %s; %d guards; %d cases did not split", bad, first, bad_guard, no_split);
-  // threads used: a thread per 32,768 (token, query head) pairs, at most one per KV head, at most as asked
+  // threads used: a thread per 131,072 units of tokens · (heads + 4 · kv_heads), at most one per KV head, at most as asked
   lh_attention_args u{};
   const auto used = [&](uint32_t tokens, uint32_t heads, uint32_t kvh, uint32_t threads) {
     u.tokens = tokens;
@@ -1068,9 +1068,10 @@ void test_attention_decode_threads(lh_attention_impl impl) {
     u.kv_heads = kvh;
     return lh_attention_decode_threads_used(&u, threads);
   };
-  check(used(2047, 32, 32, 2) == 1 && used(2048, 32, 32, 2) == 2 && used(2048, 32, 32, 64) == 2 && used(32768, 32, 32, 64) == 32 &&
-            used(100000, 3, 3, 7) == 3 && used(8192, 4, 1, 2) == 1 && used(16384, 32, 4, 2) == 2 && used(1, 1, 1, 1) == 1,
-        "attention decode threads used: min(threads, kv_heads, tokens * heads / 32768), at least 1");
+  check(used(1638, 32, 32, 2) == 1 && used(1639, 32, 32, 2) == 2 && used(1639, 32, 32, 64) == 2 && used(32768, 32, 32, 64) == 32 &&
+            used(2048, 32, 4, 2) == 1 && used(5461, 32, 4, 2) == 1 && used(5462, 32, 4, 2) == 2 && used(100000, 3, 3, 7) == 3 &&
+            used(8192, 4, 1, 2) == 1 && used(16384, 32, 4, 2) == 2 && used(1, 1, 1, 1) == 1,
+        "attention decode threads used: min(threads, kv_heads, tokens * (heads + 4 kv_heads) / 131072), at least 1");
   Case c(9, 4, 2, 8, rng);
   lh_attention_args b = c.args(c.out_opt);
   check(lh_attention_decode_threads(&b, 0, impl) == LH_BAD_ARGUMENT && lh_attention_decode_threads(&b, LH_MAX_ATTENTION_THREADS + 1, impl) == LH_BAD_ARGUMENT &&
@@ -1957,14 +1958,14 @@ void test_attention_slots() {
   }
 }
 
-// Slot lists over threads: a pool big enough that the KV heads really split (>= 32,768 listed
-// (row, query head) pairs a thread), lists of uneven lengths per head, fp16/fp32/int8: 2/3/7 threads give the one-thread bits;
+// Slot lists over threads: a pool big enough that the KV heads really split (>= 131,072 work units a
+// thread: a score per (listed row, query head), 4 per listed row), lists of uneven lengths per head, fp16/fp32/int8: 2/3/7 threads give the one-thread bits;
 // 0 or 65 threads are refused with nothing written.
 void test_attention_slots_threads() {
   Rng rng(5151);
   bool same = true, ran = true, refused = true;
   for (uint32_t kv_type : {LH_KV_F16, LH_KV_F32, LH_KV_I8}) {
-    const uint32_t H = 5, D = 32, T = 20000, heads = 10;  // ~60,000 listed rows x 2 heads: 3 threads
+    const uint32_t H = 5, D = 32, T = 20000, heads = 10;  // ~60,000 listed rows x (2 heads + 4): 2 threads
     lh_kv_pool_config cfg{static_cast<uint64_t>(T + 8) * 2 * H * (2 * D * 4 + 16) + 4096, 2, H, D, kv_type, 0};
     lh_kv_pool p;
     if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
