@@ -14,7 +14,9 @@ import { loadModel } from '../model/load-model.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { buildStage } from './graphs.ts';
 import { createModelRunner, type ModelRunnerOptions } from './model-runner.ts';
-import { GRAPH_FILE, MANIFEST_FILE, STAGE_CACHE_FOLDER, STAGE_GRAPH_VERSION, WEIGHTS_FILE } from './stage-cache.ts';
+import { createSession } from '../onnx/session.ts';
+import { emptyStageCacheStats, GRAPH_FILE, MANIFEST_FILE, STAGE_CACHE_FOLDER, STAGE_GRAPH_VERSION, WEIGHTS_FILE } from './stage-cache.ts';
+import { reloadedTheSame } from './stage-sessions.ts';
 import { ModelWeights } from './weights.ts';
 
 const have = haveSharedModel();
@@ -152,7 +154,8 @@ describe.skipIf(!have)('stage cache on stories260K', () => {
     const file = join(root, 'a-file');
     writeFileSync(file, 'x');
     const blocked = await logitBits(model, { stageCache: { dir: file } });
-    expect(blocked.stats).toBeUndefined();
+    expect(blocked.stats).toMatchObject({ hits: 0, misses: 0, stored: 0 });
+    expect(blocked.stats!.problems.join('\n')).toMatch(/stage cache off: cannot create/);
     expect(blocked.bits).toEqual(reference);
   });
 
@@ -184,6 +187,29 @@ describe.skipIf(!have)('stage cache on stories260K', () => {
 describe.skipIf(!haveKjv)('stage cache on kjv-llama-hd64 (F32 and Q8_0: pre-packed MatMulNBits weights)', () => {
   const root = mkdtempSync(join(tmpdir(), 'longhand-stage-cache-kjv-'));
   afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+  it('an entry onnxruntime reloads wrongly is not used: the check on a probe input catches its fault under accuracy level 4', async () => {
+    const file = join(root, 'kjv-Q8_0.gguf');
+    if (!existsSync(file)) convertGguf(KJV_HD64, file, 'Q8_0');
+    const model = await loadModel(file);
+    try {
+      const built = buildStage(new ModelWeights(model, 4), 1, { maxPositions: 64 });
+      const verdicts: (string | undefined)[] = [];
+      for (const prepacked of [true, false]) {
+        const staged = mkdtempSync(join(root, 'staged-'));
+        const cold = await createSession(built.model, { intraOpThreads: 1, saveOptimized: { modelPath: join(staged, GRAPH_FILE), externalFile: WEIGHTS_FILE, prepacked } });
+        const stats = emptyStageCacheStats();
+        const warm = await reloadedTheSame(cold, staged, { intraOpThreads: 1 }, built, model.hyper, stats);
+        verdicts.push(warm ? 'same' : stats.problems.join('; '));
+        await warm?.release();
+        await cold.release();
+      }
+      expect(verdicts[0]).toMatch(/reloaded by onnxruntime computes other \w+ values than the graph it saved/);
+      expect(verdicts[1]).toBe('same');
+    } finally {
+      model.close();
+    }
+  });
 
   // Q8_0 at accuracy level 4 (the default) keeps the weights alone; at level 0 MatMulNBits' pre-packed blobs
   it.each([

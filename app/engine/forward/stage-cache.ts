@@ -191,21 +191,22 @@ export const emptyStageCacheStats = (): StageCacheStats => ({ hits: 0, misses: 0
 export class StageCache {
   readonly root: string;
   readonly maxBytes: number;
-  readonly stats: StageCacheStats = emptyStageCacheStats();
+  readonly stats: StageCacheStats;
 
-  private constructor(root: string, maxBytes: number) {
+  private constructor(root: string, maxBytes: number, stats: StageCacheStats) {
     this.root = root;
     this.maxBytes = maxBytes;
+    this.stats = stats;
   }
 
-  /** The cache in `<cacheDir>/stages`, created if needed; undefined (and why, in `problems`) when the folder cannot be made. */
-  static async open(cacheDir: string, maxBytes = DEFAULT_STAGE_CACHE_BYTES, problems: string[] = []): Promise<StageCache | undefined> {
+  /** The cache in `<cacheDir>/stages`, created if needed, counting into `stats`; undefined (and why, in stats.problems) when the folder cannot be made. */
+  static async open(cacheDir: string, maxBytes = DEFAULT_STAGE_CACHE_BYTES, stats: StageCacheStats = emptyStageCacheStats()): Promise<StageCache | undefined> {
     const root = path.join(cacheDir, STAGE_CACHE_FOLDER);
     try {
       await mkdir(root, { recursive: true });
-      return new StageCache(root, maxBytes);
+      return new StageCache(root, maxBytes, stats);
     } catch (error) {
-      problems.push(`stage cache off: cannot create ${root}: ${message(error)}`);
+      stats.problems.push(`stage cache off: cannot create ${root}: ${message(error)}`);
       return undefined;
     }
   }

@@ -24,7 +24,7 @@ import { createSession, type EngineSession } from '../onnx/session.ts';
 import { mallocTrim } from '../../../native/index.js';
 import { buildStage, type StageGraph } from './graphs.ts';
 import { modelDigest } from './model-digest.ts';
-import { GRAPH_FILE, StageCache, stageKey, WEIGHTS_FILE, type StageCacheStats } from './stage-cache.ts';
+import { emptyStageCacheStats, GRAPH_FILE, StageCache, stageKey, WEIGHTS_FILE, type StageCacheStats } from './stage-cache.ts';
 import type { ModelWeights } from './weights.ts';
 
 export interface StageCacheOptions {
@@ -55,7 +55,7 @@ export interface StageSessions {
   /** the graphs without their bytes (onnxruntime has its copy) */
   graphs: StageGraph[];
   graphWeightBytes: number;
-  /** undefined: no cache was asked for, or not for this provider */
+  /** undefined: no cache was asked for, or not for this provider (a cache that could not be used: its problems) */
   cache: StageCacheStats | undefined;
 }
 
@@ -64,11 +64,9 @@ const NO_BYTES = new Uint8Array(0);
 export async function createStageSessions(model: LoadedModel, weights: ModelWeights, options: StageSessionOptions): Promise<StageSessions> {
   const hyper = model.hyper;
   const { threads, providers } = options;
-  const problems: string[] = [];
   const cacheable = options.cache !== undefined && providers === undefined;
-  const store = cacheable ? await StageCache.open(options.cache!.dir, options.cache!.maxBytes, problems) : undefined;
-  const stats = store?.stats;
-  if (stats) stats.problems.push(...problems);
+  const stats = cacheable ? emptyStageCacheStats() : undefined;
+  const store = cacheable ? await StageCache.open(options.cache!.dir, options.cache!.maxBytes, stats) : undefined;
   let sha = options.cache?.modelSha256;
   if (store && sha === undefined) {
     try {
@@ -170,9 +168,9 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
  * The session onnxruntime creates from the staged entry when it computes what `cold` computes, bit
  * for bit, on a small deterministic input (two positions); else undefined (released). Guards against
  * onnxruntime restoring a saved graph wrongly (it did: session.ts); a wrong entry would give wrong
- * text on every warm load.
+ * text on every warm load. Exported for its test.
  */
-async function reloadedTheSame(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<EngineSession | undefined> {
+export async function reloadedTheSame(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<EngineSession | undefined> {
   const T = 2;
   let seed = 12345;
   const values = (n: number): Float32Array => Float32Array.from({ length: n }, () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32) * 2 - 1);
