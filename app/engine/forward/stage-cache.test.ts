@@ -14,6 +14,7 @@ import { loadModel } from '../model/load-model.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { buildStage } from './graphs.ts';
 import { createModelRunner, type ModelRunnerOptions } from './model-runner.ts';
+import { alignExternalData } from '../onnx/external-data-align.ts';
 import { createSession } from '../onnx/session.ts';
 import { emptyStageCacheStats, GRAPH_FILE, MANIFEST_FILE, STAGE_CACHE_FOLDER, STAGE_GRAPH_VERSION, WEIGHTS_FILE } from './stage-cache.ts';
 import { reloadedTheSame } from './stage-sessions.ts';
@@ -188,16 +189,17 @@ describe.skipIf(!haveKjv)('stage cache on kjv-llama-hd64 (F32 and Q8_0: pre-pack
   const root = mkdtempSync(join(tmpdir(), 'longhand-stage-cache-kjv-'));
   afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-  it('an entry onnxruntime reloads wrongly is not used: the check on a probe input catches its fault under accuracy level 4', async () => {
+  it('an entry onnxruntime reloads wrongly is not used: the check on a probe input catches its unaligned blobs under accuracy level 4', async () => {
     const file = join(root, 'kjv-Q8_0.gguf');
     if (!existsSync(file)) convertGguf(KJV_HD64, file, 'Q8_0');
     const model = await loadModel(file);
     try {
       const built = buildStage(new ModelWeights(model, 4), 1, { maxPositions: 64 });
       const verdicts: (string | undefined)[] = [];
-      for (const prepacked of [true, false]) {
+      for (const aligned of [false, true]) {
         const staged = mkdtempSync(join(root, 'staged-'));
-        const cold = await createSession(built.model, { intraOpThreads: 1, saveOptimized: { modelPath: join(staged, GRAPH_FILE), externalFile: WEIGHTS_FILE, prepacked } });
+        const cold = await createSession(built.model, { intraOpThreads: 1, saveOptimized: { modelPath: join(staged, GRAPH_FILE), externalFile: WEIGHTS_FILE } });
+        if (aligned) await alignExternalData(join(staged, GRAPH_FILE), WEIGHTS_FILE);
         const stats = emptyStageCacheStats();
         const warm = await reloadedTheSame(cold, staged, { intraOpThreads: 1 }, built, model.hyper, stats);
         verdicts.push(warm ? 'same' : stats.problems.join('; '));
@@ -211,7 +213,7 @@ describe.skipIf(!haveKjv)('stage cache on kjv-llama-hd64 (F32 and Q8_0: pre-pack
     }
   });
 
-  // Q8_0 at accuracy level 4 (the default) keeps the weights alone; at level 0 MatMulNBits' pre-packed blobs
+  // MatMulNBits' pre-packed blobs under accuracy level 4 (the default, CompInt8) and 0
   it.each([
     ['F32', 4],
     ['Q8_0', 4],

@@ -6,9 +6,10 @@
 //   <cacheDir>/stages/<key>/            one entry per stage graph; <key> = sha256 of the key text
 //       manifest.json                   key text, name, weightBytes, inputs, every file's size + check
 //       stage.onnx                      onnxruntime's optimised graph (small initializers inline)
-//       stage.bin                       its initializers of >= 1 KiB and the kernels' pre-packed blobs
-//                                       (not under accuracy level 4: onnxruntime 1.30 restores them
-//                                       wrongly there, see session.ts; MatMulNBits packs again on load)
+//       stage.bin                       its initializers of >= 1 KiB and the kernels' pre-packed blobs,
+//                                       each on a 4 KiB boundary (onnxruntime 1.30 does not align them,
+//                                       and MatMulNBits under accuracy level 4 misreads unaligned ones:
+//                                       onnx/external-data-align.ts)
 //   <cacheDir>/stages/.tmp-<pid>-<rand>/  an entry being written (renamed to <key> when complete)
 //   <cacheDir>/stages/.trash-<rand>/      an entry being removed (renamed away first, then deleted)
 //
@@ -69,8 +70,6 @@ export interface StageKeyParts {
   speculateNext: boolean;
   accuracyLevel: AccuracyLevel;
   hyper: ModelHyperparameters;
-  /** the entry holds MatMulNBits' pre-packed blobs (else the weights alone, packed again on load) */
-  prepacked: boolean;
 }
 
 /** A cached stage: what the runner needs of its graph without building it, and where it is. */
@@ -124,7 +123,6 @@ export function stageKey(parts: StageKeyParts): { key: string; keyText: string }
     speculateNext: parts.speculateNext,
     accuracyLevel: parts.accuracyLevel,
     hyper: parts.hyper,
-    prepacked: parts.prepacked,
   });
   return { key: createHash('sha256').update(keyText).digest('hex'), keyText };
 }

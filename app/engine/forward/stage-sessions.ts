@@ -5,7 +5,8 @@
 //     ├─ hit  ──► session from the cached optimised graph (optimisation off; onnxruntime maps the
 //     │           pre-packed weights): no buildStage, no repack, no MatMulNBits PrePack
 //     │           └─ onnxruntime refuses it ──► entry removed, on as a miss
-//     └─ miss ──► buildStage ──► session that also saves its optimised graph into a staging folder
+//     └─ miss ──► buildStage ──► session that also saves its optimised graph into a staging folder,
+//                 its external file re-laid out with every blob 4 KiB aligned (external-data-align.ts)
 //                 ──► the staged graph reloaded and run beside the session on a probe input:
 //                     bit for bit the same ──► the reloaded session kept (the saving one released),
 //                     the entry published (one rename); else the staged entry dropped
@@ -16,7 +17,9 @@
 // The cache only ever costs a load the time it spends on it: every cache failure is a miss or an
 // entry not written, recorded in stats.problems. Only the CPU provider is cached: the optimised graph
 // of another provider holds that provider's nodes and may not survive a reload the same way.
+import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { alignExternalData } from '../onnx/external-data-align.ts';
 import type { LoadedModel, ModelHyperparameters } from '../model/types.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import type { LoadProgress } from '../../common/protocol.ts';
@@ -77,9 +80,6 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
   }
   const cache = store && sha !== undefined ? store : undefined;
   let writing = cache !== undefined;
-  // onnxruntime 1.30 restores only the first MatMulNBits' pre-packed blob of a graph right under
-  // accuracy level 4 (session.ts): those entries keep the weights alone and the kernels pack again
-  const prepacked = weights.accuracyLevel !== 4;
   const keep = new Set<string>(); // this load's entries: never evicted by it
   let keptBytes = 0;
 
@@ -90,7 +90,7 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
   try {
     for (let s = 0; s <= hyper.layers; s++) {
       const stageOptions = { maxPositions: options.maxPositions, speculateNext: options.speculates[s]! };
-      const { key, keyText } = cache ? stageKey({ modelSha256: sha!, stage: s, ...stageOptions, accuracyLevel: weights.accuracyLevel, hyper, prepacked }) : { key: '', keyText: '' };
+      const { key, keyText } = cache ? stageKey({ modelSha256: sha!, stage: s, ...stageOptions, accuracyLevel: weights.accuracyLevel, hyper }) : { key: '', keyText: '' };
       let session: EngineSession | undefined;
       let graph: StageGraph | undefined;
       const hit = cache ? await cache.lookup(key, keyText) : undefined;
@@ -111,7 +111,7 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
         let staged = writing ? await cache!.staging() : undefined;
         if (staged) {
           try {
-            session = await createSession(built.model, { ...base, label: built.name, saveOptimized: { modelPath: path.join(staged, GRAPH_FILE), externalFile: WEIGHTS_FILE, prepacked } });
+            session = await createSession(built.model, { ...base, label: built.name, saveOptimized: { modelPath: path.join(staged, GRAPH_FILE), externalFile: WEIGHTS_FILE } });
           } catch (error) {
             // a full disk or an unwritable folder: onnxruntime fails the session that saves; try one that does not
             stats!.problems.push(`stage cache not written from stage ${s} on: ${message(error)}`);
@@ -129,7 +129,7 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
             await cache!.discard(staged);
             writing = false;
           } else {
-            const warm = await reloadedTheSame(session, staged, base, built, hyper, stats!);
+            const warm = await alignedAndReloaded(session, staged, base, built, hyper, stats!);
             if (!warm) {
               await cache!.discard(staged);
             } else {
@@ -170,6 +170,17 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
  * onnxruntime restoring a saved graph wrongly (it did: session.ts); a wrong entry would give wrong
  * text on every warm load. Exported for its test.
  */
+/** Aligns the staged entry's external file (external-data-align.ts), then reloadedTheSame. */
+async function alignedAndReloaded(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<EngineSession | undefined> {
+  try {
+    if (existsSync(path.join(staged, WEIGHTS_FILE))) await alignExternalData(path.join(staged, GRAPH_FILE), WEIGHTS_FILE);
+  } catch (error) {
+    stats.problems.push(`stage cache: ${graph.name} not cached: ${message(error)}`);
+    return undefined;
+  }
+  return reloadedTheSame(cold, staged, base, graph, hyper, stats);
+}
+
 export async function reloadedTheSame(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<EngineSession | undefined> {
   const T = 2;
   let seed = 12345;

@@ -40,13 +40,12 @@ export interface EngineSessionOptions {
    * (onnxruntime's session.save_external_prepacked_constant_initializers). A session later created
    * from `modelPath` with graphOptimizationLevel 'disabled' maps that file and hands the kernels
    * their packed blobs instead of packing again (bench/load-stages.mjs: 17 sessions of the 953M
-   * Q8_0 fixture in 1.1-3.6 s instead of 6.4-7.9 s). `prepacked: false` saves the initializers
-   * only (the kernels pack again on reload). onnxruntime 1.30 restores the pre-packed blob of only
-   * the first MatMulNBits of a graph right when accuracy_level is 4 (CompInt8): every later one
-   * computes garbage (stage-cache.test.ts shows it), so callers must not save pre-packed blobs of
-   * such graphs.
+   * Q8_0 fixture in 1.1-3.6 s instead of 6.4-7.9 s). onnxruntime 1.30 writes the blobs at unaligned
+   * offsets, and MatMulNBits under accuracy_level 4 (CompInt8) computes garbage from a blob mapped
+   * at an offset that is not a multiple of 64: run alignExternalData (external-data-align.ts) on
+   * the saved files before loading them (session.test.ts shows both).
    */
-  saveOptimized?: { modelPath: string; externalFile: string; prepacked?: boolean };
+  saveOptimized?: { modelPath: string; externalFile: string };
 }
 
 /** onnxruntime-node's version (what a cache of onnxruntime's own files must be keyed by). */
@@ -162,7 +161,7 @@ export function sessionOptions(options: EngineSessionOptions = {}): ort.Inferenc
     opts.extra = {
       session: {
         intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' },
-        save_external_prepacked_constant_initializers: options.saveOptimized.prepacked === false ? '0' : '1',
+        save_external_prepacked_constant_initializers: '1',
         // a bare file name: onnxruntime writes it beside the model and records it relative to it
         optimized_model_external_initializers_file_name: options.saveOptimized.externalFile,
         optimized_model_external_initializers_min_size_in_bytes: '1024',
