@@ -85,6 +85,8 @@ async function child(mode) {
     // the first token's logits, so rows can be compared (a cache that loads fast but computes other numbers is no cache)
     const logits = await runner.prefill([1, 2, 3, 4]);
     out.logitsSha = createHash('sha256').update(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)).digest('hex').slice(0, 12);
+    // a warm load maps the cached weights and touches them on first use: the RSS to compare is after a prefill
+    out.prefillPeakRssMiB = peakRssMiB();
     out.wall = out.session;
     out.cpu = out.sessionCpu;
     out.sessions = held.length;
@@ -95,7 +97,17 @@ async function child(mode) {
     const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
     const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
     const model = await llama.loadModel({ modelPath: values.model, gpuLayers: 0 });
-    held.push(await model.createContext({ contextSize: 4096, threads, batchSize: 512, flashAttention: false }));
+    const context = await model.createContext({ contextSize: 4096, threads, batchSize: 512, flashAttention: false });
+    held.push(context);
+    if (values.runner) {
+      out.peakRssMiB = peakRssMiB();
+      out.wall = performance.now() - t0;
+      out.cpu = cpu() - c0;
+      await context.getSequence().controlledEvaluate([1, 2, 3, [4, { generateNext: { token: true, options: { temperature: 0 } } }]]);
+      out.prefillPeakRssMiB = peakRssMiB();
+      process.stdout.write(`RESULT ${JSON.stringify(out)}\n`);
+      return;
+    }
   } else {
     const { loadModel } = await import('../app/engine/model/load-model.ts');
     const { mallocTrim } = await import('../native/index.js');
@@ -164,7 +176,7 @@ function dirBytes(dir) {
 function run(mode, hugetlb) {
   const env = { ...process.env };
   if (hugetlb) env.GLIBC_TUNABLES = 'glibc.malloc.hugetlb=1';
-  const args = ['--import', 'tsx', fileURLToPath(import.meta.url), '--model', values.model, '--threads', String(threads), '--cache', cacheDir, '--accuracy', String(accuracy), '--child', mode];
+  const args = ['--import', 'tsx', fileURLToPath(import.meta.url), '--model', values.model, '--threads', String(threads), '--cache', cacheDir, '--accuracy', String(accuracy), ...(values.runner ? ['--runner'] : []), '--child', mode];
   const r = spawnSync(process.execPath, args, { env, encoding: 'utf8', cwd: fileURLToPath(new URL('..', import.meta.url)), maxBuffer: 1 << 24 });
   const line = r.stdout.split('\n').find((l) => l.startsWith('RESULT '));
   if (!line) throw new Error(`${mode}: no result (exit ${r.status}): ${r.stderr.slice(-2000)}`);
@@ -183,12 +195,12 @@ if (values.child) {
     for (let r = 0; r < Number(values.rounds); r++) for (const m of ['runner', 'runner-first', 'runner-cold', 'runner-warm', 'runner-warm', 'llama']) rows.push(run(m, false));
     const f = (x, d = 2) => (x === undefined ? '—' : x.toFixed(d));
     console.log(`accuracy level ${accuracy}; cache ${(dirBytes(path.join(cacheDir, 'runner', 'stages')) / 2 ** 20).toFixed(0)} MiB in ${path.join(cacheDir, 'runner', 'stages')}`);
-    console.log('| mode | load wall s | load CPU s | peak RSS MiB | hits / misses / stored | logits sha256 | load avg 1 min |');
-    console.log('|---|---|---|---|---|---|---|');
+    console.log('| mode | load wall s | load CPU s | peak RSS at load MiB | peak RSS after a 4-token prefill MiB | hits / misses / stored | logits sha256 | load avg 1 min |');
+    console.log('|---|---|---|---|---|---|---|---|');
     for (const o of rows) {
       const c = o.stageCache ? `${o.stageCache.hits} / ${o.stageCache.misses} / ${o.stageCache.stored}` : '—';
-      console.log(`| ${o.mode} | ${f(o.wall / 1000)} | ${f(o.cpu)} | ${f(o.peakRssMiB, 0)} | ${c} | ${o.logitsSha ?? '—'} | ${f(o.load1)} |`);
-      if (o.stageCache?.problems.length) console.log(`|  | problems: ${o.stageCache.problems.join('; ').slice(0, 300)} | | | | | |`);
+      console.log(`| ${o.mode} | ${f(o.wall / 1000)} | ${f(o.cpu)} | ${f(o.peakRssMiB, 0)} | ${f(o.prefillPeakRssMiB, 0)} | ${c} | ${o.logitsSha ?? '—'} | ${f(o.load1)} |`);
+      if (o.stageCache?.problems.length) console.log(`|  | problems: ${o.stageCache.problems.join('; ').slice(0, 300)} | | | | | | |`);
     }
     console.log(`load average after ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
     process.exit(0);
