@@ -1,7 +1,8 @@
 // The engine core's use of the stage cache (forward/stage-cache.ts) on stories260K: on by default in
-// <XDG_CACHE_HOME>/longhand/stages, the second load comes from it and generates the same text,
+// <XDG_CACHE_HOME>/longhand/stages, the second load comes from it (its entries marked used) and
+// generates the same text, says nothing when nothing went wrong,
 // LONGHAND_STAGE_CACHE=off turns it off, and bad settings are typed errors.
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, utimesSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,6 +11,7 @@ import { UsageError } from '../common/errors.ts';
 import { haveSharedModel, STORIES_260K } from '../../test/support/models.ts';
 import { createEngineCore, stageCacheOptions } from './engine.ts';
 import type { EngineCore } from './host/engine-core.ts';
+import { GRAPH_FILE, MANIFEST_FILE } from './forward/stage-cache.ts';
 
 const have = haveSharedModel();
 
@@ -57,19 +59,27 @@ describe.skipIf(!have)('engine: stage cache (stories260K)', () => {
 
   it('a second load comes from the cache and writes the same text; off leaves it alone', async () => {
     const load = LoadOptionsSchema.parse({ modelPath: STORIES_260K, threads: 1, contextLength: 128 });
+    const stages = path.join(cache, 'longhand', 'stages');
     await core.load(load);
     const first = await greedyIds(core);
-    expect(logs.at(-1)).toBe('stage cache: 0 of 6 stages loaded from it, 6 stored');
+    const entries = readdirSync(stages).filter((n) => /^[0-9a-f]{64}$/.test(n));
+    expect(entries).toHaveLength(6);
+    // a hit marks its entry used (the manifest's mtime, what the LRU cap goes by): set them back, load, look
+    // (and the same files: a rebuilt entry would be new ones)
+    const past = new Date(Date.now() - 3_600_000);
+    for (const e of entries) utimesSync(path.join(stages, e, MANIFEST_FILE), past, past);
+    const inodes = entries.map((e) => statSync(path.join(stages, e, GRAPH_FILE)).ino);
     await core.load(load);
-    expect(logs.at(-1)).toBe('stage cache: 6 of 6 stages loaded from it, 0 stored');
+    for (const e of entries) expect(statSync(path.join(stages, e, MANIFEST_FILE)).mtimeMs).toBeGreaterThan(past.getTime() + 60_000);
+    expect(entries.map((e) => statSync(path.join(stages, e, GRAPH_FILE)).ino)).toEqual(inodes);
+    expect(readdirSync(stages).filter((n) => /^[0-9a-f]{64}$/.test(n))).toEqual(entries);
     expect(await greedyIds(core)).toEqual(first);
+    expect(logs.filter((l) => l.startsWith('stage cache'))).toEqual([]); // nothing went wrong: nothing said
 
     process.env.LONGHAND_STAGE_CACHE = 'off';
     rmSync(path.join(cache, 'longhand', 'stages'), { recursive: true, force: true });
-    const before = logs.length;
     await core.load(load);
-    expect(logs.slice(before).some((l) => l.startsWith('stage cache'))).toBe(false);
-    expect(existsSync(path.join(cache, 'longhand', 'stages'))).toBe(false);
+    expect(existsSync(stages)).toBe(false);
     expect(await greedyIds(core)).toEqual(first);
   });
 });

@@ -87,7 +87,8 @@ function cacheDir(env: NodeJS.ProcessEnv = process.env): string {
  * The stage cache (forward/stage-cache.ts: onnxruntime's optimised graphs of the loaded model, so a
  * second load skips repacking) in the same folder, on unless LONGHAND_STAGE_CACHE=off;
  * LONGHAND_STAGE_CACHE_MAX_BYTES caps it (default 8 GiB). Read per load: the host inherits them
- * from whoever starts it (Electron main, `longhand serve`, the CLI).
+ * from whoever starts it (Electron main, `longhand serve`, the CLI). What the cache could not do
+ * (a damaged entry, a full disk) is logged; the load goes on without it.
  */
 export function stageCacheOptions(env: NodeJS.ProcessEnv = process.env): StageCacheOptions | undefined {
   const mode = env.LONGHAND_STAGE_CACHE;
@@ -323,9 +324,8 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           ...runnerPolicy(choice, options.inspect, sha),
           ...(onProgress ? { onProgress } : {}),
         });
-        const sc = runner.stageCache;
-        if (sc) log(`stage cache: ${sc.hits} of ${sc.hits + sc.misses} stages loaded from it, ${sc.stored} stored${sc.dropped ? `, ${sc.dropped} damaged entries removed` : ''}${sc.evicted ? `, ${sc.evicted} evicted` : ''}`);
-        for (const line of sc?.problems ?? []) log(line);
+        // only what went wrong: the CLI's stderr carries this log, and a load from the cache is the normal case
+        for (const line of runner.stageCache?.problems ?? []) log(line);
         const { hyper } = model;
         const info: ModelInfo = {
           path: model.path,
