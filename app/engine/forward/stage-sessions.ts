@@ -8,8 +8,8 @@
 //     └─ miss ──► buildStage ──► session that also saves its optimised graph into a staging folder,
 //                 its external file re-laid out with every blob 4 KiB aligned (external-data-align.ts)
 //                 ──► the staged graph reloaded and run beside the session on a probe input:
-//                     bit for bit the same ──► the reloaded session kept (the saving one released),
-//                     the entry published (one rename); else the staged entry dropped
+//                     bit for bit the same ──► the entry published (one rename), then the session
+//                     created from it kept (the saving one released); else the staged entry dropped
 //                 └─ saving fails (full disk, unwritable folder) ──► session without saving, cache
 //                    writes off for the rest of the load
 //   then the least recently used entries beyond the cap are removed (never this load's).
@@ -129,18 +129,21 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
             await cache!.discard(staged);
             writing = false;
           } else {
-            const warm = await alignedAndReloaded(session, staged, base, built, hyper, stats!);
-            if (!warm) {
+            if (!(await alignedAndReloaded(session, staged, base, built, hyper, stats!))) {
               await cache!.discard(staged);
             } else {
-              // keep the session on the entry's files: the one that saved them holds ~ the stage's weights
-              // more (953M Q8_0: peak RSS 2483 MiB for the cold load instead of 1617 without the cache)
-              await session.release();
-              session = warm;
-              // renaming the folder leaves the session's open, mapped files as they are (POSIX)
+              // published with no session on its files (Windows cannot rename a folder with open files)
               if (await cache!.publish(staged, key, keyText, graph)) {
                 keep.add(key);
                 keptBytes += bytes;
+              }
+              // then the session from the entry (ours, or the one another process published first): the one
+              // that saved it holds ~ the stage's weights more (953M Q8_0: peak RSS 2483 MiB for the cold
+              // load, 1617 without the cache); when the entry is not there, the saving session stays
+              const warm = await createSession(path.join(cache!.entryPath(key), GRAPH_FILE), { ...base, label: built.name, graphOptimizationLevel: 'disabled' }).catch(() => undefined);
+              if (warm) {
+                await session.release();
+                session = warm;
               }
             }
           }
@@ -170,15 +173,17 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
  * onnxruntime restoring a saved graph wrongly (it did: session.ts); a wrong entry would give wrong
  * text on every warm load. Exported for its test.
  */
-/** Aligns the staged entry's external file (external-data-align.ts), then reloadedTheSame. */
-async function alignedAndReloaded(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<EngineSession | undefined> {
+/** Aligns the staged entry's external file (external-data-align.ts); whether reloadedTheSame then holds. */
+async function alignedAndReloaded(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<boolean> {
   try {
     if (existsSync(path.join(staged, WEIGHTS_FILE))) await alignExternalData(path.join(staged, GRAPH_FILE), WEIGHTS_FILE);
   } catch (error) {
     stats.problems.push(`stage cache: ${graph.name} not cached: ${message(error)}`);
-    return undefined;
+    return false;
   }
-  return reloadedTheSame(cold, staged, base, graph, hyper, stats);
+  const warm = await reloadedTheSame(cold, staged, base, graph, hyper, stats);
+  await warm?.release();
+  return warm !== undefined;
 }
 
 export async function reloadedTheSame(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<EngineSession | undefined> {
