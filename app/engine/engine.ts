@@ -22,6 +22,7 @@ import { isLonghandError, LonghandError, UsageError } from '../common/errors.ts'
 import type { CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, LoadProgress, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
 import { CachedSequence } from './forward/cached-sequence.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
+import type { StageCacheOptions } from './forward/stage-sessions.ts';
 import { SPARSE_POLICIES, sparseSettings } from './forward/sparse-policies.ts';
 import { tokenizerDecoder } from './generate/decoder.ts';
 import { generate } from './generate/loop.ts';
@@ -77,9 +78,31 @@ export function policyChoice(policy: KvPolicy, infinigen: InfinigenKnobs, sparse
 const sameChoice = (a: PolicyChoice, b: PolicyChoice): boolean => JSON.stringify(a) === JSON.stringify(b);
 
 /** Where calibration results (skew matrices per model file) are kept between runs. */
-function cacheDir(): string {
-  const base = process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache');
+function cacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  const base = env.XDG_CACHE_HOME ?? join(homedir(), '.cache');
   return join(base, 'longhand');
+}
+
+/**
+ * The stage cache (forward/stage-cache.ts: onnxruntime's optimised graphs of the loaded model, so a
+ * second load skips repacking) in the same folder, on unless LONGHAND_STAGE_CACHE=off;
+ * LONGHAND_STAGE_CACHE_MAX_BYTES caps it (default 8 GiB). Read per load: the host inherits them
+ * from whoever starts it (Electron main, `longhand serve`, the CLI). What the cache could not do
+ * (a damaged entry, a full disk) is logged; the load goes on without it.
+ */
+export function stageCacheOptions(env: NodeJS.ProcessEnv = process.env): StageCacheOptions | undefined {
+  const mode = env.LONGHAND_STAGE_CACHE;
+  if (mode !== undefined && mode !== 'on' && mode !== 'off') {
+    throw new UsageError(`LONGHAND_STAGE_CACHE must be 'on' or 'off', got '${mode}'`, { field: 'LONGHAND_STAGE_CACHE' });
+  }
+  if (mode === 'off') return undefined;
+  const max = env.LONGHAND_STAGE_CACHE_MAX_BYTES;
+  if (max === undefined) return { dir: cacheDir(env) };
+  const maxBytes = Number(max);
+  if (!/^\d+$/.test(max) || !Number.isSafeInteger(maxBytes)) {
+    throw new UsageError(`LONGHAND_STAGE_CACHE_MAX_BYTES must be a whole number of bytes, got '${max}'`, { field: 'LONGHAND_STAGE_CACHE_MAX_BYTES' });
+  }
+  return { dir: cacheDir(env), maxBytes };
 }
 
 /** Longest default context: the KV pool is sized for it at load. */
@@ -281,6 +304,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         // Refuse before building anything when weights + KV at this context cannot fit.
         assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType }), basename(model.path), options.poolBudgetBytes);
         const threads = options.threads ?? availableParallelism();
+        const stageCache = stageCacheOptions();
         const base: Loaded['base'] = {
           threads,
           contextLength,
@@ -290,10 +314,18 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           eosIds: tokenizer.eosIds,
           ...(options.poolBudgetBytes > 0 ? { poolBudgetBytes: options.poolBudgetBytes } : {}),
           ...(options.offload === true ? { offload: true } : {}),
+          ...(stageCache ? { stageCache } : {}),
         };
         const choice = policyChoice(options.policy, options.infinigen, options.sparse);
         const sha = choice.policy === 'infinigen' ? await modelDigest(model, cacheDir()) : undefined;
-        const runner = await createModelRunner(model, { ...base, ...runnerPolicy(choice, options.inspect, sha), ...(onProgress ? { onProgress } : {}) });
+        const runner = await createModelRunner(model, {
+          ...base,
+          ...(stageCache && sha !== undefined ? { stageCache: { ...stageCache, modelSha256: sha } } : {}),
+          ...runnerPolicy(choice, options.inspect, sha),
+          ...(onProgress ? { onProgress } : {}),
+        });
+        // only what went wrong: the CLI's stderr carries this log, and a load from the cache is the normal case
+        for (const line of runner.stageCache?.problems ?? []) log(line);
         const { hyper } = model;
         const info: ModelInfo = {
           path: model.path,

@@ -33,17 +33,19 @@ import type { TokenRunner } from '../generate/loop.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { kvRowBytes } from '../model/memory-estimate.ts';
 import { ropeRows, type RopeFrequencies } from '../onnx/ops.ts';
-import { createSession, type EngineSession } from '../onnx/session.ts';
+import type { EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
 import type { LoadProgress } from '../../common/protocol.ts';
-import { attendCausal, attendSlots, createKvPool, createSpeculator, mallocTrim, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
+import { attendCausal, attendSlots, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
 import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSequenceState, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
 import type { StepProbe } from '../metrics/step-probe.ts';
 import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyName, type SparsePolicyOptions } from './sparse-policies.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
-import { buildStage, stageRope, type StageGraph } from './graphs.ts';
+import { stageRope, type StageGraph } from './graphs.ts';
+import { createStageSessions, type StageCacheOptions } from './stage-sessions.ts';
+import type { StageCacheStats } from './stage-cache.ts';
 import { ModelWeights, type AccuracyLevel } from './weights.ts';
 import { OffloadAttention, type OffloadStepStats } from './offload-attention.ts';
 
@@ -84,6 +86,11 @@ export interface ModelRunnerOptions {
   poolBudgetBytes?: number;
   /** Eviction knobs under poolBudgetBytes. */
   eviction?: EvictionOptions;
+  /**
+   * Keep onnxruntime's optimised stage graphs with their pre-packed weights in this cache and load
+   * from it when they are there (stage-sessions.ts; CPU provider only). Default: no cache.
+   */
+  stageCache?: StageCacheOptions;
 }
 
 /** How far createModelRunner is: stages (repacked weights + onnxruntime session) built so far. */
@@ -138,6 +145,8 @@ export interface ModelRunner extends TokenRunner {
   readonly position: number;
   readonly kvType: KvType;
   readonly eosIds: readonly number[];
+  /** How the load used the stage cache (undefined: it had none). */
+  readonly stageCache: StageCacheStats | undefined;
   /** Bytes of weights in the onnxruntime graphs, and of the KV pool. */
   readonly graphWeightBytes: number;
   readonly poolBytes: number;
@@ -253,28 +262,14 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const sparseName = (SPARSE_POLICIES as readonly string[]).includes(policy) ? (policy as SparsePolicyName) : undefined;
   const weights = new ModelWeights(model, options.accuracyLevel ?? 4);
 
-  const sessions: EngineSession[] = [];
-  const graphs: StageGraph[] = [];
   const speculates = stagesSpeculating(hyper.layers, ig);
-  let graphWeightBytes = 0;
-  try {
-    for (let s = 0; s <= hyper.layers; s++) {
-      const speculateNext = speculates[s]!;
-      const graph = buildStage(weights, s, { speculateNext });
-      graphWeightBytes += graph.weightBytes;
-      sessions.push(await createSession(graph.model, { intraOpThreads: threads, label: graph.name, ...(providers ? { executionProviders: providers } : {}) }));
-      graphs.push({ ...graph, model: new Uint8Array(0) }); // drop the bytes: onnxruntime has its copy
-      // The weights onnxruntime freed after prepacking go back to the system now (glibc keeps them in
-      // its heap otherwise: ~13 MiB per 56 MiB layer). Not by fixing the mmap threshold at 1 MiB: that
-      // maps every large allocation afresh (page faults on each), measured on the 953M Q8_0 fixture as
-      // load 19-24 s CPU instead of 13-15 and prefill 47-58 tok/s instead of 80-86, for the same RSS.
-      mallocTrim();
-      options.onProgress?.({ done: s + 1, total: hyper.layers + 1 });
-    }
-  } catch (error) {
-    await Promise.all(sessions.map((s) => s.release()));
-    throw error;
-  }
+  const { sessions, graphs, graphWeightBytes, cache: stageCache } = await createStageSessions(model, weights, {
+    threads,
+    providers,
+    speculates,
+    cache: options.stageCache,
+    onProgress: options.onProgress,
+  });
   const p = ig?.partialDim ?? 0;
   const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * kvRowBytes(kvType, hyper.headDim) + 4 + 2 * p);
   const projBytes = p > 0 ? hyper.layers * hyper.kvHeads * hyper.headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
@@ -315,6 +310,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     graphWeightBytes,
     eosIds: options.eosIds ?? ggufEosIds(model),
     speculates,
+    stageCache,
     ...(offload ? { offload } : {}),
   });
 }
@@ -337,6 +333,7 @@ interface RunnerConfig {
   speculates: boolean[];
   /** offload mode's attention (offload-attention.ts) */
   offload?: OffloadAttention;
+  stageCache: StageCacheStats | undefined;
 }
 
 const f32 = (dims: number[], data: Float32Array): TensorData => ({ elemType: 'float32', dims, data });
@@ -347,6 +344,7 @@ class Runner implements ModelRunner {
   readonly kvType: KvType;
   readonly eosIds: readonly number[];
   readonly graphWeightBytes: number;
+  readonly stageCache: StageCacheStats | undefined;
   private pos = 0;
   private disposed = false;
   private busy = false;
@@ -401,6 +399,7 @@ class Runner implements ModelRunner {
     this.kvType = cfg.kvType;
     this.eosIds = cfg.eosIds;
     this.graphWeightBytes = cfg.graphWeightBytes;
+    this.stageCache = cfg.stageCache;
     this.prefillChunk = cfg.prefillChunk;
     this.d = h.hiddenSize;
     this.heads = h.heads;

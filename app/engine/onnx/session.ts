@@ -40,9 +40,17 @@ export interface EngineSessionOptions {
    * (onnxruntime's session.save_external_prepacked_constant_initializers). A session later created
    * from `modelPath` with graphOptimizationLevel 'disabled' maps that file and hands the kernels
    * their packed blobs instead of packing again (bench/load-stages.mjs: 17 sessions of the 953M
-   * Q8_0 fixture in 1.1-3.6 s instead of 6.4-7.9 s, outputs bit for bit the same).
+   * Q8_0 fixture in 1.1-3.6 s instead of 6.4-7.9 s). onnxruntime 1.30 writes the blobs at unaligned
+   * offsets, and MatMulNBits under accuracy_level 4 (CompInt8) computes garbage from a blob mapped
+   * at an offset that is not a multiple of 64: run alignExternalData (external-data-align.ts) on
+   * the saved files before loading them (session.test.ts shows both).
    */
   saveOptimized?: { modelPath: string; externalFile: string };
+}
+
+/** onnxruntime-node's version (what a cache of onnxruntime's own files must be keyed by). */
+export function onnxruntimeVersion(): string {
+  return ort.env.versions.node ?? ort.env.versions.common;
 }
 
 /** The execution providers this onnxruntime-node build knows about. */
