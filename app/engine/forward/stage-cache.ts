@@ -1,7 +1,9 @@
 // The on-disk cache of onnxruntime's optimised stage graphs with their pre-packed weights
 // (issue 11 part 2): a warm load maps these instead of repacking the GGUF and letting MatMulNBits
-// pack again (bench/load-stages.mjs: 17 sessions of the 953M Q8_0 fixture in 1.1–3.6 s instead of
-// 6–8 s of buildStage plus 6.4–9.7 s of createSession).
+// pack again (bench/load-stages.mjs --runner, 2 threads, load average ~1: the 953M Q8_0 fixture
+// loads in 2.4–2.5 s instead of 12.5 s; llama.cpp 3.5 s). Writing the entries makes the first load
+// of a model and settings about twice as long (23 s): onnxruntime writes ~2 GB (the weights as given
+// and their pre-packed copy), the file is re-laid out aligned, and each stage is reloaded and checked.
 //
 //   <cacheDir>/stages/<key>/            one entry per stage graph; <key> = sha256 of the key text
 //       manifest.json                   key text, name, weightBytes, inputs, every file's size + check

@@ -39,8 +39,8 @@ export interface EngineSessionOptions {
    * blobs the kernels pre-pack from them (MatMulNBits' packed B), to `externalFile` beside it
    * (onnxruntime's session.save_external_prepacked_constant_initializers). A session later created
    * from `modelPath` with graphOptimizationLevel 'disabled' maps that file and hands the kernels
-   * their packed blobs instead of packing again (bench/load-stages.mjs: 17 sessions of the 953M
-   * Q8_0 fixture in 1.1-3.6 s instead of 6.4-7.9 s). onnxruntime 1.30 writes the blobs at unaligned
+   * their packed blobs instead of packing again (the stage cache, forward/stage-cache.ts: the 953M
+   * Q8_0 fixture's 17 sessions in 2.4-2.5 s instead of 12.5 s). onnxruntime 1.30 writes the blobs at unaligned
    * offsets, and MatMulNBits under accuracy_level 4 (CompInt8) computes garbage from a blob mapped
    * at an offset that is not a multiple of 64: run alignExternalData (external-data-align.ts) on
    * the saved files before loading them (session.test.ts shows both).
