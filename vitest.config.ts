@@ -1,3 +1,6 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import react from '@vitejs/plugin-react';
 import { defineConfig } from 'vitest/config';
 
@@ -6,8 +9,17 @@ import { defineConfig } from 'vitest/config';
 // from scripts/test.mjs because they are a compiled executable, not a JS module.
 // Two projects: node (everything under app/, native/, test/, scripts/) and renderer (React
 // component tests, `renderer/**/*.test.tsx` and `renderer/**/*.test.ts`, on happy-dom).
+// The engine keeps caches under $XDG_CACHE_HOME/longhand (model digests, InfiniGen skews, the
+// stage cache: ~2 GB per 1 GB model). Tests, and the engine hosts and CLIs they start (children
+// inherit the environment), get one folder per run instead of the user's ~/.cache: nothing a run
+// writes survives it, and no entry left by older code is read. Tests that need a cache of their own
+// still set XDG_CACHE_HOME themselves.
+const testCacheHome = process.env.LONGHAND_TEST_CACHE_HOME ?? mkdtempSync(join(tmpdir(), 'longhand-test-cache-'));
+if (!process.env.LONGHAND_TEST_CACHE_HOME) process.env.LONGHAND_TEST_CACHE_MADE = testCacheHome; // removed at the end (test-cache-home.ts)
+
 const shared = {
   setupFiles: ['test/support/no-network.ts'],
+  env: { XDG_CACHE_HOME: testCacheHome },
   pool: 'forks' as const,
   testTimeout: 60_000,
   hookTimeout: 120_000,
@@ -15,6 +27,7 @@ const shared = {
 
 export default defineConfig({
   test: {
+    globalSetup: ['test/support/test-cache-home.ts'],
     projects: [
       {
         test: {
