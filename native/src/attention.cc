@@ -764,8 +764,11 @@ __attribute__((target("avx2,fma,f16c"))) void run_avx2_per_head(const lh_attenti
   else run_typed<Avx2Ops, false>(a);
 }
 
+// MHA (one query head per KV head) runs the per-head kernel too: with nothing to share, the grouped
+// AVX2 tiles lose to it (bench/attention-kernel.mjs, MHA 32/32, one thread: 0.771 vs 0.704 ms at
+// 2,048 rows, 12.22 vs 12.01 at 32,768, a listed 10% of 8,192 rows 0.499 vs 0.425); AVX-512's wins.
 __attribute__((target("avx2,fma,f16c"))) void run_avx2(const lh_attention_args* a) {
-  if (a->head_dim > kTileMaxDim) run_avx2_per_head(a);
+  if (a->head_dim > kTileMaxDim || a->heads == a->kv_heads) run_avx2_per_head(a);
   else if (a->rows != nullptr) run_grouped_typed<Avx2Tile, true>(a);
   else run_grouped_typed<Avx2Tile, false>(a);
 }

@@ -60,7 +60,7 @@ enum lh_attention_impl {
   LH_ATTN_PORTABLE = 1,  // tiled online softmax, plain C++ (any CPU)
   LH_ATTN_AVX2 = 2,      // AVX2 + FMA + F16C (x86-64 with those features, checked at run time): the
                          // grouped kernel (each K/V row widened once per KV head for all of its query
-                         // heads, tiles of 16 rows, vector exp); head_dim > 256 runs the per-head kernel
+                         // heads, tiles of 16 rows, vector exp); MHA and head_dim > 256 run the per-head kernel
   LH_ATTN_AVX512 = 3,    // AVX-512 F/BW/VL/DQ (+ AVX2, FMA, F16C): the grouped kernel on 16 lanes
                          // (AUTO's choice where available); head_dim > 256 runs the per-head kernel
   LH_ATTN_AVX2_PER_HEAD = 4,  // the previous AVX2 kernel: per (row, query head) a dot, a scalar exp and an
