@@ -10,6 +10,10 @@
 
 #include "fp16.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
 constexpr uint64_t kLine = 64;
@@ -235,6 +239,31 @@ void rebuild_partials(lh_kv_pool* pool, uint32_t layer) {
   }
 }
 
+// fp32 -> fp16 of one row. F16C converts 8 values per instruction with the bits of
+// lh_fp32_to_fp16 (round to nearest even, the same overflow and NaN results; native/fuzz/fuzz_fp16.cc
+// holds the scalar function to the instruction): the scalar loop cost 0.7 ms of each decode token
+// and 45 ms of each 128-token prefill chunk on the 953M fixture (16 layers x 32 KV heads x 64 dims).
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) void to_fp16_f16c(const float* in, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = lh_fp32_to_fp16(in[i]);
+}
+
+bool has_f16c() {
+  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+void to_fp16(const float* in, uint16_t* out, size_t n) {
+#if defined(__x86_64__)
+  if (has_f16c()) return to_fp16_f16c(in, out, n);
+#endif
+  for (size_t i = 0; i < n; ++i) out[i] = lh_fp32_to_fp16(in[i]);
+}
+
 // Writes one token's rows (all KV heads) of `layer` into slot s. No checks: callers validate.
 void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, const float* v, int32_t position) {
   const size_t stride = lh_kv_pool_head_stride(pool);
@@ -251,12 +280,8 @@ void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, c
       pool->ks[head * pool->capacity + s] = lh_kv_quantize_i8(kin, d, static_cast<int8_t*>(pool->k) + row);
       pool->vs[head * pool->capacity + s] = lh_kv_quantize_i8(vin, d, static_cast<int8_t*>(pool->v) + row);
     } else {
-      uint16_t* krow = static_cast<uint16_t*>(pool->k) + row;  // (head_dim)
-      uint16_t* vrow = static_cast<uint16_t*>(pool->v) + row;  // (head_dim)
-      for (size_t i = 0; i < d; ++i) {
-        krow[i] = lh_fp32_to_fp16(kin[i]);
-        vrow[i] = lh_fp32_to_fp16(vin[i]);
-      }
+      to_fp16(kin, static_cast<uint16_t*>(pool->k) + row, d);  // (head_dim)
+      to_fp16(vin, static_cast<uint16_t*>(pool->v) + row, d);  // (head_dim)
     }
     pool->pos[head * pool->capacity + s] = position;
     if (pool->partial_dim > 0 && pool->proj_set[layer] != 0) store_partial(pool, head, s);

@@ -135,6 +135,44 @@ void test_fp16() {
 // ---------------------------------------------------------------------------------------------
 // KV pool
 // ---------------------------------------------------------------------------------------------
+// fp16 rows on append (kv_pool.cc's to_fp16, F16C where the CPU has it) hold exactly
+// lh_fp32_to_fp16's bits: ties, overflow to inf, subnormals, signed zeros, NaN payloads, and random
+// bit patterns, in rows of 37 (the 8-wide loop and its scalar tail) over 3 KV heads.
+void test_kv_pool_fp16_rows() {
+  const uint32_t H = 3, D = 37, T = 400;
+  lh_kv_pool_config cfg{static_cast<uint64_t>(T + 8) * H * (2 * D * 2 + 16) + 4096, 1, H, D, LH_KV_F16, 0};
+  lh_kv_pool p;
+  if (lh_kv_pool_init(&p, &cfg) != LH_OK) {
+    check(false, "kv pool fp16 rows", "pool init failed");
+    return;
+  }
+  const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                               0x7fbfe000u, 0x477fefffu, 0x477ff000u, 0x477fe000u, 0x38800000u, 0x387fffffu, 0x33000000u,
+                               0x33000001u, 0x32ffffffu, 0x3f801000u, 0x3f803000u, 0x3f800fffu, 0xb8801000u, 0x00000001u};
+  Rng rng(97);
+  std::vector<float> k(H * D), v(H * D), all;
+  size_t n_special = 0;
+  bool ok = true;
+  for (uint32_t t = 0; t < T && ok; ++t) {
+    for (size_t i = 0; i < k.size(); ++i) {
+      uint32_t bits = n_special < sizeof specials / sizeof specials[0] ? specials[n_special++] : static_cast<uint32_t>(rng.next());
+      if (t % 2 == 1) bits = (bits & 0x807fffffu) | ((101u + static_cast<uint32_t>(rng.next() % 46)) << 23);  // exponents near fp16's range
+      std::memcpy(&k[i], &bits, 4);
+      v[i] = -k[i] * 0.75f;
+    }
+    ok = lh_kv_pool_append_batch(&p, 0, k.data(), v.data(), 1, static_cast<int32_t>(t), nullptr) == LH_OK;
+    const uint16_t* kr = static_cast<const uint16_t*>(lh_kv_pool_k_rows(&p, 0));
+    const uint16_t* vr = static_cast<const uint16_t*>(lh_kv_pool_v_rows(&p, 0));
+    for (uint32_t g = 0; g < H && ok; ++g)
+      for (uint32_t i = 0; i < D; ++i) {
+        const size_t at = g * lh_kv_pool_head_stride(&p) + static_cast<size_t>(t) * D + i;
+        if (kr[at] != lh_fp32_to_fp16(k[g * D + i]) || vr[at] != lh_fp32_to_fp16(v[g * D + i])) ok = false;
+      }
+  }
+  check(ok, "kv pool fp16 rows: appended rows hold lh_fp32_to_fp16's bits (specials, ties, subnormals, NaN payloads, random bits)");
+  lh_kv_pool_free(&p);
+}
+
 void test_kv_pool() {
   // capacity vs budget: the plan fits the budget, and one more token would not
   {
@@ -3094,6 +3132,7 @@ int main(int argc, char** argv) {
   }
   test_fp16();
   test_kv_pool();
+  test_kv_pool_fp16_rows();
   test_mapped_file();
   for (const lh_attention_impl impl : kAttentionImpls)
     if (lh_attention_available(impl)) test_attention_sweep(impl);
