@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../src/attention.h"
@@ -1223,6 +1224,39 @@ void bench_attention_kernels(int reps) {
       k[i] = lh_fp32_to_fp16(rng.normal());
       v[i] = lh_fp32_to_fp16(rng.normal());
     }
+    // one layer's args over the mapping's first `tokens` rows of each KV head (q / out: (queries, heads, d))
+    const auto layer_args = [&](const float* q, float* out, uint32_t tokens) {
+      lh_attention_args a{};
+      a.q = q;
+      a.k = k;
+      a.v = v;
+      a.out = out;
+      a.head_stride = stride;
+      a.tokens = tokens;
+      a.heads = sh.heads;
+      a.kv_heads = sh.kvh;
+      a.head_dim = d;
+      a.scale = 0.125f;
+      a.kv_type = LH_KV_F16;
+      return a;
+    };
+    // prints each kernel's best ms of `calls` runs of run(impl); returns first / last (the speedup)
+    const auto time_kernels = [&](int calls, const auto& run) {
+      double first = 0, last = 0;
+      for (const lh_attention_impl impl : impls) {
+        double best = 1e30;
+        for (int rep = 0; rep < calls; ++rep) {
+          const auto t0 = std::chrono::steady_clock::now();
+          run(impl);
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          best = ms < best ? ms : best;
+        }
+        if (first == 0) first = best;
+        last = best;
+        std::printf(" %14.3f", best);
+      }
+      return std::make_pair(first / last, last);
+    };
     std::vector<float> q(static_cast<size_t>(sh.heads) * d), out(q.size());
     for (auto& x : q) x = rng.normal();
     for (const uint32_t t : token_counts)
@@ -1236,40 +1270,17 @@ void bench_attention_kernels(int reps) {
           std::sort(all.begin(), all.begin() + n);
           std::copy(all.begin(), all.begin() + n, rows.begin() + static_cast<size_t>(g) * n);
         }
-        lh_attention_args a{};
-        a.q = q.data();
-        a.k = k;
-        a.v = v;
-        a.out = out.data();
-        a.head_stride = stride;
-        a.tokens = n;
-        a.heads = sh.heads;
-        a.kv_heads = sh.kvh;
-        a.head_dim = d;
-        a.scale = 0.125f;
-        a.kv_type = LH_KV_F16;
+        lh_attention_args a = layer_args(q.data(), out.data(), n);
         if (listed) {
           a.rows = rows.data();
           a.rows_stride = n;
         }
         for (const uint32_t threads : {1u, 2u}) {
-          std::printf("%-10s %6u %-8s %3u %4u", sh.name, t, listed ? "10%" : "all", threads, lh_attention_decode_threads_used(&a, threads));
-          double first = 0, last = 0;
-          for (const lh_attention_impl impl : impls) {
-            double best = 1e30;
-            for (int rep = 0; rep < reps; ++rep) {
-              const auto t0 = std::chrono::steady_clock::now();
-              lh_attention_decode_threads(&a, threads, impl);
-              const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-              best = ms < best ? ms : best;
-            }
-            if (first == 0) first = best;
-            last = best;
-            std::printf(" %14.3f", best);
-          }
-          const double bytes = 2.0 * sh.kvh * n * d * sizeof(uint16_t);
           const uint32_t used = lh_attention_decode_threads_used(&a, threads);
-          std::printf(" %7.1fx %8.1f %8.3f\n", first / last, bytes / (last * 1e6), bw[used] > 0 ? bytes / (bw[used] * 1e6) : 0.0);
+          std::printf("%-10s %6u %-8s %3u %4u", sh.name, t, listed ? "10%" : "all", threads, used);
+          const auto [speedup, last] = time_kernels(reps, [&](lh_attention_impl impl) { lh_attention_decode_threads(&a, threads, impl); });
+          const double kv_bytes = 2.0 * sh.kvh * n * d * sizeof(uint16_t);
+          std::printf(" %7.1fx %8.1f %8.3f\n", speedup, kv_bytes / (last * 1e6), bw[used] > 0 ? kv_bytes / (bw[used] * 1e6) : 0.0);
         }
       }
     // Causal prefill of a 128-token chunk at the end of 2,048 and 8,192 stored rows, 1 thread (the
@@ -1278,33 +1289,11 @@ void bench_attention_kernels(int reps) {
     std::vector<float> qp(static_cast<size_t>(chunk) * sh.heads * d), op(qp.size());
     for (auto& x : qp) x = rng.normal();
     for (const uint32_t t : {2048u, 8192u}) {
-      lh_attention_args a{};
-      a.q = qp.data();
-      a.k = k;
-      a.v = v;
-      a.out = op.data();
-      a.head_stride = stride;
-      a.tokens = t;
-      a.heads = sh.heads;
-      a.kv_heads = sh.kvh;
-      a.head_dim = d;
-      a.scale = 0.125f;
-      a.kv_type = LH_KV_F16;
+      const lh_attention_args a = layer_args(qp.data(), op.data(), t);
       std::printf("%-10s %6u %-8s %3u %4s", sh.name, t, "prefill", 1u, "128q");
-      double first = 0, last = 0;
-      for (const lh_attention_impl impl : impls) {
-        double best = 1e30;
-        for (int rep = 0; rep < (reps + 1) / 2; ++rep) {
-          const auto t0 = std::chrono::steady_clock::now();
-          lh_attention_prefill(&a, chunk, impl);
-          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-          best = ms < best ? ms : best;
-        }
-        if (first == 0) first = best;
-        last = best;
-        std::printf(" %14.3f", best);
-      }
-      std::printf(" %7.1fx\n", first / last);
+      const auto [speedup, last] = time_kernels((reps + 1) / 2, [&](lh_attention_impl impl) { lh_attention_prefill(&a, chunk, impl); });
+      (void)last;
+      std::printf(" %7.1fx\n", speedup);
     }
     munmap(map, bytes);
   }
