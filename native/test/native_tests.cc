@@ -590,6 +590,58 @@ void test_attention_nonfinite(lh_attention_impl impl) {
   }
 }
 
+// One decode call's inputs with rows of every KV type: a random query (heads, d), K/V rows
+// (kv_heads, stored, d) as fp32 with their fp16 roundings and independent int8 rows, int8 scales in
+// [scale_lo, scale_lo + 0.02), and random row lists (kv_heads, tokens) into the stored rows (repeats
+// allowed). args(type, listed) points a call at one type's rows, through the lists or not.
+struct MixedRows {
+  uint32_t tokens, heads, kvh, d, stored;
+  std::vector<float> q, k32, v32, ks, vs;
+  std::vector<uint16_t> k16, v16;
+  std::vector<int8_t> k8, v8;
+  std::vector<int32_t> rows;
+  MixedRows(uint32_t tokens_, uint32_t heads_, uint32_t kvh_, uint32_t d_, uint32_t stored_, float scale_lo, Rng& rng)
+      : tokens(tokens_), heads(heads_), kvh(kvh_), d(d_), stored(stored_), q(static_cast<size_t>(heads_) * d_),
+        k32(kvh_ * stride()), v32(k32.size()), ks(static_cast<size_t>(kvh_) * stored_), vs(ks.size()), k16(k32.size()), v16(k32.size()),
+        k8(k32.size()), v8(k32.size()), rows(static_cast<size_t>(kvh_) * tokens_) {
+    for (auto& x : q) x = rng.normal();
+    for (size_t i = 0; i < k32.size(); ++i) {
+      k32[i] = rng.normal();
+      v32[i] = rng.normal();
+      k16[i] = lh_fp32_to_fp16(k32[i]);
+      v16[i] = lh_fp32_to_fp16(v32[i]);
+      k8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
+      v8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
+    }
+    for (size_t i = 0; i < ks.size(); ++i) {
+      ks[i] = scale_lo + 0.02f * rng.uniform();
+      vs[i] = scale_lo + 0.02f * rng.uniform();
+    }
+    for (auto& r : rows) r = static_cast<int32_t>(rng.next() % stored);
+  }
+  size_t stride() const { return static_cast<size_t>(stored) * d; }
+  lh_attention_args args(uint32_t type, bool listed) const {
+    lh_attention_args a{};
+    a.q = q.data();
+    a.k = type == LH_KV_F32 ? static_cast<const void*>(k32.data()) : type == LH_KV_I8 ? static_cast<const void*>(k8.data()) : static_cast<const void*>(k16.data());
+    a.v = type == LH_KV_F32 ? static_cast<const void*>(v32.data()) : type == LH_KV_I8 ? static_cast<const void*>(v8.data()) : static_cast<const void*>(v16.data());
+    a.head_stride = stride();
+    a.tokens = tokens;
+    a.heads = heads;
+    a.kv_heads = kvh;
+    a.head_dim = d;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    a.kv_type = type;
+    a.k_scale = type == LH_KV_I8 ? ks.data() : nullptr;
+    a.v_scale = type == LH_KV_I8 ? vs.data() : nullptr;
+    if (listed) {
+      a.rows = rows.data();
+      a.rows_stride = tokens;
+    }
+    return a;
+  }
+};
+
 // The grouped kernels' edges, against the reference: query heads per KV head 1..24 (past the
 // 16-head batch: 24 = a full and a partial batch), token counts around the 16-row tile (1, 7, 16,
 // 17, 33, 1029), head dims 8, 64, 128, 13 (padded), 256 (largest tiled), 300 (the per-head
@@ -609,44 +661,9 @@ void test_attention_grouped_shapes(lh_attention_impl impl) {
           if (t == 1029 && (d > 128 || group > 8)) continue;  // the reference's time, not the kernel's
           const bool listed = (cases % 2) == 1;
           const uint32_t kvh = 2, heads = kvh * group, stored = t + 9;
-          const size_t stride = static_cast<size_t>(stored) * d;
-          std::vector<float> q(static_cast<size_t>(heads) * d);
-          for (auto& x : q) x = rng.normal();
-          std::vector<uint16_t> k16(kvh * stride), v16(kvh * stride);
-          std::vector<float> k32(kvh * stride), v32(kvh * stride), ks(kvh * stored), vs(kvh * stored);
-          std::vector<int8_t> k8(kvh * stride), v8(kvh * stride);
-          for (size_t i = 0; i < k32.size(); ++i) {
-            k32[i] = rng.normal();
-            v32[i] = rng.normal();
-            k16[i] = lh_fp32_to_fp16(k32[i]);
-            v16[i] = lh_fp32_to_fp16(v32[i]);
-            k8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
-            v8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
-          }
-          for (size_t i = 0; i < ks.size(); ++i) {
-            ks[i] = 0.005f + 0.02f * rng.uniform();
-            vs[i] = 0.005f + 0.02f * rng.uniform();
-          }
-          std::vector<int32_t> rows(static_cast<size_t>(kvh) * t);  // (kv_heads, t) random rows, repeats allowed
-          for (auto& r : rows) r = static_cast<int32_t>(rng.next() % stored);
-          lh_attention_args a{};
-          a.q = q.data();
-          a.k = type == LH_KV_F32 ? static_cast<const void*>(k32.data()) : type == LH_KV_I8 ? static_cast<const void*>(k8.data()) : static_cast<const void*>(k16.data());
-          a.v = type == LH_KV_F32 ? static_cast<const void*>(v32.data()) : type == LH_KV_I8 ? static_cast<const void*>(v8.data()) : static_cast<const void*>(v16.data());
-          a.head_stride = stride;
-          a.tokens = t;
-          a.heads = heads;
-          a.kv_heads = kvh;
-          a.head_dim = d;
-          a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-          a.kv_type = type;
-          a.k_scale = type == LH_KV_I8 ? ks.data() : nullptr;
-          a.v_scale = type == LH_KV_I8 ? vs.data() : nullptr;
-          if (listed) {
-            a.rows = rows.data();
-            a.rows_stride = t;
-          }
-          const size_t n = q.size();
+          const MixedRows m(t, heads, kvh, d, stored, 0.005f, rng);
+          const lh_attention_args a = m.args(type, listed);
+          const size_t n = m.q.size();
           std::vector<float> oo(n + 2 * kGuard, kCanary), orr(n + 2 * kGuard, kCanary);
           lh_attention_args ao = a, ar = a;
           ao.out = oo.data() + kGuard;
@@ -1035,44 +1052,9 @@ void test_attention_decode_threads(lh_attention_impl impl) {
     for (const uint32_t type : {LH_KV_F16, LH_KV_F32, LH_KV_I8})
       for (const bool listed : {false, true}) {
         const uint32_t stored = sh.tokens + 7;
-        const size_t stride = static_cast<size_t>(stored) * sh.d;
-        std::vector<float> q(static_cast<size_t>(sh.heads) * sh.d);
-        for (auto& x : q) x = rng.normal();
-        std::vector<uint16_t> k16(sh.kvh * stride), v16(sh.kvh * stride);
-        std::vector<float> k32(sh.kvh * stride), v32(sh.kvh * stride), ks(sh.kvh * stored), vs(sh.kvh * stored);
-        std::vector<int8_t> k8(sh.kvh * stride), v8(sh.kvh * stride);
-        for (size_t i = 0; i < k32.size(); ++i) {
-          k32[i] = rng.normal();
-          v32[i] = rng.normal();
-          k16[i] = lh_fp32_to_fp16(k32[i]);
-          v16[i] = lh_fp32_to_fp16(v32[i]);
-          k8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
-          v8[i] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
-        }
-        for (size_t i = 0; i < ks.size(); ++i) {
-          ks[i] = 0.01f + 0.02f * rng.uniform();
-          vs[i] = 0.01f + 0.02f * rng.uniform();
-        }
-        std::vector<int32_t> rows(static_cast<size_t>(sh.kvh) * sh.tokens);  // (kv_heads, tokens) random rows
-        for (auto& r : rows) r = static_cast<int32_t>(rng.next() % stored);
-        lh_attention_args a{};
-        a.q = q.data();
-        a.k = type == LH_KV_F32 ? static_cast<const void*>(k32.data()) : type == LH_KV_I8 ? static_cast<const void*>(k8.data()) : static_cast<const void*>(k16.data());
-        a.v = type == LH_KV_F32 ? static_cast<const void*>(v32.data()) : type == LH_KV_I8 ? static_cast<const void*>(v8.data()) : static_cast<const void*>(v16.data());
-        a.head_stride = stride;
-        a.tokens = sh.tokens;
-        a.heads = sh.heads;
-        a.kv_heads = sh.kvh;
-        a.head_dim = sh.d;
-        a.scale = 1.0f / std::sqrt(static_cast<float>(sh.d));
-        a.kv_type = type;
-        a.k_scale = type == LH_KV_I8 ? ks.data() : nullptr;
-        a.v_scale = type == LH_KV_I8 ? vs.data() : nullptr;
-        if (listed) {
-          a.rows = rows.data();
-          a.rows_stride = sh.tokens;
-        }
-        const size_t n = q.size();
+        const MixedRows m(sh.tokens, sh.heads, sh.kvh, sh.d, stored, 0.01f, rng);
+        const lh_attention_args a = m.args(type, listed);
+        const size_t n = m.q.size();
         std::vector<float> one(n + 2 * kGuard, kCanary);
         lh_attention_args a1 = a;
         a1.out = one.data() + kGuard;
