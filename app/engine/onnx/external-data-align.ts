@@ -18,6 +18,7 @@
 import { open, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { OnnxError } from './errors.ts';
+import { ProtoWriter } from './onnx-proto.ts';
 
 export const EXTERNAL_DATA_ALIGNMENT = 4096;
 
@@ -40,16 +41,6 @@ function readVarint(buf: Uint8Array, at: number): [value: number, next: number] 
     if ((b & 0x80) === 0) return [value, i + 1];
   }
   throw new OnnxError('ONNX_SESSION_FAILED', 'saved model: malformed protobuf varint', { at });
-}
-
-function varint(n: number): number[] {
-  const out: number[] = [];
-  while (n >= 0x80) {
-    out.push((n % 128) | 0x80);
-    n = Math.floor(n / 128);
-  }
-  out.push(n);
-  return out;
 }
 
 function parseFields(buf: Uint8Array): Field[] {
@@ -76,27 +67,19 @@ function parseFields(buf: Uint8Array): Field[] {
   return fields;
 }
 
-function encodeField(field: number, payload: Uint8Array): Uint8Array {
-  const head = [...varint(field * 8 + 2), ...varint(payload.length)];
-  const out = new Uint8Array(head.length + payload.length);
-  out.set(head, 0);
-  out.set(payload, head.length);
-  return out;
-}
-
-function concat(parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
+/** A message made of `fields`, each either copied as it was encoded or a length-delimited field rewritten. */
+function message(fields: readonly (Uint8Array | { field: number; payload: Uint8Array })[]): Uint8Array {
+  const w = new ProtoWriter();
+  for (const f of fields) {
+    if (f instanceof Uint8Array) w.raw(f);
+    else w.bytesField(f.field, f.payload);
   }
-  return out;
+  return w.finish();
 }
 
 /** Rewrites the length-delimited fields numbered `field` of a message with `fn`; the rest is copied. */
 function mapField(msg: Uint8Array, field: number, fn: (payload: Uint8Array) => Uint8Array): Uint8Array {
-  return concat(parseFields(msg).map((f) => (f.field === field && f.payload ? encodeField(field, fn(f.payload)) : f.raw)));
+  return message(parseFields(msg).map((f) => (f.field === field && f.payload ? { field, payload: fn(f.payload) } : f.raw)));
 }
 
 const text = new TextDecoder();
@@ -120,7 +103,7 @@ function visitEntries(model: Uint8Array, visit: EntryVisitor): Uint8Array {
         const value = text.decode(fields.find((f) => f.field === 2)?.payload ?? new Uint8Array(0));
         const next = visit(key, value);
         if (next === value) return entry;
-        return concat(fields.map((f) => (f.field === 2 ? encodeField(2, utf8.encode(next)) : f.raw)));
+        return message(fields.map((f) => (f.field === 2 ? { field: 2, payload: utf8.encode(next) } : f.raw)));
       }),
     ),
   );
