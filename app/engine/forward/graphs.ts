@@ -16,12 +16,16 @@ import { GraphBuilder } from '../onnx/graph-builder.ts';
 import { addRopeInputs, layerNorm, linear, reluMlp, rmsNorm, rope, skipRmsNorm, swigluMlp, type RopeCaches, type RopeFrequencies } from '../onnx/ops.ts';
 import type { ModelWeights } from './weights.ts';
 
+/** Every input a stage graph may have (shapes above). */
+export const STAGE_INPUTS = ['h', 'attn', 'pos', 'rope_cos', 'rope_sin', 'rows'] as const;
+export type StageInput = (typeof STAGE_INPUTS)[number];
+
 export interface StageGraph {
   name: string;
   model: Uint8Array;
   /** Bytes of weights in the graph. */
   weightBytes: number;
-  inputs: readonly ('h' | 'attn' | 'pos' | 'rope_cos' | 'rope_sin' | 'rows')[];
+  inputs: readonly StageInput[];
 }
 
 export interface StageOptions {

@@ -45,7 +45,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { ModelHyperparameters } from '../model/types.ts';
 import { onnxruntimeVersion } from '../onnx/session.ts';
-import type { StageGraph } from './graphs.ts';
+import { STAGE_INPUTS, type StageGraph } from './graphs.ts';
 import type { AccuracyLevel } from './weights.ts';
 
 /**
@@ -160,7 +160,7 @@ function parseManifest(text: string): Manifest | undefined {
   try {
     const m = JSON.parse(text) as Partial<Manifest>;
     if (m.version !== 1 || typeof m.keyText !== 'string' || typeof m.name !== 'string') return undefined;
-    if (typeof m.weightBytes !== 'number' || !Array.isArray(m.inputs) || !m.inputs.every((i) => i === 'h' || i === 'attn' || i === 'pos' || i === 'rope_cos' || i === 'rope_sin' || i === 'rows')) return undefined;
+    if (typeof m.weightBytes !== 'number' || !Array.isArray(m.inputs) || !m.inputs.every((i) => (STAGE_INPUTS as readonly unknown[]).includes(i))) return undefined;
     if (m.files === null || typeof m.files !== 'object' || !(GRAPH_FILE in m.files)) return undefined;
     for (const f of Object.values(m.files)) if (!f || typeof f.size !== 'number' || typeof f.sha256 !== 'string') return undefined;
     return m as Manifest;
