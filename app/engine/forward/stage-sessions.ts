@@ -166,12 +166,6 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
   return { sessions, graphs, graphWeightBytes, cache: stats };
 }
 
-/**
- * The session onnxruntime creates from the staged entry when it computes what `cold` computes, bit
- * for bit, on a small deterministic input (two positions); else undefined (released). Guards against
- * onnxruntime restoring a saved graph wrongly (it did: session.ts); a wrong entry would give wrong
- * text on every warm load. Exported for its test.
- */
 /** Aligns the staged entry's external file (external-data-align.ts); whether reloadedTheSame then holds. */
 async function alignedAndReloaded(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<boolean> {
   try {
@@ -185,6 +179,12 @@ async function alignedAndReloaded(cold: EngineSession, staged: string, base: { i
   return warm !== undefined;
 }
 
+/**
+ * The session onnxruntime creates from the staged entry when it computes what `cold` computes, bit
+ * for bit, on a small deterministic input (two positions); else undefined (released). Guards against
+ * onnxruntime restoring a saved graph wrongly (it did: session.ts); a wrong entry would give wrong
+ * text on every warm load. Exported for its test.
+ */
 export async function reloadedTheSame(cold: EngineSession, staged: string, base: { intraOpThreads: number }, graph: StageGraph, hyper: ModelHyperparameters, stats: StageCacheStats): Promise<EngineSession | undefined> {
   const T = 2;
   let seed = 12345;
