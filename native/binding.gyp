@@ -37,6 +37,9 @@
         "src/skew_energy.cc",
         "src/heap_trim.cc",
         "src/parallel_ranges.cc",
+        "src/quant_dot.cc",
+        "src/quant_dot_q.cc",
+        "src/quant_dot_k.cc",
         "src/reference/attention_ref.cc",
         "src/reference/infinigen_ref.cc",
       ],
@@ -57,7 +60,7 @@
       "type": "executable",
       "dependencies": ["longhand_core"],
       "cflags_cc": ["-fno-exceptions"],
-      "sources": ["test/native_tests.cc"],
+      "sources": ["test/native_tests.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc"],
     },
   ],
 }

@@ -17,7 +17,7 @@ import { existsSync, mkdirSync, readdirSync, renameSync, statSync } from 'node:f
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { coreSources } from './native-sources.mjs';
+import { coreSources, testSources } from './native-sources.mjs';
 
 const root = resolve(fileURLToPath(import.meta.url), '..', '..');
 const native = join(root, 'native');
@@ -26,8 +26,8 @@ const out = join(native, 'fuzz', 'build', thread ? 'sanitize-thread' : 'sanitize
 const cxx = process.env.CXX || 'g++';
 const which = thread ? '-fsanitize=thread' : '-fsanitize=address,undefined';
 
-// binding.gyp's longhand_core plus the test itself.
-const SOURCES = [...coreSources(native), 'test/native_tests.cc'];
+// binding.gyp's longhand_core plus the tests' own sources.
+const SOURCES = [...coreSources(native), ...testSources(native)];
 const FLAGS = ['-std=c++17', '-g', '-O1', '-march=x86-64-v2', '-pthread', '-fno-exceptions', '-fno-omit-frame-pointer',
   ...(thread ? ['-fsanitize=thread'] : ['-fsanitize=address,undefined', '-fno-sanitize-recover=all'])];
 
@@ -53,7 +53,7 @@ function compile(src, obj) {
 async function main() {
   mkdirSync(out, { recursive: true });
   const newestHeader = Math.max(
-    ...[join(native, 'src'), join(native, 'src', 'reference')].flatMap((d) => readdirSync(d).filter((f) => f.endsWith('.h')).map((f) => mtime(join(d, f)))),
+    ...[join(native, 'src'), join(native, 'src', 'reference'), join(native, 'test')].flatMap((d) => readdirSync(d).filter((f) => f.endsWith('.h')).map((f) => mtime(join(d, f)))),
     mtime(fileURLToPath(import.meta.url)),
   );
   const objects = SOURCES.map((s) => join(out, s.replace(/\//g, '_').replace(/\.cc$/, '.o')));

@@ -5,8 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-/** Paths relative to `nativeDir` (e.g. 'src/kv_pool.cc'), in binding.gyp's order. */
-export function coreSources(nativeDir) {
+function targetSources(nativeDir, name) {
   const text = readFileSync(join(nativeDir, 'binding.gyp'), 'utf8');
   // gyp is JSON with # comments and trailing commas (no '#' appears inside this file's strings)
   const json = text
@@ -14,7 +13,17 @@ export function coreSources(nativeDir) {
     .map((line) => line.replace(/#.*$/, ''))
     .join('\n')
     .replace(/,(\s*[\]}])/g, '$1');
-  const core = JSON.parse(json).targets.find((t) => t.target_name === 'longhand_core');
-  if (!core || !Array.isArray(core.sources) || core.sources.length === 0) throw new Error('native/binding.gyp: no longhand_core target with sources');
-  return core.sources;
+  const target = JSON.parse(json).targets.find((t) => t.target_name === name);
+  if (!target || !Array.isArray(target.sources) || target.sources.length === 0) throw new Error(`native/binding.gyp: no ${name} target with sources`);
+  return target.sources;
+}
+
+/** Paths relative to `nativeDir` (e.g. 'src/kv_pool.cc'), in binding.gyp's order. */
+export function coreSources(nativeDir) {
+  return targetSources(nativeDir, 'longhand_core');
+}
+
+/** The native_tests executable's own sources (e.g. 'test/native_tests.cc'), in binding.gyp's order. */
+export function testSources(nativeDir) {
+  return targetSources(nativeDir, 'native_tests');
 }

@@ -33,19 +33,17 @@
 #include "../src/policy_select.h"
 #include "../src/sparse_attention.h"
 #include "../src/status.h"
+#include "check.h"
 #include "test_rng.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-namespace {
+static int g_passed = 0;
+static int g_failed = 0;
 
-int g_passed = 0;
-int g_failed = 0;
-
-// One named check. Prints "ok  name" or "FAIL name: why".
-void check(bool ok, const char* name, const char* fmt = "", ...) {
+void check(bool ok, const char* name, const char* fmt, ...) {
   if (ok) {
     ++g_passed;
     std::printf("ok    %s\n", name);
@@ -59,6 +57,8 @@ void check(bool ok, const char* name, const char* fmt = "", ...) {
   va_end(ap);
   std::printf("FAIL  %s: %s\n", name, why);
 }
+
+namespace {
 
 bool same_bits_or_both_nan(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
@@ -3102,6 +3102,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   test_fp16();
+  test_quant_dot_q();
+  test_quant_dot_k();
   test_kv_pool();
   test_kv_pool_fp16_rows();
   test_mapped_file();

@@ -1,0 +1,80 @@
+// Dot products of GGUF weight rows, read in place from the mapped file, with activation rows:
+// the kernels of the native dense path (dense_stage.h), where onnxruntime's MatMulNBits needed
+// its own repacked copy of every weight and has no 5- or 6-bit layout at all.
+//
+//   y[t·y_stride + r] = Σ_i W[r][i] · x_t[i]      r < n_rows, t < n_tok, i < k
+//
+// W is n_rows GGUF rows of k elements, row r at w + r·w_row_bytes, in the file's own block
+// layout. The activations x_t are first put in the form the weight type's dot wants
+// (quantize_act, once per token and matmul), as llama.cpp does:
+//
+//   weight type          activation row (act_row_bytes(k))           the dot
+//   F32                  k floats (a copy)                           fp32 FMA
+//   F16                  k floats (a copy)                           fp16 widened, fp32 FMA
+//   Q4_0, Q8_0           int8 blocks of 32, one scale each           int8·int8 per block, × scales
+//   Q4_K, Q5_K, Q6_K     int8 super-blocks of 256, one scale each,   integer dots per sub-block,
+//                        with the int sums per 16 (the min terms)    × sub-block scales and mins
+//
+// The activation layout is each family's own business (it may add block sums the SIMD dot wants);
+// only its size and quantize_act are shared. Every implementation of one type quantizes the
+// activations to the same bits (the scalar quantizer is the reference), so the integer parts of
+// the dots are exact and implementations differ only in the order of their float sums.
+//
+// Implementations: LH_QDOT_SCALAR (portable reference, every type), LH_QDOT_AVX2 (AVX2 + FMA +
+// F16C), LH_QDOT_AVX512 (AVX-512 F/BW/VL/DQ + VNNI). LH_QDOT_AUTO picks the best the CPU has.
+// Kernels never allocate and never start threads: the caller splits rows over threads
+// (dense_stage.cc), so any split gives the same bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// GGML type ids (ggml.h's enum ggml_type) of the weight types that have kernels here.
+enum lh_qdot_type : uint32_t {
+  LH_QDOT_F32 = 0,
+  LH_QDOT_F16 = 1,
+  LH_QDOT_Q4_0 = 2,
+  LH_QDOT_Q8_0 = 8,
+  LH_QDOT_Q4_K = 12,
+  LH_QDOT_Q5_K = 13,
+  LH_QDOT_Q6_K = 14,
+};
+
+enum lh_qdot_impl : uint32_t {
+  LH_QDOT_AUTO = 0,
+  LH_QDOT_SCALAR = 1,
+  LH_QDOT_AVX2 = 2,
+  LH_QDOT_AVX512 = 3,
+};
+
+struct lh_qdot_kernels {
+  uint32_t type;
+  lh_qdot_impl impl;  // never AUTO
+  // elements per GGUF block of this type (1 for F32/F16, 32, or 256); k must be a multiple
+  uint32_t block_elems;
+  // bytes of one weight row of k elements (k a multiple of block_elems)
+  size_t (*row_bytes)(uint64_t k);
+  // bytes of one activation row of k elements, as quantize_act writes it
+  size_t (*act_row_bytes)(uint64_t k);
+  // x [k] floats -> out [act_row_bytes(k)] bytes. Non-finite inputs: the row's dots are NaN.
+  void (*quantize_act)(const float* x, uint64_t k, uint8_t* out);
+  // The tile above: n_rows weight rows × n_tok activation rows (act rows at xq + t·xq_row_bytes,
+  // xq_row_bytes = act_row_bytes(k)). Efficient for n_tok = 1 (decode: the weights stream from
+  // memory once) and for a few dozen rows × many tokens (prefill: the caller's row tile stays in
+  // cache while every token passes over it).
+  void (*dot_tile)(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
+                   size_t y_stride);
+};
+
+// The kernels of `type` in `impl` (AUTO: the best available). False when the type has no kernels
+// here or the CPU cannot run that impl; *out is then untouched.
+bool lh_qdot_kernels_for(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
+
+// Does this CPU run `impl`? (SCALAR: always; AUTO: always.)
+bool lh_qdot_available(lh_qdot_impl impl);
+
+// Per family, in its own file; lh_qdot_kernels_for (quant_dot.cc) asks each in turn.
+//   quant_dot_q.cc: F32, F16, Q4_0, Q8_0        quant_dot_k.cc: Q4_K, Q5_K, Q6_K
+// impl is never AUTO here and the CPU is known to run it.
+bool lh_qdot_q_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
+bool lh_qdot_k_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);

@@ -1,0 +1,11 @@
+// The one check function of the native tests (native_tests.cc counts and prints), and the test
+// suites kept in files of their own.
+#pragma once
+
+// One named check. Prints "ok    name" or "FAIL  name: why" (why: printf of fmt and the rest).
+void check(bool ok, const char* name, const char* fmt = "", ...);
+
+// quant_dot_q_tests.cc: F32, F16, Q4_0, Q8_0 dot kernels against the scalar reference and fp64.
+void test_quant_dot_q();
+// quant_dot_k_tests.cc: Q4_K, Q5_K, Q6_K.
+void test_quant_dot_k();
