@@ -40,6 +40,8 @@
         "src/quant_dot.cc",
         "src/quant_dot_q.cc",
         "src/quant_dot_k.cc",
+        "src/dense_stage.cc",
+        "src/worker_pool.cc",
         "src/reference/attention_ref.cc",
         "src/reference/infinigen_ref.cc",
       ],
@@ -60,7 +62,7 @@
       "type": "executable",
       "dependencies": ["longhand_core"],
       "cflags_cc": ["-fno-exceptions"],
-      "sources": ["test/native_tests.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc"],
+      "sources": ["test/native_tests.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc", "test/dense_stage_tests.cc"],
     },
   ],
 }

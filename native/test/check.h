@@ -9,3 +9,5 @@ void check(bool ok, const char* name, const char* fmt = "", ...);
 void test_quant_dot_q();
 // quant_dot_k_tests.cc: Q4_K, Q5_K, Q6_K.
 void test_quant_dot_k();
+// dense_stage_tests.cc: the native dense stage against a float64 reference, and the worker pool.
+void test_dense_stage();

@@ -3104,6 +3104,7 @@ int main(int argc, char** argv) {
   test_fp16();
   test_quant_dot_q();
   test_quant_dot_k();
+  test_dense_stage();
   test_kv_pool();
   test_kv_pool_fp16_rows();
   test_mapped_file();

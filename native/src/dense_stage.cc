@@ -1,0 +1,398 @@
+// lh_dense_stage: see dense_stage.h.
+#include "dense_stage.h"
+
+#include <pthread.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <new>
+
+#include "parallel_ranges.h"
+#include "worker_pool.h"
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The process's dense workers and scratch (one run at a time: the engine's JS thread)
+// ---------------------------------------------------------------------------------------------
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+lh_worker_pool* g_pool = nullptr;  // grown to the most threads a stage asked for
+
+// A 64-byte aligned buffer that only grows.
+struct Buf {
+  void* p = nullptr;
+  size_t cap = 0;
+  bool reserve(size_t bytes) {
+    if (bytes <= cap) return true;
+    void* q = nullptr;
+    const size_t want = (bytes + 63) & ~static_cast<size_t>(63);
+    if (posix_memalign(&q, 64, want) != 0) return false;
+    std::free(p);
+    p = q;
+    cap = want;
+    return true;
+  }
+  float* f() const { return static_cast<float*>(p); }
+  uint8_t* u8() const { return static_cast<uint8_t*>(p); }
+};
+
+constexpr uint32_t kMaxGroup = 4;  // q, k, v, q_spec
+struct Scratch {
+  Buf normed, sum, x, o, gate, up, picked;  // floats, see run()
+  Buf act[kMaxGroup];                       // quantized activations, one per distinct quantize_act of a group
+  Buf pieces, bounds;
+};
+Scratch g_scratch;
+
+// Rows per piece of a matmul; prefill tiles keep 32 rows in cache while a block of tokens passes over them.
+constexpr uint32_t kRowTile = 32;
+// Tokens per piece in prefill: the block's activation rows (64 × ~6 KB at k = 5632) stay in L2 beside the tile.
+constexpr uint32_t kTokenBlock = 64;
+
+// ---------------------------------------------------------------------------------------------
+// One linear layer
+// ---------------------------------------------------------------------------------------------
+struct Linear {
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  uint32_t rows = 0, cols = 0;
+  lh_qdot_kernels kern{};
+  float* bias = nullptr;  // [rows], owned, or null
+};
+
+struct Piece {
+  uint32_t mat, r0, n, t0, nt;
+};
+
+struct MatmulJob {
+  const Linear* const* mats;
+  float* const* ys;             // ys[m]: [T, mats[m]->rows]
+  const uint8_t* const* xq;     // xq[m]: the activation rows mats[m]'s kernel reads, [T, act_row_bytes]
+  const size_t* xq_row;         // xq_row[m]: act_row_bytes
+  const Piece* pieces;
+  const uint32_t* bounds;       // part r runs pieces [bounds[r], bounds[r+1])
+};
+
+void run_pieces(void* ctx, uint32_t begin, uint32_t end) {
+  const MatmulJob* j = static_cast<const MatmulJob*>(ctx);
+  for (uint32_t part = begin; part < end; ++part) {
+    for (uint32_t i = j->bounds[part]; i < j->bounds[part + 1]; ++i) {
+      const Piece& pc = j->pieces[i];
+      const Linear& L = *j->mats[pc.mat];
+      float* y = j->ys[pc.mat] + static_cast<size_t>(pc.t0) * L.rows + pc.r0;
+      L.kern.dot_tile(L.data + static_cast<size_t>(pc.r0) * L.row_bytes, L.row_bytes, pc.n, L.cols, j->xq[pc.mat] + pc.t0 * j->xq_row[pc.mat],
+                      pc.nt, y, L.rows);
+      if (L.bias != nullptr)
+        for (uint32_t t = 0; t < pc.nt; ++t)
+          for (uint32_t r = 0; r < pc.n; ++r) y[static_cast<size_t>(t) * L.rows + r] += L.bias[pc.r0 + r];
+    }
+  }
+}
+
+struct QuantJob {
+  const lh_qdot_kernels* kern;
+  const float* x;
+  uint32_t cols;
+  uint8_t* out;
+  size_t out_row;
+};
+
+void run_quant(void* ctx, uint32_t begin, uint32_t end) {
+  const QuantJob* j = static_cast<const QuantJob*>(ctx);
+  for (uint32_t t = begin; t < end; ++t) j->kern->quantize_act(j->x + static_cast<size_t>(t) * j->cols, j->cols, j->out + t * j->out_row);
+}
+
+// ys[m] = x·mats[m]ᵀ (+ bias) for m < n, x [T, cols] shared by all (same cols). The activations are
+// quantized once per distinct quantize_act; the pieces are split over `parts` threads by weight bytes.
+lh_status matmul_group(const Linear* const* mats, uint32_t n, const float* x, uint32_t T, float* const* ys, uint32_t parts) {
+  Scratch& s = g_scratch;
+  const uint8_t* xq[kMaxGroup];
+  size_t xq_row[kMaxGroup];
+  void (*quantizers[kMaxGroup])(const float*, uint64_t, uint8_t*) = {};
+  uint32_t distinct = 0;
+  for (uint32_t m = 0; m < n; ++m) {
+    const lh_qdot_kernels& K = mats[m]->kern;
+    uint32_t a = 0;
+    while (a < distinct && quantizers[a] != K.quantize_act) ++a;
+    xq_row[m] = K.act_row_bytes(mats[m]->cols);
+    if (a == distinct) {
+      if (!s.act[a].reserve(xq_row[m] * T)) return LH_OUT_OF_MEMORY;
+      QuantJob qj{&K, x, mats[m]->cols, s.act[a].u8(), xq_row[m]};
+      // one token's quantization is a few microseconds: only a prefill chunk is worth the workers
+      lh_worker_pool_run(g_pool, T, T >= 16 ? parts : 1, run_quant, &qj);
+      quantizers[a] = K.quantize_act;
+      ++distinct;
+    }
+    xq[m] = s.act[a].u8();
+  }
+  // pieces: row tiles (decode: runs of kRowTile rows, T = 1) × token blocks, row-tile-major so a
+  // thread's contiguous share reuses each tile across its token blocks
+  uint32_t count = 0;
+  for (uint32_t m = 0; m < n; ++m) count += ((mats[m]->rows + kRowTile - 1) / kRowTile) * ((T + kTokenBlock - 1) / kTokenBlock);
+  if (!s.pieces.reserve(sizeof(Piece) * count) || !s.bounds.reserve(sizeof(uint32_t) * (parts + 1))) return LH_OUT_OF_MEMORY;
+  Piece* pieces = static_cast<Piece*>(s.pieces.p);
+  uint32_t* bounds = static_cast<uint32_t*>(s.bounds.p);
+  double total = 0;
+  uint32_t i = 0;
+  for (uint32_t m = 0; m < n; ++m) {
+    const Linear& L = *mats[m];
+    for (uint32_t r0 = 0; r0 < L.rows; r0 += kRowTile)
+      for (uint32_t t0 = 0; t0 < T; t0 += kTokenBlock) {
+        const uint32_t rn = L.rows - r0 < kRowTile ? L.rows - r0 : kRowTile, tn = T - t0 < kTokenBlock ? T - t0 : kTokenBlock;
+        pieces[i++] = Piece{m, r0, rn, t0, tn};
+        total += static_cast<double>(rn) * L.row_bytes * tn;
+      }
+  }
+  // part r starts at the first piece whose preceding cost reaches r/parts of the total
+  bounds[0] = 0;
+  double acc = 0;
+  uint32_t part = 1;
+  for (uint32_t p = 0; p < count && part < parts; ++p) {
+    acc += static_cast<double>(pieces[p].n) * mats[pieces[p].mat]->row_bytes * pieces[p].nt;
+    while (part < parts && acc >= total * part / parts) bounds[part++] = p + 1;
+  }
+  while (part <= parts) bounds[part++] = count;
+  MatmulJob job{mats, ys, xq, xq_row, pieces, bounds};
+  lh_worker_pool_run(g_pool, parts, parts, run_pieces, &job);
+  return LH_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise parts
+// ---------------------------------------------------------------------------------------------
+// out[t] = x[t] / sqrt(mean(x[t]²) + eps) · w     x, out [T, d]
+void rms_norm(const float* x, const float* w, uint32_t T, uint32_t d, float eps, float* out) {
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* xr = x + static_cast<size_t>(t) * d;
+    float* o = out + static_cast<size_t>(t) * d;
+    double ss = 0;
+    for (uint32_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+    for (uint32_t i = 0; i < d; ++i) o[i] = xr[i] * scale * w[i];
+  }
+}
+
+// x [T, heads·head_dim] rotated in place by cos/sin [T, head_dim/2]
+void rope(float* x, const float* cos, const float* sin, uint32_t T, uint32_t heads, uint32_t head_dim, uint32_t layout) {
+  const uint32_t half = head_dim / 2;
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* c = cos + static_cast<size_t>(t) * half;
+    const float* s = sin + static_cast<size_t>(t) * half;
+    for (uint32_t h = 0; h < heads; ++h) {
+      float* v = x + (static_cast<size_t>(t) * heads + h) * head_dim;
+      for (uint32_t i = 0; i < half; ++i) {
+        const uint32_t a = layout == LH_ROPE_INTERLEAVED ? 2 * i : i, b = layout == LH_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x0 * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+
+struct GluJob {
+  float* gate;
+  const float* up;
+  uint32_t width;
+};
+
+// gate[t] = silu(gate[t]) ⊙ up[t]
+void run_glu(void* ctx, uint32_t begin, uint32_t end) {
+  const GluJob* j = static_cast<const GluJob*>(ctx);
+  for (size_t i = static_cast<size_t>(begin) * j->width; i < static_cast<size_t>(end) * j->width; ++i) {
+    const float g = j->gate[i];
+    j->gate[i] = g / (1.0f + std::exp(-g)) * j->up[i];
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The stage
+// ---------------------------------------------------------------------------------------------
+struct lh_dense_stage {
+  lh_dense_stage_config cfg;  // pointers into it are the caller's (weights) or null (vectors: ours below)
+  Linear attn_output, gate, up, down, q, k, v, q_spec, head;
+  float* ffn_norm = nullptr;  // [hidden]
+  float* norm = nullptr;      // [hidden]
+  bool has_spec = false;
+  lh_qdot_impl impl_used = LH_QDOT_SCALAR;  // the least of its matrices' implementations
+};
+
+namespace {
+float* copy_floats(const float* src, size_t n) {
+  if (src == nullptr) return nullptr;
+  float* p = static_cast<float*>(std::malloc(n * sizeof(float)));
+  if (p != nullptr) std::memcpy(p, src, n * sizeof(float));
+  return p;
+}
+
+void free_stage(lh_dense_stage* s) {
+  for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head}) std::free(L->bias);
+  std::free(s->ffn_norm);
+  std::free(s->norm);
+  delete s;
+}
+
+// The checks of one matrix: shape [rows, cols], its type has kernels, bytes match. *why: static text.
+lh_status make_linear(const lh_dense_matrix& m, uint32_t rows, uint32_t cols, lh_qdot_impl impl, const char* what, Linear* out, const char** why) {
+  if (m.data == nullptr || m.rows != rows || m.cols != cols) {
+    *why = what;
+    return LH_BAD_ARGUMENT;
+  }
+  if (!lh_qdot_kernels_for(m.type, impl, &out->kern) || cols % out->kern.block_elems != 0 || m.bytes != out->kern.row_bytes(cols) * rows) {
+    *why = what;
+    return LH_BAD_ARGUMENT;
+  }
+  out->data = m.data;
+  out->rows = rows;
+  out->cols = cols;
+  out->row_bytes = out->kern.row_bytes(cols);
+  if (m.bias != nullptr && (out->bias = copy_floats(m.bias, rows)) == nullptr) return LH_OUT_OF_MEMORY;
+  return LH_OK;
+}
+}  // namespace
+
+lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage** out, const char** why) {
+  const char* dummy = nullptr;
+  if (why == nullptr) why = &dummy;
+  *why = "config";
+  if (c == nullptr || out == nullptr) return LH_BAD_ARGUMENT;
+  const uint32_t L = c->layers, s = c->stage;
+  if (L == 0 || s > L || c->hidden == 0 || c->heads == 0 || c->kv_heads == 0 || c->heads % c->kv_heads != 0 || c->head_dim == 0 ||
+      c->head_dim % 2 != 0 || c->ffn == 0 || c->vocab == 0 || !(c->eps >= 0) || c->rope_layout > LH_ROPE_INTERLEAVED || c->threads == 0 ||
+      c->threads > LH_MAX_RANGE_THREADS)
+    return LH_BAD_ARGUMENT;
+  // AUTO: each matrix the best implementation its type has on this CPU (quant_dot.cc)
+  const lh_qdot_impl impl = c->impl;
+  lh_dense_stage* st = new (std::nothrow) lh_dense_stage;
+  if (st == nullptr) return LH_OUT_OF_MEMORY;
+  st->cfg = *c;
+  const uint32_t d = c->hidden, qw = c->heads * c->head_dim, kvw = c->kv_heads * c->head_dim;
+  lh_status r = LH_OK;
+  if (r == LH_OK && s > 0) r = make_linear(c->attn_output, d, qw, impl, "attn_output", &st->attn_output, why);
+  if (r == LH_OK && s > 0) r = make_linear(c->ffn_gate, c->ffn, d, impl, "ffn_gate", &st->gate, why);
+  if (r == LH_OK && s > 0) r = make_linear(c->ffn_up, c->ffn, d, impl, "ffn_up", &st->up, why);
+  if (r == LH_OK && s > 0) r = make_linear(c->ffn_down, d, c->ffn, impl, "ffn_down", &st->down, why);
+  if (r == LH_OK && s < L) r = make_linear(c->q, qw, d, impl, "attn_q", &st->q, why);
+  if (r == LH_OK && s < L) r = make_linear(c->k, kvw, d, impl, "attn_k", &st->k, why);
+  if (r == LH_OK && s < L) r = make_linear(c->v, kvw, d, impl, "attn_v", &st->v, why);
+  if (r == LH_OK && s < L && c->q_spec.data != nullptr) {
+    r = make_linear(c->q_spec, qw, d, impl, "q_spec (the next layer's attn_q)", &st->q_spec, why);
+    st->has_spec = r == LH_OK;
+  }
+  if (r == LH_OK && s == L) r = make_linear(c->lm_head, c->vocab, d, impl, "lm_head", &st->head, why);
+  if (r == LH_OK && s > 0 && c->ffn_norm == nullptr) {
+    *why = "ffn_norm";
+    r = LH_BAD_ARGUMENT;
+  }
+  if (r == LH_OK && c->norm == nullptr) {
+    *why = "norm";
+    r = LH_BAD_ARGUMENT;
+  }
+  if (r == LH_OK && s > 0 && (st->ffn_norm = copy_floats(c->ffn_norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
+  if (r == LH_OK && (st->norm = copy_floats(c->norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
+  if (r == LH_OK) {
+    pthread_mutex_lock(&g_lock);
+    if (lh_worker_pool_threads(g_pool) < c->threads) {
+      lh_worker_pool* bigger = lh_worker_pool_create(c->threads);
+      if (bigger == nullptr) r = LH_OUT_OF_MEMORY;
+      else {
+        lh_worker_pool_free(g_pool);
+        g_pool = bigger;
+      }
+    }
+    pthread_mutex_unlock(&g_lock);
+  }
+  if (r != LH_OK) {
+    if (r == LH_OUT_OF_MEMORY) *why = "out of memory";
+    free_stage(st);
+    return r;
+  }
+  st->cfg.ffn_norm = st->ffn_norm;
+  st->cfg.norm = st->norm;
+  st->impl_used = LH_QDOT_AVX512;
+  for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head})
+    if (m->data != nullptr && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;
+  *why = nullptr;
+  *out = st;
+  return LH_OK;
+}
+
+void lh_dense_stage_free(lh_dense_stage* st) {
+  if (st != nullptr) free_stage(st);
+}
+
+lh_qdot_impl lh_dense_stage_impl(const lh_dense_stage* st) { return st == nullptr ? LH_QDOT_AUTO : st->impl_used; }
+
+namespace {
+lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
+  const lh_dense_stage_config& c = st->cfg;
+  const uint32_t T = io->tokens, d = c.hidden, L = c.layers, s = c.stage, parts = c.threads;
+  Scratch& sc = g_scratch;
+  const size_t td = static_cast<size_t>(T) * d;
+  if (!sc.normed.reserve(td * 4) || !sc.o.reserve(td * 4) || !sc.x.reserve(td * 4)) return LH_OUT_OF_MEMORY;
+  if (s == 0) {
+    rms_norm(io->h, st->norm, T, d, c.eps, sc.normed.f());
+  } else {
+    // post(s − 1); the residual sum goes straight into h_next where the stage outputs it
+    float* sum = io->h_next;
+    if (sum == nullptr) {
+      if (!sc.sum.reserve(td * 4)) return LH_OUT_OF_MEMORY;
+      sum = sc.sum.f();
+    }
+    const size_t tf = static_cast<size_t>(T) * c.ffn;
+    if (!sc.gate.reserve(tf * 4) || !sc.up.reserve(tf * 4)) return LH_OUT_OF_MEMORY;
+    const Linear* wo[] = {&st->attn_output};
+    float* o = sc.o.f();
+    lh_status r = matmul_group(wo, 1, io->attn, T, &o, parts);
+    if (r != LH_OK) return r;
+    for (size_t i = 0; i < td; ++i) sum[i] = io->h[i] + o[i];
+    rms_norm(sum, st->ffn_norm, T, d, c.eps, sc.x.f());
+    const Linear* gu[] = {&st->gate, &st->up};
+    float* gu_out[] = {sc.gate.f(), sc.up.f()};
+    if ((r = matmul_group(gu, 2, sc.x.f(), T, gu_out, parts)) != LH_OK) return r;
+    GluJob glu{sc.gate.f(), sc.up.f(), c.ffn};
+    lh_worker_pool_run(g_pool, T, T >= 4 ? parts : 1, run_glu, &glu);
+    const Linear* dn[] = {&st->down};
+    if ((r = matmul_group(dn, 1, sc.gate.f(), T, &o, parts)) != LH_OK) return r;
+    for (size_t i = 0; i < td; ++i) sum[i] += o[i];
+    rms_norm(sum, st->norm, T, d, c.eps, sc.normed.f());
+  }
+  if (s == L) {
+    if (!sc.picked.reserve(static_cast<size_t>(io->n_rows) * d * 4)) return LH_OUT_OF_MEMORY;
+    for (uint32_t r = 0; r < io->n_rows; ++r) std::memcpy(sc.picked.f() + static_cast<size_t>(r) * d, sc.normed.f() + static_cast<size_t>(io->rows[r]) * d, d * 4);
+    const Linear* head[] = {&st->head};
+    return matmul_group(head, 1, sc.picked.f(), io->n_rows, &io->logits, parts);
+  }
+  const Linear* qkv[] = {&st->q, &st->k, &st->v, &st->q_spec};
+  float* outs[] = {io->q, io->k, io->v, io->q_spec};
+  const lh_status r = matmul_group(qkv, st->has_spec ? 4 : 3, sc.normed.f(), T, outs, parts);
+  if (r != LH_OK) return r;
+  rope(io->q, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
+  rope(io->k, io->rope_cos, io->rope_sin, T, c.kv_heads, c.head_dim, c.rope_layout);
+  if (st->has_spec) rope(io->q_spec, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
+  return LH_OK;
+}
+}  // namespace
+
+lh_status lh_dense_stage_run(lh_dense_stage* st, const lh_dense_stage_io* io) {
+  if (st == nullptr || io == nullptr || io->tokens == 0 || io->h == nullptr) return LH_BAD_ARGUMENT;
+  const uint32_t L = st->cfg.layers, s = st->cfg.stage;
+  if (s > 0 && io->attn == nullptr) return LH_BAD_ARGUMENT;
+  if (s > 0 && s < L && io->h_next == nullptr) return LH_BAD_ARGUMENT;
+  if (s < L && (io->rope_cos == nullptr || io->rope_sin == nullptr || io->q == nullptr || io->k == nullptr || io->v == nullptr)) return LH_BAD_ARGUMENT;
+  if (s < L && st->has_spec && io->q_spec == nullptr) return LH_BAD_ARGUMENT;
+  if (s == L) {
+    if (io->logits == nullptr || (io->n_rows > 0 && io->rows == nullptr)) return LH_BAD_ARGUMENT;
+    for (uint32_t r = 0; r < io->n_rows; ++r)
+      if (io->rows[r] >= io->tokens) return LH_BAD_ARGUMENT;
+    if (io->n_rows == 0) return LH_OK;
+  }
+  pthread_mutex_lock(&g_lock);
+  const lh_status r = run_locked(st, io);
+  pthread_mutex_unlock(&g_lock);
+  return r;
+}

@@ -1,0 +1,98 @@
+// One stage of a llama-family model's dense work, in C++ over the GGUF weights read in place from
+// the mapped file (quant_dot.h's kernels): what app/engine/forward/graphs.ts's llamaStage builds as
+// an onnxruntime graph, computed the same way, with no copy of any weight.
+//
+//   stage 0            h                       → normed = rmsnorm(h)·attn_norm₀               → pre(0)
+//   stage s (1..L−1)   h, attn (layer s−1's)   → post(s−1) → h_next, normed = rmsnorm(h_next)·attn_norm_s → pre(s)
+//   stage L            h, attn, rows           → post(L−1) → normed = rmsnorm(h_next)·output_norm → logits on rows
+//
+//   post(p): o = attn·W_oᵀ (+b)            [T, d]
+//            sum = h + o;  x = rmsnorm(sum)·ffn_norm_p
+//            mlp = (silu(x·W_gateᵀ) ⊙ x·W_upᵀ)·W_downᵀ      [T, ffn] → [T, d]
+//            h_next = sum + mlp
+//   pre(s):  q = RoPE(normed·W_qᵀ + b_q)  [T, heads·head_dim]     k = RoPE(normed·W_kᵀ + b_k)  [T, kv_heads·head_dim]
+//            v = normed·W_vᵀ + b_v         [T, kv_heads·head_dim]
+//            q_spec = RoPE(normed·W_q^{(s+1)ᵀ} + b)  when the stage speculates (InfiniGen, graphs.ts speculateNext)
+//   head:    logits[r] = normed[rows[r]]·W_outᵀ          [R, vocab]
+//
+// RMSNorm: x / sqrt(mean(x²) + eps), the mean of squares summed in double. RoPE: per head, pairs
+// (i, i + head_dim/2) ('neox') or (2i, 2i + 1) ('interleaved') rotated by the row's cos/sin
+// [T, head_dim/2] (ops.ts ropeRows: the chunk's absolute positions). SiLU: g / (1 + e^−g).
+//
+// Matmuls: the activations are quantized once per input and weight type (quant_dot.h quantize_act)
+// and shared by every matrix that reads them (q, k, v, q_spec; gate, up). Rows are split over the
+// process's dense workers (worker_pool.h): in decode (T = 1) into runs of rows balanced by weight
+// bytes, so the weights stream once; in prefill into 32-row tiles that every token passes over.
+// Scratch buffers are the process's (one run at a time, the engine's JS thread), grown to the
+// largest T seen, so 23 stages do not each hold a prefill chunk's worth of [T, ffn] floats.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant_dot.h"
+#include "status.h"
+
+// A [rows, cols] weight in the file's layout: row r at data + r·row_bytes(cols). Borrowed: the
+// mapping must outlive the stage. bias [rows] or null (copied at create).
+struct lh_dense_matrix {
+  const uint8_t* data;  // null: absent
+  size_t bytes;         // must equal rows · row_bytes(cols)
+  uint32_t type;        // lh_qdot_type (GGML type id)
+  uint32_t rows, cols;
+  const float* bias;
+};
+
+enum lh_rope_layout : uint32_t { LH_ROPE_NEOX = 0, LH_ROPE_INTERLEAVED = 1 };
+
+struct lh_dense_stage_config {
+  uint32_t stage, layers;  // stage in 0..layers
+  uint32_t hidden, heads, kv_heads, head_dim, ffn, vocab;
+  float eps;
+  uint32_t rope_layout;  // lh_rope_layout
+  // post(stage − 1), stage > 0
+  lh_dense_matrix attn_output;            // [hidden, heads·head_dim]
+  lh_dense_matrix ffn_gate, ffn_up;       // [ffn, hidden]
+  lh_dense_matrix ffn_down;               // [hidden, ffn]
+  const float* ffn_norm;                  // [hidden]
+  // the norm of what leaves the residual stream here: attn_norm of layer `stage`, or output_norm at stage L
+  const float* norm;                      // [hidden]
+  // pre(stage), stage < L
+  lh_dense_matrix q;                      // [heads·head_dim, hidden]
+  lh_dense_matrix k, v;                   // [kv_heads·head_dim, hidden]
+  lh_dense_matrix q_spec;                 // [heads·head_dim, hidden] layer stage+1's W_q, or data null
+  // stage L
+  lh_dense_matrix lm_head;                // [vocab, hidden]
+  uint32_t threads;                       // dense workers used by this stage's runs (1..LH_MAX_RANGE_THREADS)
+  lh_qdot_impl impl;                      // AUTO: per matrix, the best its type has on this CPU
+};
+
+struct lh_dense_stage;
+
+// Checks every shape, size and type (a type without kernels: LH_BAD_ARGUMENT, *why says which
+// tensor), copies the norm vectors and biases. *why (may be null) gets a static message on failure.
+lh_status lh_dense_stage_create(const lh_dense_stage_config* config, lh_dense_stage** out, const char** why);
+void lh_dense_stage_free(lh_dense_stage* stage);
+
+// The least of the implementations the stage's matrices run (SCALAR < AVX2 < AVX512), for logs and tests.
+lh_qdot_impl lh_dense_stage_impl(const lh_dense_stage* stage);
+
+struct lh_dense_stage_io {
+  uint32_t tokens;          // T >= 1
+  const float* h;           // [T, hidden]
+  const float* attn;        // [T, heads·head_dim]  stage > 0
+  const float* rope_cos;    // [T, head_dim/2]      stage < L
+  const float* rope_sin;    // [T, head_dim/2]      stage < L
+  const uint32_t* rows;     // [n_rows] indices < T  stage L
+  uint32_t n_rows;
+  // outputs (the caller's; written in full on LH_OK)
+  float* q;                 // [T, heads·head_dim]     stage < L
+  float* k;                 // [T, kv_heads·head_dim]  stage < L
+  float* v;                 // [T, kv_heads·head_dim]  stage < L
+  float* q_spec;            // [T, heads·head_dim]     stage < L with q_spec
+  float* h_next;            // [T, hidden]             0 < stage < L
+  float* logits;            // [n_rows, vocab]         stage L
+};
+
+// LH_BAD_ARGUMENT: a missing input or output, T 0, a row index >= T. LH_OUT_OF_MEMORY: scratch.
+lh_status lh_dense_stage_run(lh_dense_stage* stage, const lh_dense_stage_io* io);
