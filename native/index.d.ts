@@ -389,6 +389,89 @@ export interface Speculator {
 
 export declare function createSpeculator(pool: KvPool, options: SpeculatorOptions): Speculator;
 
+/** A weight as the file holds it: `rows` GGUF rows of `cols` elements of GGML type `type`. */
+export interface DenseStageMatrix {
+  /** the tensor's bytes in the mapped file (TensorView.bytes()): read in place, never copied */
+  data: Uint8Array;
+  /** GGML type id: F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14 */
+  type: number;
+  rows: number;
+  cols: number;
+  /** [rows] */
+  bias?: Float32Array;
+}
+
+/**
+ * Stage `stage` of a llama-family model (dense_stage.h): stage 0 pre(0); 0 < s < L post(s−1) and pre(s);
+ * stage L post(L−1) and the LM head. Which matrices it needs follows from that.
+ */
+export interface DenseStageConfig {
+  stage: number;
+  layers: number;
+  hidden: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  ffn: number;
+  vocab: number;
+  eps: number;
+  /** 0 neox (pairs i, i + headDim/2), 1 interleaved (2i, 2i + 1) */
+  ropeLayout: 0 | 1;
+  /** the dense workers a run splits its matmuls over (1..64) */
+  threads: number;
+  impl?: 'auto' | 'scalar' | 'avx2' | 'avx512';
+  /** [hidden]: attn_norm of layer `stage`, or output_norm at stage L */
+  norm: Float32Array;
+  /** [hidden], stage > 0: ffn_norm of layer stage − 1 */
+  ffnNorm?: Float32Array;
+  attnOutput?: DenseStageMatrix;
+  ffnGate?: DenseStageMatrix;
+  ffnUp?: DenseStageMatrix;
+  ffnDown?: DenseStageMatrix;
+  q?: DenseStageMatrix;
+  k?: DenseStageMatrix;
+  v?: DenseStageMatrix;
+  /** layer stage + 1's attn_q (InfiniGen's speculative query) */
+  qSpec?: DenseStageMatrix;
+  lmHead?: DenseStageMatrix;
+}
+
+export interface DenseStageInputs {
+  tokens: number;
+  /** [tokens, hidden] */
+  h: Float32Array;
+  /** [tokens, heads·headDim], stage > 0 */
+  attn?: Float32Array;
+  /** [tokens, headDim/2] each, stage < L */
+  ropeCos?: Float32Array;
+  ropeSin?: Float32Array;
+  /** stage L: the token rows to compute logits for */
+  rows?: Uint32Array;
+}
+
+export interface DenseStageOutputs {
+  q?: Float32Array;
+  k?: Float32Array;
+  v?: Float32Array;
+  qSpec?: Float32Array;
+  hNext?: Float32Array;
+  /** [rows, vocab] */
+  logits?: Float32Array;
+}
+
+export interface DenseStage {
+  run(inputs: DenseStageInputs): DenseStageOutputs;
+  /** the least of its matrices' kernel implementations */
+  readonly impl: 'scalar' | 'avx2' | 'avx512' | 'auto';
+  free(): void;
+}
+
+/** The dot kernels DenseStage runs for weights of GGML type `ggmlType` on this CPU; null: none (the ONNX path then). */
+export declare function denseKernel(ggmlType: number): 'avx512' | 'avx2' | 'scalar' | null;
+
+/** NATIVE_BAD_ARGUMENT when a shape, a byte size or a type without kernels does not fit. */
+export declare function createDenseStage(config: DenseStageConfig): DenseStage;
+
 export interface NativeSelectInput {
   heads: number;
   kvHeads: number;

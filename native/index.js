@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 15;
+const ABI_VERSION = 16;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -221,6 +221,20 @@ export function measureReadBandwidth(bytes, repeats, threads) {
 export function createSpeculator(pool, options) {
   const { Speculator } = loadAddon();
   return new Speculator(pool, options);
+}
+
+/**
+ * One llama stage's dense work over the mapped file's weights, read in place (dense_stage.h; see
+ * index.d.ts): app/engine/forward/native-stages.ts builds them.
+ */
+/** The dot kernels ('avx512' | 'avx2' | 'scalar') DenseStage runs for a GGML type here, or null when it has none. */
+export function denseKernel(ggmlType) {
+  return loadAddon().denseKernel(ggmlType);
+}
+
+export function createDenseStage(config) {
+  const { DenseStage } = loadAddon();
+  return new DenseStage(config);
 }
 
 /** The native InfiniGen selection on explicit inputs (the shapes of select-reference.ts), for tests. */

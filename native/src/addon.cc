@@ -26,11 +26,14 @@
 
 #include "attention.h"
 #include "bandwidth.h"
+#include "dense_stage.h"
 #include "gguf_repack.h"
 #include "heap_trim.h"
 #include "infinigen.h"
 #include "kv_pool.h"
 #include "mapped_file.h"
+#include "parallel_ranges.h"
+#include "quant_dot.h"
 #include "policy_select.h"
 #include "row_gather.h"
 #include "skew_energy.h"
@@ -40,7 +43,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 15;
+constexpr int kAbiVersion = 16;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -1402,6 +1405,223 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
   bool hook_ = false;
 };
 
+// ---------------------------------------------------------------------------------------------
+// DenseStage (dense_stage.h): one llama stage over the mapped file's weights, read in place
+// ---------------------------------------------------------------------------------------------
+// new DenseStage({ stage, layers, hidden, heads, kvHeads, headDim, ffn, vocab, eps, ropeLayout: 0 | 1,
+//   threads, impl?: 'auto' | 'scalar' | 'avx2' | 'avx512', norm: Float32Array [hidden],
+//   ffnNorm?: Float32Array [hidden], attnOutput?, ffnGate?, ffnUp?, ffnDown?, q?, k?, v?, qSpec?, lmHead?:
+//   { data: Uint8Array (the tensor's bytes in the file), type: GGML type id, rows, cols, bias?: Float32Array } })
+// run({ tokens, h, attn?, ropeCos?, ropeSin?, rows?: Uint32Array }) -> { q, k, v, qSpec?, hNext? } | { logits }
+// The weights' Uint8Arrays are held (so their ArrayBuffer outlives the stage) and checked before each
+// run: a model file closed (its ArrayBuffer detached, byteLength 0) is refused, never read.
+const char* qdot_impl_name(lh_qdot_impl i) {
+  switch (i) {
+    case LH_QDOT_SCALAR: return "scalar";
+    case LH_QDOT_AVX2: return "avx2";
+    case LH_QDOT_AVX512: return "avx512";
+    case LH_QDOT_AUTO: return "auto";
+  }
+  return "auto";
+}
+
+class DenseStage : public Napi::ObjectWrap<DenseStage> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "DenseStage",
+                       {
+                           InstanceMethod<&DenseStage::Run>("run"),
+                           InstanceMethod<&DenseStage::Free>("free"),
+                           InstanceAccessor<&DenseStage::Impl>("impl"),
+                       });
+  }
+
+  explicit DenseStage(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DenseStage>(info), env_(info.Env()) {
+    guarded(env_, [&] {
+      const Napi::Object o = object_arg(env_, info[0], "config");
+      lh_dense_stage_config c{};
+      c.layers = u32_arg(env_, o.Get("layers"), "layers", 1, LH_MAX_LAYERS);
+      c.stage = u32_arg(env_, o.Get("stage"), "stage", 0, c.layers);
+      c.hidden = u32_arg(env_, o.Get("hidden"), "hidden", 1, 1u << 20);
+      c.heads = u32_arg(env_, o.Get("heads"), "heads", 1, LH_MAX_HEADS);
+      c.kv_heads = u32_arg(env_, o.Get("kvHeads"), "kvHeads", 1, LH_MAX_KV_HEADS);
+      c.head_dim = u32_arg(env_, o.Get("headDim"), "headDim", 2, LH_MAX_HEAD_DIM);
+      c.ffn = u32_arg(env_, o.Get("ffn"), "ffn", 1, 1u << 22);
+      c.vocab = u32_arg(env_, o.Get("vocab"), "vocab", 1, 1u << 24);
+      const Napi::Value eps = o.Get("eps");
+      if (!eps.IsNumber() || !(eps.As<Napi::Number>().DoubleValue() >= 0)) fail(env_, LH_BAD_ARGUMENT, "eps must be a number >= 0, got " + describe(eps));
+      c.eps = static_cast<float>(eps.As<Napi::Number>().DoubleValue());
+      c.rope_layout = u32_arg(env_, o.Get("ropeLayout"), "ropeLayout", 0, 1);
+      c.threads = u32_arg(env_, o.Get("threads"), "threads", 1, LH_MAX_RANGE_THREADS);
+      const Napi::Value impl = o.Get("impl");
+      const std::string name = impl.IsString() ? impl.As<Napi::String>().Utf8Value() : impl.IsUndefined() ? "auto" : "";
+      if (name == "auto") c.impl = LH_QDOT_AUTO;
+      else if (name == "scalar") c.impl = LH_QDOT_SCALAR;
+      else if (name == "avx2") c.impl = LH_QDOT_AVX2;
+      else if (name == "avx512") c.impl = LH_QDOT_AVX512;
+      else fail(env_, LH_BAD_ARGUMENT, "impl must be 'auto', 'scalar', 'avx2' or 'avx512', got " + describe(impl));
+      norm_ = Napi::Persistent(f32_arg(env_, o.Get("norm"), "norm", c.hidden));
+      c.norm = norm_.Value().Data();
+      if (c.stage > 0) {
+        ffn_norm_ = Napi::Persistent(f32_arg(env_, o.Get("ffnNorm"), "ffnNorm", c.hidden));
+        c.ffn_norm = ffn_norm_.Value().Data();
+      }
+      const uint32_t qw = c.heads * c.head_dim, kvw = c.kv_heads * c.head_dim;
+      const bool post = c.stage > 0, pre = c.stage < c.layers;
+      c.attn_output = Matrix(o, "attnOutput", post, c.hidden);
+      c.ffn_gate = Matrix(o, "ffnGate", post, c.ffn);
+      c.ffn_up = Matrix(o, "ffnUp", post, c.ffn);
+      c.ffn_down = Matrix(o, "ffnDown", post, c.hidden);
+      c.q = Matrix(o, "q", pre, qw);
+      c.k = Matrix(o, "k", pre, kvw);
+      c.v = Matrix(o, "v", pre, kvw);
+      c.q_spec = Matrix(o, "qSpec", pre && !o.Get("qSpec").IsUndefined(), qw);
+      c.lm_head = Matrix(o, "lmHead", !pre, c.vocab);
+      layers_ = c.layers;
+      stage_ = c.stage;
+      hidden_ = c.hidden;
+      qw_ = qw;
+      kvw_ = kvw;
+      vocab_ = c.vocab;
+      half_ = c.head_dim / 2;
+      spec_ = c.q_spec.data != nullptr;
+      const char* why = nullptr;
+      const lh_status st = lh_dense_stage_create(&c, &stage_ptr_, &why);
+      if (st != LH_OK) fail(env_, st, std::string("cannot create dense stage ") + std::to_string(c.stage) + ": " + (why ? why : "?") +
+                                          (st == LH_BAD_ARGUMENT ? " (a shape, byte size or type without kernels)" : ""));
+      biases_.clear();  // copied by the stage
+    });
+  }
+  ~DenseStage() override { lh_dense_stage_free(stage_ptr_); }
+
+ private:
+  // one weight: { data, type, rows, cols, bias? } with `rows` checked against the model's shape; absent
+  // when not wanted (the stage's other half)
+  lh_dense_matrix Matrix(const Napi::Object& o, const char* name, bool wanted, uint32_t rows) {
+    lh_dense_matrix m{};
+    if (!wanted) return m;
+    const Napi::Object w = object_arg(env_, o.Get(name), name);
+    const Napi::Value data = w.Get("data");
+    if (!data.IsTypedArray() || data.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+      fail(env_, LH_BAD_ARGUMENT, std::string(name) + ".data must be a Uint8Array, got " + describe(data));
+    const Napi::Uint8Array bytes = data.As<Napi::Uint8Array>();
+    m.data = bytes.Data();
+    m.bytes = bytes.ByteLength();
+    m.type = u32_arg(env_, w.Get("type"), (std::string(name) + ".type").c_str(), 0, 1000);
+    m.rows = u32_arg(env_, w.Get("rows"), (std::string(name) + ".rows").c_str(), rows, rows);
+    m.cols = u32_arg(env_, w.Get("cols"), (std::string(name) + ".cols").c_str(), 1, 1u << 24);
+    const Napi::Value bias = w.Get("bias");
+    if (!bias.IsUndefined()) {
+      biases_.push_back(f32_arg(env_, bias, (std::string(name) + ".bias").c_str(), rows));
+      m.bias = biases_.back().Data();
+    }
+    weights_.push_back(Napi::Persistent(bytes));
+    weight_bytes_.push_back(m.bytes);
+    return m;
+  }
+
+  lh_dense_stage* Live() {
+    if (stage_ptr_ == nullptr) fail(env_, LH_BAD_ARGUMENT, "this dense stage has been freed");
+    for (size_t i = 0; i < weights_.size(); ++i)
+      if (weights_[i].Value().ByteLength() != weight_bytes_[i])
+        fail(env_, LH_BAD_ARGUMENT, "dense stage " + std::to_string(stage_) + ": the model file it reads has been closed");
+    return stage_ptr_;
+  }
+
+  const float* Input(const Napi::Object& o, const char* name, size_t n, bool wanted) {
+    if (!wanted) return nullptr;
+    return f32_arg(env_, o.Get(name), name, n).Data();
+  }
+
+  Napi::Value Run(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_dense_stage* st = Live();
+      const Napi::Object o = object_arg(env_, info[0], "inputs");
+      const uint32_t T = u32_arg(env_, o.Get("tokens"), "tokens", 1, 1u << 20);
+      const bool post = stage_ > 0, pre = stage_ < layers_;
+      lh_dense_stage_io io{};
+      io.tokens = T;
+      io.h = Input(o, "h", static_cast<size_t>(T) * hidden_, true);
+      io.attn = Input(o, "attn", static_cast<size_t>(T) * qw_, post);
+      io.rope_cos = Input(o, "ropeCos", static_cast<size_t>(T) * half_, pre);
+      io.rope_sin = Input(o, "ropeSin", static_cast<size_t>(T) * half_, pre);
+      Napi::Object out = Napi::Object::New(env_);
+      Napi::Uint32Array rows;
+      if (!pre) {
+        const Napi::Value r = o.Get("rows");
+        if (!r.IsTypedArray() || r.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array)
+          fail(env_, LH_BAD_ARGUMENT, "rows must be a Uint32Array, got " + describe(r));
+        rows = r.As<Napi::Uint32Array>();
+        for (size_t i = 0; i < rows.ElementLength(); ++i)
+          if (rows[i] >= T) fail(env_, LH_BAD_ARGUMENT, "rows[" + std::to_string(i) + "] = " + std::to_string(rows[i]) + " is not below tokens " + std::to_string(T));
+        io.rows = rows.Data();
+        io.n_rows = static_cast<uint32_t>(rows.ElementLength());
+        Napi::Float32Array logits = Napi::Float32Array::New(env_, static_cast<size_t>(io.n_rows) * vocab_);
+        io.logits = logits.Data();
+        out.Set("logits", logits);
+      } else {
+        Napi::Float32Array q = Napi::Float32Array::New(env_, static_cast<size_t>(T) * qw_);
+        Napi::Float32Array k = Napi::Float32Array::New(env_, static_cast<size_t>(T) * kvw_);
+        Napi::Float32Array v = Napi::Float32Array::New(env_, static_cast<size_t>(T) * kvw_);
+        io.q = q.Data();
+        io.k = k.Data();
+        io.v = v.Data();
+        out.Set("q", q);
+        out.Set("k", k);
+        out.Set("v", v);
+        if (spec_) {
+          Napi::Float32Array qs = Napi::Float32Array::New(env_, static_cast<size_t>(T) * qw_);
+          io.q_spec = qs.Data();
+          out.Set("qSpec", qs);
+        }
+        if (post) {
+          Napi::Float32Array hn = Napi::Float32Array::New(env_, static_cast<size_t>(T) * hidden_);
+          io.h_next = hn.Data();
+          out.Set("hNext", hn);
+        }
+      }
+      const lh_status s = lh_dense_stage_run(st, &io);
+      if (s != LH_OK) fail(env_, s, "dense stage " + std::to_string(stage_) + " failed");
+      return out;
+    });
+  }
+
+  Napi::Value Impl(const Napi::CallbackInfo& info) { return Napi::String::New(env_, qdot_impl_name(lh_dense_stage_impl(stage_ptr_))); }
+
+  // free(): the stage's own memory now, and its hold on the weights' ArrayBuffers. Idempotent.
+  Napi::Value Free(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_dense_stage_free(stage_ptr_);
+      stage_ptr_ = nullptr;
+      weights_.clear();
+      norm_.Reset();
+      ffn_norm_.Reset();
+      return env_.Undefined();
+    });
+  }
+
+  Napi::Env env_;
+  lh_dense_stage* stage_ptr_ = nullptr;
+  std::vector<Napi::Reference<Napi::Uint8Array>> weights_;
+  std::vector<size_t> weight_bytes_;
+  std::vector<Napi::Float32Array> biases_;  // only during the constructor (the stage copies them)
+  Napi::Reference<Napi::Float32Array> norm_, ffn_norm_;
+  uint32_t layers_ = 0, stage_ = 0, hidden_ = 0, qw_ = 0, kvw_ = 0, vocab_ = 0, half_ = 0;
+  bool spec_ = false;
+};
+
+// denseKernel(ggmlType) -> 'avx512' | 'avx2' | 'scalar' | null: the dot kernels DenseStage would run
+// for weights of that type on this CPU (quant_dot.h), null when the type has none.
+Napi::Value DenseKernel(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint32_t type = u32_arg(env, info[0], "ggmlType", 0, 1000);
+    lh_qdot_kernels k{};
+    if (!lh_qdot_kernels_for(type, LH_QDOT_AUTO, &k)) return env.Null();
+    return Napi::String::New(env, qdot_impl_name(k.impl));
+  });
+}
+
 // measureReadBandwidth(bytes, repeats, threads = 1) -> GB/s (best pass; see bandwidth.h)
 Napi::Value MeasureReadBandwidth(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -1465,6 +1685,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("KvPool", KvPool::Define(env));
   exports.Set("MappedFile", MappedFile::Define(env));
   exports.Set("Speculator", Speculator::Define(env));
+  exports.Set("DenseStage", DenseStage::Define(env));
+  exports.Set("denseKernel", Napi::Function::New(env, DenseKernel, "denseKernel"));
   exports.Set("selectInfinigen", Napi::Function::New(env, SelectInfinigen, "selectInfinigen"));
   exports.Set("attend", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecode); }, "attend"));
   exports.Set("attendReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecodeRef); }, "attendReference"));
