@@ -2,7 +2,7 @@
 // same token ids (F32 KV cache on llama.cpp's side, fp32 KV on ours, one thread each) and the
 // next-token distributions are compared position by position. Shared by the engine tests that hold
 // each weight type to a bound (app/engine/forward/llama-cpp*.test.ts).
-import { createModelRunner } from '../../app/engine/forward/model-runner.ts';
+import { createModelRunner, type DenseEngine } from '../../app/engine/forward/model-runner.ts';
 import { loadModel } from '../../app/engine/model/load-model.ts';
 import { llamaCppLogProbs, maxAbsLogProbDiffTopK, meanKl } from './llama-cpp-reference.ts';
 import { logSoftmax } from './reference-forward.ts';
@@ -14,20 +14,37 @@ export interface Agreement {
   top5: number;
   /** the weight types in the file, sorted (what the bound was applied to) */
   dtypes: string[];
+  /** who ran our dense stages (model-runner.ts `dense`) */
+  dense: 'native' | 'onnx';
 }
 
-export async function llamaCppAgreement(path: string, ids: readonly number[]): Promise<Agreement> {
+/**
+ * The agreement of our forward pass with llama.cpp, once per dense engine asked for (llama.cpp's
+ * side is computed once): 'auto' is what a user gets; 'native' and 'onnx' force one (a model the
+ * native stages cannot run makes 'native' throw, naming why).
+ */
+export async function llamaCppAgreements(path: string, ids: readonly number[], engines: readonly DenseEngine[]): Promise<Agreement[]> {
   const reference = await llamaCppLogProbs(path, [...ids], { kvType: 'f32', threads: 1 });
   const model = await loadModel(path);
   try {
-    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk: 32 });
-    const logits = await runner.prefill([...ids], undefined, { allLogits: true });
-    await runner.dispose();
-    const V = model.hyper.vocabSize;
-    const ours = ids.map((_, t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
-    const dtypes = [...new Set([...model.tensors.values()].map((t) => t.dtype))].sort();
-    return { kl: meanKl(reference.logProbs, ours), top5: maxAbsLogProbDiffTopK(reference.logProbs, ours, 5), dtypes };
+    const results: Agreement[] = [];
+    for (const dense of engines) {
+      const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk: 32, dense });
+      const logits = await runner.prefill([...ids], undefined, { allLogits: true });
+      const engine = runner.dense.engine;
+      await runner.dispose();
+      const V = model.hyper.vocabSize;
+      const ours = ids.map((_, t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
+      const dtypes = [...new Set([...model.tensors.values()].map((t) => t.dtype))].sort();
+      results.push({ kl: meanKl(reference.logProbs, ours), top5: maxAbsLogProbDiffTopK(reference.logProbs, ours, 5), dtypes, dense: engine });
+    }
+    return results;
   } finally {
     model.close();
   }
+}
+
+/** llamaCppAgreements with the engine a user gets ('auto'). */
+export async function llamaCppAgreement(path: string, ids: readonly number[]): Promise<Agreement> {
+  return (await llamaCppAgreements(path, ids, ['auto']))[0]!;
 }

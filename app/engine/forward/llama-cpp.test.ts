@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { fixtureSet } from '../../../test/fixtures/index.ts';
-import { llamaCppAgreement } from '../../../test/support/llama-cpp-agreement.ts';
+import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
 import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 
 const dir = join(tmpdir(), 'longhand-llamacpp-fixtures');
@@ -39,10 +39,15 @@ const cases: [string, string, keyof typeof BOUNDS][] = [
 ];
 
 describe('forward pass vs llama.cpp on GGUF fixtures', () => {
+  // both dense engines: the native stages (C++ over the file's blocks, what 'auto' picks for every
+  // type here) and onnxruntime's graphs (repacked for MatMulNBits), each held to the type's bound
   it.each(cases)('%s', async (name, path, type) => {
-    const { kl, top5 } = await llamaCppAgreement(path, ids);
-    console.log(`${name}: mean KL ${kl.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)}`);
-    expect(kl).toBeLessThan(BOUNDS[type]!.kl);
-    expect(top5).toBeLessThan(BOUNDS[type]!.top5);
+    const results = await llamaCppAgreements(path, ids, ['native', 'onnx']);
+    expect(results.map((r) => r.dense)).toEqual(['native', 'onnx']);
+    for (const { kl, top5, dense } of results) {
+      console.log(`${name} (${dense}): mean KL ${kl.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)}`);
+      expect(kl).toBeLessThan(BOUNDS[type]!.kl);
+      expect(top5).toBeLessThan(BOUNDS[type]!.top5);
+    }
   });
 });

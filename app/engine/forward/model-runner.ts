@@ -33,7 +33,6 @@ import type { TokenRunner } from '../generate/loop.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { kvRowBytes } from '../model/memory-estimate.ts';
 import { ropeRows, type RopeFrequencies } from '../onnx/ops.ts';
-import type { EngineSession } from '../onnx/session.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
 import type { LoadProgress } from '../../common/protocol.ts';
@@ -44,6 +43,7 @@ import type { StepProbe } from '../metrics/step-probe.ts';
 import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyName, type SparsePolicyOptions } from './sparse-policies.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import { stageRope, type StageGraph } from './graphs.ts';
+import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
 import { createStageSessions, type StageCacheOptions } from './stage-sessions.ts';
 import type { StageCacheStats } from './stage-cache.ts';
 import { ModelWeights, type AccuracyLevel } from './weights.ts';
@@ -91,7 +91,19 @@ export interface ModelRunnerOptions {
    * from it when they are there (stage-sessions.ts; CPU provider only). Default: no cache.
    */
   stageCache?: StageCacheOptions;
+  /**
+   * Who runs the dense work (norms, projections, MLP, LM head): 'native', C++ over the mapped GGUF
+   * weights read in place (native-stages.ts; llama family on the CPU provider, every weight type with
+   * kernels), or 'onnx', onnxruntime graphs over repacked weights (graphs.ts; every model and
+   * provider). Default 'auto': native where it can run, else onnx. 'native' where it cannot: a
+   * UsageError naming why.
+   */
+  dense?: DenseEngine;
 }
+
+export type DenseEngine = 'auto' | 'native' | 'onnx';
+
+export type RunnerDense = { engine: 'native'; kernel: DenseKernelName } | { engine: 'onnx'; whyNotNative?: string };
 
 /** How far createModelRunner is: stages (repacked weights + onnxruntime session) built so far. */
 export type { LoadProgress } from '../../common/protocol.ts';
@@ -145,8 +157,10 @@ export interface ModelRunner extends TokenRunner {
   readonly position: number;
   readonly kvType: KvType;
   readonly eosIds: readonly number[];
-  /** How the load used the stage cache (undefined: it had none). */
+  /** How the load used the stage cache (undefined: it had none, or the stages are native). */
   readonly stageCache: StageCacheStats | undefined;
+  /** Who runs the dense stages ('native' with its kernels, or 'onnx' and why not native). */
+  readonly dense: RunnerDense;
   /** Bytes of weights in the onnxruntime graphs, and of the KV pool. */
   readonly graphWeightBytes: number;
   readonly poolBytes: number;
@@ -263,13 +277,21 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const weights = new ModelWeights(model, options.accuracyLevel ?? 4);
 
   const speculates = stagesSpeculating(hyper.layers, ig);
-  const { sessions, graphs, graphWeightBytes, cache: stageCache } = await createStageSessions(model, weights, {
-    threads,
-    providers,
-    speculates,
-    cache: options.stageCache,
-    onProgress: options.onProgress,
-  });
+  const denseWanted = options.dense ?? 'auto';
+  if (!['auto', 'native', 'onnx'].includes(denseWanted)) throw new UsageError(`dense must be 'auto', 'native' or 'onnx', got ${String(denseWanted)}`, { field: 'dense' });
+  const nativeWhyNot = providers !== undefined ? `the ${providers[0]} provider runs onnxruntime graphs` : nativeDenseUnsupported(model);
+  if (denseWanted === 'native' && nativeWhyNot !== undefined) throw new UsageError(`dense 'native' cannot run ${model.path}: ${nativeWhyNot}`, { field: 'dense' });
+  const native = denseWanted !== 'onnx' && nativeWhyNot === undefined ? createNativeStages(weights, { threads, speculates, onProgress: options.onProgress }) : undefined;
+  const { sessions, graphs, graphWeightBytes, cache: stageCache } = native
+    ? { ...native, cache: undefined }
+    : await createStageSessions(model, weights, {
+        threads,
+        providers,
+        speculates,
+        cache: options.stageCache,
+        onProgress: options.onProgress,
+      });
+  const dense: RunnerDense = native ? { engine: 'native', kernel: native.kernel } : { engine: 'onnx', ...(nativeWhyNot !== undefined ? { whyNotNative: nativeWhyNot } : {}) };
   const p = ig?.partialDim ?? 0;
   const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * kvRowBytes(kvType, hyper.headDim) + 4 + 2 * p);
   const projBytes = p > 0 ? hyper.layers * hyper.kvHeads * hyper.headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
@@ -311,6 +333,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     eosIds: options.eosIds ?? ggufEosIds(model),
     speculates,
     stageCache,
+    dense,
     ...(offload ? { offload } : {}),
   });
 }
@@ -334,6 +357,7 @@ interface RunnerConfig {
   /** offload mode's attention (offload-attention.ts) */
   offload?: OffloadAttention;
   stageCache: StageCacheStats | undefined;
+  dense: RunnerDense;
 }
 
 const f32 = (dims: number[], data: Float32Array): TensorData => ({ elemType: 'float32', dims, data });
@@ -345,6 +369,7 @@ class Runner implements ModelRunner {
   readonly eosIds: readonly number[];
   readonly graphWeightBytes: number;
   readonly stageCache: StageCacheStats | undefined;
+  readonly dense: RunnerDense;
   private pos = 0;
   private disposed = false;
   private busy = false;
@@ -382,7 +407,7 @@ class Runner implements ModelRunner {
 
   constructor(
     private readonly model: LoadedModel,
-    private readonly sessions: EngineSession[],
+    private readonly sessions: StageRunner[],
     private readonly graphs: StageGraph[],
     private readonly pool: KvPool,
     infinigen: { state: InfinigenState; spec: Speculator } | undefined,
@@ -400,6 +425,7 @@ class Runner implements ModelRunner {
     this.eosIds = cfg.eosIds;
     this.graphWeightBytes = cfg.graphWeightBytes;
     this.stageCache = cfg.stageCache;
+    this.dense = cfg.dense;
     this.prefillChunk = cfg.prefillChunk;
     this.d = h.hiddenSize;
     this.heads = h.heads;
