@@ -2,7 +2,11 @@
 // file, same threads, in one run. Not part of `npm test`.
 //
 //   node --import tsx bench/dense.mjs [--types Q8_0,Q4_0] [--threads 1,2] [--kv-heads 32]
-//        [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR]
+//        [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--dense auto|native|onnx]
+//
+// --dense: who runs our dense stages (model-runner.ts): 'auto' (default: the native C++ stages over
+// the file's blocks where every type has kernels, else onnxruntime), or one forced; each table says
+// which ran.
 //
 // Types: F32, F16, Q8_0, Q4_0, Q4_K (every matrix that type) and Q4_K_M, Q5_K_M, Q6_K (the
 // per-tensor mix llama-quantize makes, test/fixtures/quant-mix.ts: the files users download). Each
@@ -30,9 +34,12 @@
 // (fast) step: other processes on the cores come in bursts that the mean absorbs; every step's ms is
 // in the --json output.
 //
+// --dir DIR keeps the fixtures there and reuses the ones an earlier run left (their names give type,
+// shape and KV heads).
+//
 // Children: `--child inspect|ours|llama`; they print one line `RESULT {json}` on stdout.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -59,6 +66,7 @@ const { values: opts } = parseArgs({
     json: { type: 'string' },
     dir: { type: 'string' },
     'bandwidth-mib': { type: 'string', default: '512' },
+    dense: { type: 'string', default: 'auto' },
     // child mode
     child: { type: 'string' },
     model: { type: 'string' },
@@ -172,14 +180,14 @@ function perCall(t) {
   };
 }
 
-async function childOurs(path, threads, vocab, bos, steps) {
+async function childOurs(path, threads, vocab, bos, steps, dense) {
   const { loadModel } = await import('../app/engine/model/load-model.ts');
   const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
   const ids = promptIds(LONG, vocab, bos);
   const t0 = performance.now();
   const cpu0 = process.cpuUsage();
   const model = await loadModel(path);
-  const runner = await createModelRunner(model, { threads, contextLength: CONTEXT, kvType: 'fp16', prefillChunk: 128 });
+  const runner = await createModelRunner(model, { threads, contextLength: CONTEXT, kvType: 'fp16', prefillChunk: 128, dense });
   const loadSeconds = (performance.now() - t0) / 1000;
   const loadCpuSeconds = cpuSeconds(cpu0);
   const loadPeakRssBytes = peakRss();
@@ -219,6 +227,7 @@ async function childOurs(path, threads, vocab, bos, steps) {
     loadSeconds,
     loadCpuSeconds,
     loadPeakRssBytes,
+    dense: runner.dense,
     graphWeightBytes: runner.graphWeightBytes,
     poolBytes: runner.poolBytes,
     prefillTps: (PROMPT * 1000) / prefillMs,
@@ -371,6 +380,9 @@ function table(type, info, runs, bounds) {
   const h = info.hyper;
   lines.push(`### ${type} — dim ${h.dim}, ${h.layers} layers, ${h.heads} heads / ${h.kvHeads} KV heads, ffn ${h.ffn}, vocab ${h.vocab}; ${(info.parameters / 1e6).toFixed(0)} M params, file weights ${mib(info.fileWeightBytes)} (${dtypeMix(info.dtypes)}), read per decode token ${mib(info.weightBytesPerToken)} weights + KV`);
   lines.push('');
+  const engines = [...new Set(runs.map((r) => (r.ours.dense ? (r.ours.dense.engine === 'native' ? `native (${r.ours.dense.kernel})` : `onnxruntime${r.ours.dense.whyNotNative ? ` (${r.ours.dense.whyNotNative})` : ''}`) : '?')))];
+  lines.push(`Longhand's dense stages: ${engines.join(', ')}`);
+  lines.push('');
   lines.push('| metric | threads | Longhand | llama.cpp | ratio ours/llama | bound |');
   lines.push('|---|---|---|---|---|---|');
   for (const r of runs) {
@@ -412,7 +424,7 @@ function table(type, info, runs, bounds) {
 
 async function parent() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/dense.mjs [--types Q8_0,Q4_0 (any of ' + TYPES.join(', ') + ')] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512]');
+    console.log('usage: node --import tsx bench/dense.mjs [--types Q8_0,Q4_0 (any of ' + TYPES.join(', ') + ')] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx]');
     return;
   }
   const types = opts.types.split(',').map((s) => s.trim());
@@ -442,16 +454,17 @@ async function parent() {
     for (const type of types) {
       const path = join(dir, `dense-${opts.quick ? 'quick' : 'full'}-${type}-kv${sizes.kvHeads}.gguf`);
       const w0 = performance.now();
-      const write = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/cli.ts'), 'gguf', path, '--type', type, '--dim', `${sizes.dim}`, '--layers', `${sizes.layers}`, '--heads', `${sizes.heads}`, '--kv-heads', `${sizes.kvHeads}`, '--ffn', `${sizes.ffn}`, '--vocab', `${sizes.vocab}`, '--context', '4096'], { cwd: ROOT, encoding: 'utf8', maxBuffer: 1 << 24 });
+      // a fixture kept in --dir by an earlier run (same shape and type: the name says so) is reused
+      const write = opts.dir !== undefined && existsSync(path) ? { status: 0, reused: true } : spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/cli.ts'), 'gguf', path, '--type', type, '--dim', `${sizes.dim}`, '--layers', `${sizes.layers}`, '--heads', `${sizes.heads}`, '--kv-heads', `${sizes.kvHeads}`, '--ffn', `${sizes.ffn}`, '--vocab', `${sizes.vocab}`, '--context', '4096'], { cwd: ROOT, encoding: 'utf8', maxBuffer: 1 << 24 });
       if (write.status !== 0) throw new Error(`writing the ${type} fixture failed: ${write.stderr}`);
-      console.log(`${type}: wrote ${path} in ${((performance.now() - w0) / 1000).toFixed(0)} s`);
+      console.log(write.reused ? `${type}: reusing ${path}` : `${type}: wrote ${path} in ${((performance.now() - w0) / 1000).toFixed(0)} s`);
       const info = await runChild(['inspect', '--model', path]);
       if (info.error) throw new Error(`inspecting ${path}: ${info.error}`);
       console.log(`${type}: tensor bytes by type ${dtypeMix(info.dtypes)}`);
       const runs = [];
       for (const threads of threadList) {
         const common = ['--model', path, '--threads', `${threads}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`, '--steps', `${steps}`];
-        const ours = await runChild(['ours', ...common]);
+        const ours = await runChild(['ours', ...common, '--dense', opts.dense]);
         console.log(`${type} ${threads} thread(s) Longhand: ${ours.error ?? `prefill ${fmt(ours.prefillTps)} tok/s, decode@512 ${fmt(ours.decode512Tps, 2)}, decode@2048 ${fmt(ours.decode2048Tps, 2)} tok/s, peak RSS ${mib(ours.peakRssBytes)}`}`);
         const llama = await runChild(['llama', ...common], { tsx: false });
         console.log(`${type} ${threads} thread(s) llama.cpp: ${llama.error ?? `prefill ${fmt(llama.prefillTps)} tok/s, decode@512 ${fmt(llama.decode512Tps, 2)}, decode@2048 ${fmt(llama.decode2048Tps, 2)} tok/s, peak RSS ${mib(llama.peakRssBytes)}`}`);
@@ -505,7 +518,7 @@ async function child() {
   const vocab = positiveInt(opts.vocab, '--vocab');
   const bos = Number(opts.bos);
   const steps = positiveInt(opts.steps, '--steps');
-  if (opts.child === 'ours') return childOurs(path, threads, vocab, bos, steps);
+  if (opts.child === 'ours') return childOurs(path, threads, vocab, bos, steps, opts.dense);
   if (opts.child === 'llama') return childLlama(path, threads, vocab, bos, steps);
   throw new Error(`unknown child ${opts.child}`);
 }

@@ -39,7 +39,7 @@ struct lh_worker_pool {
   void* ctx;
   uint32_t items, used;
   std::atomic<uint64_t> generation{0};
-  std::atomic<uint32_t> pending{0};  // ranges of the current job not finished by workers
+  std::atomic<uint32_t> pending{0};  // live workers that have not finished with the current job
   std::atomic<bool> stopping{false};
   std::atomic<uint32_t> sleepers{0};
   pthread_mutex_t mutex;
@@ -73,10 +73,10 @@ void* worker_main(void* arg) {
     }
     if (p->stopping.load(std::memory_order_acquire)) return nullptr;
     seen = g;
-    if (w->index < p->used) {
-      run_range(p, w->index);
-      p->pending.fetch_sub(1, std::memory_order_acq_rel);
-    }
+    if (w->index < p->used) run_range(p, w->index);
+    // every live worker acknowledges every job, its range run or not: the caller changes the job's
+    // fields only after all of them are past reading them
+    p->pending.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 }  // namespace
@@ -129,9 +129,10 @@ void lh_worker_pool_run(lh_worker_pool* p, uint32_t items, uint32_t parts, void 
   p->ctx = ctx;
   p->items = items;
   p->used = used;
-  // workers that never started: their ranges are run here, after range 0
+  // every live worker acknowledges the job (worker_main); the ranges of workers that never started
+  // are run here, after range 0
   uint32_t live = 0;
-  for (uint32_t i = 1; i < used; ++i) live += p->workers[i].started ? 1 : 0;
+  for (uint32_t i = 1; i < p->threads; ++i) live += p->workers[i].started ? 1 : 0;
   p->pending.store(live, std::memory_order_relaxed);
   p->generation.fetch_add(1);
   if (p->sleepers.load() > 0) {
