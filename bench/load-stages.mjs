@@ -75,6 +75,8 @@ async function child(mode) {
       contextLength: 4096,
       kvType: 'fp16',
       accuracyLevel: accuracy,
+      // onnxruntime's stages (what the stage cache is for): the native ones have no load to cache (bench/dense.mjs times them)
+      dense: 'onnx',
       ...(mode === 'runner' ? {} : { stageCache: { dir: runnerCache } }),
     });
     held.push(runner);

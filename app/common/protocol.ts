@@ -163,6 +163,12 @@ export const LoadOptionsSchema = z.strictObject({
    * device-side row buffer that receives only the rows it lacks; the bytes that cross are reported.
    */
   offload: z.boolean().optional(),
+  /**
+   * Who runs the dense work: 'native' (C++ over the file's own blocks, read in place: llama-family
+   * GGUF/safetensors on the CPU with F32/F16/Q4_0/Q8_0/Q4_K/Q5_K/Q6_K weights), 'onnx' (onnxruntime
+   * graphs over repacked weights: every model and device), or 'auto': native where it can run.
+   */
+  dense: z.enum(['auto', 'native', 'onnx']).default('auto'),
 });
 export type LoadOptions = z.infer<typeof LoadOptionsSchema>;
 /** Load options as a client writes them (defaults may be left out). */
@@ -191,6 +197,8 @@ export const ModelInfoSchema = z.strictObject({
   offload: z.boolean().optional(),
   /** Offload mode: bytes of the device-side row buffer at load (it grows with InfiniGen's selections). */
   rowBufferBytes: z.number().nonnegative().optional(),
+  /** Who runs the dense stages: 'native (avx512)' and the like, or 'onnxruntime' (with why not native). */
+  dense: z.string().optional(),
 });
 export type ModelInfo = z.infer<typeof ModelInfoSchema>;
 

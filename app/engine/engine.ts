@@ -315,6 +315,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           ...(options.poolBudgetBytes > 0 ? { poolBudgetBytes: options.poolBudgetBytes } : {}),
           ...(options.offload === true ? { offload: true } : {}),
           ...(stageCache ? { stageCache } : {}),
+          dense: options.dense,
         };
         const choice = policyChoice(options.policy, options.infinigen, options.sparse);
         const sha = choice.policy === 'infinigen' ? await modelDigest(model, cacheDir()) : undefined;
@@ -347,6 +348,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           chatTemplate: !chat.isFallback,
           loadMs: performance.now() - started,
           ...(options.offload === true ? { offload: true, rowBufferBytes: runner.rowBufferBytes ?? 0 } : {}),
+          dense: runner.dense.engine === 'native' ? `native (${runner.dense.kernel})` : `onnxruntime${runner.dense.whyNotNative ? ` (${runner.dense.whyNotNative})` : ''}`,
         };
         loaded = { model, tokenizer, chat, runner, sequence: new CachedSequence(runner), info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect, ...(sha !== undefined ? { sha: Promise.resolve(sha) } : {}) };
         return info;

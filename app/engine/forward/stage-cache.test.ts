@@ -27,7 +27,8 @@ const PROMPT = [1, 403, 407, 261, 378, 275, 266, 1024 % 512, 99, 7];
 /** Logits of a prefill and four greedy decode steps, as raw bits. */
 async function logitBits(model: LoadedModel, options: ModelRunnerOptions): Promise<{ bits: Uint32Array[]; stats: ReturnType<typeof statsOf>; progress: number[] }> {
   const progress: number[] = [];
-  const r = await createModelRunner(model, { kvType: 'fp32', contextLength: 64, threads: 1, ...options, onProgress: (p) => progress.push(p.done) });
+  // onnxruntime's stages, the ones the cache holds (the native ones are the default for these models)
+  const r = await createModelRunner(model, { kvType: 'fp32', contextLength: 64, threads: 1, dense: 'onnx', ...options, onProgress: (p) => progress.push(p.done) });
   try {
     const bits: Uint32Array[] = [];
     let logits = await r.prefill(PROMPT.map((id) => id % r.vocabSize));

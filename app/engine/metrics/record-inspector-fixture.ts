@@ -19,7 +19,7 @@ const { values } = parseArgs({ options: { out: { type: 'string', default: join(P
 const load = (poolBudgetBytes: number): LoadOptions => ({
   modelPath: KJV_HD64, device: 'cpu', threads: 1, contextLength: 1024, kvType: 'fp16', prefillChunk: 64, policy: 'infinigen',
   infinigen: { alpha: 5, partialRatio: 0.3, fetchCap: 0.2, denseLayers: 2, recalibrate: false },
-  sparse: { fetchCap: 0.2, denseLayers: 2, sinks: 4, poolKernel: 7, pageSize: 16 }, poolBudgetBytes, inspect: false,
+  sparse: { fetchCap: 0.2, denseLayers: 2, sinks: 4, poolKernel: 7, pageSize: 16 }, poolBudgetBytes, inspect: false, dense: 'auto',
 });
 const params = (policy: GenerateParams['policy']): GenerateParams => ({
   maxTokens: 96, stopStrings: [], stopOnEos: false, policy, reusePrefix: true, logprobs: 20, inspectEvery: 4, inspectBudget: 1,

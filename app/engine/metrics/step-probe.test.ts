@@ -278,7 +278,7 @@ describe.skipIf(!have)('the probe on kjv-llama-hd64', () => {
 
   it('engine: logprobs 5 puts top-5 on each token (greedy: the chosen id first) and the prompt pieces spell the prompt', async () => {
     const core = createEngineCore(() => {});
-    await core.load({ modelPath: KJV_HD64, device: 'cpu', contextLength: 256, kvType: 'fp16', prefillChunk: 64, policy: 'h2o', infinigen: { alpha: 5, partialRatio: 0.3, fetchCap: 0.2, denseLayers: 2, recalibrate: false }, sparse: { fetchCap: 0.2, denseLayers: 2, sinks: 4, poolKernel: 7, pageSize: 16 }, poolBudgetBytes: 0, inspect: false });
+    await core.load({ modelPath: KJV_HD64, device: 'cpu', contextLength: 256, kvType: 'fp16', prefillChunk: 64, policy: 'h2o', infinigen: { alpha: 5, partialRatio: 0.3, fetchCap: 0.2, denseLayers: 2, recalibrate: false }, sparse: { fetchCap: 0.2, denseLayers: 2, sinks: 4, poolKernel: 7, pageSize: 16 }, poolBudgetBytes: 0, inspect: false, dense: 'auto' });
     const prompt = 'In the beginning God created the heaven and the earth.';
     const events: GenerationEvent[] = [];
     const params = { maxTokens: 12, stopStrings: [], stopOnEos: false, sampling: { temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0, penaltyLastN: 64 }, reusePrefix: true, logprobs: 5 };
