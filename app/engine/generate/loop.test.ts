@@ -216,6 +216,18 @@ describe('generate', () => {
       expect(runner.decodes).toEqual([2]);
     });
 
+    it('a runner that never waits on I/O still lets a timer abort it mid-generation (the loop gives the event loop a turn per token)', async () => {
+      // the bigram's 16 → 16 loop never reaches EOS; decode resolves at once, like the native dense stages
+      const controller = new AbortController();
+      const runner = fakeRunner({ contextLength: 1_000_000 });
+      const timer = setTimeout(() => controller.abort(), 20);
+      const { tokens, done } = await collect(generate(runner, fakeDecoder, [16], { ...GREEDY, maxTokens: 500_000 }, controller.signal));
+      clearTimeout(timer);
+      expect(done.stopReason).toBe('cancelled');
+      expect(tokens.length).toBeGreaterThan(0);
+      expect(tokens.length).toBeLessThan(500_000);
+    });
+
     it('an abort during a decode ends with cancelled, not error', async () => {
       const controller = new AbortController();
       const runner = fakeRunner({ failDecodeAt: 2, failWith: new Error('interrupted'), onDecode: (n) => n === 2 && controller.abort() });

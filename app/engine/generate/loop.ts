@@ -87,6 +87,10 @@ export type GenerationEvent = TokenEvent | DoneEvent;
 
 const now = (): number => performance.now();
 
+function yieldToEventLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 function isAbort(signal: AbortSignal | undefined): boolean {
   return signal?.aborted === true;
 }
@@ -238,6 +242,10 @@ async function* run(
       yield done('contextLimit');
       return;
     }
+    // A runner whose decode never waits on I/O (the native dense stages run on this thread) would
+    // hold the event loop for the whole generation: a cancel, a metrics request or the transport's
+    // sends of the tokens yielded above would get through only at the end. One turn per token.
+    await yieldToEventLoop();
     if (isAbort(signal)) {
       yield done('cancelled');
       return;
