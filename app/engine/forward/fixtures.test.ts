@@ -1,8 +1,8 @@
 // The forward pass against the plain float64 reference forward (test/support/reference-forward.ts)
 // on fixture models of every family and weight type, teacher-forced over 64 tokens in chunks of
 // 24 (so chunk boundaries are crossed). Quantised files are compared with the reference run on
-// their dequantised weights, so the only difference is MatMulNBits' accuracy_level 4 (int8
-// activations); accuracy_level 0 is checked to be as tight as fp32.
+// their dequantised weights, so the only difference is the int8 activations of the native kernels
+// and of MatMulNBits' accuracy_level 4; accuracy_level 0 (onnxruntime) is checked to be as tight as fp32.
 import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { loadModel } from '../model/load-model.ts';
 import { fixtureSet } from '../../../test/fixtures/index.ts';
 import { logSoftmax, referenceForward } from '../../../test/support/reference-forward.ts';
-import { createModelRunner } from './model-runner.ts';
+import { createModelRunner, type DenseEngine } from './model-runner.ts';
 
 const dir = join(tmpdir(), 'longhand-forward-fixtures');
 mkdirSync(dir, { recursive: true });
@@ -26,11 +26,12 @@ interface Agreement {
   top1: number; // share of positions with the same argmax
 }
 
-async function compare(path: string, accuracyLevel: 0 | 4 = 4): Promise<Agreement> {
+async function compare(path: string, accuracyLevel: 0 | 4 = 4, dense: DenseEngine = 'auto'): Promise<Agreement> {
   const model = await loadModel(path);
   try {
     const expected = referenceForward(model).logits(ids);
-    const runner = await createModelRunner(model, { kvType: 'fp32', prefillChunk: 24, contextLength: 128, accuracyLevel });
+    const runner = await createModelRunner(model, { kvType: 'fp32', prefillChunk: 24, contextLength: 128, accuracyLevel, dense });
+    if (dense !== 'auto') expect(runner.dense.engine).toBe(dense);
     const got = await runner.prefill(ids, undefined, { allLogits: true });
     await runner.dispose();
     const V = model.hyper.vocabSize;
@@ -79,11 +80,16 @@ describe('forward pass vs the float64 reference forward (64 tokens, teacher-forc
       });
     }
     for (const type of ['Q8_0', 'Q4_0', 'Q4_K'] as const) {
-      it(`llama ${kind.toUpperCase()} ${type} (MatMulNBits, accuracy_level 4; and 0)`, async () => {
-        const a = await compare(set.gguf[kind][type], 4);
-        report(`llama ${kind} ${type} acc4`, a);
-        expect(a.meanKl).toBeLessThan(1e-4);
-        expect(a.maxAbs).toBeLessThanOrEqual(2e-2 * a.maxRef + 1e-4);
+      it(`llama ${kind.toUpperCase()} ${type} (native int8 activations; MatMulNBits accuracy_level 4; and 0)`, async () => {
+        // the native dense stages (C++ over the file's blocks) and onnxruntime's MatMulNBits both
+        // round the activations to int8 per block: the same bounds
+        for (const dense of ['native', 'onnx'] as const) {
+          const a = await compare(set.gguf[kind][type], 4, dense);
+          report(`llama ${kind} ${type} ${dense} acc4`, a);
+          expect(a.meanKl).toBeLessThan(1e-4);
+          expect(a.maxAbs).toBeLessThanOrEqual(2e-2 * a.maxRef + 1e-4);
+        }
+        // accuracy level 0 (fp32 activations) is onnxruntime's alone: 'auto' takes it
         const exact = await compare(set.gguf[kind][type], 0);
         report(`llama ${kind} ${type} acc0`, exact);
         expect(exact.maxAbs).toBeLessThanOrEqual(FLOAT_TOL(exact));

@@ -279,7 +279,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const speculates = stagesSpeculating(hyper.layers, ig);
   const denseWanted = options.dense ?? 'auto';
   if (!['auto', 'native', 'onnx'].includes(denseWanted)) throw new UsageError(`dense must be 'auto', 'native' or 'onnx', got ${String(denseWanted)}`, { field: 'dense' });
-  const nativeWhyNot = providers !== undefined ? `the ${providers[0]} provider runs onnxruntime graphs` : nativeDenseUnsupported(model);
+  const nativeWhyNot = providers !== undefined ? `the ${providers[0]} provider runs onnxruntime graphs` : nativeDenseUnsupported(model, { accuracyLevel: options.accuracyLevel });
   if (denseWanted === 'native' && nativeWhyNot !== undefined) throw new UsageError(`dense 'native' cannot run ${model.path}: ${nativeWhyNot}`, { field: 'dense' });
   const native = denseWanted !== 'onnx' && nativeWhyNot === undefined ? createNativeStages(weights, { threads, speculates, onProgress: options.onProgress }) : undefined;
   const { sessions, graphs, graphWeightBytes, cache: stageCache } = native

@@ -187,6 +187,28 @@ describe('which dense engine runs', () => {
     }
   });
 
+  it('accuracy level 0 (fp32 activations) on quantized weights is onnxruntime’s: auto takes it and says why, native refuses', async () => {
+    const model = await loadModel(set.gguf.gqa.Q8_0);
+    try {
+      expect(nativeDenseUnsupported(model)).toBeUndefined();
+      expect(nativeDenseUnsupported(model, { accuracyLevel: 4 })).toBeUndefined();
+      expect(nativeDenseUnsupported(model, { accuracyLevel: 0 })).toMatch(/accuracy level 0 .* is Q8_0: the native kernels quantize activations to int8/);
+      const r = await createModelRunner(model, { contextLength: 32, accuracyLevel: 0 });
+      expect(r.dense).toEqual({ engine: 'onnx', whyNotNative: expect.stringMatching(/accuracy level 0/) });
+      await r.dispose();
+      await expect(createModelRunner(model, { dense: 'native', accuracyLevel: 0, contextLength: 32 })).rejects.toMatchObject({ code: 'BAD_ARGUMENT' });
+    } finally {
+      model.close();
+    }
+    // float weights have no activation rounding to ask about: native at any accuracy level
+    const f32 = await loadModel(set.gguf.gqa.F32);
+    try {
+      expect(nativeDenseUnsupported(f32, { accuracyLevel: 0 })).toBeUndefined();
+    } finally {
+      f32.close();
+    }
+  });
+
   it('OPT keeps onnxruntime', async () => {
     const model = await loadModel(set.hf.opt);
     try {

@@ -46,16 +46,22 @@ function linearNames(model: LoadedModel): string[] {
 
 /**
  * Why the native dense stages cannot run this model (undefined: they can): not a llama-family
- * model, no addon, or a weight whose type has no kernels on this CPU (the message names it).
+ * model, no addon, a weight whose type has no kernels, or only the scalar reference kernel on this
+ * CPU (no AVX2: onnxruntime's MLAS is faster there), or accuracy level 0 asked for a quantized
+ * model (fp32 activations: only onnxruntime's MatMulNBits computes that; the native kernels
+ * quantize activations to int8 as llama.cpp does). The message names the tensor.
  */
-export function nativeDenseUnsupported(model: LoadedModel): string | undefined {
+export function nativeDenseUnsupported(model: LoadedModel, options: { accuracyLevel?: number } = {}): string | undefined {
   if (model.hyper.architecture !== 'llama') return `the ${model.hyper.architecture} architecture has no native dense stages`;
   if (!isNativeAvailable()) return 'the native addon is not built';
   for (const name of linearNames(model)) {
     const v = model.tensors.get(name);
     if (v === undefined) return `tensor ${name} is missing`;
     const t = KERNEL_TYPES[v.dtype];
-    if (t === undefined || denseKernel(t.id) === null) return `${name} is ${v.dtype}, which has no native dense kernels`;
+    const kernel = t === undefined ? null : denseKernel(t.id);
+    if (t === undefined || kernel === null) return `${name} is ${v.dtype}, which has no native dense kernels`;
+    if (kernel === 'scalar') return `${name} is ${v.dtype}, which has only the scalar reference kernel on this CPU (no AVX2)`;
+    if (options.accuracyLevel === 0 && t.block > 1) return `accuracy level 0 (fp32 activations) was asked for, and ${name} is ${v.dtype}: the native kernels quantize activations to int8`;
     if (v.shape.length !== 2 || v.shape[1]! % t.block !== 0) return `${name} has shape [${v.shape.join(', ')}]: its rows are not whole ${v.dtype} blocks`;
   }
   return undefined;
