@@ -11,3 +11,5 @@ void test_quant_dot_q();
 void test_quant_dot_k();
 // dense_stage_tests.cc: the native dense stage against a float64 reference, and the worker pool.
 void test_dense_stage();
+// quant_dot_bench.cc: `native_tests --bench-dot [reps]`, the dot kernels' decode GB/s and prefill speed.
+void bench_quant_dot(int reps);

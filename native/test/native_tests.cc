@@ -3101,6 +3101,10 @@ int main(int argc, char** argv) {
     bench_attention_kernels(argc > 2 ? std::atoi(argv[2]) : 7);
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--bench-dot") == 0) {
+    bench_quant_dot(argc > 2 ? std::atoi(argv[2]) : 5);
+    return 0;
+  }
   test_fp16();
   test_quant_dot_q();
   test_quant_dot_k();
