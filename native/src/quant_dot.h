@@ -23,7 +23,9 @@
 // Implementations: LH_QDOT_SCALAR (portable reference, every type), LH_QDOT_AVX2 (AVX2 + FMA +
 // F16C), LH_QDOT_AVX512 (AVX-512 F/BW/VL/DQ + VNNI). LH_QDOT_AUTO picks the best the CPU has.
 // Kernels never allocate and never start threads: the caller splits rows over threads
-// (dense_stage.cc), so any split gives the same bits.
+// (dense_stage.cc), and any split of the rows gives the same bits. A call of one or two tokens
+// (decode) may run another kernel than a call of many (prefill): the same integer dots, summed in
+// another float order.
 #pragma once
 
 #include <cstddef>

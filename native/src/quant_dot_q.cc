@@ -5,11 +5,13 @@
 // Activation layouts (act_row_bytes(k)):
 //   F32, F16     k floats, a copy of x with ±Inf made NaN (4k bytes); the dot is fp32 FMA (F16
 //                weights widened).
-//   Q4_0, Q8_0   int8 q [k] then float d [k/32] (k + k/8 bytes): per block of 32, as ggml's
-//                quantize_row_q8_0 does: d = amax/127, id = 1/d, q = round-to-nearest-even(x·id)
-//                (ggml's SIMD quantizer rounds so; its scalar one rounds ties away), but d kept in
-//                fp32 where ggml rounds it to fp16. amax < 2^-100 (or 0) -> d = 0, q = 0 (1/d would
-//                overflow). A block with a NaN/Inf -> d = NaN, q = 0, so every dot of the token is NaN.
+//   Q4_0, Q8_0   int8 q [k], float d [k/32], int32 neg8 [k/32], int32 neg128 [k/32] (k + 12·k/32
+//                bytes): per block of 32, as ggml's quantize_row_q8_0 does: d = amax/127, id = 1/d,
+//                q = round-to-nearest-even(x·id) (ggml's SIMD quantizer rounds so; its scalar one
+//                rounds ties away), but d kept in fp32 where ggml rounds it to fp16. amax < 2^-100
+//                (or 0) -> d = 0, q = 0 (1/d would overflow). A block with a NaN/Inf -> d = NaN, q = 0,
+//                so every dot of the token is NaN. neg8 = -8·Σq and neg128 = -128·Σq: the offsets of
+//                the unsigned weights (below) that the AVX-512 prefill kernel starts its sums from.
 //
 // The integer part of a block's dot is exact in every implementation:
 //   Q8_0: Σ w·q (scalar); AVX-512 vpdpbusd on (w ^ 0x80) = w + 128 (unsigned) × q, minus 128·Σq
@@ -56,7 +58,23 @@ size_t f16_row_bytes(uint64_t k) { return static_cast<size_t>(k) * 2; }
 size_t q4_0_row_bytes(uint64_t k) { return static_cast<size_t>(k / kQK) * kQ4Block; }
 size_t q8_0_row_bytes(uint64_t k) { return static_cast<size_t>(k / kQK) * kQ8Block; }
 size_t float_act_row_bytes(uint64_t k) { return static_cast<size_t>(k) * 4; }
-size_t q8_act_row_bytes(uint64_t k) { return static_cast<size_t>(k) + static_cast<size_t>(k / kQK) * 4; }
+size_t q8_act_row_bytes(uint64_t k) { return static_cast<size_t>(k) + static_cast<size_t>(k / kQK) * 12; }
+// where the per-block arrays of a Q4_0/Q8_0 activation row start
+inline const float* act_d(const uint8_t* xr, uint64_t k) { return reinterpret_cast<const float*>(xr + k); }
+inline const int32_t* act_neg8(const uint8_t* xr, uint64_t k) { return reinterpret_cast<const int32_t*>(xr + k + (k / kQK) * 4); }
+inline const int32_t* act_neg128(const uint8_t* xr, uint64_t k) { return reinterpret_cast<const int32_t*>(xr + k + (k / kQK) * 8); }
+
+// The block offsets of a quantized row: -8·Σq and -128·Σq of each block (every quantizer).
+void write_block_offsets(uint8_t* out, uint64_t k) {
+  const int8_t* q = reinterpret_cast<const int8_t*>(out);
+  for (uint64_t b = 0; b < k / kQK; ++b) {
+    int32_t sum = 0;
+    for (uint64_t j = 0; j < kQK; ++j) sum += q[b * kQK + j];
+    const int32_t n8 = -8 * sum, n128 = -128 * sum;
+    std::memcpy(out + k + (k / kQK) * 4 + 4 * b, &n8, 4);
+    std::memcpy(out + k + (k / kQK) * 8 + 4 * b, &n128, 4);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Activations, scalar (the reference every implementation matches bit for bit)
@@ -96,6 +114,7 @@ void q8_quantize_act_scalar(const float* x, uint64_t k, uint8_t* out) {
     }
     std::memcpy(dp + b * 4, &d, 4);
   }
+  write_block_offsets(out, k);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -198,6 +217,7 @@ LH_QD512 void q8_quantize_act_avx512(const float* x, uint64_t k, uint8_t* out) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + b * kQK + 16), q1);
     std::memcpy(dp + b * 4, &d, 4);
   }
+  write_block_offsets(out, k);
 }
 
 inline LH_QD512 float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
@@ -308,6 +328,57 @@ LH_QD512 void q_tile(const uint8_t* w, size_t w_row_bytes, uint64_t k, const uin
     for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum(acc[r][t]);
 }
 
+// Decode (one or two tokens): the same integer dots as q_tile, but the weight scales of 16 blocks
+// come from one gather (fp16 d at a fixed stride) and one conversion per row, and are multiplied by
+// the tokens' 16 scales once; each block pair then takes its lanes with one permute. q_tile's
+// per-pair scalar loads, conversion and expansion of d_w made Q4_0 decode run at 24% of the read
+// bandwidth (native_tests --bench-dot).
+template <bool kQ4, int R, int T>
+LH_QD512 void q_decode(const uint8_t* w, size_t w_row_bytes, uint64_t k, const uint8_t* xq, size_t x_row_bytes, float* y, size_t y_stride) {
+  constexpr int bs = kQ4 ? static_cast<int>(kQ4Block) : static_cast<int>(kQ8Block);
+  const uint64_t nb = k / kQK;
+  const __m512i off = _mm512_set1_epi8(kQ4 ? 8 : static_cast<char>(0x80));
+  const __m512i zero = _mm512_setzero_si512();
+  // byte offsets of the 16 blocks' d in a row, and lanes [pair's first block ×8, second ×8]
+  const __m512i d_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(bs));
+  const __m512i pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (uint64_t g = 0; g < nb; g += 16) {
+    const uint32_t in_group = nb - g < 16 ? static_cast<uint32_t>(nb - g) : 16u;
+    const __mmask16 live = static_cast<__mmask16>((1u << in_group) - 1u);
+    // d_w·d_x of the group's blocks, per row and token
+    __m512 dd[R][T];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = w + r * w_row_bytes + g * bs;
+      const __m512i h = _mm512_mask_i32gather_epi32(zero, live, d_at, row, 1);  // low 16 bits: fp16 d (then the first codes)
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+      for (int t = 0; t < T; ++t) dd[r][t] = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, reinterpret_cast<const float*>(xq + t * x_row_bytes + k) + g));
+    }
+    for (uint32_t p = 0; 2 * p < in_group; ++p) {
+      const uint64_t b = g + 2 * p;
+      const bool has2 = 2 * p + 1 < in_group;
+      const __m512i lanes = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(static_cast<int>(2 * p)));
+      __m512i xv[T], base[T];
+      for (int t = 0; t < T; ++t) {
+        const uint8_t* xr = xq + t * x_row_bytes + b * kQK;
+        xv[t] = has2 ? _mm512_loadu_si512(xr) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xr);
+        base[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, xv[t]));  // -offset·Σq per lane
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i wv = load_wpair<kQ4>(w + r * w_row_bytes, b, has2);
+        for (int t = 0; t < T; ++t) {
+          const __m512i dot = _mm512_dpbusd_epi32(base[t], wv, xv[t]);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(lanes, dd[r][t]), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum(acc[r][t]);
+}
+
 using tile_fn = void (*)(const uint8_t*, size_t, uint64_t, const uint8_t*, size_t, float*, size_t);
 
 template <int R, int T>
@@ -318,6 +389,10 @@ template <int R, int T>
 struct Q4Tile { static constexpr tile_fn fn = &q_tile<true, R, T>; };
 template <int R, int T>
 struct Q8Tile { static constexpr tile_fn fn = &q_tile<false, R, T>; };
+template <int R, int T>
+struct Q4Decode { static constexpr tile_fn fn = &q_decode<true, R, (T < 2 ? T : 2)>; };
+template <int R, int T>
+struct Q8Decode { static constexpr tile_fn fn = &q_decode<false, R, (T < 2 ? T : 2)>; };
 
 constexpr int kR = 4;  // rows per tile
 constexpr int kT = 4;  // tokens per tile
@@ -355,13 +430,189 @@ void f16_dot_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint6
                     size_t y_stride) {
   run_tiles<F16Tile>(w, w_row_bytes, n_rows, k, xq, float_act_row_bytes(k), n_tok, y, y_stride);
 }
+// Q4_0 decode of one token, four blocks a step: the 4 × 16 bytes of nibbles are gathered into one
+// zmm (low nibbles of blocks b..b+3 in one vector, high nibbles in another), against the token's
+// codes laid out the same way once per call (x_lo: elements 0..15 of each block, x_hi: 16..31,
+// with -8·Σq per 4-byte lane precomputed): 2 vpdpbusd per 128 weights where q_decode needed 2 per
+// 64 and the nibble shuffles of each pair. Stack: k + k/2 bytes (capped by kQ4StackK).
+constexpr uint64_t kQ4StackK = 16384;
+
+LH_QD512 void q4_decode_one(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xr, float* y) {
+  const uint64_t nb = k / kQK, ng = (nb + 3) / 4;
+  alignas(64) uint8_t x_lo[kQ4StackK / 2], x_hi[kQ4StackK / 2];  // [ng][64]
+  alignas(64) int32_t base[kQ4StackK / 8];                        // [ng][16]
+  const __m512i zero = _mm512_setzero_si512(), eights = _mm512_set1_epi8(8), m4 = _mm512_set1_epi8(0x0F);
+  for (uint64_t g = 0; g < ng; ++g) {
+    __m128i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const uint64_t b = 4 * g + j;
+      lo[j] = b < nb ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr + b * kQK)) : _mm_setzero_si128();
+      hi[j] = b < nb ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr + b * kQK + 16)) : _mm_setzero_si128();
+    }
+    const __m512i l = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(lo[1], lo[0])), _mm256_set_m128i(lo[3], lo[2]), 1);
+    const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(hi[1], hi[0])), _mm256_set_m128i(hi[3], hi[2]), 1);
+    _mm512_store_si512(x_lo + 64 * g, l);
+    _mm512_store_si512(x_hi + 64 * g, h);
+    _mm512_store_si512(base + 16 * g, _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, eights, l), eights, h)));
+  }
+  const float* dx = reinterpret_cast<const float*>(xr + k);
+  const __m512i d_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(static_cast<int>(kQ4Block)));
+  const __m512i quad_lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  for (uint32_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w + r * w_row_bytes;
+    __m512 acc = _mm512_setzero_ps();
+    for (uint64_t g16 = 0; g16 < nb; g16 += 16) {
+      const uint32_t in16 = nb - g16 < 16 ? static_cast<uint32_t>(nb - g16) : 16u;
+      const __mmask16 live = static_cast<__mmask16>((1u << in16) - 1u);
+      const __m512i hd = _mm512_mask_i32gather_epi32(zero, live, d_at, row + g16 * kQ4Block, 1);
+      const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd)), _mm512_maskz_loadu_ps(live, dx + g16));
+      for (uint32_t q = 0; 4 * q < in16; ++q) {
+        const uint64_t b = g16 + 4 * q, g = b / 4;
+        const uint8_t* p = row + b * kQ4Block + 2;
+        __m256i q01, q23;
+        if (b + 4 <= nb) {
+          q01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ4Block)), 1);
+          q23 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * kQ4Block))),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * kQ4Block)), 1);
+        } else {  // the last 1..3 blocks: the missing ones are zero (their codes are zero too)
+          __m128i part[4];
+          for (int j = 0; j < 4; ++j) part[j] = b + j < nb ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * kQ4Block)) : _mm_setzero_si128();
+          q01 = _mm256_set_m128i(part[1], part[0]);
+          q23 = _mm256_set_m128i(part[3], part[2]);
+        }
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q01), q23, 1);
+        const __m512i wl = _mm512_and_si512(z, m4), wh = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(base + 16 * g), wl, _mm512_load_si512(x_lo + 64 * g));
+        dot = _mm512_dpbusd_epi32(dot, wh, _mm512_load_si512(x_hi + 64 * g));
+        const __m512 scale = _mm512_permutexvar_ps(_mm512_add_epi32(quad_lanes, _mm512_set1_epi32(static_cast<int>(4 * q))), dd);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+      }
+    }
+    y[r] = hsum(acc);
+  }
+}
+
+// Prefill (many tokens): 16 rows a tile, transposed once per chunk of 32 blocks into the layout
+// vpdpbusd wants with the token's codes broadcast: wt[b][j] holds dword j (codes 4j..4j+3) of block
+// b of all 16 rows, one row a lane. A (token, block) is then 8 vpdpbusd with a broadcast memory
+// operand, started from the block's -offset·Σq, and one FMA by d_w[16 rows]·d_x: 12 instructions
+// for 16 rows × 32 weights where q_tile spends ~4 per row and block. The transposition (an 8×8
+// dword transpose per 256-bit half) is paid once per tile and chunk and shared by up to 64 tokens.
+// Each (row, token) sums its blocks in order, one FMA chain.
+constexpr uint32_t kPrefillBlocks = 32;   // blocks per chunk: wt is 16 KB, in L1 beside the tokens' codes
+constexpr uint32_t kPrefillTokens = 64;   // tokens per pass: acc is 4 KB
+constexpr uint32_t kPrefillMinTokens = 8; // below, the transposition is not paid back: q_tile
+
+// rows [16] (lanes) × 8 dwords each -> out[j] lane r = dword j of row r (two 8×8 transposes, one per 256-bit half)
+LH_QD512 inline void transpose_16x8(const __m256i rows[16], __m512i out[8]) {
+  __m512i z[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(rows[i]), rows[i + 8], 1);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i + 0] = _mm512_unpacklo_epi64(t[i + 0], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i + 0], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // u[0..3]: dwords 0,1,2,3 (128-bit lanes 0 and 2) and 4,5,6,7 (lanes 1 and 3) of rows 0-3 / 8-11; u[4..7] of rows 4-7 / 12-15
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int j = 0; j < 4; ++j) {
+    out[j] = _mm512_permutex2var_epi64(u[j], lo, u[j + 4]);
+    out[j + 4] = _mm512_permutex2var_epi64(u[j], hi, u[j + 4]);
+  }
+}
+
+template <bool kQ4>
+LH_QD512 void q_prefill16(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes,
+                          uint32_t n_tok, float* y, size_t y_stride) {
+  constexpr size_t bs = kQ4 ? kQ4Block : kQ8Block;
+  const uint64_t nb = k / kQK;
+  alignas(64) int32_t wt[kPrefillBlocks][8][16];
+  alignas(64) float dw[kPrefillBlocks][16];
+  alignas(64) float acc[kPrefillTokens][16];
+  const __mmask16 live = static_cast<__mmask16>((1u << n_rows) - 1u);  // n_rows <= 16
+  const __m512i row_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int>(w_row_bytes)));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (uint32_t t0 = 0; t0 < n_tok; t0 += kPrefillTokens) {
+    const uint32_t tn = n_tok - t0 < kPrefillTokens ? n_tok - t0 : kPrefillTokens;
+    for (uint32_t t = 0; t < tn; ++t) _mm512_store_ps(acc[t], _mm512_setzero_ps());
+    for (uint64_t c0 = 0; c0 < nb; c0 += kPrefillBlocks) {
+      const uint32_t nc = nb - c0 < kPrefillBlocks ? static_cast<uint32_t>(nb - c0) : kPrefillBlocks;
+      for (uint32_t b = 0; b < nc; ++b) {
+        const uint8_t* blk = w + (c0 + b) * bs;
+        __m256i rows[16];
+        for (uint32_t r = 0; r < 16; ++r) {
+          if (r >= n_rows) {
+            rows[r] = _mm256_setzero_si256();
+          } else if (kQ4) {
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * w_row_bytes + 2));
+            rows[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);  // nibbles 0..15, 16..31 (unsigned)
+          } else {
+            rows[r] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + r * w_row_bytes + 2)), flip);  // w + 128
+          }
+        }
+        __m512i cols[8];
+        transpose_16x8(rows, cols);
+        for (int j = 0; j < 8; ++j) _mm512_store_si512(wt[b][j], cols[j]);
+        const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, row_at, blk, 1);
+        _mm512_store_ps(dw[b], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+      }
+      for (uint32_t t = 0; t < tn; ++t) {
+        const uint8_t* xr = xq + (t0 + t) * x_row_bytes;
+        const int32_t* off = (kQ4 ? act_neg8(xr, k) : act_neg128(xr, k)) + c0;
+        const float* dx = act_d(xr, k) + c0;
+        const int32_t* codes = reinterpret_cast<const int32_t*>(xr + c0 * kQK);  // 4 codes a dword, unaligned
+        __m512 a = _mm512_load_ps(acc[t]);
+        for (uint32_t b = 0; b < nc; ++b) {
+          __m512i dot = _mm512_set1_epi32(off[b]);
+          for (int j = 0; j < 8; ++j) {
+            int32_t x4;
+            std::memcpy(&x4, codes + 8 * b + j, 4);
+            dot = _mm512_dpbusd_epi32(dot, _mm512_load_si512(wt[b][j]), _mm512_set1_epi32(x4));
+          }
+          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(_mm512_load_ps(dw[b]), _mm512_set1_ps(dx[b])), a);
+        }
+        _mm512_store_ps(acc[t], a);
+      }
+    }
+    for (uint32_t t = 0; t < tn; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride, live, _mm512_load_ps(acc[t]));
+  }
+}
+
+template <bool kQ4>
+void prefill_rows(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes, uint32_t n_tok,
+                  float* y, size_t y_stride) {
+  for (uint32_t r0 = 0; r0 < n_rows; r0 += 16)
+    q_prefill16<kQ4>(w + r0 * w_row_bytes, w_row_bytes, n_rows - r0 < 16 ? n_rows - r0 : 16, k, xq, x_row_bytes, n_tok, y + r0, y_stride);
+}
+
+template <bool kQ4>
+void decode_rows(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes, uint32_t n_tok,
+                 float* y, size_t y_stride) {
+  for (uint32_t r = 0; r < n_rows; ++r) {
+    if (n_tok == 1) q_decode<kQ4, 1, 1>(w + r * w_row_bytes, w_row_bytes, k, xq, x_row_bytes, y + r, y_stride);
+    else q_decode<kQ4, 1, 2>(w + r * w_row_bytes, w_row_bytes, k, xq, x_row_bytes, y + r, y_stride);
+  }
+}
+
+// Decode steps (one or two tokens) stream the weights once: q_decode; more tokens: q_tile.
 void q4_0_dot_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
                      size_t y_stride) {
-  run_tiles<Q4Tile>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
+  if (n_tok == 1 && k <= kQ4StackK) q4_decode_one(w, w_row_bytes, n_rows, k, xq, y);
+  else if (n_tok <= 2) decode_rows<true>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
+  else if (n_tok >= kPrefillMinTokens) prefill_rows<true>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
+  else run_tiles<Q4Tile>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
 }
 void q8_0_dot_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
                      size_t y_stride) {
-  run_tiles<Q8Tile>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
+  if (n_tok <= 2) decode_rows<false>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
+  else if (n_tok >= kPrefillMinTokens) prefill_rows<false>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
+  else run_tiles<Q8Tile>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
 }
 
 

@@ -84,9 +84,10 @@ void q8_0_dequantize(const uint8_t* row, uint64_t k, double* value, double* magn
 
 void test_quant_dot_q() {
   // F32/F16: k not a multiple of 16 (the AVX-512 tail is masked); Q: odd block counts (a lone last
-  // block in the AVX-512 pair loop)
+  // block in the AVX-512 pair loop, a short last quad in the Q4_0 decode), and 34 blocks (the
+  // prefill kernel's chunks of 32 blocks and a short one)
   qdot_sweep({LH_QDOT_F32, "F32", f32_random, f32_dequantize, {1, 7, 33, 160}});
   qdot_sweep({LH_QDOT_F16, "F16", f16_random, f16_dequantize, {1, 15, 17, 96}});
-  qdot_sweep({LH_QDOT_Q4_0, "Q4_0", q4_0_random, q4_0_dequantize, {32, 96, 256, 352}});
-  qdot_sweep({LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {32, 96, 256, 352}});
+  qdot_sweep({LH_QDOT_Q4_0, "Q4_0", q4_0_random, q4_0_dequantize, {32, 96, 352, 1088}});
+  qdot_sweep({LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {32, 96, 352, 1088}});
 }

@@ -9,7 +9,8 @@
 //   2. random activations (blocks of very different magnitudes): each implementation quantizes to
 //      the scalar reference's bytes, computes what the scalar reference computes up to the order of
 //      float sums, and the scalar result is within activation-quantization error of float64 (NMSE).
-//   3. what must not change the bits: any split of the rows or tokens across calls.
+//   3. what must not change the bits: any split of the rows across calls (threads split rows); a
+//      split of the tokens may change the order of float sums only (decode and prefill kernels).
 //   4. output stride and guard bytes: nothing written outside [t·y_stride + r], nothing past the
 //      activation row.
 //   5. non-finite inputs: a token with a NaN or ±Inf gets NaN in every output, the tokens beside it
