@@ -413,8 +413,10 @@ template <template <int, int> class Tile>
 void run_tiles(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes, uint32_t n_tok,
                float* y, size_t y_stride) {
   static constexpr Table<Tile> table{};
-  for (uint32_t r0 = 0; r0 < n_rows; r0 += kR) {
-    const uint32_t rr = n_rows - r0 < static_cast<uint32_t>(kR) ? n_rows - r0 : kR;
+  // decode (one or two tokens): one row at a time, one stream through the weights (see q_decode)
+  const uint32_t rows_per_tile = n_tok <= 2 ? 1u : static_cast<uint32_t>(kR);
+  for (uint32_t r0 = 0; r0 < n_rows; r0 += rows_per_tile) {
+    const uint32_t rr = n_rows - r0 < rows_per_tile ? n_rows - r0 : rows_per_tile;
     for (uint32_t t0 = 0; t0 < n_tok; t0 += kT) {
       const uint32_t tt = n_tok - t0 < static_cast<uint32_t>(kT) ? n_tok - t0 : kT;
       table.fn[rr - 1][tt - 1](w + r0 * w_row_bytes, w_row_bytes, k, xq + t0 * x_row_bytes, x_row_bytes, y + t0 * y_stride + r0, y_stride);
@@ -621,7 +623,8 @@ void q8_0_dot_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint
 // Q4_0 / Q8_0 as ggml's AVX2 dot: per block of 32 the signed weights w and codes q meet in
 // vpmaddubsw(|w|, sign(q, w)) (never saturating: 2·128·127 < 32767), vpmaddwd by ones (int32 × 8),
 // converted to float (exact: |Σ| <= 32·128·127 < 2^24) and FMA'd by d_w·d_x. F32/F16: 8 elements a
-// step, the tail of k in scalar. Tiles of up to 4 rows × 2 tokens (16 ymm registers).
+// step, the tail of k in scalar. Tiles of up to 4 rows × 2 tokens (16 ymm registers); a decode step
+// takes the rows one at a time.
 // ---------------------------------------------------------------------------------------------
 #define LH_QD2 __attribute__((target("avx2,fma,f16c")))
 
@@ -720,8 +723,10 @@ template <template <int, int> class Tile>
 void run_tiles_avx2(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes, uint32_t n_tok,
                     float* y, size_t y_stride) {
   static constexpr Table2<Tile> table{};
-  for (uint32_t r0 = 0; r0 < n_rows; r0 += 4) {
-    const uint32_t rr = n_rows - r0 < 4u ? n_rows - r0 : 4u;
+  // decode (one or two tokens): one row at a time, one stream through the weights (see q_decode)
+  const uint32_t rows_per_tile = n_tok <= 2 ? 1u : 4u;
+  for (uint32_t r0 = 0; r0 < n_rows; r0 += rows_per_tile) {
+    const uint32_t rr = n_rows - r0 < rows_per_tile ? n_rows - r0 : rows_per_tile;
     for (uint32_t t0 = 0; t0 < n_tok; t0 += 2) {
       const uint32_t tt = n_tok - t0 < 2u ? n_tok - t0 : 2u;
       table.fn[rr - 1][tt - 1](w + r0 * w_row_bytes, w_row_bytes, k, xq + t0 * x_row_bytes, x_row_bytes, y + t0 * y_stride + r0, y_stride);
