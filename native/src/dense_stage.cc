@@ -48,6 +48,10 @@ Scratch g_scratch;
 
 // Rows per piece of a matmul; prefill tiles keep 32 rows in cache while a block of tokens passes over them.
 constexpr uint32_t kRowTile = 32;
+// Rows per piece in decode (one or two tokens): long runs, so that each thread streams its share of
+// a matrix in one pass and a kernel's per-call work on the token (the Q4_0 decode lays out its codes)
+// is paid per run, not per 32 rows; pieces still balance the threads to within one run.
+constexpr uint32_t kDecodeRowRun = 256;
 // Tokens per piece in prefill: the block's activation rows (64 × ~6 KB at k = 5632) stay in L2 beside the tile.
 constexpr uint32_t kTokenBlock = 64;
 
@@ -127,10 +131,11 @@ lh_status matmul_group(const Linear* const* mats, uint32_t n, const float* x, ui
     }
     xq[m] = s.act[a].u8();
   }
-  // pieces: row tiles (decode: runs of kRowTile rows, T = 1) × token blocks, row-tile-major so a
+  // pieces: row tiles (decode: runs of kDecodeRowRun rows) × token blocks, row-tile-major so a
   // thread's contiguous share reuses each tile across its token blocks
+  const uint32_t row_tile = T <= 2 ? kDecodeRowRun : kRowTile;
   uint32_t count = 0;
-  for (uint32_t m = 0; m < n; ++m) count += ((mats[m]->rows + kRowTile - 1) / kRowTile) * ((T + kTokenBlock - 1) / kTokenBlock);
+  for (uint32_t m = 0; m < n; ++m) count += ((mats[m]->rows + row_tile - 1) / row_tile) * ((T + kTokenBlock - 1) / kTokenBlock);
   if (!s.pieces.reserve(sizeof(Piece) * count) || !s.bounds.reserve(sizeof(uint32_t) * (parts + 1))) return LH_OUT_OF_MEMORY;
   Piece* pieces = static_cast<Piece*>(s.pieces.p);
   uint32_t* bounds = static_cast<uint32_t*>(s.bounds.p);
@@ -138,9 +143,9 @@ lh_status matmul_group(const Linear* const* mats, uint32_t n, const float* x, ui
   uint32_t i = 0;
   for (uint32_t m = 0; m < n; ++m) {
     const Linear& L = *mats[m];
-    for (uint32_t r0 = 0; r0 < L.rows; r0 += kRowTile)
+    for (uint32_t r0 = 0; r0 < L.rows; r0 += row_tile)
       for (uint32_t t0 = 0; t0 < T; t0 += kTokenBlock) {
-        const uint32_t rn = L.rows - r0 < kRowTile ? L.rows - r0 : kRowTile, tn = T - t0 < kTokenBlock ? T - t0 : kTokenBlock;
+        const uint32_t rn = L.rows - r0 < row_tile ? L.rows - r0 : row_tile, tn = T - t0 < kTokenBlock ? T - t0 : kTokenBlock;
         pieces[i++] = Piece{m, r0, rn, t0, tn};
         total += static_cast<double>(rn) * L.row_bytes * tn;
       }

@@ -328,6 +328,35 @@ LH_QD512 void q_tile(const uint8_t* w, size_t w_row_bytes, uint64_t k, const uin
     for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum(acc[r][t]);
 }
 
+// The fp16 d of a row's 16 blocks from `grp` (its first block) on: word permutes over the group's
+// bytes for a full Q8_0 group (four windows of 128 bytes, four blocks each: d at words 17j), else a
+// gather (its loads stalled the decode loop on the first touch of each line: perf). in_group < 16:
+// the gather, masked, so nothing past the row is read.
+// word indices into a 128-byte window of 4 Q8_0 blocks (d at words 0, 17, 34, 51), placed at result
+// words 4·win .. 4·win + 3
+struct Q8ScaleWords {
+  alignas(64) int16_t idx[4][32];
+  constexpr Q8ScaleWords() : idx{} {
+    for (int win = 0; win < 4; ++win)
+      for (int j = 0; j < 4; ++j) idx[win][4 * win + j] = static_cast<int16_t>(17 * j);
+  }
+};
+constexpr Q8ScaleWords kQ8ScaleWords{};
+
+template <bool kQ4>
+LH_QD512 inline __m256i group_scales(const uint8_t* grp, uint32_t in_group, __mmask16 live, __m512i d_at) {
+  if (!kQ4 && in_group == 16) {
+    __m512i d = _mm512_setzero_si512();
+    for (int win = 0; win < 4; ++win) {
+      const uint8_t* p = grp + win * 4 * kQ8Block;
+      const __m512i words = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), _mm512_load_si512(kQ8ScaleWords.idx[win]), _mm512_loadu_si512(p + 64));
+      d = _mm512_mask_blend_epi16(static_cast<__mmask32>(0xFu << (4 * win)), d, words);
+    }
+    return _mm512_castsi512_si256(d);
+  }
+  return _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, d_at, grp, 1));
+}
+
 // Decode (one or two tokens): the same integer dots as q_tile, but the weight scales of 16 blocks
 // come from one gather (fp16 d at a fixed stride) and one conversion per row, and are multiplied by
 // the tokens' 16 scales once; each block pair then takes its lanes with one permute. q_tile's
@@ -352,8 +381,7 @@ LH_QD512 void q_decode(const uint8_t* w, size_t w_row_bytes, uint64_t k, const u
     __m512 dd[R][T];
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = w + r * w_row_bytes + g * bs;
-      const __m512i h = _mm512_mask_i32gather_epi32(zero, live, d_at, row, 1);  // low 16 bits: fp16 d (then the first codes)
-      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+      const __m512 dw = _mm512_cvtph_ps(group_scales<kQ4>(row, in_group, live, d_at));
       for (int t = 0; t < T; ++t) dd[r][t] = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, reinterpret_cast<const float*>(xq + t * x_row_bytes + k) + g));
     }
     for (uint32_t p = 0; 2 * p < in_group; ++p) {
@@ -460,14 +488,27 @@ LH_QD512 void q4_decode_one(const uint8_t* w, size_t w_row_bytes, uint32_t n_row
   const float* dx = reinterpret_cast<const float*>(xr + k);
   const __m512i d_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(static_cast<int>(kQ4Block)));
   const __m512i quad_lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i d_words = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0);
+  const __m512i d_words_hi = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0);
   for (uint32_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + r * w_row_bytes;
     __m512 acc = _mm512_setzero_ps();
     for (uint64_t g16 = 0; g16 < nb; g16 += 16) {
       const uint32_t in16 = nb - g16 < 16 ? static_cast<uint32_t>(nb - g16) : 16u;
       const __mmask16 live = static_cast<__mmask16>((1u << in16) - 1u);
-      const __m512i hd = _mm512_mask_i32gather_epi32(zero, live, d_at, row + g16 * kQ4Block, 1);
-      const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd)), _mm512_maskz_loadu_ps(live, dx + g16));
+      const uint8_t* grp = row + g16 * kQ4Block;
+      __m256i d16;
+      if (in16 == 16) {
+        // the 16 fp16 d at bytes 18j: words 9j of [0, 128) for j < 8 and of [144, 272) for the rest,
+        // two word permutes over loads that also bring the group's lines in (a gather here stalled
+        // the loop: 35% of its time under perf)
+        const __m512i t = _mm512_permutex2var_epi16(_mm512_loadu_si512(grp), d_words, _mm512_loadu_si512(grp + 64));
+        const __m512i u = _mm512_permutex2var_epi16(_mm512_loadu_si512(grp + 144), d_words_hi, _mm512_loadu_si512(grp + 208));
+        d16 = _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00u, t, u));
+      } else {
+        d16 = _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(zero, live, d_at, grp, 1));
+      }
+      const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(d16), _mm512_maskz_loadu_ps(live, dx + g16));
       for (uint32_t q = 0; 4 * q < in16; ++q) {
         const uint64_t b = g16 + 4 * q, g = b / 4;
         const uint8_t* p = row + b * kQ4Block + 2;
