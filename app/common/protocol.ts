@@ -14,6 +14,8 @@ export const DeviceSchema = z.enum(DEVICES);
 export type Device = z.infer<typeof DeviceSchema>;
 
 export const KV_TYPES = ['fp16', 'fp32', 'int8'] as const;
+/** Who runs the dense layers (load option `dense`). */
+export const DENSE_ENGINES = ['auto', 'native', 'onnx'] as const;
 export const KvTypeSchema = z.enum(KV_TYPES);
 
 /** Why a generation ended. Every generation ends with exactly one. */
@@ -168,7 +170,7 @@ export const LoadOptionsSchema = z.strictObject({
    * GGUF/safetensors on the CPU with F32/F16/Q4_0/Q8_0/Q4_K/Q5_K/Q6_K weights), 'onnx' (onnxruntime
    * graphs over repacked weights: every model and device), or 'auto': native where it can run.
    */
-  dense: z.enum(['auto', 'native', 'onnx']).default('auto'),
+  dense: z.enum(DENSE_ENGINES).default('auto'),
 });
 export type LoadOptions = z.infer<typeof LoadOptionsSchema>;
 /** Load options as a client writes them (defaults may be left out). */

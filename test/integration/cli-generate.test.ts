@@ -74,6 +74,29 @@ describe.runIf(have)('longhand generate on stories260K', () => {
     expect(bad.stderr).toMatch(/--policy must be one of/);
   });
 
+  it('runs the dense layers on the engine --dense names and says which ran', () => {
+    const run = (dense: string) => longhand('generate', '--model', STORIES_260K, '--prompt', 'Once upon a time', '--max-tokens', '40', '--temperature', '0', '--threads', '1', '--dense', dense, '--json');
+    const native = run('native');
+    expect(native.status, native.stderr).toBe(0);
+    const onnx = run('onnx');
+    expect(onnx.status, onnx.stderr).toBe(0);
+    const nativeOut = JSON.parse(native.stdout);
+    const onnxOut = JSON.parse(onnx.stdout);
+    expect(nativeOut.dense).toMatch(/^native \((avx512|avx2|scalar)\)$/);
+    expect(onnxOut.dense).toMatch(/^onnxruntime/);
+    // two engines, one model: both follow llama.cpp's greedy continuation of the same prompt
+    const reference = runs.find((r) => r.prompt === 'Once upon a time')!;
+    expect(nativeOut.tokenIds).toEqual(reference.generatedIds.slice(0, 40));
+    expect(onnxOut.tokenIds).toEqual(reference.generatedIds.slice(0, 40));
+    // without --json the summary line names the engine
+    const streamed = longhand('generate', '--model', STORIES_260K, '--prompt', 'Once upon a time', '--max-tokens', '5', '--temperature', '0', '--dense', 'onnx');
+    expect(streamed.status, streamed.stderr).toBe(0);
+    expect(streamed.stderr).toMatch(/^\[maxTokens\] 5 tokens, .*, dense onnxruntime/);
+    const bad = longhand('generate', '--model', STORIES_260K, '--prompt', 'x', '--dense', 'gpu');
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/--dense must be one of auto, native, onnx, got 'gpu'/);
+  });
+
   it('refuses a context whose KV cache cannot fit in free memory, before building anything', () => {
     // 640 bytes of fp16 K/V per token: 100 M tokens need ~64 GB, more than any CI machine has
     const result = longhand('generate', '--model', STORIES_260K, '--prompt', 'x', '--context', '100000000');

@@ -3,7 +3,7 @@
 // at the end. Ctrl-C cancels the generation (the engine stops between tokens) and still prints.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { UsageError } from '../../common/errors.ts';
-import { DEVICES, KV_TYPES, SESSION_FILES_ENV, type CacheReport, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
+import { DENSE_ENGINES, DEVICES, KV_TYPES, SESSION_FILES_ENV, type CacheReport, type GenerateParams, type Prompt, type Sampling, type StopReason, type Timings } from '../../common/protocol.ts';
 import { EngineClient } from '../../engine/client.ts';
 import type { CliIO } from '../main.ts';
 import { oneOf, parseCommandArgs, positiveInteger } from '../parse-args.ts';
@@ -26,6 +26,8 @@ const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-fi
   --context N           context window (default: trained context, at most 4096)
   --kv-type T           KV-cache precision: fp16 (default), fp32, int8 (one scale per row)
   --threads N           threads for the dense work
+  --dense E             who runs the dense layers: auto (default: native C++ over the file's own
+                        blocks where its kernels cover every weight type, else onnxruntime), native, onnx
   --device D            ${DEVICES.join('|')} (default cpu)
   --policy P            KV policy: full (default), infinigen, streaming, h2o, quest, oracle, snapkv
 ${POLICY_HELP}
@@ -38,7 +40,7 @@ ${POLICY_HELP}
                         KV type or policy, or is damaged, is refused with its reason and the prompt
                         is prefilled instead)
   --save-session F      save the KV cache to F after the generation (atomically)
-  --json                print one JSON object (promptIds, tokenIds, text, stopReason, timings)`;
+  --json                print one JSON object (promptIds, tokenIds, text, stopReason, dense, timings)`;
 
 export async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
@@ -57,6 +59,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
     context: { type: 'string' },
     'kv-type': { type: 'string' },
     threads: { type: 'string' },
+    dense: { type: 'string' },
     device: { type: 'string' },
     ...POLICY_OPTIONS,
     'pool-budget': { type: 'string' },
@@ -103,6 +106,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const device = oneOf(values.device, DEVICES, '--device') ?? 'cpu';
   const kvType = oneOf(values['kv-type'], KV_TYPES, '--kv-type') ?? 'fp16';
   const threads = positiveInteger(values.threads, '--threads');
+  const dense = oneOf(values.dense, DENSE_ENGINES, '--dense') ?? 'auto';
   const contextLength = positiveInteger(values.context, '--context');
   const { policy, infinigen, sparse } = policyLoadOptions(values);
   const metricsLines: string[] = [];
@@ -124,6 +128,7 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
       inspect: values.inspect ?? false,
       ...(values.offload === true ? { offload: true } : {}),
       poolBudgetBytes: positiveInteger(values['pool-budget'], '--pool-budget') ?? 0,
+      dense,
       ...(threads ? { threads } : {}),
       ...(contextLength ? { contextLength } : {}),
     }, loadProgressLine(io));
@@ -174,12 +179,12 @@ export async function runGenerate(args: string[], io: CliIO): Promise<number> {
       }
     }
     if (values.json) {
-      const result = { promptIds, tokenIds, text: generated, stopReason, timings: { loadMs: model.loadMs, ...timings }, ...(cache ? { cache } : {}), ...(savedSession ? { savedSession } : {}), ...(sessionError ? { sessionError } : {}), ...(error ? { error } : {}) };
+      const result = { promptIds, tokenIds, text: generated, stopReason, ...(model.dense ? { dense: model.dense } : {}), timings: { loadMs: model.loadMs, ...timings }, ...(cache ? { cache } : {}), ...(savedSession ? { savedSession } : {}), ...(sessionError ? { sessionError } : {}), ...(error ? { error } : {}) };
       io.out(`${JSON.stringify(result)}\n`);
     } else {
       io.out('\n');
       const t = timings;
-      if (t) io.err(`[${stopReason}] ${tokenIds.length} tokens, TTFT ${t.ttftMs.toFixed(0)} ms, prefill ${t.prefillTokensPerS.toFixed(1)} tok/s, decode ${t.decodeTokensPerS.toFixed(1)} tok/s${cache ? `, reused ${cache.reusedTokens} of ${promptIds.length} prompt tokens` : ''}\n`);
+      if (t) io.err(`[${stopReason}] ${tokenIds.length} tokens, TTFT ${t.ttftMs.toFixed(0)} ms, prefill ${t.prefillTokensPerS.toFixed(1)} tok/s, decode ${t.decodeTokensPerS.toFixed(1)} tok/s${model.dense ? `, dense ${model.dense}` : ''}${cache ? `, reused ${cache.reusedTokens} of ${promptIds.length} prompt tokens` : ''}\n`);
       if (savedSession) io.err(`saved session ${values['save-session']}: ${savedSession.tokens} tokens, ${savedSession.bytes} bytes in ${savedSession.ms.toFixed(0)} ms\n`);
     }
     if (error) io.err(`longhand generate: ${error.code}: ${error.message}\n`);

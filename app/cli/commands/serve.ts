@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { resolve as resolvePath } from 'node:path';
 import { UsageError } from '../../common/errors.ts';
-import { DEVICES, KV_TYPES } from '../../common/protocol.ts';
+import { DENSE_ENGINES, DEVICES, KV_TYPES } from '../../common/protocol.ts';
 import { EngineClient } from '../../engine/client.ts';
 import { EngineSession } from '../../server/engine-session.ts';
 import { kvPoolBytes } from '../../server/metrics.ts';
@@ -22,6 +22,8 @@ const HELP = `usage: longhand serve [--model PATH] [options]
   --open                open the page in the default browser
   --context N           context window (default: trained context, at most 4096)
   --threads N           threads for the dense work
+  --dense E             who runs the dense layers: auto (default: native C++ over the file's own
+                        blocks where its kernels cover every weight type, else onnxruntime), native, onnx
   --kv-type T           KV-cache precision: fp16 (default), fp32, int8 (one scale per row)
   --device D            ${DEVICES.join('|')} (default cpu)
   --policy P            KV policy of the loaded model (default full); a request may choose its own
@@ -58,6 +60,7 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
     open: { type: 'boolean' },
     context: { type: 'string' },
     threads: { type: 'string' },
+    dense: { type: 'string' },
     'kv-type': { type: 'string' },
     device: { type: 'string' },
     'data-dir': { type: 'string' },
@@ -73,6 +76,7 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
   const listenPort = port(values.port);
   const contextLength = positiveInteger(values.context, '--context');
   const threads = positiveInteger(values.threads, '--threads');
+  const dense = oneOf(values.dense, DENSE_ENGINES, '--dense') ?? 'auto';
   const kvType = oneOf(values['kv-type'], KV_TYPES, '--kv-type') ?? 'fp16';
   const device = oneOf(values.device, DEVICES, '--device') ?? 'cpu';
   const policy = policyLoadOptions(values);
@@ -86,8 +90,8 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
   try {
     if (values.model) {
       io.err(`loading ${values.model}…\n`);
-      const model = await session.load({ modelPath: values.model, device, kvType, ...policy, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
-      io.err(`loaded ${session.modelId} (${model.architecture}, ${model.layers} layers, context ${model.contextLength}, KV pool ${(kvPoolBytes(model) / 2 ** 20).toFixed(2)} MiB ${model.kvType}) in ${model.loadMs.toFixed(0)} ms\n`);
+      const model = await session.load({ modelPath: values.model, device, kvType, dense, ...policy, ...(threads ? { threads } : {}), ...(contextLength ? { contextLength } : {}) });
+      io.err(`loaded ${session.modelId} (${model.architecture}, ${model.layers} layers, context ${model.contextLength}, KV pool ${(kvPoolBytes(model) / 2 ** 20).toFixed(2)} MiB ${model.kvType}${model.dense ? `, dense ${model.dense}` : ''}) in ${model.loadMs.toFixed(0)} ms\n`);
     }
     const server = await startServer({ session, port: listenPort, dataDir, log: (line) => io.err(`${line}\n`) });
     io.out(`${server.url}\n`);
