@@ -51,6 +51,15 @@ export interface MappedFile {
    * NATIVE_BAD_ARGUMENT after close() or for a range past the end.
    */
   release(offset: number, length: number): number;
+  /**
+   * Gives the process its own anonymous copy of the pages holding bytes [offset, offset + length)
+   * (a write fault per page on the private mapping), same bytes at the same addresses: pages left
+   * to the page cache are scanned by reclaim and slow a weight pass 3–10x now and then. Resident
+   * memory is unchanged; `release` still drops the copy. Split over up to `threads` threads
+   * (default 1). Returns the bytes covered; 0 (doing nothing) for a copy.
+   * NATIVE_BAD_ARGUMENT after close() or for a range past the end.
+   */
+  own(offset: number, length: number, threads?: number): number;
 }
 
 /** Maps `path`. NATIVE_IO when it cannot be opened/mapped or is not a regular file. */

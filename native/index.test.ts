@@ -43,7 +43,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(16);
+    expect(binding.abiVersion).toBe(17);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx512', 'avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -114,6 +114,29 @@ describe('mapFile', () => {
     expectNativeError(() => mapped.release(0, 1), 'NATIVE_BAD_ARGUMENT');
     const copied = mapFile(bigFile, { copy: true });
     expect(copied.release(0, 4096)).toBe(0); // a copy has no pages to give back
+    copied.close();
+  });
+
+  it('own() makes a range the process\'s anonymous pages: same bytes, and release() still gives the file\'s back', () => {
+    const big = new Uint8Array(8 * 2 ** 20).map((_, i) => (i * 37 + 11) & 0xff);
+    const bigFile = join(dir, 'own.bin');
+    writeFileSync(bigFile, big);
+    const mapped = mapFile(bigFile);
+    const rssAnon = (): number => Number(/RssAnon:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? 0) * 1024;
+    const before = process.platform === 'linux' ? rssAnon() : 0;
+    expect(mapped.own(10, 100)).toBe(4096); // whole pages covering the range
+    expect(mapped.own(0, 0, 2)).toBe(0);
+    expect(mapped.own(0, big.length, 2)).toBe(big.length);
+    if (process.platform === 'linux') expect(rssAnon() - before).toBeGreaterThan(7 * 2 ** 20);
+    expect(Buffer.compare(Buffer.from(mapped.buffer), Buffer.from(big))).toBe(0);
+    expect(mapped.release(0, big.length)).toBe(big.length);
+    expect(Buffer.compare(Buffer.from(mapped.buffer), Buffer.from(big))).toBe(0);
+    expectNativeError(() => mapped.own(big.length, 1), 'NATIVE_BAD_ARGUMENT');
+    expectNativeError(() => mapped.own(0, 1, 0), 'NATIVE_BAD_ARGUMENT');
+    mapped.close();
+    expectNativeError(() => mapped.own(0, 1), 'NATIVE_BAD_ARGUMENT');
+    const copied = mapFile(bigFile, { copy: true });
+    expect(copied.own(0, 4096)).toBe(0); // a copy is V8's memory already
     copied.close();
   });
 

@@ -43,7 +43,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 16;
+constexpr int kAbiVersion = 17;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -592,6 +592,7 @@ class MappedFile : public Napi::ObjectWrap<MappedFile> {
                            InstanceAccessor<&MappedFile::Closed>("closed"),
                            InstanceMethod<&MappedFile::Close>("close"),
                            InstanceMethod<&MappedFile::Release>("release"),
+                           InstanceMethod<&MappedFile::Own>("own"),
                        });
   }
 
@@ -709,6 +710,23 @@ class MappedFile : public Napi::ObjectWrap<MappedFile> {
       const lh_status st = lh_mapped_file_release(&mapping_->file, static_cast<size_t>(offset), static_cast<size_t>(length), &released);
       if (st != LH_OK) fail(env_, st, std::string("release: madvise failed: ") + std::strerror(mapping_->file.error));
       return Napi::Number::New(env_, static_cast<double>(released));
+    });
+  }
+
+  // own(offset, length, threads = 1) -> bytes owned: the process's own anonymous copy of that
+  // range's pages, same bytes at the same addresses (see lh_mapped_file_own). 0, doing nothing, for
+  // a copied file (its bytes are V8's already).
+  Napi::Value Own(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      if (closed_) fail(env_, LH_BAD_ARGUMENT, "own: the file is closed");
+      const double offset = integer_arg(env_, info[0], "offset", 0, static_cast<double>(byte_length_));
+      const double length = integer_arg(env_, info[1], "length", 0, static_cast<double>(byte_length_) - offset);
+      const double threads = info[2].IsUndefined() ? 1 : integer_arg(env_, info[2], "threads", 1, 256);
+      if (!external_ || mapping_ == nullptr || mapping_->file.data == nullptr) return Napi::Number::New(env_, 0);
+      size_t owned = 0;
+      const lh_status st = lh_mapped_file_own(&mapping_->file, static_cast<size_t>(offset), static_cast<size_t>(length), static_cast<unsigned>(threads), &owned);
+      if (st != LH_OK) fail(env_, st, std::string("own: madvise failed: ") + std::strerror(mapping_->file.error));
+      return Napi::Number::New(env_, static_cast<double>(owned));
     });
   }
 

@@ -331,6 +331,74 @@ void test_mapped_file() {
   }
 }
 
+// Anonymous kB of the mapping that contains `address`, from /proc/self/smaps (-1: not found).
+long smaps_anonymous_kb(const void* address) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return -1;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(address);
+  char line[512];
+  bool inside = false;
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    // a mapping's header line ("lo-hi perms ..."); field lines ("Anonymous: 4 kB") do not parse as two numbers
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) inside = a >= lo && a < hi;
+    long v = 0;
+    if (inside && std::sscanf(line, "Anonymous: %ld kB", &v) == 1) {
+      kb = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kb;
+}
+
+// lh_mapped_file_own: the range's pages become the process's anonymous pages with the file's
+// bytes at the same addresses, split over threads; release still brings the file's bytes back.
+void test_mapped_file_own() {
+  char path[] = "/tmp/longhand-native-own-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) {
+    check(false, "mapped file own: temp file", "mkstemp failed");
+    return;
+  }
+  const size_t size = (size_t{40} << 20) + 1234;  // 40 MiB and a partial page: two 16-MiB+ pieces on two threads
+  std::vector<unsigned char> bytes(size);
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  const bool wrote = write(fd, bytes.data(), size) == static_cast<ssize_t>(size);
+  close(fd);
+  lh_mapped_file f;
+  if (!wrote || lh_mapped_file_open(&f, path) != LH_OK) {
+    check(false, "mapped file own: open", "could not write or map %s", path);
+    unlink(path);
+    return;
+  }
+  const unsigned char* data = static_cast<const unsigned char*>(f.data);
+  const long before_kb = smaps_anonymous_kb(data);
+  size_t owned = 0;
+  // from inside the first page to the file's last byte: whole pages, clipped to the file
+  const lh_status st = lh_mapped_file_own(&f, 3000, size - 3000, 2, &owned);
+  const long after_kb = smaps_anonymous_kb(data);
+  check(st == LH_OK && owned == size && std::memcmp(data, bytes.data(), size) == 0,
+        "own: LH_OK, the whole pages covering the range (clipped to the file), the file's bytes unchanged", "status %d owned %zu", st,
+        owned);
+  check(before_kb == 0 && after_kb >= static_cast<long>(size >> 10), "own: the range is the process's anonymous memory now (smaps)",
+        "Anonymous before %ld kB, after %ld kB, range %zu kB", before_kb, after_kb, size >> 10);
+  size_t released = 0;
+  check(lh_mapped_file_release(&f, 0, size, &released) == LH_OK && smaps_anonymous_kb(data) == 0 &&
+            std::memcmp(data, bytes.data(), size) == 0,
+        "release after own drops the copy and the file's bytes fault in again");
+  check(lh_mapped_file_own(&f, 0, 1, 1, &owned) == LH_OK && owned == static_cast<size_t>(sysconf(_SC_PAGESIZE)) &&
+            lh_mapped_file_own(&f, 7, 0, 1, &owned) == LH_OK && owned == 0,
+        "own: one byte owns its page; 0 bytes own nothing");
+  check(lh_mapped_file_own(&f, size, 1, 1, &owned) == LH_BAD_ARGUMENT && lh_mapped_file_own(&f, 0, size + 1, 1, &owned) == LH_BAD_ARGUMENT &&
+            lh_mapped_file_own(&f, 0, 1, 0, &owned) == LH_BAD_ARGUMENT && lh_mapped_file_own(nullptr, 0, 1, 1, &owned) == LH_BAD_ARGUMENT,
+        "own: a range past the end, 0 threads or no file is LH_BAD_ARGUMENT");
+  lh_mapped_file_close(&f);
+  check(lh_mapped_file_own(&f, 0, 1, 1, &owned) == LH_BAD_ARGUMENT && owned == 0, "own: a closed file is LH_BAD_ARGUMENT");
+  unlink(path);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Attention: optimised vs scalar reference
 // ---------------------------------------------------------------------------------------------
@@ -3112,6 +3180,7 @@ int main(int argc, char** argv) {
   test_kv_pool();
   test_kv_pool_fp16_rows();
   test_mapped_file();
+  test_mapped_file_own();
   for (const lh_attention_impl impl : kAttentionImpls)
     if (lh_attention_available(impl)) test_attention_sweep(impl);
   for (const lh_attention_impl impl : kAttentionImpls)

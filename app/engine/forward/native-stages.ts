@@ -4,8 +4,9 @@
 //   per stage s:  the tensors graphs.ts llamaStage would read ──► createDenseStage({ views of the
 //                 mapped bytes, fp32 norm vectors and biases }) ──► run(feeds) as a session would
 //
-// Nothing is repacked and nothing is copied, so a load takes as long as building L + 1 small
-// objects, the process holds each weight once (the file's pages, as llama.cpp does), and every type
+// Nothing is repacked, so a load takes as long as building L + 1 small objects and giving the
+// process its own copy of each weight's pages (model.ownTensor: a write fault per page, the bytes
+// and addresses unchanged), the process holds each weight once, and every type
 // with kernels here (F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K: the files users download) runs with
 // int8 activations like llama.cpp's. Chosen for llama-family models on the CPU provider when every
 // weight's type has kernels (nativeDenseUnsupported); OPT, other types, other providers and
@@ -95,6 +96,9 @@ export function createNativeStages(weights: ModelWeights, options: NativeStageOp
   const hyper = model.hyper;
   const L = hyper.layers;
   const matrix = (name: string, biasName?: string): DenseStageMatrix => {
+    // every step streams these bytes: make them the process's own pages, not the page cache's
+    // (LoadedModel.ownTensor says why); ~1 GB/s per thread, the load's only real work
+    model.ownTensor?.(name, options.threads);
     const v = weights.view(name);
     const t = KERNEL_TYPES[v.dtype]!;
     const bias = biasName === undefined ? undefined : weights.optionalVector(biasName);

@@ -20,6 +20,12 @@ export interface MappedFile {
    * the file was read or copied into memory.
    */
   release(offset: number, length: number): number;
+  /**
+   * Makes bytes [offset, offset + length) the process's own anonymous pages when they are the
+   * mapping (native MappedFile.own: same bytes, same addresses; pages left to the page cache slow a
+   * weight pass now and then); returns the bytes covered, 0 when the file was read or copied.
+   */
+  own(offset: number, length: number, threads?: number): number;
   readonly closed: boolean;
 }
 
@@ -54,6 +60,9 @@ function openMapped(path: string, displayName: string): MappedFile {
     release(offset: number, length: number) {
       return mapped.closed ? 0 : mapped.release(offset, length);
     },
+    own(offset: number, length: number, threads?: number) {
+      return mapped.closed ? 0 : mapped.own(offset, length, threads);
+    },
   };
 }
 
@@ -78,6 +87,9 @@ function openRead(path: string, displayName: string): MappedFile {
       closed = true;
     },
     release() {
+      return 0;
+    },
+    own() {
       return 0;
     },
   };

@@ -101,4 +101,11 @@ export interface LoadedModel {
    * the file). Returns the bytes advised; 0 (or absent) where the bytes are not a mapping.
    */
   releaseTensor?(name: string): number;
+  /**
+   * Makes a tensor's bytes the process's own anonymous pages where the file is mapped (same bytes,
+   * same addresses): for weights read in place on every step (the native dense stages), since
+   * pages left to the page cache slow a pass over them 3–10x now and then. Resident memory is
+   * unchanged. Returns the bytes covered; 0 (or absent) where the bytes are not a mapping.
+   */
+  ownTensor?(name: string, threads?: number): number;
 }

@@ -35,7 +35,11 @@ export function loadGgufModel(path: string, options: ParseOptions = {}): LoadedM
       const info = file.tensors.get(name);
       return info === undefined ? 0 : file.release(info.absoluteOffset, info.byteSize);
     };
-    return { ...model, releaseTensor };
+    const ownTensor = (name: string, threads?: number): number => {
+      const info = file.tensors.get(name);
+      return info === undefined ? 0 : file.own(info.absoluteOffset, info.byteSize, threads);
+    };
+    return { ...model, releaseTensor, ownTensor };
   } catch (error) {
     file.close();
     throw error;

@@ -12,6 +12,8 @@ export interface OpenGgufFile extends GgufFile {
   close(): void;
   /** Drops the resident pages of file bytes [offset, offset + length) (see MappedFile.release); returns the bytes advised. */
   release(offset: number, length: number): number;
+  /** Makes file bytes [offset, offset + length) the process's own pages (see MappedFile.own); returns the bytes covered. */
+  own(offset: number, length: number, threads?: number): number;
 }
 
 /** Reads and parses the GGUF file at `path`. Missing or unreadable → MODEL_NOT_FOUND. */
@@ -24,7 +26,7 @@ export function openGguf(path: string, options: ParseOptions = {}): OpenGgufFile
   };
   try {
     const file = parseGgufSource(source, path, options);
-    return { ...file, path, external: mapped.external, close, release: (offset, length) => mapped.release(offset, length) };
+    return { ...file, path, external: mapped.external, close, release: (offset, length) => mapped.release(offset, length), own: (offset, length, threads) => mapped.own(offset, length, threads) };
   } catch (error) {
     close();
     throw error;
