@@ -731,6 +731,129 @@ inline __attribute__((always_inline)) void decode_grouped(const lh_attention_arg
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Causal prefill on the grouped driver: the chunk's queries of one KV head share its rows. For KV
+// head g the "virtual heads" are (query i, head j of g's group), i major; batches of kHeadBatch of
+// them walk the rows once: each tile is widened once and serves every virtual head of the batch
+// that reaches it, where decode-per-query read it once per query. A virtual head of query i stops
+// at its own prefix (tokens − queries + i + 1 rows); heads that end inside a tile run that tile
+// with their own n (tokens nondecrease along the batch, so equal n are runs). Every head meets the
+// same tiles with the same n in the same order as its own decode (decode_grouped), and heads_tile
+// computes each head from its own lanes only (rows past n are −inf before the max, and P·V stops
+// at n), so each query's output is decode's bit for bit, whatever the batch or thread.
+// Batches first, first + step, ... (of every KV head) run here.
+// ---------------------------------------------------------------------------------------------
+template <class Ops, class T>
+inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
+  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
+  constexpr size_t L = Ops::kLanes;
+  const uint32_t group = a->heads / a->kv_heads;
+  const size_t d = a->head_dim;
+  const size_t dp = (d + L - 1) / L * L;
+  const size_t width = static_cast<size_t>(a->heads) * d;  // floats per query token in q and out
+  const size_t scale_stride = a->head_stride / d;
+  const uint32_t before = a->tokens - queries;              // rows before the chunk's first token
+  const uint64_t virtual_heads = static_cast<uint64_t>(queries) * group;  // per KV head
+  const uint64_t batches = (virtual_heads + kHeadBatch - 1) / kHeadBatch;
+  alignas(64) float kb[kRowTile * kTileMaxDim];    // (kRowTile, dp) this tile's K rows, fp32, zero padded
+  alignas(64) float vb[kRowTile * kTileMaxDim];    // (kRowTile, dp) this tile's V rows
+  alignas(64) float qb[kHeadBatch * kTileMaxDim];  // (batch heads, dp) q of the batch's virtual heads
+  alignas(64) float acc[kHeadBatch * kTileMaxDim]; // (batch heads, dp) unnormalised outputs
+  alignas(64) float sc[kRowTile];                  // (kRowTile) score scale of each row
+  alignas(64) float vs[kRowTile];                  // (kRowTile) int8 value scale of each row
+  alignas(64) float m[kHeadBatch];                 // (batch heads) running max
+  alignas(64) float l[kHeadBatch * kRowTile];      // (batch heads, 16) running denominators
+  bool bad[kHeadBatch];                            // (batch heads) a NaN or +inf score seen
+  alignas(64) float run_m[kHeadBatch];             // a run's state at lane 0 (heads_tile reads m as one aligned vector)
+  alignas(64) float run_l[kHeadBatch * kRowTile];
+  bool run_bad[kHeadBatch];
+  uint32_t rows_of[kHeadBatch];                    // (batch heads) rows each virtual head attends
+  size_t at[kHeadBatch];                           // (batch heads) float offset of its q and out
+  for (uint32_t g = 0; g < a->kv_heads; ++g) {
+    const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;  // (rows, head_dim)
+    const T* vg = static_cast<const T*>(a->v) + g * a->head_stride;
+    const float* ksg = kInt8 ? a->k_scale + g * scale_stride : nullptr;
+    const float* vsg = kInt8 ? a->v_scale + g * scale_stride : nullptr;
+    for (uint64_t b = first; b < batches; b += step) {
+      const uint64_t v0 = b * kHeadBatch;
+      const uint32_t nb = static_cast<uint32_t>(virtual_heads - v0 < kHeadBatch ? virtual_heads - v0 : kHeadBatch);
+      for (uint32_t j = 0; j < nb; ++j) {
+        const uint64_t v = v0 + j;
+        const uint32_t i = static_cast<uint32_t>(v / group), h = static_cast<uint32_t>(v % group);
+        rows_of[j] = before + i + 1;
+        at[j] = i * width + (static_cast<size_t>(g) * group + h) * d;
+        for (size_t e = 0; e < dp; ++e) {
+          qb[j * dp + e] = e < d ? a->q[at[j] + e] : 0.0f;
+          acc[j * dp + e] = 0.0f;
+        }
+      }
+      for (uint32_t j = 0; j < kHeadBatch; ++j) {
+        m[j] = -INFINITY;
+        for (uint32_t e = 0; e < kRowTile; ++e) l[j * kRowTile + e] = 0.0f;
+        bad[j] = false;
+      }
+      const uint32_t last = rows_of[nb - 1];
+      for (uint32_t t0 = 0; t0 < last; t0 += kRowTile) {
+        const uint32_t n_tile = last - t0 < kRowTile ? last - t0 : kRowTile;
+        for (uint32_t t = 0; t < n_tile; ++t) {
+          const size_t r = t0 + t;
+          Ops::widen(kb + t * dp, kg + r * d, d, dp);
+          Ops::widen(vb + t * dp, vg + r * d, d, dp);
+          sc[t] = kInt8 ? ksg[r] * a->scale : a->scale;
+          vs[t] = kInt8 ? vsg[r] : 1.0f;
+        }
+        for (uint32_t t = n_tile; t < kRowTile; ++t) {  // as decode's last tile
+          for (size_t e = 0; e < dp; ++e) kb[t * dp + e] = 0.0f;
+          sc[t] = 0.0f;
+          vs[t] = 0.0f;
+        }
+        uint32_t j = 0;
+        while (j < nb && rows_of[j] <= t0) ++j;  // heads whose prefix ended before this tile
+        while (j < nb) {
+          const uint32_t n = rows_of[j] - t0 < kRowTile ? rows_of[j] - t0 : kRowTile;
+          uint32_t end = j + 1;
+          while (end < nb && (rows_of[end] - t0 < kRowTile ? rows_of[end] - t0 : kRowTile) == n) ++end;
+          if (j == 0 && end == nb) {
+            Ops::heads_tile(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad);
+          } else {
+            const uint32_t rn = end - j;
+            for (uint32_t k = 0; k < kHeadBatch; ++k) run_m[k] = k < rn ? m[j + k] : -INFINITY;
+            for (uint32_t k = 0; k < rn; ++k) {
+              for (uint32_t e = 0; e < kRowTile; ++e) run_l[k * kRowTile + e] = l[(j + k) * kRowTile + e];
+              run_bad[k] = bad[j + k];
+            }
+            Ops::heads_tile(qb + j * dp, acc + j * dp, rn, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, run_m, run_l, run_bad);
+            for (uint32_t k = 0; k < rn; ++k) {
+              m[j + k] = run_m[k];
+              for (uint32_t e = 0; e < kRowTile; ++e) l[(j + k) * kRowTile + e] = run_l[k * kRowTile + e];
+              bad[j + k] = run_bad[k];
+            }
+          }
+          j = end;
+        }
+      }
+      for (uint32_t j = 0; j < nb; ++j) {
+        float* out = a->out + at[j];  // (head_dim)
+        if (bad[j] || m[j] == -INFINITY) {
+          for (size_t e = 0; e < d; ++e) out[e] = NAN;
+          continue;
+        }
+        const float inv = 1.0f / Ops::denominator(l + j * kRowTile);
+        for (size_t e = 0; e < d; ++e) out[e] = acc[j * dp + e] * inv;
+      }
+    }
+  }
+}
+
+template <class Ops>
+inline __attribute__((always_inline)) void prefill_grouped_typed(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
+  switch (a->kv_type) {
+    case LH_KV_F32: prefill_grouped<Ops, float>(a, queries, first, step); break;
+    case LH_KV_I8: prefill_grouped<Ops, int8_t>(a, queries, first, step); break;
+    default: prefill_grouped<Ops, uint16_t>(a, queries, first, step); break;
+  }
+}
+
 template <class Ops, bool kIndexed>
 inline __attribute__((always_inline)) void run_grouped_typed(const lh_attention_args* a) {
   switch (a->kv_type) {
@@ -777,6 +900,15 @@ LH_AVX512 void run_avx512(const lh_attention_args* a) {
   if (a->head_dim > kTileMaxDim) run_avx2_per_head(a);
   else if (a->rows != nullptr) run_grouped_typed<Avx512Tile, true>(a);
   else run_grouped_typed<Avx512Tile, false>(a);
+}
+
+// Causal prefill batches (prefill_grouped) where decode runs the grouped kernel: AVX-512 up to
+// kTileMaxDim, AVX2 for GQA up to kTileMaxDim (its MHA decode is the per-head kernel).
+__attribute__((target("avx2,fma,f16c"))) void prefill_avx2(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
+  prefill_grouped_typed<Avx2Tile>(a, queries, first, step);
+}
+LH_AVX512 void prefill_avx512(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
+  prefill_grouped_typed<Avx512Tile>(a, queries, first, step);
 }
 
 LH_AVX512 void exp_avx512(const float* x, float* y, size_t n) {
@@ -996,12 +1128,45 @@ lh_status lh_attention_decode_threads(const lh_attention_args* a, uint32_t threa
   return LH_OK;
 }
 
-// Causal prefill as one decode per chunk token over its own prefix: each query reads rows
-// 0 .. tokens - queries + i. A query's K/V tiles stay hot in cache for the next query, whose
-// prefix is one row longer.
+// Causal prefill: each query reads rows 0 .. tokens - queries + i. On the grouped kernels the
+// queries of a batch share every tile (prefill_grouped); elsewhere one decode per chunk token, a
+// query's K/V tiles staying hot in cache for the next query, whose prefix is one row longer.
 namespace {
+// Which batched prefill (prefill_grouped) serves these args with `impl`: 0 none (one decode per
+// query), 1 AVX2, 2 AVX-512 — the kernel decode would run, so the bits are decode's.
+int grouped_prefill_kind(const lh_attention_args* a, lh_attention_impl impl) {
+#ifdef LH_X86
+  if (a->head_dim > kTileMaxDim || impl == LH_ATTN_AVX2_PER_HEAD) return 0;
+  if (impl == LH_ATTN_AVX512 || (impl == LH_ATTN_AUTO && cpu_has_avx512())) return 2;
+  if ((impl == LH_ATTN_AVX2 || (impl == LH_ATTN_AUTO && cpu_has_avx2())) && a->heads != a->kv_heads) return 1;
+#else
+  (void)a;
+  (void)impl;
+#endif
+  return 0;
+}
+
+// The units a prefill's threads share: batches of kHeadBatch virtual heads per KV head, or queries.
+uint64_t prefill_units(const lh_attention_args* a, uint32_t queries, int kind) {
+  if (kind == 0) return queries;
+  const uint64_t virtual_heads = static_cast<uint64_t>(queries) * (a->heads / a->kv_heads);
+  return (virtual_heads + kHeadBatch - 1) / kHeadBatch;
+}
+
 // Queries first, first + step, ... of a checked prefill: each one the decode of its own prefix.
+// With a grouped kind, batches first, first + step, ... instead (same bits).
 void prefill_queries(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step, lh_attention_impl impl) {
+#ifdef LH_X86
+  const int kind = grouped_prefill_kind(a, impl);
+  if (kind == 2) {
+    prefill_avx512(a, queries, first, step);
+    return;
+  }
+  if (kind == 1) {
+    prefill_avx2(a, queries, first, step);
+    return;
+  }
+#endif
   const size_t width = static_cast<size_t>(a->heads) * a->head_dim;  // floats per query token
   lh_attention_args one = *a;
   for (uint32_t i = first; i < queries; i += step) {
@@ -1034,7 +1199,8 @@ lh_status lh_attention_prefill_threads(const lh_attention_args* a, uint32_t quer
   if (st != LH_OK) return st;
   if (!lh_attention_available(impl) || threads == 0 || threads > LH_MAX_ATTENTION_THREADS) return LH_BAD_ARGUMENT;
   if (queries == 1) return lh_attention_decode_threads(a, threads, impl);  // one query: split its KV heads instead
-  const uint32_t used = threads < queries ? threads : queries;
+  const uint64_t units = prefill_units(a, queries, grouped_prefill_kind(a, impl));
+  const uint32_t used = threads < units ? threads : static_cast<uint32_t>(units);
   PrefillShare shares[LH_MAX_ATTENTION_THREADS];
   pthread_t ids[LH_MAX_ATTENTION_THREADS];
   bool started[LH_MAX_ATTENTION_THREADS] = {};

@@ -98,10 +98,17 @@ lh_status lh_attention_check(const lh_attention_args* args);
 // would compute for that token alone. 1 <= queries <= tokens. Same validation (for the
 // (queries, heads, head_dim) extents of q and out) and the same non-finite rules per query.
 lh_status lh_attention_prefill(const lh_attention_args* args, uint32_t queries, lh_attention_impl impl = LH_ATTN_AUTO);
-// lh_attention_prefill with the queries spread over `threads` threads (the caller's plus threads − 1
-// started for the call): query i runs on thread i % threads, so the causal triangle's long and short
-// rows are shared evenly. Each query is computed exactly as lh_attention_prefill computes it (same
-// kernel, same rows, its own output block), so the result is bit-identical for any thread count.
+// Where decode runs the grouped kernel (AVX-512, and AVX2 for GQA, head_dim <= 256) the chunk's
+// queries share each KV head's rows: batches of 16 (query, query head) pairs of one KV head walk
+// the rows once, each tile widened once for every pair that reaches it, each pair stopping at its
+// own prefix; elsewhere each query is one decode. Either way every query's output is what decode
+// computes for it, bit for bit.
+//
+// lh_attention_prefill with the work spread over `threads` threads (the caller's plus threads − 1
+// started for the call): batch (or query) i runs on thread i % threads, so the causal triangle's
+// long and short rows are shared evenly. Each query is computed exactly as lh_attention_prefill
+// computes it (same kernel, same rows, its own output block), so the result is bit-identical for
+// any thread count.
 // One query (decode) is lh_attention_decode_threads: its KV heads are split instead.
 // threads 1..LH_MAX_ATTENTION_THREADS (more than queries: the extra ones get nothing).
 lh_status lh_attention_prefill_threads(const lh_attention_args* args, uint32_t queries, uint32_t threads,
