@@ -648,6 +648,40 @@ constexpr uint32_t kRowTile = kRowTileLanes;      // rows per tile: 16 scores a 
 constexpr uint32_t kHeadBatch = kHeadBatchLanes;  // query heads of one KV head sharing each tile (a GQA group)
 constexpr uint32_t kTileMaxDim = 256;  // the grouped kernels' head_dim limit (stack tiles); above: per-head kernel
 
+// One tile of the grouped drivers: rows r(0) .. r(n−1) of a KV head widened to fp32 into kb / vb
+// (kRowTile rows of dp floats), with each row's score scale (int8: k_scale · scale) and value
+// scale; rows n .. kRowTile−1 zeroed in kb with scales 0 (the score vectors read them).
+template <class Ops, class T, class RowOf>
+inline __attribute__((always_inline)) void fill_tile(const lh_attention_args* a, const T* kg, const T* vg, const float* ksg, const float* vsg,
+                                                     uint32_t n, RowOf row_of, size_t dp, float* kb, float* vb, float* sc, float* vs) {
+  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
+  const size_t d = a->head_dim;
+  for (uint32_t t = 0; t < n; ++t) {
+    const size_t r = row_of(t);
+    Ops::widen(kb + t * dp, kg + r * d, d, dp);
+    Ops::widen(vb + t * dp, vg + r * d, d, dp);
+    sc[t] = kInt8 ? ksg[r] * a->scale : a->scale;
+    vs[t] = kInt8 ? vsg[r] : 1.0f;
+  }
+  for (uint32_t t = n; t < kRowTile; ++t) {
+    for (size_t i = 0; i < dp; ++i) kb[t * dp + i] = 0.0f;
+    sc[t] = 0.0f;
+    vs[t] = 0.0f;
+  }
+}
+
+// A grouped head's output (head_dim floats) from its accumulator (dp floats) and softmax state:
+// NaN for a head that saw a NaN or +inf score or only −inf ones, like the reference.
+template <class Ops>
+inline __attribute__((always_inline)) void finish_head(float* out, const float* acc, size_t d, float m, const float* l, bool bad) {
+  if (bad || m == -INFINITY) {
+    for (size_t i = 0; i < d; ++i) out[i] = NAN;
+    return;
+  }
+  const float inv = 1.0f / Ops::denominator(l);
+  for (size_t i = 0; i < d; ++i) out[i] = acc[i] * inv;
+}
+
 template <class Ops, class T, bool kIndexed>
 inline __attribute__((always_inline)) void decode_grouped(const lh_attention_args* a) {
   constexpr bool kInt8 = std::is_same<T, int8_t>::value;
@@ -704,29 +738,10 @@ inline __attribute__((always_inline)) void decode_grouped(const lh_attention_arg
             prefetch_scales(vsg, rows, t0 + n, next_end);
           }
         }
-        for (uint32_t t = 0; t < n; ++t) {
-          const size_t r = kIndexed ? static_cast<size_t>(rows[t0 + t]) : t0 + t;
-          Ops::widen(kb + t * dp, kg + r * d, d, dp);
-          Ops::widen(vb + t * dp, vg + r * d, d, dp);
-          sc[t] = kInt8 ? ksg[r] * a->scale : a->scale;
-          vs[t] = kInt8 ? vsg[r] : 1.0f;
-        }
-        for (uint32_t t = n; t < kRowTile; ++t) {  // last tile: rows the score vectors read but that are not there
-          for (size_t i = 0; i < dp; ++i) kb[t * dp + i] = 0.0f;
-          sc[t] = 0.0f;
-          vs[t] = 0.0f;
-        }
+        fill_tile<Ops>(a, kg, vg, ksg, vsg, n, [&](uint32_t t) { return kIndexed ? static_cast<size_t>(rows[t0 + t]) : t0 + t; }, dp, kb, vb, sc, vs);
         Ops::heads_tile(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad);
       }
-      for (uint32_t j = 0; j < nb; ++j) {
-        float* out = a->out + (head0 + j) * d;  // (head_dim)
-        if (bad[j] || m[j] == -INFINITY) {
-          for (size_t i = 0; i < d; ++i) out[i] = NAN;
-          continue;
-        }
-        const float inv = 1.0f / Ops::denominator(l + j * kRowTile);
-        for (size_t i = 0; i < d; ++i) out[i] = acc[j * dp + i] * inv;
-      }
+      for (uint32_t j = 0; j < nb; ++j) finish_head<Ops>(a->out + (head0 + j) * d, acc + j * dp, d, m[j], l + j * kRowTile, bad[j]);
     }
   }
 }
@@ -795,18 +810,7 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
       const uint32_t last = rows_of[nb - 1];
       for (uint32_t t0 = 0; t0 < last; t0 += kRowTile) {
         const uint32_t n_tile = last - t0 < kRowTile ? last - t0 : kRowTile;
-        for (uint32_t t = 0; t < n_tile; ++t) {
-          const size_t r = t0 + t;
-          Ops::widen(kb + t * dp, kg + r * d, d, dp);
-          Ops::widen(vb + t * dp, vg + r * d, d, dp);
-          sc[t] = kInt8 ? ksg[r] * a->scale : a->scale;
-          vs[t] = kInt8 ? vsg[r] : 1.0f;
-        }
-        for (uint32_t t = n_tile; t < kRowTile; ++t) {  // as decode's last tile
-          for (size_t e = 0; e < dp; ++e) kb[t * dp + e] = 0.0f;
-          sc[t] = 0.0f;
-          vs[t] = 0.0f;
-        }
+        fill_tile<Ops>(a, kg, vg, ksg, vsg, n_tile, [&](uint32_t t) { return static_cast<size_t>(t0 + t); }, dp, kb, vb, sc, vs);
         uint32_t j = 0;
         while (j < nb && rows_of[j] <= t0) ++j;  // heads whose prefix ended before this tile
         while (j < nb) {
@@ -832,15 +836,7 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
           j = end;
         }
       }
-      for (uint32_t j = 0; j < nb; ++j) {
-        float* out = a->out + at[j];  // (head_dim)
-        if (bad[j] || m[j] == -INFINITY) {
-          for (size_t e = 0; e < d; ++e) out[e] = NAN;
-          continue;
-        }
-        const float inv = 1.0f / Ops::denominator(l + j * kRowTile);
-        for (size_t e = 0; e < d; ++e) out[e] = acc[j * dp + e] * inv;
-      }
+      for (uint32_t j = 0; j < nb; ++j) finish_head<Ops>(a->out + at[j], acc + j * dp, d, m[j], l + j * kRowTile, bad[j]);
     }
   }
 }

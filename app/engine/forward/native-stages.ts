@@ -95,10 +95,14 @@ export function createNativeStages(weights: ModelWeights, options: NativeStageOp
   const model = weights.model;
   const hyper = model.hyper;
   const L = hyper.layers;
+  const owned = new Set<string>();  // a speculating stage reads layer s+1's W_q before stage s+1 does
   const matrix = (name: string, biasName?: string): DenseStageMatrix => {
     // every step streams these bytes: make them the process's own pages, not the page cache's
     // (LoadedModel.ownTensor says why); ~1 GB/s per thread, the load's only real work
-    model.ownTensor?.(name, options.threads);
+    if (!owned.has(name)) {
+      model.ownTensor?.(name, options.threads);
+      owned.add(name);
+    }
     const v = weights.view(name);
     const t = KERNEL_TYPES[v.dtype]!;
     const bias = biasName === undefined ? undefined : weights.optionalVector(biasName);
