@@ -1,6 +1,7 @@
-// Memory read bandwidth, measured: a vectorised sum over a buffer allocated (and touched) once,
-// timed per pass, best pass kept. Used by bench/ to turn "bytes read per decode token" into a
-// tokens/s upper bound. Not used by the engine.
+// Memory read bandwidth, measured: a vectorised sum over a buffer allocated (and touched) once, on
+// 2 MiB pages where the kernel gives them (madvise MADV_HUGEPAGE), timed per pass, best pass kept.
+// Used by bench/ to turn "bytes read per decode token" into a tokens/s upper bound. Not used by the
+// engine.
 #pragma once
 
 #include <cstdint>

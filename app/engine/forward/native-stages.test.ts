@@ -140,14 +140,20 @@ describe('native dense stages on quantised fixtures vs onnxruntime', () => {
   it('holds each weight once: its stages read the mapped file, and count every linear weight byte once', async () => {
     const model = await loadModel(set.gguf.gqa.Q4_K);
     try {
-      // the stages make every weight they stream the process's own pages (LoadedModel.ownTensor)
-      const owned = new Set<string>();
-      const own = model.ownTensor!.bind(model);
-      model.ownTensor = (name, threads) => {
-        owned.add(name);
-        return own(name, threads);
+      // the stages make every weight they stream the process's own pages (LoadedModel.ownTensors),
+      // each once, a layer's matrices in one call
+      const owned: string[] = [];
+      const calls: string[][] = [];
+      const own = model.ownTensors!.bind(model);
+      model.ownTensors = (names, threads) => {
+        owned.push(...names);
+        calls.push([...names]);
+        return own(names, threads);
       };
       const r = await createModelRunner(model, { dense: 'native', contextLength: 64 });
+      expect(calls.length).toBe(model.hyper.layers + 1);
+      expect(calls[0]!.every((n) => n.startsWith('blk.0.'))).toBe(true);
+      expect(owned.length).toBe(new Set(owned).size);
       expect([...owned].sort()).toEqual([...model.tensors.keys()].filter((n) => n.endsWith('.weight') && model.tensors.get(n)!.shape.length === 2 && n !== 'token_embd.weight').sort());
       let linear = 0;
       for (const [name, t] of model.tensors) if (name.endsWith('.weight') && t.shape.length === 2 && name !== 'token_embd.weight') linear += t.bytes().byteLength;

@@ -5,8 +5,8 @@
 //                 mapped bytes, fp32 norm vectors and biases }) ──► run(feeds) as a session would
 //
 // Nothing is repacked, so a load takes as long as building L + 1 small objects and giving the
-// process its own copy of each weight's pages (model.ownTensor: a write fault per page, the bytes
-// and addresses unchanged), the process holds each weight once, and every type
+// process its own copy of each weight's pages (model.ownTensors: read from the file into huge pages,
+// the bytes and addresses unchanged), the process holds each weight once, and every type
 // with kernels here (F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K: the files users download) runs with
 // int8 activations like llama.cpp's. Chosen for llama-family models on the CPU provider when every
 // weight's type has kernels (nativeDenseUnsupported); OPT, other types, other providers and
@@ -37,10 +37,13 @@ const KERNEL_TYPES: Partial<Record<TensorDType, { id: number; block: number }>> 
 
 const blk = (l: number, what: string): string => `blk.${l}.${what}`;
 
+/** The matrices of one layer, the bytes its stages stream (owned together). */
+const LAYER_MATRICES = ['attn_q.weight', 'attn_k.weight', 'attn_v.weight', 'attn_output.weight', 'ffn_gate.weight', 'ffn_up.weight', 'ffn_down.weight'];
+
 /** The linear weights of a llama-family model (every tensor the stages multiply by). */
 function linearNames(model: LoadedModel): string[] {
   const names: string[] = [];
-  for (let l = 0; l < model.hyper.layers; l++) for (const w of ['attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_gate', 'ffn_up', 'ffn_down']) names.push(blk(l, `${w}.weight`));
+  for (let l = 0; l < model.hyper.layers; l++) for (const m of LAYER_MATRICES) names.push(blk(l, m));
   names.push(model.tensors.has('output.weight') ? 'output.weight' : 'token_embd.weight');
   return names;
 }
@@ -90,19 +93,25 @@ export interface NativeStageOptions {
 
 const NO_BYTES = new Uint8Array(0);
 
+
 /** L + 1 native stages over `weights`' mapped file. The file must stay open while they live (runs check). */
 export function createNativeStages(weights: ModelWeights, options: NativeStageOptions): NativeStages {
   const model = weights.model;
   const hyper = model.hyper;
   const L = hyper.layers;
-  const owned = new Set<string>();  // a speculating stage reads layer s+1's W_q before stage s+1 does
-  const matrix = (name: string, biasName?: string): DenseStageMatrix => {
-    // every step streams these bytes: make them the process's own pages, not the page cache's
-    // (LoadedModel.ownTensor says why); ~1 GB/s per thread, the load's only real work
-    if (!owned.has(name)) {
-      model.ownTensor?.(name, options.threads);
-      owned.add(name);
-    }
+  // Every step streams these bytes: make them the process's own pages on huge pages, not the page
+  // cache's (LoadedModel.ownTensors says why); a layer's matrices at once, so the pages between
+  // them are huge too. ~1 GB/s per thread, the load's only real work.
+  const ownedLayers = new Set<number>();  // a speculating stage reads layer s+1's W_q before stage s+1 does
+  const ownLayer = (l: number): void => {
+    if (ownedLayers.has(l)) return;
+    ownedLayers.add(l);
+    model.ownTensors?.(LAYER_MATRICES.map((m) => blk(l, m)), options.threads);
+  };
+  /** A weight matrix's view; `layer`: the layer it belongs to (owned as a whole), else owned alone (the LM head). */
+  const matrix = (name: string, biasName: string | undefined, layer?: number): DenseStageMatrix => {
+    if (layer !== undefined) ownLayer(layer);
+    else model.ownTensors?.([name], options.threads);
     const v = weights.view(name);
     const t = KERNEL_TYPES[v.dtype]!;
     const bias = biasName === undefined ? undefined : weights.optionalVector(biasName);
@@ -136,23 +145,23 @@ export function createNativeStages(weights: ModelWeights, options: NativeStageOp
         inputs.push('attn');
         Object.assign(config, {
           ffnNorm: weights.vector(blk(p, 'ffn_norm.weight')),
-          attnOutput: matrix(blk(p, 'attn_output.weight'), blk(p, 'attn_output.bias')),
-          ffnGate: matrix(blk(p, 'ffn_gate.weight')),
-          ffnUp: matrix(blk(p, 'ffn_up.weight')),
-          ffnDown: matrix(blk(p, 'ffn_down.weight')),
+          attnOutput: matrix(blk(p, 'attn_output.weight'), blk(p, 'attn_output.bias'), p),
+          ffnGate: matrix(blk(p, 'ffn_gate.weight'), undefined, p),
+          ffnUp: matrix(blk(p, 'ffn_up.weight'), undefined, p),
+          ffnDown: matrix(blk(p, 'ffn_down.weight'), undefined, p),
         });
       }
       if (s < L) {
         inputs.push('rope_cos', 'rope_sin');
         Object.assign(config, {
-          q: matrix(blk(s, 'attn_q.weight'), blk(s, 'attn_q.bias')),
-          k: matrix(blk(s, 'attn_k.weight'), blk(s, 'attn_k.bias')),
-          v: matrix(blk(s, 'attn_v.weight'), blk(s, 'attn_v.bias')),
-          ...(options.speculates[s] === true && s + 1 < L ? { qSpec: matrix(blk(s + 1, 'attn_q.weight'), blk(s + 1, 'attn_q.bias')) } : {}),
+          q: matrix(blk(s, 'attn_q.weight'), blk(s, 'attn_q.bias'), s),
+          k: matrix(blk(s, 'attn_k.weight'), blk(s, 'attn_k.bias'), s),
+          v: matrix(blk(s, 'attn_v.weight'), blk(s, 'attn_v.bias'), s),
+          ...(options.speculates[s] === true && s + 1 < L ? { qSpec: matrix(blk(s + 1, 'attn_q.weight'), blk(s + 1, 'attn_q.bias'), s + 1) } : {}),
         });
       } else {
         inputs.push('rows');
-        config.lmHead = matrix(model.tensors.has('output.weight') ? 'output.weight' : 'token_embd.weight');
+        config.lmHead = matrix(model.tensors.has('output.weight') ? 'output.weight' : 'token_embd.weight', undefined);
       }
       const stage = createDenseStage(config);
       sessions.push(new NativeStage(stage, s, hyper.heads * hyper.headDim, hyper.kvHeads * hyper.headDim, hyper.hiddenSize, hyper.vocabSize));

@@ -11,6 +11,7 @@ import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
 import { checkTensors } from '../arch/base.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import type { LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
+import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
 import { openGguf } from './open-gguf.ts';
 import type { GgufFile, GgufValue, ParseOptions } from './reader.ts';
 
@@ -26,6 +27,9 @@ const FAMILIES: Readonly<Record<string, Family>> = {
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
 
+/** Tensors owned together are joined across gaps up to this (a layer's norm vectors between its matrices). */
+const OWN_JOIN_GAP = 1 << 20;
+
 /** Opens, parses and checks a GGUF model. Closing the model releases the file. */
 export function loadGgufModel(path: string, options: ParseOptions = {}): LoadedModel {
   const file = openGguf(path, options);
@@ -35,11 +39,16 @@ export function loadGgufModel(path: string, options: ParseOptions = {}): LoadedM
       const info = file.tensors.get(name);
       return info === undefined ? 0 : file.release(info.absoluteOffset, info.byteSize);
     };
-    const ownTensor = (name: string, threads?: number): number => {
-      const info = file.tensors.get(name);
-      return info === undefined ? 0 : file.own(info.absoluteOffset, info.byteSize, threads);
+    const ownTensors = (names: readonly string[], threads?: number): number => {
+      const ranges: ByteRange[] = [];
+      for (const name of names) {
+        const info = file.tensors.get(name);
+        if (info !== undefined) ranges.push([info.absoluteOffset, info.absoluteOffset + info.byteSize]);
+      }
+      // neighbours are owned as one range: the 2 MiB pages between them are huge pages too
+      return joinNearRanges(ranges, OWN_JOIN_GAP).reduce((n, [a, b]) => n + file.own(a, b - a, threads), 0);
     };
-    return { ...model, releaseTensor, ownTensor };
+    return { ...model, releaseTensor, ownTensors };
   } catch (error) {
     file.close();
     throw error;
