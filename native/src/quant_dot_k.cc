@@ -320,6 +320,7 @@ LH_K512 void rows_k45_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_ro
     }
     for (uint64_t b = 0; b < nb; b++) {
       k45_block u;
+      lh_qdot_prefetch_ahead(wr + b * bb, bb);
       unpack_k45<FIVE>(wr + b * bb, &u);
       const __m512 dw = _mm512_set1_ps(u.d);
       for (int t = 0; t < T; t++) {
@@ -379,6 +380,7 @@ LH_K512 void rows_q6k_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_ro
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (uint64_t b = 0; b < nb; b++) {
       q6k_block u;
+      lh_qdot_prefetch_ahead(wr + b * 210, 210);
       unpack_q6k(wr + b * 210, &u);
       const __m512 dw = _mm512_set1_ps(u.d);
       for (int t = 0; t < T; t++) {
@@ -489,6 +491,7 @@ LH_K2 void rows_k45_avx2(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, 
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (uint64_t b = 0; b < nb; b++) {
       k45_block2 u;
+      lh_qdot_prefetch_ahead(wr + b * bb, bb);
       unpack_k45_avx2<FIVE>(wr + b * bb, &u);
       const __m256 dw = _mm256_set1_ps(u.d);
       for (int t = 0; t < T; t++) {
@@ -542,6 +545,7 @@ LH_K2 void rows_q6k_avx2(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, 
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (uint64_t b = 0; b < nb; b++) {
       q6k_block2 u;
+      lh_qdot_prefetch_ahead(wr + b * 210, 210);
       unpack_q6k_avx2(wr + b * 210, &u);
       const __m256 dw = _mm256_set1_ps(u.d);
       for (int t = 0; t < T; t++) {

@@ -395,6 +395,7 @@ LH_QD512 void q_decode(const uint8_t* w, size_t w_row_bytes, uint64_t k, const u
         base[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, xv[t]));  // -offset·Σq per lane
       }
       for (int r = 0; r < R; ++r) {
+        lh_qdot_prefetch_ahead(w + r * w_row_bytes + b * bs, 1);  // a line per pair (2 × 18 or 34 bytes)
         const __m512i wv = load_wpair<kQ4>(w + r * w_row_bytes, b, has2);
         for (int t = 0; t < T; ++t) {
           const __m512i dot = _mm512_dpbusd_epi32(base[t], wv, xv[t]);
@@ -512,6 +513,7 @@ LH_QD512 void q4_decode_one(const uint8_t* w, size_t w_row_bytes, uint32_t n_row
       for (uint32_t q = 0; 4 * q < in16; ++q) {
         const uint64_t b = g16 + 4 * q, g = b / 4;
         const uint8_t* p = row + b * kQ4Block + 2;
+        lh_qdot_prefetch_ahead(p, 64);  // 4 blocks, 72 bytes: a line a step keeps pace
         __m256i q01, q23;
         if (b + 4 <= nb) {
           q01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
