@@ -26,6 +26,7 @@
 
 #include "fp16.h"
 #include "quant_dot.h"
+#include "quant_dot_transpose.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define LH_X86 1
@@ -549,28 +550,6 @@ constexpr uint32_t kPrefillBlocks = 32;   // blocks per chunk: wt is 16 KB, in L
 constexpr uint32_t kPrefillTokens = 64;   // tokens per pass: acc is 4 KB
 constexpr uint32_t kPrefillMinTokens = 8; // below, the transposition is not paid back: q_tile
 
-// rows [16] (lanes) × 8 dwords each -> out[j] lane r = dword j of row r (two 8×8 transposes, one per 256-bit half)
-LH_QD512 inline void transpose_16x8(const __m256i rows[16], __m512i out[8]) {
-  __m512i z[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(rows[i]), rows[i + 8], 1);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i + 0] = _mm512_unpacklo_epi64(t[i + 0], t[i + 2]);
-    u[i + 1] = _mm512_unpackhi_epi64(t[i + 0], t[i + 2]);
-    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // u[0..3]: dwords 0,1,2,3 (128-bit lanes 0 and 2) and 4,5,6,7 (lanes 1 and 3) of rows 0-3 / 8-11; u[4..7] of rows 4-7 / 12-15
-  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-  for (int j = 0; j < 4; ++j) {
-    out[j] = _mm512_permutex2var_epi64(u[j], lo, u[j + 4]);
-    out[j + 4] = _mm512_permutex2var_epi64(u[j], hi, u[j + 4]);
-  }
-}
-
 template <bool kQ4>
 LH_QD512 void q_prefill16(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes,
                           uint32_t n_tok, float* y, size_t y_stride) {
@@ -602,7 +581,7 @@ LH_QD512 void q_prefill16(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows,
           }
         }
         __m512i cols[8];
-        transpose_16x8(rows, cols);
+        lh_transpose_16x8(rows, cols);
         for (int j = 0; j < 8; ++j) _mm512_store_si512(wt[b][j], cols[j]);
         const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, row_at, blk, 1);
         _mm512_store_ps(dw[b], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
