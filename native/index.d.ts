@@ -428,7 +428,8 @@ export interface DenseStageConfig {
   ropeLayout: 0 | 1;
   /** the dense workers a run splits its matmuls over (1..64) */
   threads: number;
-  impl?: 'auto' | 'scalar' | 'avx2' | 'avx512';
+  /** 'amx': avx512, with AMX-INT8 tiles in the K-quants' prefill (CPUs with AMX; others have no 'amx') */
+  impl?: 'auto' | 'scalar' | 'avx2' | 'avx512' | 'amx';
   /** [hidden]: attn_norm of layer `stage`, or output_norm at stage L */
   norm: Float32Array;
   /** [hidden], stage > 0: ffn_norm of layer stage − 1 */
@@ -471,12 +472,12 @@ export interface DenseStageOutputs {
 export interface DenseStage {
   run(inputs: DenseStageInputs): DenseStageOutputs;
   /** the least of its matrices' kernel implementations */
-  readonly impl: 'scalar' | 'avx2' | 'avx512' | 'auto';
+  readonly impl: 'scalar' | 'avx2' | 'avx512' | 'amx' | 'auto';
   free(): void;
 }
 
 /** The dot kernels DenseStage runs for weights of GGML type `ggmlType` on this CPU; null: none (the ONNX path then). */
-export declare function denseKernel(ggmlType: number): 'avx512' | 'avx2' | 'scalar' | null;
+export declare function denseKernel(ggmlType: number): 'amx' | 'avx512' | 'avx2' | 'scalar' | null;
 
 /** NATIVE_BAD_ARGUMENT when a shape, a byte size or a type without kernels does not fit. */
 export declare function createDenseStage(config: DenseStageConfig): DenseStage;

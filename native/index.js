@@ -227,7 +227,7 @@ export function createSpeculator(pool, options) {
  * One llama stage's dense work over the mapped file's weights, read in place (dense_stage.h; see
  * index.d.ts): app/engine/forward/native-stages.ts builds them.
  */
-/** The dot kernels ('avx512' | 'avx2' | 'scalar') DenseStage runs for a GGML type here, or null when it has none. */
+/** The dot kernels ('amx' | 'avx512' | 'avx2' | 'scalar') DenseStage runs for a GGML type here, or null when it has none. */
 export function denseKernel(ggmlType) {
   return loadAddon().denseKernel(ggmlType);
 }

@@ -1438,6 +1438,7 @@ const char* qdot_impl_name(lh_qdot_impl i) {
     case LH_QDOT_SCALAR: return "scalar";
     case LH_QDOT_AVX2: return "avx2";
     case LH_QDOT_AVX512: return "avx512";
+    case LH_QDOT_AMX: return "amx";
     case LH_QDOT_AUTO: return "auto";
   }
   return "auto";
@@ -1477,7 +1478,8 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       else if (name == "scalar") c.impl = LH_QDOT_SCALAR;
       else if (name == "avx2") c.impl = LH_QDOT_AVX2;
       else if (name == "avx512") c.impl = LH_QDOT_AVX512;
-      else fail(env_, LH_BAD_ARGUMENT, "impl must be 'auto', 'scalar', 'avx2' or 'avx512', got " + describe(impl));
+      else if (name == "amx") c.impl = LH_QDOT_AMX;
+      else fail(env_, LH_BAD_ARGUMENT, "impl must be 'auto', 'scalar', 'avx2', 'avx512' or 'amx', got " + describe(impl));
       norm_ = Napi::Persistent(f32_arg(env_, o.Get("norm"), "norm", c.hidden));
       c.norm = norm_.Value().Data();
       if (c.stage > 0) {
@@ -1628,7 +1630,7 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
   bool spec_ = false;
 };
 
-// denseKernel(ggmlType) -> 'avx512' | 'avx2' | 'scalar' | null: the dot kernels DenseStage would run
+// denseKernel(ggmlType) -> 'amx' | 'avx512' | 'avx2' | 'scalar' | null: the dot kernels DenseStage would run
 // for weights of that type on this CPU (quant_dot.h), null when the type has none.
 Napi::Value DenseKernel(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -74,7 +74,7 @@ struct lh_dense_stage;
 lh_status lh_dense_stage_create(const lh_dense_stage_config* config, lh_dense_stage** out, const char** why);
 void lh_dense_stage_free(lh_dense_stage* stage);
 
-// The least of the implementations the stage's matrices run (SCALAR < AVX2 < AVX512), for logs and tests.
+// The least of the implementations the stage's matrices run (SCALAR < AVX2 < AVX512 < AMX), for logs and tests.
 lh_qdot_impl lh_dense_stage_impl(const lh_dense_stage* stage);
 
 struct lh_dense_stage_io {

@@ -526,6 +526,256 @@ LH_K512 void dot_tile_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_ro
   }
 }
 
+// ---- AMX-INT8 (prefill of 16 tokens or more) ----
+// A tile dot sums 16 tokens × 16 rows × 64 codes in int32 in one instruction, but it cannot scale
+// sub-blocks: Q4_K's sub-block scales are 6-bit (× a 5-bit code: no int8 product), Q6_K's int8.
+// So each scale is split into base-8 digits, sc = Σ_h 8^h·digit_h, and the weight codes are
+// multiplied by each digit into one B operand per digit (products fit a byte: Q4_K/Q5_K digits
+// 0..7 × codes <= 31 <= 217 unsigned; Q6_K digits -3..4 × (q6 - 32) in [-128, 124] signed). Per
+// super-block and digit, C_h = Σ over its 256 codes of x · code·digit_h, and Σ_h 8^h·C_h is, exactly,
+// the scalar reference's isum = Σ_s sc_s·sub_s (Q6_K's -32·bs term folded into the signed codes).
+// The float part is then the scalar reference's products in its order (acc + (d·d_x)·isum, minus
+// the mins summed sub-block by sub-block), so the results are the scalar reference's bits.
+//
+// Tiles: 0 A = 16 tokens' 64 codes (read in place at stride arb; a last group of < 16 tokens from a
+// zero-padded copy), 1 B = 64 codes of 16 rows, row j holding dword j of every weight row (the
+// layout k45_prefill16 builds), 2..4 C_h = int32 [16 tokens][16 rows]. Tile instructions are written
+// as assembly with a memory clobber: GCC 12's _tile_loadd has none, so stores to the B buffer could
+// be moved past the load that reads them.
+// fp-contract=off: the float part must be the scalar reference's separate products and sums, and
+// GCC would otherwise fuse a _mm512_mul_ps into the _mm512_add_ps that takes it (an FMA rounds once)
+#if defined(__clang__)
+#define LH_KAMX LH_K512
+#else
+#define LH_KAMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"), optimize("fp-contract=off")))
+#endif
+#define LH_TILE_LOADD(tmm, base, stride) \
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #tmm ::"r"(static_cast<const void*>(base)), "r"(static_cast<long>(stride)) : "memory")
+#define LH_TILE_STORED(tmm, base) __asm__ volatile("tilestored %%tmm" #tmm ", (%0,%1,1)" ::"r"(static_cast<void*>(base)), "r"(64L) : "memory")
+#define LH_TILE_ZERO(tmm) __asm__ volatile("tilezero %%tmm" #tmm ::)
+#define LH_TDPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)  // c += a (s8) · b (u8)
+#define LH_TDPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)  // c += a (s8) · b (s8)
+
+struct alignas(64) amx_tile_config {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};  // bytes per tile row
+  uint8_t rows[16] = {};
+};
+
+// every tile used here is 16 rows × 64 bytes; the config is the thread's, loaded per call
+inline void amx_configure(int n_tiles) {
+  amx_tile_config c;
+  for (int i = 0; i < n_tiles; ++i) c.colsb[i] = 64, c.rows[i] = 16;
+  __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
+}
+// back to the init state: the thread's context switches stop saving 8 KiB of tile data
+inline void amx_release() { __asm__ volatile("tilerelease" ::: "memory"); }
+
+constexpr uint32_t kAmxSupers = 2;      // super-blocks per chunk: B operands 16 KB (Q4_K/Q5_K), 24 KB (Q6_K)
+constexpr uint32_t kAmxTokens = 256;
+constexpr uint32_t kAmxMinTokens = 16;  // one full tile of tokens; below, the AVX-512 kernels
+
+// One row tile's super-blocks as B operands: [super-block][digit][dword row kk = k/4 of the
+// activation block's code order][weight row]; a B tile is 16 consecutive dword rows (64 codes).
+template <int DIGITS>
+struct amx_operands {
+  alignas(64) int32_t wt[kAmxSupers][DIGITS][64][16];
+  alignas(64) float d[kAmxSupers][16];      // d, per row
+  alignas(64) float dm[kAmxSupers][8][16];  // Q4_K/Q5_K: dmin·m_s, sub-block s in element order, per row
+};
+
+// Tokens [g0, g0 + gn) of the pass (gn <= 16) against super-block b of the operands: isum[t][r].
+// xa: the group's first token's activation block b; pad: 16 × 256 bytes for a group of < 16.
+template <int DIGITS, bool SIGNED>
+LH_KAMX inline void amx_isum(const int32_t (*wt)[64][16], const uint8_t* xa, size_t arb, uint32_t gn, uint8_t (*pad)[256], int32_t (*isum)[16]) {
+  const uint8_t* a = xa;
+  size_t stride = arb;
+  if (gn < 16) {
+    for (uint32_t i = 0; i < gn; ++i) std::memcpy(pad[i], xa + i * arb, 256);
+    a = pad[0];
+    stride = 256;
+  }
+  alignas(64) int32_t c[DIGITS][16][16];
+  LH_TILE_ZERO(2);
+  if (DIGITS > 1) LH_TILE_ZERO(3);
+  if (DIGITS > 2) LH_TILE_ZERO(4);
+  for (int p = 0; p < 4; ++p) {
+    LH_TILE_LOADD(0, a + 64 * p, stride);
+    for (int h = 0; h < DIGITS; ++h) {
+      LH_TILE_LOADD(1, wt[h][16 * p], 64);
+      if (SIGNED) {
+        if (h == 0) LH_TDPBSSD(2, 0, 1);
+        else if (h == 1) LH_TDPBSSD(3, 0, 1);
+        else LH_TDPBSSD(4, 0, 1);
+      } else {
+        if (h == 0) LH_TDPBSUD(2, 0, 1);
+        else if (h == 1) LH_TDPBSUD(3, 0, 1);
+        else LH_TDPBSUD(4, 0, 1);
+      }
+    }
+  }
+  LH_TILE_STORED(2, c[0]);
+  if (DIGITS > 1) LH_TILE_STORED(3, c[1]);
+  if (DIGITS > 2) LH_TILE_STORED(4, c[2]);
+  for (uint32_t i = 0; i < gn; ++i) {
+    __m512i s = _mm512_load_si512(c[DIGITS - 1][i]);
+    for (int h = DIGITS - 2; h >= 0; --h) s = _mm512_add_epi32(_mm512_slli_epi32(s, 3), _mm512_load_si512(c[h][i]));
+    _mm512_store_si512(isum[i], s);
+  }
+}
+
+// Q4_K / Q5_K: scale digits lo = sc & 7 (h = 0) and hi = sc >> 3 (h = 1); codes <= 31, so a dword of
+// four codes times a digit is four byte products with no carry between them.
+template <bool FIVE>
+LH_KAMX void k45_operands_amx(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint32_t nc, amx_operands<2>* o) {
+  const size_t bb = FIVE ? 176 : 144;
+  alignas(64) uint8_t codes[16][256];  // one super-block of each row, slot order
+  alignas(64) int32_t digit[2][8][16];  // [h][slot][row]
+  for (uint32_t b = 0; b < nc; ++b) {
+    for (uint32_t r = 0; r < 16; ++r) {
+      if (r >= n_rows) {
+        std::memset(codes[r], 0, 256);
+        for (int q = 0; q < 8; ++q) digit[0][q][r] = digit[1][q][r] = 0, o->dm[b][q][r] = 0.0f;
+        o->d[b][r] = 0.0f;
+        continue;
+      }
+      const uint8_t* blk = w + r * w_row_bytes + b * bb;
+      k45_block u;
+      unpack_k45<FIVE>(blk, &u);
+      for (int v = 0; v < 4; ++v) _mm512_store_si512(codes[r] + 64 * v, u.w[v]);
+      o->d[b][r] = u.d;
+      const float dmin = half_f16c(blk + 2);
+      for (int q = 0; q < 8; ++q) {
+        int32_t s, m;
+        scale_min_k4(kSlotSub[q], blk + 4, &s, &m);
+        digit[0][q][r] = s & 7;
+        digit[1][q][r] = s >> 3;
+        o->dm[b][kSlotSub[q]][r] = dmin * static_cast<float>(m);
+      }
+    }
+    for (int q = 0; q < 8; ++q) {
+      __m256i rows[16];
+      for (int r = 0; r < 16; ++r) rows[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[r] + 32 * q));
+      __m512i cols[8];
+      lh_transpose_16x8(rows, cols);
+      for (int h = 0; h < 2; ++h) {
+        const __m512i dg = _mm512_load_si512(digit[h][q]);
+        for (int j = 0; j < 8; ++j) _mm512_store_si512(o->wt[b][h][8 * q + j], _mm512_mullo_epi32(cols[j], dg));
+      }
+    }
+  }
+}
+
+// Q6_K: scale digits in -3..4 (sc = d0 + 8·d1 + 64·d2 for every int8 sc), multiplied into the
+// signed codes q6 - 32 before the transposition (byte products by 16-bit multiplies).
+LH_KAMX void q6k_operands_amx(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint32_t nc, amx_operands<3>* o) {
+  alignas(64) int8_t codes[3][16][256];  // [h][row]: (q6 - 32)·digit_h, element order
+  const __m512i word_eighths = _mm512_srli_epi16(_mm512_loadu_si512(kWordIndex), 3);
+  const __m512i thirty_two = _mm512_set1_epi8(32), low_bytes = _mm512_set1_epi16(0x00ff);
+  const __m256i three = _mm256_set1_epi16(3), seven = _mm256_set1_epi16(7);
+  for (uint32_t b = 0; b < nc; ++b) {
+    for (uint32_t r = 0; r < 16; ++r) {
+      if (r >= n_rows) {
+        for (int h = 0; h < 3; ++h) std::memset(codes[h][r], 0, 256);
+        o->d[b][r] = 0.0f;
+        continue;
+      }
+      const uint8_t* blk = w + r * w_row_bytes + b * 210;
+      q6k_block u;
+      unpack_q6k(blk, &u);
+      o->d[b][r] = u.d;
+      // the 16 scales' digits as words: d = ((s + 3) & 7) - 3, s = (s - d) / 8
+      __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+      __m256i dg[3];
+      for (int h = 0; h < 2; ++h) {
+        dg[h] = _mm256_sub_epi16(_mm256_and_si256(_mm256_add_epi16(s, three), seven), three);
+        s = _mm256_srai_epi16(_mm256_sub_epi16(s, dg[h]), 3);
+      }
+      dg[2] = s;
+      for (int v = 0; v < 4; ++v) {  // vector v: elements 64v .. 64v+63 = sub-blocks 4v .. 4v+3
+        const __m512i c = _mm512_sub_epi8(u.w[v], thirty_two);
+        const __m512i even = _mm512_srai_epi16(_mm512_slli_epi16(c, 8), 8), odd = _mm512_srai_epi16(c, 8);
+        const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16(static_cast<short>(4 * v)), word_eighths);
+        for (int h = 0; h < 3; ++h) {
+          const __m512i dw = _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(dg[h]));
+          const __m512i lo = _mm512_and_si512(_mm512_mullo_epi16(even, dw), low_bytes), hi = _mm512_slli_epi16(_mm512_mullo_epi16(odd, dw), 8);
+          _mm512_store_si512(codes[h][r] + 64 * v, _mm512_or_si512(lo, hi));
+        }
+      }
+    }
+    for (int h = 0; h < 3; ++h)
+      for (int q = 0; q < 8; ++q) {
+        __m256i rows[16];
+        for (int r = 0; r < 16; ++r) rows[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[h][r] + 32 * q));
+        __m512i cols[8];
+        lh_transpose_16x8(rows, cols);
+        for (int j = 0; j < 8; ++j) _mm512_store_si512(o->wt[b][h][8 * q + j], cols[j]);
+      }
+  }
+}
+
+// ≤ 16 rows × n_tok tokens (>= 16), every token's dots over the row tile's super-blocks.
+template <int TYPE>
+LH_KAMX void prefill_amx(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t nb, const uint8_t* xq, size_t arb, uint32_t n_tok,
+                         float* y, size_t y_stride) {
+  constexpr bool Q6 = TYPE == LH_QDOT_Q6_K;
+  constexpr int DIGITS = Q6 ? 3 : 2;
+  const size_t bb = TYPE == LH_QDOT_Q4_K ? 144 : TYPE == LH_QDOT_Q5_K ? 176 : 210;
+  amx_operands<DIGITS> o;
+  alignas(64) float acc[kAmxTokens][16];
+  alignas(64) int32_t isum[16][16];  // [token][row]
+  alignas(64) uint8_t pad[16][256] = {};
+  const __mmask16 live = static_cast<__mmask16>((1u << n_rows) - 1u);  // n_rows <= 16
+  amx_configure(2 + DIGITS);
+  for (uint32_t t0 = 0; t0 < n_tok; t0 += kAmxTokens) {
+    const uint32_t tn = n_tok - t0 < kAmxTokens ? n_tok - t0 : kAmxTokens;
+    for (uint32_t t = 0; t < tn; ++t) _mm512_store_ps(acc[t], _mm512_setzero_ps());
+    for (uint64_t c0 = 0; c0 < nb; c0 += kAmxSupers) {
+      const uint32_t nc = nb - c0 < kAmxSupers ? static_cast<uint32_t>(nb - c0) : kAmxSupers;
+      if (Q6) q6k_operands_amx(w + c0 * bb, w_row_bytes, n_rows, nc, reinterpret_cast<amx_operands<3>*>(&o));
+      else k45_operands_amx<TYPE == LH_QDOT_Q5_K>(w + c0 * bb, w_row_bytes, n_rows, nc, reinterpret_cast<amx_operands<2>*>(&o));
+      for (uint32_t g0 = 0; g0 < tn; g0 += 16) {
+        const uint32_t gn = tn - g0 < 16 ? tn - g0 : 16;
+        for (uint32_t b = 0; b < nc; ++b) {
+          const uint8_t* xa = xq + (t0 + g0) * arb + (c0 + b) * ACT_BLOCK;
+          amx_isum<DIGITS, Q6>(o.wt[b], xa, arb, gn, pad, isum);
+          const __m512 d = _mm512_load_ps(o.d[b]);
+          for (uint32_t i = 0; i < gn; ++i) {
+            const uint8_t* xb = xa + i * arb;
+            __m512 a = _mm512_load_ps(acc[g0 + i]);
+            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(float_at(xb + ACT_D))), _mm512_cvtepi32_ps(_mm512_load_si512(isum[i]))));
+            if (!Q6) {
+              const float* fb = reinterpret_cast<const float*>(xb + ACT_SUMS);
+              __m512 mins = _mm512_setzero_ps();
+              for (int s = 0; s < 8; ++s) mins = _mm512_add_ps(mins, _mm512_mul_ps(_mm512_load_ps(o.dm[b][s]), _mm512_set1_ps(fb[s])));
+              a = _mm512_sub_ps(a, mins);
+            }
+            _mm512_store_ps(acc[g0 + i], a);
+          }
+        }
+      }
+    }
+    for (uint32_t t = 0; t < tn; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride, live, _mm512_load_ps(acc[t]));
+  }
+  amx_release();
+}
+
+template <int TYPE>
+LH_KAMX void dot_tile_amx(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
+                          size_t y_stride) {
+  if (n_tok < kAmxMinTokens) {
+    dot_tile_avx512<TYPE>(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride);
+    return;
+  }
+  const uint64_t nb = k / QK;
+  const size_t arb = act_row_bytes(k);
+  for (uint32_t r0 = 0; r0 < n_rows; r0 += 16) {
+    const uint32_t rows = n_rows - r0 < 16 ? n_rows - r0 : 16;
+    prefill_amx<TYPE>(w + r0 * w_row_bytes, w_row_bytes, rows, nb, xq, arb, n_tok, y + r0, y_stride);
+  }
+}
+
 // ---- AVX2 + FMA + F16C (no VNNI) ----
 // The same integers 32 codes at a time: vpmaddubsw (u8 code × s8 activation -> int16 pairs) and
 // vpmaddwd by the sub-block scale (-> int32), summed over the super-block, then one float FMA.
@@ -706,6 +956,9 @@ bool lh_qdot_k_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out) {
 #if defined(__x86_64__)
     case LH_QDOT_AVX512:
       k.dot_tile = type == LH_QDOT_Q4_K ? dot_tile_avx512<LH_QDOT_Q4_K> : type == LH_QDOT_Q5_K ? dot_tile_avx512<LH_QDOT_Q5_K> : dot_tile_avx512<LH_QDOT_Q6_K>;
+      break;
+    case LH_QDOT_AMX:
+      k.dot_tile = type == LH_QDOT_Q4_K ? dot_tile_amx<LH_QDOT_Q4_K> : type == LH_QDOT_Q5_K ? dot_tile_amx<LH_QDOT_Q5_K> : dot_tile_amx<LH_QDOT_Q6_K>;
       break;
     case LH_QDOT_AVX2:
       k.dot_tile = type == LH_QDOT_Q4_K ? dot_tile_avx2<LH_QDOT_Q4_K> : type == LH_QDOT_Q5_K ? dot_tile_avx2<LH_QDOT_Q5_K> : dot_tile_avx2<LH_QDOT_Q6_K>;

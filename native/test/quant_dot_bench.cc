@@ -23,7 +23,7 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-const char* impl_name(lh_qdot_impl impl) { return impl == LH_QDOT_AVX512 ? "avx512" : impl == LH_QDOT_AVX2 ? "avx2" : "scalar"; }
+const char* impl_name(lh_qdot_impl impl) { return impl == LH_QDOT_AMX ? "amx" : impl == LH_QDOT_AVX512 ? "avx512" : impl == LH_QDOT_AVX2 ? "avx2" : "scalar"; }
 
 // random bytes with a sane fp16 scale wherever the type keeps one: finite dots, real memory traffic
 void fill(uint8_t* p, size_t n, Rng& rng) {
@@ -49,7 +49,7 @@ void bench_quant_dot(int reps) {
   for (float& v : x) v = rng.normal();
   std::vector<float> y(static_cast<size_t>(kTok) * kRows);
   for (const auto& t : types)
-    for (const lh_qdot_impl impl : {LH_QDOT_SCALAR, LH_QDOT_AVX2, LH_QDOT_AVX512}) {
+    for (const lh_qdot_impl impl : {LH_QDOT_SCALAR, LH_QDOT_AVX2, LH_QDOT_AVX512, LH_QDOT_AMX}) {
       lh_qdot_kernels k{};
       if (!lh_qdot_kernels_for(t.type, impl, &k)) continue;
       const size_t rb = k.row_bytes(kCols), mat = rb * kRows;

@@ -11,13 +11,14 @@
 
 namespace {
 
-constexpr lh_qdot_impl kImpls[] = {LH_QDOT_SCALAR, LH_QDOT_AVX2, LH_QDOT_AVX512};
+constexpr lh_qdot_impl kImpls[] = {LH_QDOT_SCALAR, LH_QDOT_AVX2, LH_QDOT_AVX512, LH_QDOT_AMX};
 
 const char* impl_name(lh_qdot_impl impl) {
   switch (impl) {
     case LH_QDOT_SCALAR: return "scalar";
     case LH_QDOT_AVX2: return "avx2";
     case LH_QDOT_AVX512: return "avx512";
+    case LH_QDOT_AMX: return "amx";
     default: return "auto";
   }
 }

@@ -71,7 +71,7 @@ export function nativeDenseUnsupported(model: LoadedModel, options: { accuracyLe
   return undefined;
 }
 
-/** The kernels the stages run ('avx512', 'avx2', 'scalar'): the least of their matrices'. */
+/** The kernels the stages run ('amx', 'avx512', 'avx2', 'scalar'): the least of their matrices'. */
 export type DenseKernelName = DenseStage['impl'];
 
 export interface NativeStages {
@@ -88,7 +88,7 @@ export interface NativeStageOptions {
   speculates: readonly boolean[];
   onProgress: ((progress: LoadProgress) => void) | undefined;
   /** the kernels to run (default 'auto': the best the CPU has per type; tests compare them) */
-  impl?: 'auto' | 'scalar' | 'avx2' | 'avx512';
+  impl?: 'auto' | 'scalar' | 'avx2' | 'avx512' | 'amx';
 }
 
 const NO_BYTES = new Uint8Array(0);
@@ -120,8 +120,8 @@ export function createNativeStages(weights: ModelWeights, options: NativeStageOp
   const sessions: StageRunner[] = [];
   const graphs: StageGraph[] = [];
   let graphWeightBytes = 0;
-  let kernel: DenseKernelName = 'avx512';
-  const rank = { scalar: 0, avx2: 1, avx512: 2, auto: 3 } as const;
+  let kernel: DenseKernelName = 'amx';
+  const rank = { scalar: 0, avx2: 1, avx512: 2, amx: 3, auto: 4 } as const;
   try {
     for (let s = 0; s <= L; s++) {
       const config: Parameters<typeof createDenseStage>[0] = {
