@@ -11,6 +11,7 @@
 // int8 activations like llama.cpp's. Chosen for llama-family models on the CPU provider when every
 // weight's type has kernels (nativeDenseUnsupported); OPT, other types, other providers and
 // `dense: 'onnx'` keep onnxruntime. The runner sees the same interface (StageRunner) either way.
+import { availableParallelism } from 'node:os';
 import { createDenseStage, denseKernel, isNativeAvailable, type DenseStage, type DenseStageMatrix } from '../../../native/index.js';
 import type { LoadProgress } from '../../common/protocol.ts';
 import type { LoadedModel, TensorDType } from '../model/types.ts';
@@ -101,17 +102,21 @@ export function createNativeStages(weights: ModelWeights, options: NativeStageOp
   const L = hyper.layers;
   // Every step streams these bytes: make them the process's own pages on huge pages, not the page
   // cache's (LoadedModel.ownTensors says why); a layer's matrices at once, so the pages between
-  // them are huge too. ~1 GB/s per thread, the load's only real work.
+  // them are huge too. ~1 GB/s per thread, the load's only real work, so it runs on every core the
+  // process may use, whatever the decode's thread count: on this project's VMs a fresh 2 MiB page
+  // costs the host ~5 ms on first touch (2.5-2.9 s per GiB on one thread; 4 KiB pages 0.4), and
+  // two threads fault them in faster.
+  const loadThreads = Math.max(options.threads, availableParallelism());
   const ownedLayers = new Set<number>();  // a speculating stage reads layer s+1's W_q before stage s+1 does
   const ownLayer = (l: number): void => {
     if (ownedLayers.has(l)) return;
     ownedLayers.add(l);
-    model.ownTensors?.(LAYER_MATRICES.map((m) => blk(l, m)), options.threads);
+    model.ownTensors?.(LAYER_MATRICES.map((m) => blk(l, m)), loadThreads);
   };
   /** A weight matrix's view; `layer`: the layer it belongs to (owned as a whole), else owned alone (the LM head). */
   const matrix = (name: string, biasName: string | undefined, layer?: number): DenseStageMatrix => {
     if (layer !== undefined) ownLayer(layer);
-    else model.ownTensors?.([name], options.threads);
+    else model.ownTensors?.([name], loadThreads);
     const v = weights.view(name);
     const t = KERNEL_TYPES[v.dtype]!;
     const bias = biasName === undefined ? undefined : weights.optionalVector(biasName);
