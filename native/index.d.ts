@@ -428,7 +428,7 @@ export interface DenseStageConfig {
   ropeLayout: 0 | 1;
   /** the dense workers a run splits its matmuls over (1..64) */
   threads: number;
-  /** 'amx': avx512, with AMX-INT8 tiles in the K-quants' prefill (CPUs with AMX; others have no 'amx') */
+  /** 'amx': avx512, with AMX-INT8 tiles in the prefill of Q4_0, Q8_0 and the K-quants (CPUs with AMX; others have no 'amx') */
   impl?: 'auto' | 'scalar' | 'avx2' | 'avx512' | 'amx';
   /** [hidden]: attn_norm of layer `stage`, or output_norm at stage L */
   norm: Float32Array;

@@ -22,7 +22,7 @@
 //
 // Implementations: LH_QDOT_SCALAR (portable reference, every type), LH_QDOT_AVX2 (AVX2 + FMA +
 // F16C), LH_QDOT_AVX512 (AVX-512 F/BW/VL/DQ + VNNI), LH_QDOT_AMX (AVX512 + AMX-INT8 tiles in the
-// K-quants' prefill). LH_QDOT_AUTO picks the best the CPU has.
+// prefill of Q4_0, Q8_0 and the K-quants). LH_QDOT_AUTO picks the best the CPU has.
 // Kernels never allocate and never start threads: the caller splits rows over threads
 // (dense_stage.cc), and any split of the rows gives the same bits. A call of one or two tokens
 // (decode) may run another kernel than a call of many (prefill): the same integer dots, summed in
@@ -48,9 +48,10 @@ enum lh_qdot_impl : uint32_t {
   LH_QDOT_SCALAR = 1,
   LH_QDOT_AVX2 = 2,
   LH_QDOT_AVX512 = 3,
-  // AVX512's kernels, and for the K-quants' prefill (16 tokens or more) AMX-INT8 tiles: the integer
-  // dot of 16 tokens × 16 rows × one sub-block is one tile instruction. Needs AMX-TILE + AMX-INT8
-  // and the kernel's permission to use the tile state (Linux 5.16+, arch_prctl); bits equal SCALAR's.
+  // AVX512's kernels, and for the prefill (16 tokens or more) of Q4_0, Q8_0 and the K-quants AMX-INT8
+  // tiles: the integer dot of 16 tokens × 16 rows × a block (Q4_0, Q8_0) or a super-block (K-quants)
+  // is one to twelve tile instructions. Needs AMX-TILE + AMX-INT8 and the kernel's permission to use
+  // the tile state (Linux 5.16+, arch_prctl). Bits: the K-quants' equal SCALAR's, Q4_0/Q8_0's AVX512's.
   LH_QDOT_AMX = 4,
 };
 

@@ -42,6 +42,7 @@
 
 #include "fp16.h"
 #include "quant_dot.h"
+#include "quant_dot_amx.h"
 #include "quant_dot_transpose.h"
 
 #if defined(__x86_64__)
@@ -537,11 +538,10 @@ LH_K512 void dot_tile_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_ro
 // The float part is then the scalar reference's products in its order (acc + (d·d_x)·isum, minus
 // the mins summed sub-block by sub-block), so the results are the scalar reference's bits.
 //
-// Tiles: 0 A = 16 tokens' 64 codes (read in place at stride arb; a last group of < 16 tokens from a
-// zero-padded copy), 1 B = 64 codes of 16 rows, row j holding dword j of every weight row (the
-// layout k45_prefill16 builds), 2..4 C_h = int32 [16 tokens][16 rows]. Tile instructions are written
-// as assembly with a memory clobber: GCC 12's _tile_loadd has none, so stores to the B buffer could
-// be moved past the load that reads them.
+// Tiles (quant_dot_amx.h): 0 A = 16 tokens' 64 codes (read in place at stride arb; a last group of
+// < 16 tokens from a zero-padded copy), 1 B = 64 codes of 16 rows, row j holding dword j of every
+// weight row (the layout k45_prefill16 builds), 2..4 C_h = int32 [16 tokens][16 rows].
+//
 // fp-contract=off: the float part must be the scalar reference's separate products and sums, and
 // GCC would otherwise fuse a _mm512_mul_ps into the _mm512_add_ps that takes it (an FMA rounds once)
 #if defined(__clang__)
@@ -549,31 +549,16 @@ LH_K512 void dot_tile_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_ro
 #else
 #define LH_KAMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"), optimize("fp-contract=off")))
 #endif
-#define LH_TILE_LOADD(tmm, base, stride) \
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #tmm ::"r"(static_cast<const void*>(base)), "r"(static_cast<long>(stride)) : "memory")
-#define LH_TILE_STORED(tmm, base) __asm__ volatile("tilestored %%tmm" #tmm ", (%0,%1,1)" ::"r"(static_cast<void*>(base)), "r"(64L) : "memory")
-#define LH_TILE_ZERO(tmm) __asm__ volatile("tilezero %%tmm" #tmm ::)
-#define LH_TDPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)  // c += a (s8) · b (u8)
-#define LH_TDPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)  // c += a (s8) · b (s8)
 
-struct alignas(64) amx_tile_config {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};  // bytes per tile row
-  uint8_t rows[16] = {};
-};
-
-// every tile used here is 16 rows × 64 bytes; the config is the thread's, loaded per call
+// every tile here is 16 rows × 64 bytes
 inline void amx_configure(int n_tiles) {
-  amx_tile_config c;
-  for (int i = 0; i < n_tiles; ++i) c.colsb[i] = 64, c.rows[i] = 16;
-  __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
+  const uint8_t rows[5] = {16, 16, 16, 16, 16};
+  const uint16_t colsb[5] = {64, 64, 64, 64, 64};
+  lh_amx_configure(n_tiles, rows, colsb);
 }
-// back to the init state: the thread's context switches stop saving 8 KiB of tile data
-inline void amx_release() { __asm__ volatile("tilerelease" ::: "memory"); }
 
 constexpr uint32_t kAmxSupers = 2;      // super-blocks per chunk: B operands 16 KB (Q4_K/Q5_K), 24 KB (Q6_K)
-constexpr uint32_t kAmxTokens = 256;
+constexpr uint32_t kAmxTokens = 256;     // tokens per pass: acc 16 KB; the operands are laid out once per pass
 constexpr uint32_t kAmxMinTokens = 16;  // one full tile of tokens; below, the AVX-512 kernels
 
 // One row tile's super-blocks as B operands: [super-block][digit][dword row kk = k/4 of the
@@ -758,7 +743,7 @@ LH_KAMX void prefill_amx(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, 
     }
     for (uint32_t t = 0; t < tn; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride, live, _mm512_load_ps(acc[t]));
   }
-  amx_release();
+  lh_amx_release();
 }
 
 template <int TYPE>

@@ -26,6 +26,7 @@
 
 #include "fp16.h"
 #include "quant_dot.h"
+#include "quant_dot_amx.h"
 #include "quant_dot_transpose.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -639,6 +640,105 @@ void q8_0_dot_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint
   else run_tiles<Q8Tile>(w, w_row_bytes, n_rows, k, xq, q8_act_row_bytes(k), n_tok, y, y_stride);
 }
 
+// ---------------------------------------------------------------------------------------------
+// AMX-INT8 prefill (16 tokens or more; LH_QDOT_AMX): q_prefill16's scheme with the integer part on
+// tiles (quant_dot_amx.h). The weights go in signed (Q8_0 as stored, Q4_0's nibbles as u - 8), so a
+// block's tile dot is Σ w·q with no offset; 16 tokens × 16 rows × one block of 32 is one TDPBSSD
+// (A = the tokens' 32 codes in place, B = the block's 16 rows transposed, C = int32 [token][row]).
+// Per block, each token's accumulator takes fma(C, d_w·d_x) in block order, as q_prefill16's does:
+// the same integers, the same float operations, so AMX gives AVX512's bits.
+// ---------------------------------------------------------------------------------------------
+constexpr uint32_t kAmxTokens = 256;     // tokens per pass: acc 16 KB; the blocks are laid out once per pass
+constexpr uint32_t kAmxMinTokens = 16;   // one full tile of tokens; below, the AVX-512 kernels
+
+template <bool kQ4>
+LH_QD512 void q_prefill_amx16(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes,
+                              uint32_t n_tok, float* y, size_t y_stride) {
+  constexpr size_t bs = kQ4 ? kQ4Block : kQ8Block;
+  const uint64_t nb = k / kQK;
+  alignas(64) int32_t wt[kPrefillBlocks][8][16];        // B tiles: [block][dword j][row], signed codes
+  alignas(64) float dw[kPrefillBlocks][16];             // d_w, per row
+  alignas(64) float dx[16][kPrefillBlocks];             // d_x of the group's tokens (0 past the last token)
+  alignas(64) int8_t pad[16][kPrefillBlocks * kQK];     // a last group of < 16 tokens' codes, zero-padded
+  alignas(64) float acc[kAmxTokens][16];
+  alignas(64) int32_t c[16][16];
+  const __mmask16 live = static_cast<__mmask16>((1u << n_rows) - 1u);  // n_rows <= 16
+  const __m512i row_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int>(w_row_bytes)));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  const uint8_t tile_rows[3] = {16, 8, 16};
+  const uint16_t tile_cols[3] = {32, 64, 64};  // A: 16 tokens × 32 codes, B: 8 dwords × 16 rows, C
+  lh_amx_configure(3, tile_rows, tile_cols);
+  for (uint32_t t0 = 0; t0 < n_tok; t0 += kAmxTokens) {
+    const uint32_t tn = n_tok - t0 < kAmxTokens ? n_tok - t0 : kAmxTokens;
+    for (uint32_t t = 0; t < tn; ++t) _mm512_store_ps(acc[t], _mm512_setzero_ps());
+    for (uint64_t c0 = 0; c0 < nb; c0 += kPrefillBlocks) {
+      const uint32_t nc = nb - c0 < kPrefillBlocks ? static_cast<uint32_t>(nb - c0) : kPrefillBlocks;
+      for (uint32_t b = 0; b < nc; ++b) {
+        const uint8_t* blk = w + (c0 + b) * bs;
+        __m256i rows[16];
+        for (uint32_t r = 0; r < 16; ++r) {
+          if (r >= n_rows) {
+            rows[r] = _mm256_setzero_si256();
+          } else if (kQ4) {
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * w_row_bytes + 2));
+            rows[r] = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4), eight);  // u - 8
+          } else {
+            rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + r * w_row_bytes + 2));
+          }
+        }
+        __m512i cols[8];
+        lh_transpose_16x8(rows, cols);
+        for (int j = 0; j < 8; ++j) _mm512_store_si512(wt[b][j], cols[j]);
+        const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, row_at, blk, 1);
+        _mm512_store_ps(dw[b], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+      }
+      for (uint32_t g0 = 0; g0 < tn; g0 += 16) {
+        const uint32_t gn = tn - g0 < 16 ? tn - g0 : 16;
+        const uint8_t* a = xq + (t0 + g0) * x_row_bytes + c0 * kQK;
+        size_t stride = x_row_bytes;
+        for (uint32_t i = 0; i < 16; ++i) {
+          if (i < gn) std::memcpy(dx[i], act_d(xq + (t0 + g0 + i) * x_row_bytes, k) + c0, nc * sizeof(float));
+          else std::memset(dx[i], 0, sizeof dx[i]);
+        }
+        if (gn < 16) {
+          std::memset(pad, 0, sizeof pad);
+          for (uint32_t i = 0; i < gn; ++i) std::memcpy(pad[i], a + i * x_row_bytes, nc * kQK);
+          a = reinterpret_cast<const uint8_t*>(pad[0]);
+          stride = sizeof pad[0];
+        }
+        __m512 sum[16];
+        for (int i = 0; i < 16; ++i) sum[i] = _mm512_load_ps(acc[g0 + (i < static_cast<int>(gn) ? i : 0)]);
+        for (uint32_t b = 0; b < nc; ++b) {
+          LH_TILE_ZERO(2);
+          LH_TILE_LOADD(0, a + b * kQK, stride);
+          LH_TILE_LOADD(1, wt[b], 64);
+          LH_TDPBSSD(2, 0, 1);
+          LH_TILE_STORED(2, c);
+          const __m512 d = _mm512_load_ps(dw[b]);
+          for (int i = 0; i < 16; ++i)
+            sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[i])), _mm512_mul_ps(d, _mm512_set1_ps(dx[i][b])), sum[i]);
+        }
+        for (uint32_t i = 0; i < gn; ++i) _mm512_store_ps(acc[g0 + i], sum[i]);
+      }
+    }
+    for (uint32_t t = 0; t < tn; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride, live, _mm512_load_ps(acc[t]));
+  }
+  lh_amx_release();
+}
+
+template <bool kQ4>
+LH_QD512 void q_dot_amx(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
+                        size_t y_stride) {
+  if (n_tok < kAmxMinTokens) {
+    if (kQ4) q4_0_dot_avx512(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride);
+    else q8_0_dot_avx512(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride);
+    return;
+  }
+  for (uint32_t r0 = 0; r0 < n_rows; r0 += 16)
+    q_prefill_amx16<kQ4>(w + r0 * w_row_bytes, w_row_bytes, n_rows - r0 < 16 ? n_rows - r0 : 16, k, xq, q8_act_row_bytes(k), n_tok, y + r0, y_stride);
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // AVX2 + FMA + F16C (CPUs without AVX-512 VNNI: most desktop Intel parts since Alder Lake).
@@ -861,6 +961,13 @@ bool lh_qdot_q_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out) {
         case LH_QDOT_F16: k.dot_tile = f16_dot_avx512; break;
         case LH_QDOT_Q4_0: k.quantize_act = q8_quantize_act_avx512; k.dot_tile = q4_0_dot_avx512; break;
         case LH_QDOT_Q8_0: k.quantize_act = q8_quantize_act_avx512; k.dot_tile = q8_0_dot_avx512; break;
+      }
+      break;
+    case LH_QDOT_AMX:  // Q4_0 and Q8_0 only: F32 and F16 have no AMX kernels (AUTO then takes AVX512's)
+      switch (type) {
+        case LH_QDOT_Q4_0: k.quantize_act = q8_quantize_act_avx512; k.dot_tile = q_dot_amx<true>; break;
+        case LH_QDOT_Q8_0: k.quantize_act = q8_quantize_act_avx512; k.dot_tile = q_dot_amx<false>; break;
+        default: return false;
       }
       break;
     case LH_QDOT_AVX2:
