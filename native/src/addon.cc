@@ -1009,8 +1009,8 @@ Napi::Value H2oAccumulate(const Napi::CallbackInfo& info) {
       longest = 0;
       for (uint32_t g = 0; g < p->kv_heads; ++g) longest = std::max<size_t>(longest, off[g + 1] - off[g]);
     }
-    static thread_local std::vector<float> logits;  // one head's logits over its list; grows, then stays
-    if (logits.size() < longest + 1) logits.resize(longest + 1);
+    static thread_local std::vector<float> logits;  // one head's logits over its list and their exps; grows, then stays
+    if (logits.size() < lh_h2o_scratch_floats(longest)) logits.resize(lh_h2o_scratch_floats(longest));
     const lh_status st = lh_h2o_accumulate(p, layer, q.Data(), heads, acc.Data(), C, n, slots, slots == nullptr ? nullptr : off.data(),
                                            1.0f / std::sqrt(static_cast<float>(p->head_dim)), logits.data(), logits.size());
     if (st != LH_OK) fail(env, st, "h2oAccumulate: a slot outside the layer's tokens or C");

@@ -7,6 +7,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "attention.h"
 #include "sparse_attention.h"
 
@@ -88,6 +92,94 @@ void scores_of(const lh_kv_pool* pool, uint32_t layer, const float* qh, uint32_t
       break;
   }
 }
+
+// quest's bound of one query head over pages [0, pages) of one KV head (its bounds (max_pages, d)):
+// bound[P] = Σ_i js_max(q_i·min_i, q_i·max_i) in double, i in order. The products of two fp32 values
+// are exact in double, so any route to them gives the same bits; the sum of each page stays in order.
+void quest_bounds_scalar(const float* qh, uint32_t d, const float* page_min, const float* page_max, uint32_t from, uint32_t pages, double* bound) {
+  for (uint32_t P = from; P < pages; ++P) {
+    double u = 0;
+    const size_t at = static_cast<size_t>(P) * d;
+    for (uint32_t i = 0; i < d; ++i) {
+      const double qi = qh[i];
+      u += js_max(qi * page_min[at + i], qi * page_max[at + i]);
+    }
+    bound[P] = u;
+  }
+}
+
+#if defined(__x86_64__)
+// 8 rows of 8 floats -> their 8 columns (c[k] lane r = r[r][k])
+__attribute__((target("avx2"))) inline void transpose8x8(const __m256 r[8], __m256 c[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    c[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+    c[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+  }
+}
+
+// Eight pages at a time, one double lane each (its own sum, in element order): the scalar version's
+// bits. The pages' bounds are transposed 8 elements at a time in registers (gathers are several
+// times slower on this project's VMs). max_pd differs from js_max only on the sign of a zero
+// (js_max(−0, +0) = +0), which no sum that starts at +0 can see (+0 + −0 = +0), and on NaN, put back
+// by an unordered compare.
+__attribute__((target("avx2"))) void quest_bounds_avx2(const float* qh, uint32_t d, const float* page_min, const float* page_max, uint32_t pages,
+                                                       double* bound) {
+  const __m256d nan = _mm256_set1_pd(NAN);
+  uint32_t P = 0;
+  for (; d % 8 == 0 && P + 8 <= pages; P += 8) {
+    const float* mn = page_min + static_cast<size_t>(P) * d;
+    const float* mx = page_max + static_cast<size_t>(P) * d;
+    __m256d u[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+    for (uint32_t i0 = 0; i0 < d; i0 += 8) {
+      __m256 ra[8], rb[8], ca[8], cb[8];
+      for (int r = 0; r < 8; ++r) {
+        ra[r] = _mm256_loadu_ps(mn + static_cast<size_t>(r) * d + i0);
+        rb[r] = _mm256_loadu_ps(mx + static_cast<size_t>(r) * d + i0);
+      }
+      transpose8x8(ra, ca);
+      transpose8x8(rb, cb);
+      for (int k = 0; k < 8; ++k) {
+        const __m256d qi = _mm256_set1_pd(static_cast<double>(qh[i0 + k]));
+        for (int h = 0; h < 2; ++h) {
+          const __m256d pa = _mm256_mul_pd(qi, _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(ca[k]) : _mm256_extractf128_ps(ca[k], 1)));
+          const __m256d pb = _mm256_mul_pd(qi, _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(cb[k]) : _mm256_extractf128_ps(cb[k], 1)));
+          const __m256d m = _mm256_blendv_pd(_mm256_max_pd(pa, pb), nan, _mm256_cmp_pd(pa, pb, _CMP_UNORD_Q));
+          u[h] = _mm256_add_pd(u[h], m);
+        }
+      }
+    }
+    _mm256_storeu_pd(bound + P, u[0]);
+    _mm256_storeu_pd(bound + P + 4, u[1]);
+  }
+  quest_bounds_scalar(qh, d, page_min, page_max, P, pages, bound);
+}
+#endif
+
+}  // namespace
+
+void lh_quest_page_bounds(const float* qh, uint32_t d, const float* page_min, const float* page_max, uint32_t pages, double* bound) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    quest_bounds_avx2(qh, d, page_min, page_max, pages, bound);
+    return;
+  }
+#endif
+  quest_bounds_scalar(qh, d, page_min, page_max, 0, pages, bound);
+}
+
+namespace {
 
 bool pool_shape_ok(const lh_kv_pool* pool, uint32_t layer, uint32_t heads) {
   return lh_kv_pool_live(pool) && layer < pool->layers && heads >= 1 && heads <= LH_MAX_HEADS && heads % pool->kv_heads == 0;
@@ -177,7 +269,7 @@ lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float*
     }
   }
   for (uint32_t g = 0; g < kvh; ++g)
-    if ((slots == nullptr ? n : offsets[g + 1] - offsets[g]) > scratch_floats) return LH_BAD_ARGUMENT;
+    if (lh_h2o_scratch_floats(slots == nullptr ? n : offsets[g + 1] - offsets[g]) > scratch_floats) return LH_BAD_ARGUMENT;
   for (uint32_t h = 0; h < heads; ++h) {
     const uint32_t g = h / group;
     const float* qh = q + static_cast<size_t>(h) * d;
@@ -185,17 +277,18 @@ lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float*
     const uint32_t count = slots == nullptr ? n : offsets[g + 1] - offsets[g];
     const int32_t* list = slots == nullptr ? nullptr : slots + offsets[g];
     float* sc = scratch;  // (count) this head's logits over its list
+    // (count) their exp(s − max), each computed once (its bits are the same wherever it is used)
+    double* ex = reinterpret_cast<double*>(reinterpret_cast<uintptr_t>(scratch + count + 2) & ~static_cast<uintptr_t>(7));
     if (list == nullptr) scores_of(pool, layer, qh, g, count, [](uint32_t i) { return i; }, scale, sc);
     else scores_of(pool, layer, qh, g, count, [list](uint32_t i) { return static_cast<uint32_t>(list[i]); }, scale, sc);
     // as sparse-policies.ts accumulate(): max, sum of exp(s − max) in list order, then += e / sum
     double mx = -INFINITY;
     for (uint32_t i = 0; i < count; ++i) mx = js_max(mx, sc[i]);
     double sum = 0;
-    for (uint32_t i = 0; i < count; ++i) sum += std::exp(static_cast<double>(sc[i]) - mx);
+    for (uint32_t i = 0; i < count; ++i) sum += (ex[i] = std::exp(static_cast<double>(sc[i]) - mx));
     for (uint32_t i = 0; i < count; ++i) {
       const uint32_t j = list == nullptr ? i : static_cast<uint32_t>(list[i]);
-      const double e = std::exp(static_cast<double>(sc[i]) - mx);
-      a[j] = static_cast<float>(static_cast<double>(a[j]) + e / sum);
+      a[j] = static_cast<float>(static_cast<double>(a[j]) + ex[i] / sum);
     }
   }
   return LH_OK;
@@ -240,17 +333,10 @@ lh_status lh_select_quest(const float* q, uint32_t heads, uint32_t kv_heads, uin
   for (uint32_t g = 0; g < kv_heads; ++g) {
     for (uint32_t P = 0; P < pages; ++P) combined[P] = -INFINITY;
     for (uint32_t h = g * group; h < (g + 1) * group; ++h) {
+      const size_t at = g * static_cast<size_t>(max_pages) * d;
+      lh_quest_page_bounds(q + static_cast<size_t>(h) * d, d, page_min + at, page_max + at, pages, bound);
       double mx = -INFINITY;
-      for (uint32_t P = 0; P < pages; ++P) {
-        double u = 0;
-        const size_t at = (g * static_cast<size_t>(max_pages) + P) * d;
-        for (uint32_t i = 0; i < d; ++i) {
-          const double qi = q[static_cast<size_t>(h) * d + i];
-          u += js_max(qi * page_min[at + i], qi * page_max[at + i]);
-        }
-        bound[P] = u;
-        mx = js_max(mx, u);
-      }
+      for (uint32_t P = 0; P < pages; ++P) mx = js_max(mx, bound[P]);
       for (uint32_t P = 0; P < pages; ++P) combined[P] = js_max(combined[P], bound[P] - mx);
     }
     const size_t c = lh_top_indices(combined, pages, top_pages, nullptr, idx, chosen);

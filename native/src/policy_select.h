@@ -52,7 +52,8 @@ lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size
 // order, the current token included) — or over every slot 0..n−1 when slots is null (prefill) — is
 // added to acc[g, j] (fp32, (kv_heads, C); computed as double(acc) + e / sum, then rounded), head by
 // head in order. LH_BAD_ARGUMENT: bad shape, a slot >= length(layer) or >= C, n > length or > C.
-// scratch: >= the longest list (or n) floats.
+// scratch: >= lh_h2o_scratch_floats(the longest list, or n) floats (float-aligned, as any float array).
+inline size_t lh_h2o_scratch_floats(size_t longest) { return 3 * longest + 4; }  // logits, then their exps as doubles
 lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
                             const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats);
 
@@ -69,6 +70,11 @@ lh_status lh_quest_extend_bounds(const lh_kv_pool* pool, uint32_t layer, float* 
 lh_status lh_select_quest(const float* q, uint32_t heads, uint32_t kv_heads, uint32_t d, const float* page_min, const float* page_max,
                           uint32_t max_pages, uint32_t N, uint32_t page_size, uint32_t top_pages, int32_t* slots, uint32_t* offsets,
                           void* scratch, size_t scratch_bytes);
+
+// quest's bound of one query head qh (d) over pages [0, pages) of one KV head's bounds ((pages, d),
+// as in lh_select_quest): out[P] = Σ_i max(q_i·min_i, q_i·max_i) in double, i in order, JS max (NaN
+// wins). What lh_select_quest ranks; SIMD across pages where the CPU has AVX2, the same bits.
+void lh_quest_page_bounds(const float* qh, uint32_t d, const float* page_min, const float* page_max, uint32_t pages, double* out);
 
 // snapkv, once per prompt of P tokens: the `window` queries obs_q ((window, heads, d) fp32; row i is
 // the query of position P − window + i) vote: per query head, each row's softmax over slots

@@ -2358,7 +2358,7 @@ void test_policy_select() {
         off.push_back(static_cast<uint32_t>(sl.size()));
       }
       std::vector<float> acc(static_cast<size_t>(H) * C, 0.5f), ref = acc, sc(static_cast<size_t>(heads) * T);
-      std::vector<float> hs(T);
+      std::vector<float> hs(lh_h2o_scratch_floats(T));
       acc_ok = acc_ok && lh_h2o_accumulate(&p, 1, q.data(), heads, acc.data(), C, T, sl.data(), off.data(), scale, hs.data(), hs.size()) == LH_OK &&
                lh_attention_scores(&p, 1, q.data(), heads, T, scale, sc.data()) == LH_OK;
       for (uint32_t h = 0; h < heads; ++h) {
@@ -2482,6 +2482,86 @@ void test_policy_select() {
       lh_kv_pool_free(&p);
     }
   check(acc_ok, "h2o mass (lists and every slot), quest bounds and pages, snapkv votes == plain references (fp16/fp32/int8, GQA 1/2/4, N not a multiple of 16)");
+
+  // quest over many pages (its bounds eight pages a lane-set, the rest one by one): pages copied from
+  // others in another lane or in the tail must tie exactly (the lower page wins), a NaN bound ranks
+  // last, and q with ±0 and large entries, for every cut of the ranking
+  {
+    const uint32_t H = 2, group = 2, heads = H * group, D = 24, ps = 16, pages = 37, max_pages = 40, N = (pages - 1) * ps + 5;
+    std::vector<float> mn(static_cast<size_t>(H) * max_pages * D), mxb(mn.size()), q(static_cast<size_t>(heads) * D);
+    for (size_t i = 0; i < mn.size(); ++i) {
+      const float a = static_cast<float>(rng.normal()), b = static_cast<float>(rng.normal());
+      mn[i] = std::min(a, b), mxb[i] = std::max(a, b);
+    }
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(rng.normal()) * (i % 7 == 3 ? 1e6f : 1.0f);
+    q[0] = 0.0f, q[1] = -0.0f;
+    const uint32_t copies[][2] = {{2, 36}, {9, 20}, {2, 30}, {17, 35}, {5, 33}, {12, 34}, {25, 32}, {0, 31}};
+    for (uint32_t g = 0; g < H; ++g) {
+      for (const auto& c : copies)
+        for (uint32_t i = 0; i < D; ++i) {
+          const size_t from = (static_cast<size_t>(g) * max_pages + c[0]) * D + i, to = (static_cast<size_t>(g) * max_pages + c[1]) * D + i;
+          mn[to] = mn[from], mxb[to] = mxb[from];
+        }
+      mn[(static_cast<size_t>(g) * max_pages + 11) * D + 5] = NAN;
+    }
+    std::vector<double> comb_all[H];
+    for (uint32_t g = 0; g < H; ++g) {
+      comb_all[g].assign(pages, -INFINITY);
+      for (uint32_t h = g * group; h < (g + 1) * group; ++h) {
+        std::vector<double> u(pages);
+        double m = -INFINITY;
+        for (uint32_t P = 0; P < pages; ++P) {
+          double sum = 0;
+          for (uint32_t i = 0; i < D; ++i) {
+            const size_t at = (static_cast<size_t>(g) * max_pages + P) * D + i;
+            const double a = static_cast<double>(q[h * D + i]) * mn[at], b = static_cast<double>(q[h * D + i]) * mxb[at];
+            sum += (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b);
+          }
+          u[P] = sum;
+          m = std::isnan(sum) || std::isnan(m) ? NAN : std::max(m, sum);
+        }
+        for (uint32_t P = 0; P < pages; ++P) {
+          const double v = u[P] - m, c = comb_all[g][P];
+          comb_all[g][P] = std::isnan(v) || std::isnan(c) ? NAN : std::max(c, v);
+        }
+      }
+    }
+    bool many_ok = true;
+    std::vector<int32_t> all_pages;
+    for (uint32_t P = 0; P < pages; ++P) all_pages.push_back(static_cast<int32_t>(P));
+    for (uint32_t top = 1; top <= pages && many_ok; ++top) {
+      std::vector<int32_t> qs(static_cast<size_t>(H) * std::min(N, top * ps) + 1, kGuard);
+      std::vector<uint32_t> qo(H + 1);
+      std::vector<uint8_t> scratch(lh_select_scratch_bytes(pages));
+      many_ok = lh_select_quest(q.data(), heads, H, D, mn.data(), mxb.data(), max_pages, N, ps, top, qs.data(), qo.data(), scratch.data(),
+                                scratch.size()) == LH_OK;
+      for (uint32_t g = 0; g < H && many_ok; ++g) {
+        std::vector<int32_t> want;
+        for (int32_t P : ref_top(comb_all[g], all_pages, top))
+          for (uint32_t j = P * ps; j < std::min(N, (P + 1) * ps); ++j) want.push_back(static_cast<int32_t>(j));
+        many_ok = same_list(qs.data() + qo[g], qo[g + 1] - qo[g], want);
+      }
+      many_ok = many_ok && qs[qo[H]] == kGuard;
+    }
+    check(many_ok, "quest over 37 pages == plain reference for every top (copied pages tie exactly across lanes and the tail, NaN last, q ±0)");
+    // and the bounds themselves: the plain sum's bits, page by page (lanes and tail alike)
+    bool bits_ok = true;
+    std::vector<double> got(pages);
+    for (uint32_t h = 0; h < heads; ++h) {
+      const uint32_t g = h / group;
+      const size_t at = static_cast<size_t>(g) * max_pages * D;
+      lh_quest_page_bounds(q.data() + h * D, D, mn.data() + at, mxb.data() + at, pages, got.data());
+      for (uint32_t P = 0; P < pages; ++P) {
+        double sum = 0;
+        for (uint32_t i = 0; i < D; ++i) {
+          const double a = static_cast<double>(q[h * D + i]) * mn[at + P * D + i], b = static_cast<double>(q[h * D + i]) * mxb[at + P * D + i];
+          sum += (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b);
+        }
+        bits_ok = bits_ok && (std::memcmp(&sum, &got[P], sizeof sum) == 0 || (std::isnan(sum) && std::isnan(got[P])));
+      }
+    }
+    check(bits_ok, "quest page bounds: the plain in-order double sum's bits on every page (8-page SIMD lanes and the tail)");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
