@@ -551,6 +551,34 @@ constexpr uint32_t kPrefillBlocks = 32;   // blocks per chunk: wt is 16 KB, in L
 constexpr uint32_t kPrefillTokens = 64;   // tokens per pass: acc is 4 KB
 constexpr uint32_t kPrefillMinTokens = 8; // below, the transposition is not paid back: q_tile
 
+// One block of 16 rows (the first n_rows live, the rest zero) laid out for an integer dot over 16
+// rows at once: the codes transposed into wt (dword j of every row, lh_transpose_16x8) and the rows'
+// fp16 scales into dw. kSigned: the codes as they weigh (Q4_0 u − 8, Q8_0 w), for a tile dot;
+// else unsigned for vpdpbusd (Q4_0 u, Q8_0 w + 128), whose offsets the activation row carries.
+template <bool kQ4, bool kSigned>
+LH_QD512 inline void lay_out_block(const uint8_t* blk, size_t w_row_bytes, uint32_t n_rows, __mmask16 live, __m512i row_at, int32_t (*wt)[16],
+                                   float* dw) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8(static_cast<char>(0x80)), eight = _mm256_set1_epi8(8);
+  __m256i rows[16];
+  for (uint32_t r = 0; r < 16; ++r) {
+    if (r >= n_rows) {
+      rows[r] = _mm256_setzero_si256();
+    } else if (kQ4) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * w_row_bytes + 2));
+      const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);  // nibbles 0..15, 16..31
+      rows[r] = kSigned ? _mm256_sub_epi8(u, eight) : u;
+    } else {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + r * w_row_bytes + 2));
+      rows[r] = kSigned ? v : _mm256_xor_si256(v, flip);  // w + 128
+    }
+  }
+  __m512i cols[8];
+  lh_transpose_16x8(rows, cols);
+  for (int j = 0; j < 8; ++j) _mm512_store_si512(wt[j], cols[j]);
+  const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, row_at, blk, 1);
+  _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+}
+
 template <bool kQ4>
 LH_QD512 void q_prefill16(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes,
                           uint32_t n_tok, float* y, size_t y_stride) {
@@ -562,31 +590,12 @@ LH_QD512 void q_prefill16(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows,
   const __mmask16 live = static_cast<__mmask16>((1u << n_rows) - 1u);  // n_rows <= 16
   const __m512i row_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32(static_cast<int>(w_row_bytes)));
-  const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (uint32_t t0 = 0; t0 < n_tok; t0 += kPrefillTokens) {
     const uint32_t tn = n_tok - t0 < kPrefillTokens ? n_tok - t0 : kPrefillTokens;
     for (uint32_t t = 0; t < tn; ++t) _mm512_store_ps(acc[t], _mm512_setzero_ps());
     for (uint64_t c0 = 0; c0 < nb; c0 += kPrefillBlocks) {
       const uint32_t nc = nb - c0 < kPrefillBlocks ? static_cast<uint32_t>(nb - c0) : kPrefillBlocks;
-      for (uint32_t b = 0; b < nc; ++b) {
-        const uint8_t* blk = w + (c0 + b) * bs;
-        __m256i rows[16];
-        for (uint32_t r = 0; r < 16; ++r) {
-          if (r >= n_rows) {
-            rows[r] = _mm256_setzero_si256();
-          } else if (kQ4) {
-            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * w_row_bytes + 2));
-            rows[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);  // nibbles 0..15, 16..31 (unsigned)
-          } else {
-            rows[r] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + r * w_row_bytes + 2)), flip);  // w + 128
-          }
-        }
-        __m512i cols[8];
-        lh_transpose_16x8(rows, cols);
-        for (int j = 0; j < 8; ++j) _mm512_store_si512(wt[b][j], cols[j]);
-        const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, row_at, blk, 1);
-        _mm512_store_ps(dw[b], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
-      }
+      for (uint32_t b = 0; b < nc; ++b) lay_out_block<kQ4, false>(w + (c0 + b) * bs, w_row_bytes, n_rows, live, row_at, wt[b], dw[b]);
       for (uint32_t t = 0; t < tn; ++t) {
         const uint8_t* xr = xq + (t0 + t) * x_row_bytes;
         const int32_t* off = (kQ4 ? act_neg8(xr, k) : act_neg128(xr, k)) + c0;
@@ -665,7 +674,6 @@ LH_QD512 void q_prefill_amx16(const uint8_t* w, size_t w_row_bytes, uint32_t n_r
   const __mmask16 live = static_cast<__mmask16>((1u << n_rows) - 1u);  // n_rows <= 16
   const __m512i row_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32(static_cast<int>(w_row_bytes)));
-  const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
   const uint8_t tile_rows[3] = {16, 8, 16};
   const uint16_t tile_cols[3] = {32, 64, 64};  // A: 16 tokens × 32 codes, B: 8 dwords × 16 rows, C
   lh_amx_configure(3, tile_rows, tile_cols);
@@ -674,25 +682,7 @@ LH_QD512 void q_prefill_amx16(const uint8_t* w, size_t w_row_bytes, uint32_t n_r
     for (uint32_t t = 0; t < tn; ++t) _mm512_store_ps(acc[t], _mm512_setzero_ps());
     for (uint64_t c0 = 0; c0 < nb; c0 += kPrefillBlocks) {
       const uint32_t nc = nb - c0 < kPrefillBlocks ? static_cast<uint32_t>(nb - c0) : kPrefillBlocks;
-      for (uint32_t b = 0; b < nc; ++b) {
-        const uint8_t* blk = w + (c0 + b) * bs;
-        __m256i rows[16];
-        for (uint32_t r = 0; r < 16; ++r) {
-          if (r >= n_rows) {
-            rows[r] = _mm256_setzero_si256();
-          } else if (kQ4) {
-            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * w_row_bytes + 2));
-            rows[r] = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4), eight);  // u - 8
-          } else {
-            rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + r * w_row_bytes + 2));
-          }
-        }
-        __m512i cols[8];
-        lh_transpose_16x8(rows, cols);
-        for (int j = 0; j < 8; ++j) _mm512_store_si512(wt[b][j], cols[j]);
-        const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, row_at, blk, 1);
-        _mm512_store_ps(dw[b], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
-      }
+      for (uint32_t b = 0; b < nc; ++b) lay_out_block<kQ4, true>(w + (c0 + b) * bs, w_row_bytes, n_rows, live, row_at, wt[b], dw[b]);
       for (uint32_t g0 = 0; g0 < tn; g0 += 16) {
         const uint32_t gn = tn - g0 < 16 ? tn - g0 : 16;
         const uint8_t* a = xq + (t0 + g0) * x_row_bytes + c0 * kQK;

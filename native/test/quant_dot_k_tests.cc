@@ -2,10 +2,9 @@
 // and min, every 5th/6th bit, Q6_K's int8 scales down to -128) and ggml's dequantization of them
 // (ggml-quants.c dequantize_row_q4_K / _q5_K / _q6_K, written here from those loops, not from
 // quant_dot_k.cc), run through qdot_sweep's checks on every implementation.
+#include <array>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "../src/fp16.h"
@@ -133,41 +132,14 @@ void extreme_row(uint32_t type, uint64_t k, uint8_t* out) {
   }
 }
 
+template <uint32_t TYPE>
+void extreme_row_of(uint64_t k, uint8_t* out) { extreme_row(TYPE, k, out); }
+
 // The AMX prefill computes the scalar reference's integers and float products in its order: the
 // same bits, for every shape a prefill meets (rows < 16, a last group of < 16 tokens, more tokens
 // than a 256-token pass, odd super-block counts per 2-block chunk) and at the integer extremes.
-void check_amx_bits(uint32_t type, const char* name, void (*random_row)(Rng&, uint64_t, uint8_t*)) {
-  lh_qdot_kernels amx{}, scalar{};
-  if (!lh_qdot_kernels_for(type, LH_QDOT_AMX, &amx)) {
-    std::printf("info  %s amx: not on this CPU, its bits are not checked\n", name);
-    return;
-  }
-  check(lh_qdot_kernels_for(type, LH_QDOT_SCALAR, &scalar), "scalar kernels exist");
-  Rng rng(0xa3c + type);
-  const uint32_t shapes[][3] = {{16, 16, 256}, {5, 17, 768}, {33, 40, 1280}, {16, 300, 512}, {3, 64, 256}, {20, 31, 256}};
-  size_t outputs = 0, differ = 0;
-  for (const auto& sh : shapes) {
-    const uint32_t n = sh[0], T = sh[1];
-    const uint64_t k = sh[2];
-    const size_t rb = amx.row_bytes(k), arb = amx.act_row_bytes(k);
-    std::vector<uint8_t> w(rb * n), xq(arb * T);
-    for (uint32_t r = 0; r < n; ++r) random_row(rng, k, w.data() + r * rb);
-    extreme_row(type, k, w.data());
-    std::vector<float> x(static_cast<size_t>(T) * k);
-    for (uint32_t t = 0; t < T; ++t) {
-      const float scale = std::pow(10.0f, 4.0f * rng.uniform() - 2.0f);
-      for (uint64_t i = 0; i < k; ++i) x[t * k + i] = t == 1 ? -1.0f : scale * rng.normal();  // token 1: every code -127
-    }
-    for (uint32_t t = 0; t < T; ++t) scalar.quantize_act(x.data() + t * k, k, xq.data() + t * arb);
-    std::vector<float> y(static_cast<size_t>(T) * n), y_ref(static_cast<size_t>(T) * n);
-    amx.dot_tile(w.data(), rb, n, k, xq.data(), T, y.data(), n);
-    scalar.dot_tile(w.data(), rb, n, k, xq.data(), T, y_ref.data(), n);
-    for (size_t i = 0; i < y.size(); ++i) differ += std::memcmp(&y[i], &y_ref[i], 4) != 0;
-    outputs += y.size();
-  }
-  check(differ == 0, (std::string(name) + " amx: prefill gives the scalar reference's bits (6 shapes, extremes)").c_str(), "%zu of %zu outputs differ",
-        differ, outputs);
-}
+const std::vector<std::array<uint32_t, 3>> kAmxShapes = {{16, 16, 256}, {5, 17, 768}, {33, 40, 1280}, {16, 300, 512}, {3, 64, 256}, {20, 31, 256}};
+constexpr const char* kAmxWhat = "prefill gives the scalar reference's bits (6 shapes, extremes)";
 
 }  // namespace
 
@@ -176,7 +148,11 @@ void test_quant_dot_k() {
   qdot_sweep({LH_QDOT_Q4_K, "Q4_K", k45_random<false>, k45_dequantize<false>, ks});
   qdot_sweep({LH_QDOT_Q5_K, "Q5_K", k45_random<true>, k45_dequantize<true>, ks});
   qdot_sweep({LH_QDOT_Q6_K, "Q6_K", q6k_random, q6k_dequantize, ks});
-  check_amx_bits(LH_QDOT_Q4_K, "Q4_K", k45_random<false>);
-  check_amx_bits(LH_QDOT_Q5_K, "Q5_K", k45_random<true>);
-  check_amx_bits(LH_QDOT_Q6_K, "Q6_K", q6k_random);
+  // token 1 all -1: every code -127
+  qdot_check_same_bits({LH_QDOT_Q4_K, "Q4_K", k45_random<false>, k45_dequantize<false>, ks}, LH_QDOT_AMX, LH_QDOT_SCALAR, kAmxShapes,
+                       extreme_row_of<LH_QDOT_Q4_K>, -1.0f, kAmxWhat);
+  qdot_check_same_bits({LH_QDOT_Q5_K, "Q5_K", k45_random<true>, k45_dequantize<true>, ks}, LH_QDOT_AMX, LH_QDOT_SCALAR, kAmxShapes,
+                       extreme_row_of<LH_QDOT_Q5_K>, -1.0f, kAmxWhat);
+  qdot_check_same_bits({LH_QDOT_Q6_K, "Q6_K", q6k_random, q6k_dequantize, ks}, LH_QDOT_AMX, LH_QDOT_SCALAR, kAmxShapes, extreme_row_of<LH_QDOT_Q6_K>,
+                       -1.0f, kAmxWhat);
 }

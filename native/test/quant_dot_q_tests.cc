@@ -1,10 +1,9 @@
 // Tests of the F32, F16, Q4_0, Q8_0 dot kernels (quant_dot.h): each type's random GGUF rows and
 // ggml's dequantization of them (ggml-quants.c dequantize_row_q4_0 / _q8_0, written here from those
 // formulas, not from quant_dot_q.cc), run through qdot_sweep's checks on every implementation.
+#include <array>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "../src/fp16.h"
@@ -83,43 +82,19 @@ void q8_0_dequantize(const uint8_t* row, uint64_t k, double* value, double* magn
   }
 }
 
+// Row 0 at the extremes: Q8_0 codes -128, Q4_0 nibbles 0 (u - 8 = -8), the most negative products
+// against codes of 127 (token 1); scales as drawn.
+template <bool kQ8>
+void extreme_row(uint64_t k, uint8_t* out) {
+  const size_t block = kQ8 ? 34 : 18;
+  for (uint64_t b = 0; b < k / 32; ++b) std::memset(out + b * block + 2, kQ8 ? 0x80 : 0x00, block - 2);
+}
+
 // The AMX prefill does q_prefill16's integers and float operations in its order: AVX512's bits,
 // for every shape a prefill meets (rows < 16, a last group of < 16 tokens, more tokens than a
-// 256-token pass, more blocks than a 32-block chunk) and at the extremes (Q8_0 codes -128, Q4_0
-// nibbles 0 (u - 8 = -8): the most negative products against codes of 127).
-void check_amx_bits(uint32_t type, const char* name, void (*random_row)(Rng&, uint64_t, uint8_t*)) {
-  lh_qdot_kernels amx{}, avx512{};
-  if (!lh_qdot_kernels_for(type, LH_QDOT_AMX, &amx)) {
-    std::printf("info  %s amx: not on this CPU, its bits are not checked\n", name);
-    return;
-  }
-  check(lh_qdot_kernels_for(type, LH_QDOT_AVX512, &avx512), "avx512 kernels exist where amx does");
-  Rng rng(0xa3d + type);
-  const uint32_t shapes[][3] = {{16, 16, 32}, {5, 17, 96}, {33, 40, 1088}, {16, 300, 352}, {3, 64, 32}, {20, 31, 2080}};
-  size_t outputs = 0, differ = 0;
-  for (const auto& sh : shapes) {
-    const uint32_t n = sh[0], T = sh[1];
-    const uint64_t k = sh[2];
-    const size_t rb = amx.row_bytes(k), arb = amx.act_row_bytes(k);
-    std::vector<uint8_t> w(rb * n), xq(arb * T);
-    for (uint32_t r = 0; r < n; ++r) random_row(rng, k, w.data() + r * rb);
-    for (uint64_t b = 0; b < k / 32; ++b)  // row 0: the extreme codes
-      std::memset(w.data() + b * (rb / (k / 32)) + 2, type == LH_QDOT_Q8_0 ? 0x80 : 0x00, rb / (k / 32) - 2);
-    std::vector<float> x(static_cast<size_t>(T) * k);
-    for (uint32_t t = 0; t < T; ++t) {
-      const float scale = std::pow(10.0f, 4.0f * rng.uniform() - 2.0f);
-      for (uint64_t i = 0; i < k; ++i) x[t * k + i] = t == 1 ? 1.0f : scale * rng.normal();  // token 1: every code 127
-    }
-    for (uint32_t t = 0; t < T; ++t) avx512.quantize_act(x.data() + t * k, k, xq.data() + t * arb);
-    std::vector<float> y(static_cast<size_t>(T) * n), y_ref(static_cast<size_t>(T) * n);
-    amx.dot_tile(w.data(), rb, n, k, xq.data(), T, y.data(), n);
-    avx512.dot_tile(w.data(), rb, n, k, xq.data(), T, y_ref.data(), n);
-    for (size_t i = 0; i < y.size(); ++i) differ += std::memcmp(&y[i], &y_ref[i], 4) != 0;
-    outputs += y.size();
-  }
-  check(differ == 0, (std::string(name) + " amx: prefill gives avx512's bits (6 shapes, extremes)").c_str(), "%zu of %zu outputs differ", differ,
-        outputs);
-}
+// 256-token pass, more blocks than a 32-block chunk) and at the extremes.
+const std::vector<std::array<uint32_t, 3>> kAmxShapes = {{16, 16, 32}, {5, 17, 96}, {33, 40, 1088}, {16, 300, 352}, {3, 64, 32}, {20, 31, 2080}};
+constexpr const char* kAmxWhat = "prefill gives avx512's bits (6 shapes, extremes)";
 
 }  // namespace
 
@@ -131,6 +106,8 @@ void test_quant_dot_q() {
   qdot_sweep({LH_QDOT_F16, "F16", f16_random, f16_dequantize, {1, 15, 17, 96}});
   qdot_sweep({LH_QDOT_Q4_0, "Q4_0", q4_0_random, q4_0_dequantize, {32, 96, 352, 1088}});
   qdot_sweep({LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {32, 96, 352, 1088}});
-  check_amx_bits(LH_QDOT_Q4_0, "Q4_0", q4_0_random);
-  check_amx_bits(LH_QDOT_Q8_0, "Q8_0", q8_0_random);
+  qdot_check_same_bits({LH_QDOT_Q4_0, "Q4_0", q4_0_random, q4_0_dequantize, {32}}, LH_QDOT_AMX, LH_QDOT_AVX512, kAmxShapes, extreme_row<false>, 1.0f,
+                       kAmxWhat);
+  qdot_check_same_bits({LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {32}}, LH_QDOT_AMX, LH_QDOT_AVX512, kAmxShapes, extreme_row<true>, 1.0f,
+                       kAmxWhat);
 }

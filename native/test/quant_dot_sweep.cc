@@ -314,3 +314,35 @@ void qdot_sweep(const QdotTypeCase& c) {
     check_nonfinite(c, kern, rng);
   }
 }
+
+void qdot_check_same_bits(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl reference, const std::vector<std::array<uint32_t, 3>>& shapes,
+                          void (*extreme_row)(uint64_t k, uint8_t* out), float token1, const char* what) {
+  lh_qdot_kernels kern{}, ref{};
+  if (!lh_qdot_kernels_for(c.type, impl, &kern)) {
+    std::printf("info  %s %s: not on this CPU, its bits are not checked\n", c.name, impl_name(impl));
+    return;
+  }
+  check(lh_qdot_kernels_for(c.type, reference, &ref), label(c, reference, "kernels exist where the checked ones do").c_str(), "missing");
+  Rng rng(0xa3c + c.type + 16 * impl);
+  size_t outputs = 0, differ = 0;
+  for (const auto& sh : shapes) {
+    const uint32_t n = sh[0], T = sh[1];
+    const uint64_t k = sh[2];
+    const size_t rb = kern.row_bytes(k), arb = kern.act_row_bytes(k);
+    std::vector<uint8_t> w(rb * n), xq(arb * T);
+    for (uint32_t r = 0; r < n; ++r) c.random_row(rng, k, w.data() + r * rb);
+    extreme_row(k, w.data());
+    std::vector<float> x(static_cast<size_t>(T) * k);
+    for (uint32_t t = 0; t < T; ++t) {
+      const float scale = std::pow(10.0f, 4.0f * static_cast<float>(rng.uniform()) - 2.0f);
+      for (uint64_t i = 0; i < k; ++i) x[t * k + i] = t == 1 ? token1 : scale * static_cast<float>(rng.normal());
+    }
+    for (uint32_t t = 0; t < T; ++t) ref.quantize_act(x.data() + t * k, k, xq.data() + t * arb);
+    std::vector<float> y(static_cast<size_t>(T) * n), y_ref(static_cast<size_t>(T) * n);
+    kern.dot_tile(w.data(), rb, n, k, xq.data(), T, y.data(), n);
+    ref.dot_tile(w.data(), rb, n, k, xq.data(), T, y_ref.data(), n);
+    for (size_t i = 0; i < y.size(); ++i) differ += std::memcmp(&y[i], &y_ref[i], 4) != 0;
+    outputs += y.size();
+  }
+  check(differ == 0, label(c, impl, what).c_str(), "%zu of %zu outputs differ", differ, outputs);
+}

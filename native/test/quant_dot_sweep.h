@@ -17,6 +17,7 @@
 //      are unaffected; a block of zeros (or below 2^-100) contributes nothing and stays finite.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +37,14 @@ struct QdotTypeCase {
 };
 
 void qdot_sweep(const QdotTypeCase& c);
+
+// `impl` gives `reference`'s bits on every output (both run on the reference's quantized
+// activations): shapes[i] = {rows, tokens, k}, row 0 of each at the type's integer extremes
+// (extreme_row writes one row of k elements) and token 1 all `token1` (every code ±127), the rest
+// random rows and Gaussian activations. `what` names the check. Where the CPU lacks `impl`, an info
+// line says so and nothing is checked.
+void qdot_check_same_bits(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl reference, const std::vector<std::array<uint32_t, 3>>& shapes,
+                          void (*extreme_row)(uint64_t k, uint8_t* out), float token1, const char* what);
 
 // fp16 bits of a random finite scale, magnitude in [lo, hi), either sign when `signed_scale`.
 uint16_t qdot_random_half(Rng& rng, float lo, float hi, bool signed_scale);
