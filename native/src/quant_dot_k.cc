@@ -718,8 +718,8 @@ LH_KAMX void prefill_amx(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, 
     for (uint32_t t = 0; t < tn; ++t) _mm512_store_ps(acc[t], _mm512_setzero_ps());
     for (uint64_t c0 = 0; c0 < nb; c0 += kAmxSupers) {
       const uint32_t nc = nb - c0 < kAmxSupers ? static_cast<uint32_t>(nb - c0) : kAmxSupers;
-      if (Q6) q6k_operands_amx(w + c0 * bb, w_row_bytes, n_rows, nc, reinterpret_cast<amx_operands<3>*>(&o));
-      else k45_operands_amx<TYPE == LH_QDOT_Q5_K>(w + c0 * bb, w_row_bytes, n_rows, nc, reinterpret_cast<amx_operands<2>*>(&o));
+      if constexpr (Q6) q6k_operands_amx(w + c0 * bb, w_row_bytes, n_rows, nc, &o);
+      else k45_operands_amx<TYPE == LH_QDOT_Q5_K>(w + c0 * bb, w_row_bytes, n_rows, nc, &o);
       for (uint32_t g0 = 0; g0 < tn; g0 += 16) {
         const uint32_t gn = tn - g0 < 16 ? tn - g0 : 16;
         for (uint32_t b = 0; b < nc; ++b) {
