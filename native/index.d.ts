@@ -350,6 +350,13 @@ export interface SpeculatorOptions extends InfinigenNativeKnobs {
   heads: number;
   /** score scale (default 1/sqrt(headDim)) */
   scale?: number;
+  /**
+   * 0 (default): begin() queues the job to the speculator's own native thread, which overlaps it with
+   * the caller's next dense work. 1..64: no such thread; begin() runs the job before it returns, its KV
+   * groups split over that many threads of the native pool the dense stages use, and attend() splits its
+   * KV heads over them. Same selections and output bits either way.
+   */
+  inlineThreads?: number;
 }
 
 /** Figures of a layer's latest step. Times in ns of CLOCK_MONOTONIC (same clock as process.hrtime.bigint()). */

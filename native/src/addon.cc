@@ -1283,7 +1283,7 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
                        });
   }
 
-  // new Speculator(pool, { heads, alpha, cap, denseLayers, scale? })
+  // new Speculator(pool, { heads, alpha, cap, denseLayers, scale?, inlineThreads? })
   explicit Speculator(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Speculator>(info), env_(info.Env()) {
     guarded(env_, [&] {
       info.This().As<Napi::Object>().TypeTag(&kSpeculatorTag);
@@ -1297,6 +1297,8 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
       cfg.knobs = knobs_arg(env_, o);
       const Napi::Value sc = o.Get("scale");
       cfg.scale = sc.IsNumber() ? sc.As<Napi::Number>().DoubleValue() : 1.0 / std::sqrt(static_cast<double>(p->head_dim));
+      const Napi::Value it = o.Get("inlineThreads");
+      cfg.inline_threads = it.IsUndefined() ? 0 : u32_arg(env_, it, "inlineThreads", 0, LH_MAX_RANGE_THREADS);
       pool_ref_ = Napi::Persistent(info[0].As<Napi::Object>());  // keeps the pool object alive
       heads_ = cfg.heads;
       d_ = p->head_dim;

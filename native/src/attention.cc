@@ -18,6 +18,7 @@
 #include "fp16.h"
 #include "kv_pool.h"
 #include "parallel_ranges.h"
+#include "worker_pool.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define LH_X86 1
@@ -1121,6 +1122,15 @@ lh_status lh_attention_decode_threads(const lh_attention_args* a, uint32_t threa
   if (!lh_attention_available(impl) || threads == 0 || threads > LH_MAX_ATTENTION_THREADS) return LH_BAD_ARGUMENT;
   KvHeadSplit split{a, impl};
   lh_parallel_ranges(a->kv_heads, lh_attention_decode_threads_used(a, threads), decode_kv_heads, &split);
+  return LH_OK;
+}
+
+lh_status lh_attention_decode_pool(const lh_attention_args* a, lh_worker_pool* pool, uint32_t threads, lh_attention_impl impl) {
+  const lh_status st = lh_attention_check(a);
+  if (st != LH_OK) return st;
+  if (!lh_attention_available(impl) || threads == 0 || threads > LH_MAX_ATTENTION_THREADS) return LH_BAD_ARGUMENT;
+  KvHeadSplit split{a, impl};
+  lh_worker_pool_run(pool, a->kv_heads, threads, decode_kv_heads, &split);
   return LH_OK;
 }
 

@@ -83,6 +83,12 @@ lh_status lh_attention_decode_threads(const lh_attention_args* args, uint32_t th
 constexpr uint64_t LH_ATTENTION_MIN_WORK_PER_THREAD = 131072;  // work units (above) per thread
 constexpr uint64_t LH_ATTENTION_ROW_WORK = 4;                   // work units of one row read, in scores
 uint32_t lh_attention_decode_threads_used(const lh_attention_args* args, uint32_t threads);
+// lh_attention_decode_threads with the KV heads split over min(threads, kv_heads) threads of a running
+// worker pool (worker_pool.h; null: inline) instead of threads started for the call: a pool thread
+// wakes in microseconds, so every call splits. Same bits as lh_attention_decode.
+struct lh_worker_pool;
+lh_status lh_attention_decode_pool(const lh_attention_args* args, lh_worker_pool* pool, uint32_t threads,
+                                   lh_attention_impl impl = LH_ATTN_AUTO);
 
 // The scalar reference: two passes, plain loops, fp32 math, scalar fp16 conversion, int8 rows
 // dequantised element by element (k_scale * k_i).

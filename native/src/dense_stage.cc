@@ -1,7 +1,6 @@
 // lh_dense_stage: see dense_stage.h.
 #include "dense_stage.h"
 
-#include <pthread.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -17,8 +16,8 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // The process's dense workers and scratch (one run at a time: the engine's JS thread)
 // ---------------------------------------------------------------------------------------------
-pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-lh_worker_pool* g_pool = nullptr;  // grown to the most threads a stage asked for
+// The shared pool (worker_pool.h) while a run holds its lock, which also guards the scratch below.
+lh_worker_pool* g_pool = nullptr;
 
 // A 64-byte aligned buffer that only grows.
 struct Buf {
@@ -307,16 +306,7 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   if (r == LH_OK && s > 0 && (st->ffn_norm = copy_floats(c->ffn_norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK && (st->norm = copy_floats(c->norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK) {
-    pthread_mutex_lock(&g_lock);
-    if (lh_worker_pool_threads(g_pool) < c->threads) {
-      lh_worker_pool* bigger = lh_worker_pool_create(c->threads);
-      if (bigger == nullptr) r = LH_OUT_OF_MEMORY;
-      else {
-        lh_worker_pool_free(g_pool);
-        g_pool = bigger;
-      }
-    }
-    pthread_mutex_unlock(&g_lock);
+    r = lh_shared_pool_reserve(c->threads);
   }
   if (r != LH_OK) {
     if (r == LH_OUT_OF_MEMORY) *why = "out of memory";
@@ -403,8 +393,9 @@ lh_status lh_dense_stage_run(lh_dense_stage* st, const lh_dense_stage_io* io) {
       if (io->rows[r] >= io->tokens) return LH_BAD_ARGUMENT;
     if (io->n_rows == 0) return LH_OK;
   }
-  pthread_mutex_lock(&g_lock);
+  g_pool = lh_shared_pool_lock();
   const lh_status r = run_locked(st, io);
-  pthread_mutex_unlock(&g_lock);
+  g_pool = nullptr;
+  lh_shared_pool_unlock();
   return r;
 }

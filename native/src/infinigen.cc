@@ -15,6 +15,8 @@
 #include "attention.h"
 #include "fp16.h"
 #include "infinigen_score.h"
+#include "parallel_ranges.h"
+#include "worker_pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -252,7 +254,9 @@ struct lh_speculator {
   // phase A shared by the worker and, while it waits in attend(), the main thread: groups are claimed
   // from claim = (job tag << 32) | next group; the job's inputs below are written before claim is
   // published (release) and read after it is loaded (acquire); done counts finished groups.
-  lh_group_scratch scr[2];         // [0] worker, [1] main thread
+  lh_group_scratch* scr;           // (n_scr) side worker: [0] worker, [1] main thread; inline: one per pool thread
+  uint32_t n_scr;
+  lh_worker_pool* inline_pool;     // inline: the shared pool while begin() holds its lock
   std::atomic<uint64_t> claim;
   std::atomic<uint32_t> done;
   uint32_t running_layer;          // under mu: the layer whose job the worker runs (or layers: none)
@@ -264,6 +268,7 @@ struct lh_speculator {
   double* g_count;                 // (kv_head) Σ_h c_h of each group
   uint8_t* g_ok;                   // (kv_head) 0: a non-finite candidate score in the group
   bool stop;
+  bool sync_ready;                 // mu and the condition variables are initialised
   bool thread_started;
   pthread_t thread;
   pthread_mutex_t mu;
@@ -480,6 +485,17 @@ static void group_phase_b(lh_speculator* sp, uint32_t g, uint32_t n, uint32_t K)
 
 namespace {
 
+struct InlineGroups {
+  lh_speculator* sp;
+  uint32_t tag;
+};
+
+// Pool ranges of parts: part r claims groups with scratch r.
+void run_inline_groups(void* ctx, uint32_t begin, uint32_t end) {
+  const InlineGroups* job = static_cast<const InlineGroups*>(ctx);
+  for (uint32_t r = begin; r < end; ++r) run_claimed_groups(job->sp, job->tag, job->sp->scr[r]);
+}
+
 void run_job(lh_speculator* sp, uint32_t layer, uint32_t tag) {
   lh_layer_stats& st = sp->stats[layer];
   st.job_start_ns = lh_now_ns();
@@ -516,7 +532,14 @@ void run_job(lh_speculator* sp, uint32_t layer, uint32_t tag) {
     sp->a_kp = lh_kv_pool_partial_rows(pool, layer);
     sp->done.store(0, std::memory_order_relaxed);
     sp->claim.store(static_cast<uint64_t>(tag) << 32, std::memory_order_release);  // the main thread may help from here
-    run_claimed_groups(sp, tag, sp->scr[0]);
+    if (sp->cfg.inline_threads > 0) {
+      // inline: every pool thread claims groups with its own scratch (claiming balances uneven groups)
+      InlineGroups job{sp, tag};
+      const uint32_t parts = std::min(sp->cfg.inline_threads, sp->kvh);
+      lh_worker_pool_run(sp->inline_pool, parts, parts, run_inline_groups, &job);
+    } else {
+      run_claimed_groups(sp, tag, sp->scr[0]);
+    }
     while (sp->done.load(std::memory_order_acquire) < sp->kvh) sched_yield();  // a group the main thread still runs
     double total = 0;
     for (uint32_t g = 0; g < sp->kvh; ++g) {
@@ -664,6 +687,8 @@ void lh_speculator_destroy(lh_speculator* sp) {
     pthread_cond_broadcast(&sp->cv_job);
     pthread_mutex_unlock(&sp->mu);
     pthread_join(sp->thread, nullptr);
+  }
+  if (sp->sync_ready) {
     pthread_mutex_destroy(&sp->mu);
     pthread_cond_destroy(&sp->cv_job);
     pthread_cond_destroy(&sp->cv_done);
@@ -680,12 +705,14 @@ void lh_speculator_destroy(lh_speculator* sp) {
   std::free(sp->state);
   std::free(sp->stats);
   std::free(sp->qtilde);
-  for (lh_group_scratch& w : sp->scr) {
+  for (uint32_t i = 0; sp->scr != nullptr && i < sp->n_scr; ++i) {
+    lh_group_scratch& w = sp->scr[i];
     std::free(w.gscores);
     std::free(w.combined);
     std::free(w.values);
     std::free(w.list);
   }
+  std::free(sp->scr);
   std::free(sp->g_count);
   std::free(sp->g_ok);
   std::free(sp->top_slots);
@@ -701,7 +728,8 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   if (out == nullptr) return LH_BAD_ARGUMENT;
   *out = nullptr;
   if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || cfg == nullptr || !knobs_ok(&cfg->knobs) || cfg->heads == 0 ||
-      cfg->heads > LH_MAX_HEADS || cfg->heads % pool->kv_heads != 0 || !(cfg->scale > 0) || !std::isfinite(cfg->scale))
+      cfg->heads > LH_MAX_HEADS || cfg->heads % pool->kv_heads != 0 || !(cfg->scale > 0) || !std::isfinite(cfg->scale) ||
+      cfg->inline_threads > LH_MAX_RANGE_THREADS)
     return LH_BAD_ARGUMENT;
   lh_speculator* sp = zalloc<lh_speculator>(1);
   if (sp == nullptr) return LH_OUT_OF_MEMORY;
@@ -731,11 +759,16 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->stats = zalloc<lh_layer_stats>(sp->layers);
   sp->qtilde = zalloc<float>(static_cast<size_t>(sp->heads) * sp->p);
   sp->gstride = lh_kv_pool_partial_slots(pool);
-  for (lh_group_scratch& w : sp->scr) {
+  sp->n_scr = std::max<uint32_t>(2, cfg->inline_threads);
+  sp->scr = zalloc<lh_group_scratch>(sp->n_scr);
+  bool scr_ok = sp->scr != nullptr;
+  for (uint32_t i = 0; scr_ok && i < sp->n_scr; ++i) {
+    lh_group_scratch& w = sp->scr[i];
     w.gscores = zalloc<double>(sp->group * sp->gstride);
     w.combined = zalloc<double>(cap);
     w.values = zalloc<double>(2 * cap);
     w.list = zalloc<int32_t>(cap + 8);
+    scr_ok = w.gscores != nullptr && w.combined != nullptr && w.values != nullptr && w.list != nullptr;
   }
   sp->g_count = zalloc<double>(sp->kvh);
   sp->g_ok = zalloc<uint8_t>(sp->kvh);
@@ -749,7 +782,7 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->sel_n = zalloc<uint32_t>(sp->layers);
   sp->queue = zalloc<uint32_t>(sp->layers);
   if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->job_victim == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
-      sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || sp->scr[0].gscores == nullptr || sp->scr[1].gscores == nullptr || sp->scr[0].combined == nullptr || sp->scr[1].combined == nullptr || sp->scr[0].values == nullptr || sp->scr[1].values == nullptr || sp->scr[0].list == nullptr || sp->scr[1].list == nullptr || sp->g_count == nullptr || sp->g_ok == nullptr || sp->top_slots == nullptr || sp->top_vals == nullptr || 
+      sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || !scr_ok || sp->g_count == nullptr || sp->g_ok == nullptr || sp->top_slots == nullptr || sp->top_vals == nullptr || 
        sp->bits == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr) {
     lh_speculator_destroy(sp);
     return LH_OUT_OF_MEMORY;
@@ -757,14 +790,13 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   pthread_mutex_init(&sp->mu, nullptr);
   pthread_cond_init(&sp->cv_job, nullptr);
   pthread_cond_init(&sp->cv_done, nullptr);
-  if (pthread_create(&sp->thread, nullptr, worker_main, sp) != 0) {
-    pthread_mutex_destroy(&sp->mu);
-    pthread_cond_destroy(&sp->cv_job);
-    pthread_cond_destroy(&sp->cv_done);
+  sp->sync_ready = true;
+  if (cfg->inline_threads > 0 ? lh_shared_pool_reserve(cfg->inline_threads) != LH_OK
+                              : pthread_create(&sp->thread, nullptr, worker_main, sp) != 0) {
     lh_speculator_destroy(sp);
     return LH_OUT_OF_MEMORY;
   }
-  sp->thread_started = true;
+  sp->thread_started = cfg->inline_threads == 0;
   *out = sp;
   return LH_OK;
 }
@@ -792,6 +824,20 @@ lh_status lh_speculator_begin(lh_speculator* sp, uint32_t layer, const float* q_
   sp->job_len[layer] = lh_kv_pool_length(sp->pool, layer);
   sp->stats[layer] = lh_layer_stats{};
   sp->stats[layer].begin_ns = lh_now_ns();
+  if (sp->cfg.inline_threads > 0) {  // the job now, on the shared pool
+    pthread_mutex_lock(&sp->mu);
+    const uint32_t tag = ++sp->tag_seq;
+    sp->state[layer] = 1;
+    pthread_mutex_unlock(&sp->mu);
+    sp->inline_pool = lh_shared_pool_lock();
+    run_job(sp, layer, tag);
+    sp->inline_pool = nullptr;
+    lh_shared_pool_unlock();
+    pthread_mutex_lock(&sp->mu);
+    sp->state[layer] = 2;
+    pthread_mutex_unlock(&sp->mu);
+    return LH_OK;
+  }
   pthread_mutex_lock(&sp->mu);
   sp->state[layer] = 1;
   sp->queue[(sp->q_head + sp->q_count) % sp->layers] = layer;
@@ -864,7 +910,14 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
   a.v_scale = lh_kv_pool_v_scales(sp->pool, layer);
   a.rows = keep_list(sp, layer, 0);
   a.rows_stride = sp->rows;
-  const lh_status done = lh_attention_decode_threads(&a, threads);
+  lh_status done;
+  if (sp->cfg.inline_threads > 0) {
+    lh_worker_pool* pool = lh_shared_pool_lock();
+    done = lh_attention_decode_pool(&a, pool, std::min(threads, sp->cfg.inline_threads));
+    lh_shared_pool_unlock();
+  } else {
+    done = lh_attention_decode_threads(&a, threads);
+  }
   sp->stats[layer].attn_ns = lh_now_ns() - t0;
   return done;
 }

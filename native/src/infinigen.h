@@ -19,7 +19,7 @@
 // is bit-identical to lh_attention_decode over the whole layer (same kernel, same rows, same order).
 //
 // Threading: one persistent worker thread per speculator (pthread + condition variable), jobs in
-// FIFO order. The worker reads only the layer it was given, slots < the length at begin(), and never
+// FIFO order; or, with inline_threads, none (the job runs inside begin() on the shared pool). The worker reads only the layer it was given, slots < the length at begin(), and never
 // the victim reserved at begin() on a full evicting pool, so the caller may append the current token
 // to that layer while the job runs (no shared byte: a partial last tile is read lane by lane, the
 // prefetch counters are updated by lh_kv_pool_note_job; `npm test` runs this under TSan). The caller
@@ -84,6 +84,13 @@ struct lh_speculator_config {
   uint32_t heads;          // query heads, multiple of the pool's kv_heads
   lh_infinigen_knobs knobs;
   double scale;            // score scale (1/sqrt(head_dim) for Llama)
+  // 0: the job runs on the speculator's own worker thread, overlapping the caller's next dense stage
+  // (right when that thread has a core of its own). 1..LH_MAX_RANGE_THREADS: no worker thread; begin()
+  // runs the job at once on the caller's thread, its KV groups split over this many threads of the
+  // shared pool (worker_pool.h), and attend() splits attention over them too (right when the dense
+  // stages already use every core: a side thread would only take turns with them). Same selections,
+  // same bits either way.
+  uint32_t inline_threads = 0;
 };
 
 struct lh_speculator;
@@ -98,7 +105,8 @@ lh_status lh_speculator_begin(lh_speculator* sp, uint32_t layer, const float* q_
 // Waits for every queued job.
 void lh_speculator_drain(lh_speculator* sp);
 // Waits for layer's job, then attention over [staged rows, the layer's last slot]; q, out (heads, head_dim).
-// threads 1..64: the KV heads split as lh_attention_decode_threads does (same bits for any count).
+// threads 1..64: the KV heads split as lh_attention_decode_threads does (same bits for any count); an
+// inline speculator splits them over min(threads, inline_threads) threads of the shared pool.
 lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q, float* out, uint32_t threads = 1);
 // Same attention by the scalar reference, reading the selected rows straight from the pool.
 lh_status lh_speculator_attend_ref(lh_speculator* sp, uint32_t layer, const float* q, float* out);

@@ -225,6 +225,135 @@ __attribute__((target("avx2,fma,f16c"))) void score_group_avx2(const uint16_t* k
   if (finite != nullptr) *finite = all_finite ? 1 : 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// AVX-512 (F/DQ + F16C): the AVX2 kernel's arithmetic on 8 float64 lanes, one tile of 8 slots per
+// vector, so each (tile, element) needs one conversion and one FMA per head instead of two. The
+// per-lane sequence of FMAs is the AVX2 one (and the scalar loop's roundings): the same bits.
+// ---------------------------------------------------------------------------------------------
+#define LH_SCORE512 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma,f16c")))
+// GCC 12 flags the intrinsics' _mm512_undefined_pd() pass-through operand (as in attention.cc)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+struct Avx512Track {
+  __m512d mx[8], chk[8];  // per head of the chunk: running max, Σ (s − s) (NaN once a score is not finite)
+};
+
+template <int TB, int HB>
+LH_SCORE512 inline void score_step512(const uint16_t* kt, uint32_t p, const double* qd, size_t qstride, __m512d scale,
+                                      double* const* o, uint32_t j0, uint32_t lanes, Avx512Track& tr) {
+  __m512d acc[TB][HB];
+  for (int t = 0; t < TB; ++t)
+    for (int h = 0; h < HB; ++h) acc[t][h] = _mm512_setzero_pd();
+  const size_t tile = static_cast<size_t>(p) * 8;
+  for (uint32_t i = 0; i < p; ++i) {
+    __m512d qi[HB];
+    for (int h = 0; h < HB; ++h) qi[h] = _mm512_set1_pd(qd[h * qstride + i]);
+    for (int t = 0; t < TB; ++t) {
+      const __m512d k8 = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kt + t * tile + i * 8))));
+      for (int h = 0; h < HB; ++h) acc[t][h] = _mm512_fmadd_pd(qi[h], k8, acc[t][h]);
+    }
+  }
+  for (int t = 0; t < TB; ++t)
+    for (int h = 0; h < HB; ++h) {
+      const __m512d s = _mm512_mul_pd(acc[t][h], scale);
+      double* dst = o[h] + j0 + t * 8;
+      if (lanes == 0xFFu) {
+        _mm512_storeu_pd(dst, s);
+        tr.mx[h] = _mm512_max_pd(s, tr.mx[h]);  // max_pd(x, m) keeps m when x is NaN
+        tr.chk[h] = _mm512_add_pd(tr.chk[h], _mm512_sub_pd(s, s));
+      } else {  // a masked tile (TB == 1 there): only the wanted lanes are stored and tracked
+        const __mmask8 k = static_cast<__mmask8>(lanes);
+        _mm512_mask_storeu_pd(dst, k, s);
+        tr.mx[h] = _mm512_mask_max_pd(tr.mx[h], k, s, tr.mx[h]);
+        tr.chk[h] = _mm512_mask_add_pd(tr.chk[h], k, tr.chk[h], _mm512_sub_pd(s, s));
+      }
+    }
+}
+
+// A tile with lanes that must not be read: see score_masked_tile (the same copy into a zeroed tile).
+template <int HB>
+LH_SCORE512 void score_masked_tile512(const uint16_t* kt, uint32_t p, const double* qd, size_t qstride, __m512d scale,
+                                      double* const* o, uint32_t j0, uint32_t lanes, uint16_t* local, Avx512Track& tr) {
+  for (uint32_t i = 0; i < p; ++i)
+    for (uint32_t r = 0; r < 8; ++r) local[i * 8 + r] = ((lanes >> r) & 1u) != 0 ? kt[i * 8 + r] : 0;
+  score_step512<1, HB>(local, p, qd, qstride, scale, o, j0, lanes, tr);
+}
+
+template <int HB>
+LH_SCORE512 inline void score_tile512(const uint16_t* kt, uint32_t p, const double* qd, size_t qstride, __m512d scale,
+                                      double* const* o, uint32_t j0, uint32_t lanes, uint16_t* local, Avx512Track& tr) {
+  if (lanes == 0xFFu) score_step512<1, HB>(kt, p, qd, qstride, scale, o, j0, lanes, tr);
+  else score_masked_tile512<HB>(kt, p, qd, qstride, scale, o, j0, lanes, local, tr);
+}
+
+template <int TB, int HB>
+LH_SCORE512 void score_heads512(const uint16_t* kp, uint32_t p, uint32_t slots, int64_t skip, const double* qd, size_t qstride,
+                                __m512d scale, double* const* o, Avx512Track& tr) {
+  const size_t tile = static_cast<size_t>(p) * 8;
+  const uint32_t full = slots / 8;
+  const int64_t skip_tile = skip >= 0 && skip < slots ? skip / 8 : -1;
+  const uint32_t skip_lanes = skip_tile >= 0 ? 0xFFu & ~(1u << (skip & 7)) : 0xFFu;
+  alignas(64) uint16_t local[8 * LH_MAX_HEAD_DIM];
+  uint32_t t = 0;
+  for (; t + TB <= full; t += TB) {
+    if (skip_tile >= t && skip_tile < t + TB) {
+      for (uint32_t u = t; u < t + TB; ++u)
+        score_tile512<HB>(kp + u * tile, p, qd, qstride, scale, o, u * 8, u == skip_tile ? skip_lanes : 0xFFu, local, tr);
+      continue;
+    }
+    score_step512<TB, HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, 0xFFu, tr);
+  }
+  for (; t < full; ++t) score_tile512<HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, t == skip_tile ? skip_lanes : 0xFFu, local, tr);
+  if (slots % 8 != 0) {
+    const uint32_t lanes = (1u << (slots % 8)) - 1;
+    score_tile512<HB>(kp + t * tile, p, qd, qstride, scale, o, t * 8, t == skip_tile ? lanes & skip_lanes : lanes, local, tr);
+  }
+  if (skip_tile >= 0)
+    for (int h = 0; h < HB; ++h) o[h][skip] = -INFINITY;
+}
+
+LH_SCORE512 void score_group_avx512(const uint16_t* kp, uint32_t p, uint32_t slots, const float* q, uint32_t group, double scale,
+                                    double* out, size_t out_stride, double* max, uint32_t* finite, int64_t skip) {
+  const __m512d sc = _mm512_set1_pd(scale);
+  double qd[8 * LH_MAX_HEAD_DIM];
+  bool all_finite = true;
+  for (uint32_t h0 = 0; h0 < group; h0 += 8) {  // chunks of up to 8 heads
+    const uint32_t hb = std::min<uint32_t>(8, group - h0);
+    for (uint32_t h = 0; h < hb; ++h)
+      for (uint32_t i = 0; i < p; ++i) qd[h * p + i] = q[static_cast<size_t>(h0 + h) * p + i];
+    double* o[8];
+    Avx512Track tr;
+    for (uint32_t h = 0; h < 8; ++h) {
+      o[h] = out + (h0 + std::min(h, hb - 1)) * out_stride;
+      tr.mx[h] = _mm512_set1_pd(-INFINITY);
+      tr.chk[h] = _mm512_setzero_pd();
+    }
+    // TB·HB accumulators <= 16 of the 32 registers
+    switch (hb) {
+      case 1: score_heads512<8, 1>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      case 2: score_heads512<4, 2>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      case 3: score_heads512<4, 3>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      case 4: score_heads512<4, 4>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      case 5: score_heads512<2, 5>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      case 6: score_heads512<2, 6>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      case 7: score_heads512<2, 7>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+      default: score_heads512<2, 8>(kp, p, slots, skip, qd, p, sc, o, tr); break;
+    }
+    for (uint32_t h = 0; h < hb; ++h) {
+      if (max != nullptr) max[h0 + h] = _mm512_reduce_max_pd(tr.mx[h]);
+      all_finite = all_finite && _mm512_cmp_pd_mask(tr.chk[h], tr.chk[h], _CMP_UNORD_Q) == 0;
+    }
+  }
+  if (finite != nullptr) *finite = all_finite ? 1 : 0;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 __attribute__((target("avx2"))) uint32_t count_above_avx2(const double* s, uint32_t n, double threshold) {
   const __m256d t = _mm256_set1_pd(threshold);
   __m256i c0 = _mm256_setzero_si256(), c1 = _mm256_setzero_si256();
@@ -329,15 +458,29 @@ __attribute__((target("avx2,popcnt"))) uint32_t collect_avx2(const double* v, ui
   return r;
 }
 
+bool spec_has_avx512() {
+  static const bool has = lh_attention_available(LH_ATTN_AVX512);
+  return has;
+}
+
 bool spec_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return has;
 }
 #endif
 
+bool use_avx512(lh_attention_impl impl) {
+#ifdef LH_X86
+  return impl == LH_ATTN_AVX512 || (impl == LH_ATTN_AUTO && spec_has_avx512());
+#else
+  return false;
+#endif
+}
+
+// The AVX2 kernels also serve an AVX-512 request where no AVX-512 version exists.
 bool use_avx2(lh_attention_impl impl) {
 #ifdef LH_X86
-  return impl == LH_ATTN_AVX2 || (impl == LH_ATTN_AUTO && spec_has_avx2());
+  return impl == LH_ATTN_AVX2 || impl == LH_ATTN_AVX2_PER_HEAD || impl == LH_ATTN_AVX512 || (impl == LH_ATTN_AUTO && spec_has_avx2());
 #else
   return false;
 #endif
@@ -352,6 +495,10 @@ lh_status lh_spec_score_group(const uint16_t* kp, uint32_t p, uint32_t slots, co
       !lh_attention_available(impl))
     return LH_BAD_ARGUMENT;
 #ifdef LH_X86
+  if (use_avx512(impl)) {
+    score_group_avx512(kp, p, slots, q, group, scale, out, out_stride, max, finite, skip);
+    return LH_OK;
+  }
   if (use_avx2(impl)) {
     score_group_avx2(kp, p, slots, q, group, scale, out, out_stride, max, finite, skip);
     return LH_OK;

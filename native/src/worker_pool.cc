@@ -148,3 +148,30 @@ void lh_worker_pool_run(lh_worker_pool* p, uint32_t items, uint32_t parts, void 
     else sched_yield();
   }
 }
+
+namespace {
+pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+lh_worker_pool* g_shared = nullptr;  // grown to the most threads anyone reserved
+}  // namespace
+
+lh_status lh_shared_pool_reserve(uint32_t threads) {
+  lh_status r = LH_OK;
+  pthread_mutex_lock(&g_shared_lock);
+  if (lh_worker_pool_threads(g_shared) < threads) {
+    lh_worker_pool* bigger = lh_worker_pool_create(threads);
+    if (bigger == nullptr) r = LH_OUT_OF_MEMORY;
+    else {
+      lh_worker_pool_free(g_shared);
+      g_shared = bigger;
+    }
+  }
+  pthread_mutex_unlock(&g_shared_lock);
+  return r;
+}
+
+lh_worker_pool* lh_shared_pool_lock() {
+  pthread_mutex_lock(&g_shared_lock);
+  return g_shared;
+}
+
+void lh_shared_pool_unlock() { pthread_mutex_unlock(&g_shared_lock); }

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "status.h"
+
 struct lh_worker_pool;
 
 // threads: 1..LH_MAX_RANGE_THREADS (parallel_ranges.h), threads − 1 workers started. Null when no
@@ -29,3 +31,12 @@ uint32_t lh_worker_pool_threads(const lh_worker_pool* pool);
 // run(ctx, begin, end) for the ranges of `items` over min(parts, threads, items) threads (parts 0: all
 // threads); returns when every range is done. pool null: one range, inline.
 void lh_worker_pool_run(lh_worker_pool* pool, uint32_t items, uint32_t parts, void (*run)(void* ctx, uint32_t begin, uint32_t end), void* ctx);
+
+// The process's shared pool: the dense stages' matmuls and the speculator when it runs inline
+// (infinigen.h) take turns on the same threads, so a step never has more runnable threads than it asked
+// for. lh_shared_pool_reserve grows it to `threads` (LH_OUT_OF_MEMORY if that fails; the old pool stays);
+// lh_shared_pool_lock returns it (null before any reserve: lh_worker_pool_run then runs inline) and
+// holds its lock until lh_shared_pool_unlock, so one caller uses it at a time.
+lh_status lh_shared_pool_reserve(uint32_t threads);
+lh_worker_pool* lh_shared_pool_lock();
+void lh_shared_pool_unlock();

@@ -30,6 +30,7 @@
 #include "../src/infinigen_score.h"
 #include "../src/kv_pool.h"
 #include "../src/mapped_file.h"
+#include "../src/parallel_ranges.h"
 #include "../src/policy_select.h"
 #include "../src/sparse_attention.h"
 #include "../src/status.h"
@@ -1608,17 +1609,79 @@ void test_speculator() {
     }
 }
 
+// Inline speculators (no side thread; groups and attention on 2 or 3 threads of the shared pool) against
+// the side-thread one on the same pool, step by step: the same selections, the same reuse figures and
+// attention outputs with the same bits (MHA, GQA 4 and 8 over 2 and 3 KV heads: more threads than groups too).
+void test_speculator_inline() {
+  int bad_sel = 0, bad_bits = 0, bad_stats = 0, runs = 0;
+  for (const uint32_t kvh : {2u, 3u})
+    for (const uint32_t ratio : {1u, 4u, 8u}) {
+      Rng rng(300 + kvh * 10 + ratio);
+      const uint32_t L = 2, D = 40, P = 12, cap_tokens = 1100;
+      SpecFixture f(L, kvh, D, P, ratio, cap_tokens, LH_KV_F16, rng);
+      const uint32_t heads = kvh * ratio;
+      lh_kv_pool_set_projection(&f.pool, 1, f.proj.data() + static_cast<size_t>(kvh) * D * P);
+      for (int t = 0; t < 1037; ++t) f.append(1, rng, t);
+      lh_speculator* sp[3] = {nullptr, nullptr, nullptr};
+      const uint32_t inline_threads[3] = {0, 2, 3};
+      bool made = true;
+      for (int i = 0; i < 3; ++i) {
+        lh_speculator_config c{heads, {2.0, 0.1, 1}, 1.0 / std::sqrt(40.0)};
+        c.inline_threads = inline_threads[i];
+        made = made && lh_speculator_create(&sp[i], &f.pool, &c) == LH_OK;
+      }
+      if (!made) {
+        ++bad_sel;
+        for (lh_speculator* s : sp) lh_speculator_destroy(s);
+        continue;
+      }
+      std::vector<float> q(heads * D), qs(heads * D), o[3];
+      for (auto& v : o) v.resize(heads * D);
+      for (int step = 0; step < 4; ++step) {
+        ++runs;
+        for (auto& x : q) x = rng.normal();
+        for (auto& x : qs) x = rng.normal();
+        for (lh_speculator* s : sp) bad_sel += lh_speculator_begin(s, 1, qs.data()) == LH_OK ? 0 : 1;
+        f.append(1, rng, 1037 + step);
+        for (int i = 0; i < 3; ++i) bad_sel += lh_speculator_attend(sp[i], 1, q.data(), o[i].data(), 2) == LH_OK ? 0 : 1;
+        const lh_layer_stats* s0 = lh_speculator_stats(sp[0], 1);
+        for (int i = 1; i < 3; ++i) {
+          const lh_layer_stats* si = lh_speculator_stats(sp[i], 1);
+          bad_stats += si->n == s0->n && si->hits == s0->hits && si->misses == s0->misses && si->wait_ns < 1000000 ? 0 : 1;
+          for (uint32_t g = 0; g < kvh; ++g) {
+            uint32_t n0 = 0, ni = 0;
+            const int32_t* a = lh_speculator_selected(sp[0], 1, g, &n0);
+            const int32_t* b = lh_speculator_selected(sp[i], 1, g, &ni);
+            bad_sel += a != nullptr && b != nullptr && n0 == ni && n0 > 0 && std::memcmp(a, b, n0 * sizeof(int32_t)) == 0 ? 0 : 1;
+          }
+          for (uint32_t e = 0; e < heads * D; ++e) bad_bits += same_bits_or_both_nan(o[0][e], o[i][e]) ? 0 : 1;
+        }
+      }
+      for (lh_speculator* s : sp) lh_speculator_destroy(s);
+    }
+  check(runs == 24 && bad_sel == 0 && bad_bits == 0 && bad_stats == 0,
+        "speculator inline on 2 and 3 pool threads == the side-thread speculator: selections, reuse figures, attention bits",
+        "runs %d, selections %d, bits %d, stats %d off", runs, bad_sel, bad_bits, bad_stats);
+  lh_speculator_config too_many{1, {2.0, 0.1, 1}, 1.0};
+  too_many.inline_threads = LH_MAX_RANGE_THREADS + 1;
+  Rng rng(1);
+  SpecFixture f(2, 1, 8, 4, 1, 16, LH_KV_F16, rng);
+  lh_speculator* sp = nullptr;
+  check(lh_speculator_create(&sp, &f.pool, &too_many) == LH_BAD_ARGUMENT && sp == nullptr,
+        "speculator: inline_threads above LH_MAX_RANGE_THREADS is LH_BAD_ARGUMENT");
+}
+
 // Reuse cache on a hand-made sequence: keys chosen so the selected set is known each step.
 // The speculator's group scoring kernel: every implementation == the scalar reference bit for bit
 // (scores), the same max and finiteness; == the row-major float64 rule of lh_infinigen_select;
-// lanes past `slots` untouched (guards); odd p, slots not a multiple of the tile, groups 1..8.
+// lanes past `slots` untouched (guards); odd p, slots not a multiple of the tile, groups 1..16 (AVX-512 scores 8 heads a chunk).
 void test_spec_score_kernels() {
   Rng rng(9001);
   int bad_bits = 0, bad_rule = 0, bad_max = 0, bad_guard = 0, bad_count = 0, bad_comb = 0, bad_finite = 0, bad_hist = 0, runs = 0;
   const uint32_t ps[] = {1, 3, 5, 19, 31};
   const uint32_t slot_counts[] = {0, 1, 7, 8, 9, 31, 33, 257, 1001};
-  const uint32_t groups[] = {1, 2, 3, 4, 5, 8};
-  const lh_attention_impl impls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AUTO};
+  const uint32_t groups[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
+  const lh_attention_impl impls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AVX512, LH_ATTN_AUTO};
   for (uint32_t p : ps)
     for (uint32_t slots : slot_counts)
       for (uint32_t group : groups) {
@@ -1718,10 +1781,10 @@ void test_spec_score_kernels() {
 void test_spec_score_skip() {
   Rng rng(9002);
   int bad_bits = 0, bad_skip = 0, bad_max = 0, bad_finite = 0, runs = 0;
-  const lh_attention_impl impls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AUTO};
+  const lh_attention_impl impls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AVX512, LH_ATTN_AUTO};
   for (uint32_t p : {1u, 5u, 31u})
     for (uint32_t slots : {1u, 8u, 9u, 33u, 100u})
-      for (uint32_t group : {1u, 2u, 3u, 4u, 7u})
+      for (uint32_t group : {1u, 2u, 3u, 4u, 7u, 8u, 11u})
         for (int32_t skip : {0, 7, 8, 13, 31, 32, 99}) {
           if (static_cast<uint32_t>(skip) >= slots) continue;
           ++runs;
@@ -3319,6 +3382,7 @@ int main(int argc, char** argv) {
   test_infinigen_select();
   test_partial_rows();
   test_speculator();
+  test_speculator_inline();
   test_speculator_reuse();
   test_spec_score_kernels();
   test_spec_score_skip();

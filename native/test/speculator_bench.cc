@@ -2,8 +2,8 @@
 // on the long-context bench's shapes, without onnxruntime. Not part of the tests.
 //
 //   g++ -std=c++17 -O3 -march=x86-64-v2 -fno-exceptions -Inative/src -o /tmp/speculator_bench native/test/speculator_bench.cc \
-//     native/src/{infinigen,infinigen_score,kv_pool,attention,mapped_file}.cc native/src/reference/*.cc -lpthread
-//   /tmp/speculator_bench [kv_heads=32] [heads=32] [tokens=32768] [layers=4] [steps=6] [p=19]
+//     native/src/{infinigen,infinigen_score,kv_pool,attention,mapped_file,parallel_ranges,row_gather,heap_trim,worker_pool}.cc native/src/reference/*.cc -lpthread
+//   /tmp/speculator_bench [kv_heads=32] [heads=32] [tokens=32768] [layers=4] [steps=6] [p=19] [inline_threads=0]
 //
 // Builds a pool of `layers` sparse layers (plus one dense layer 0) holding `tokens` random rows,
 // then per step begins every sparse layer in turn (as the runner does, one layer ahead), appends the
@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "infinigen.h"
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   const uint32_t sparse = argc > 4 ? std::atoi(argv[4]) : 4;
   const int steps = argc > 5 ? std::atoi(argv[5]) : 6;
   const uint32_t P = argc > 6 ? std::atoi(argv[6]) : 19;
+  const uint32_t inline_threads = argc > 7 ? std::atoi(argv[7]) : 0;  // 0: the side worker thread
   const uint32_t D = 64, L = sparse + 1;
   Rng rng(7);
   lh_kv_pool pool{};
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
     }
   }
   lh_speculator_config sc{heads, {5.0, 0.1, 1}, 1.0 / std::sqrt(static_cast<double>(D))};
+  sc.inline_threads = inline_threads;
   lh_speculator* sp = nullptr;
   if (lh_speculator_create(&sp, &pool, &sc) != LH_OK) {
     std::fprintf(stderr, "speculator create failed\n");
@@ -78,7 +81,7 @@ int main(int argc, char** argv) {
       for (auto& x : k1) x = rng.normal();
       for (auto& x : v1) x = rng.normal();
       lh_kv_pool_append(&pool, l, k1.data(), v1.data(), static_cast<int32_t>(tokens + s), nullptr);
-      lh_speculator_attend(sp, l, q.data(), out.data());
+      lh_speculator_attend(sp, l, q.data(), out.data(), inline_threads > 0 ? inline_threads : 1);
       const lh_layer_stats* st = lh_speculator_stats(sp, l);
       if (s > 0) {
         spec.push_back(st->spec_ns / 1e6);
@@ -90,9 +93,9 @@ int main(int argc, char** argv) {
     }
   }
   const double sm = median(spec), gm = median(gather);
-  std::printf("kv_heads %u heads %u tokens %u p %u: per layer-step spec %.3f ms, gather %.3f ms, attention %.3f ms, n %.0f; "
+  std::printf("%s kv_heads %u heads %u tokens %u p %u: per layer-step spec %.3f ms, gather %.3f ms, attention %.3f ms, n %.0f; "
               "x14 layers: spec+gather %.1f ms/step\n",
-              kvh, heads, tokens, P, sm, gm, median(attn), spec.empty() ? 0.0 : static_cast<double>(n_sum) / spec.size(), (sm + gm) * 14);
+              inline_threads > 0 ? ("inline " + std::to_string(inline_threads) + " threads").c_str() : "side thread", kvh, heads, tokens, P, sm, gm, median(attn), spec.empty() ? 0.0 : static_cast<double>(n_sum) / spec.size(), (sm + gm) * 14);
   lh_speculator_destroy(sp);
   lh_kv_pool_free(&pool);
   return 0;
