@@ -3,6 +3,8 @@
 //
 //   node --import tsx bench/long-context.mjs [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1]
 //        [--policies full,infinigen,streaming,h2o,quest] [--cap 0.1] [--llama] [--steps 16]
+//        (infinigen@side-thread / infinigen@inline: InfiniGen with that speculation placement; plain
+//        infinigen picks it: side thread with a spare core, else inline on the run's threads)
 //        [--type Q8_0] [--dir DIR] [--keep] [--json FILE] [--bandwidth-mib 512]
 //        [--fill random|prefill] [--llama-contexts 2048,8192] [--offload]
 //
@@ -148,9 +150,13 @@ async function childInspect(path) {
 
 const REAL_PREFIX = 512; // --fill random: tokens prefilled for real before the random rows
 
-async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, vocab, bos, fill, offload = false) {
+async function childOurs(path, policyName, threads, contexts, steps, cap, cacheDir, vocab, bos, fill, offload = false) {
   const { loadModel } = await import('../app/engine/model/load-model.ts');
   const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
+  const { speculatorInlineThreads } = await import('../app/engine/forward/infinigen.ts');
+  // 'infinigen@side-thread' / 'infinigen@inline': InfiniGen with that speculation placement ('infinigen': auto)
+  const [policy, speculation = 'auto'] = policyName.split('@');
+  const specInline = policy === 'infinigen' && speculatorInlineThreads(speculation, threads) > 0;
   const maxN = contexts[contexts.length - 1];
   const ids = promptIds(maxN, vocab, bos);
   const model = await loadModel(path);
@@ -161,11 +167,11 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
     kvType: 'fp16',
     prefillChunk: 128,
     policy,
-    infinigen: { fetchCap: cap, cacheDir },
+    infinigen: { fetchCap: cap, cacheDir, speculation },
     sparse: { fetchCap: cap },
     ...(offload ? { offload: true } : {}),
   });
-  const out = { engine: 'longhand', policy: offload ? `${policy}+offload` : policy, threads, rows: [] };
+  const out = { engine: 'longhand', policy: offload ? `${policyName}+offload` : policyName, threads, speculation: policy === 'infinigen' ? (specInline ? 'inline' : 'side-thread') : undefined, rows: [] };
   let logits;
   for (const N of contexts) {
     const from = runner.position;
@@ -190,8 +196,9 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
     let fetched = 0;
     let stepsWithStats = 0;
     let crossed = 0;
-    // InfiniGen per step, summed over the sparse layers: the side thread's speculation (q̃, scores,
-    // selection) and reuse bookkeeping, the main thread's wait for it, and the sparse attention
+    // InfiniGen per step, summed over the sparse layers: the speculation (q̃, scores, selection; on the
+    // side thread, or inside begin() when inline) and reuse bookkeeping, the main thread's wait for
+    // it, and the sparse attention
     const overlap = { speculationMs: 0, gatherMs: 0, waitMs: 0, sparseAttentionMs: 0 };
     const sp = runner.sparsePolicy;
     const select0 = sp?.selectMs ?? 0;
@@ -233,7 +240,8 @@ async function childOurs(path, policy, threads, contexts, steps, cap, cacheDir, 
     const attention = perCall(t.attention) - (policy === 'infinigen' ? wait : selectMs);
     const denseMs = perCall(t.layerGraphs + t.headGraph);
     out.rows.push({
-      breakdown: { speculation: spec, speculationOnMainThread: policy !== 'infinigen', wait, attention, dense: denseMs, other: perCall(t.total) - denseMs - perCall(t.attention), total: perCall(t.total) },
+      // inline speculation runs inside begin(), outside the timed attention: taken out of "other"
+      breakdown: { speculation: spec, speculationOnMainThread: policy !== 'infinigen' || specInline, wait, attention, dense: denseMs, other: perCall(t.total) - denseMs - perCall(t.attention) - (specInline && stepsWithStats > 0 ? (overlap.speculationMs + overlap.gatherMs) / stepsWithStats : 0), total: perCall(t.total) },
       N,
       startPosition: N0,
       fillTokens: N0 - from,
@@ -399,7 +407,7 @@ const mib = (b) => (Number.isFinite(b) ? `${(b / 2 ** 20).toFixed(0)}` : '—');
 
 async function parent() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/long-context.mjs [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1] [--policies full,infinigen,streaming,h2o,quest] [--cap 0.1] [--llama] [--steps 16] [--type Q8_0] [--dir DIR] [--keep] [--json FILE]');
+    console.log('usage: node --import tsx bench/long-context.mjs [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1] [--policies full,infinigen,streaming,h2o,quest] (infinigen@side-thread / infinigen@inline: that speculation placement) [--cap 0.1] [--llama] [--steps 16] [--type Q8_0] [--dir DIR] [--keep] [--json FILE]');
     return;
   }
   const kvHeads = positiveInt(opts['kv-heads'], '--kv-heads');
@@ -457,7 +465,7 @@ async function parent() {
         r.threads = threads;
         console.log(`${policy} ${threads}t: ${r.error ?? r.rows.map((x) => `N=${x.N} ${fmt(x.tps, 2)} tok/s`).join(', ')}`);
         report.runs.push(r);
-        if (opts.offload && (policy === 'full' || policy === 'infinigen')) {
+        if (opts.offload && (policy === 'full' || policy.startsWith('infinigen'))) {
           const o = await runChild(['ours', ...common, '--policy', policy, '--cap', `${cap}`, '--cache-dir', cacheDir, '--fill', opts.fill, '--offload']);
           if (o.error) o.policy = `${policy}+offload`;
           o.threads = threads;
@@ -530,7 +538,7 @@ async function parent() {
   console.log(lines.join('\n'));
   console.log('');
   for (const f of report.llamaFill?.fill ?? []) if (f.skipped) console.log(`llama.cpp N=${f.N}: not run (${f.skipped})`);
-  console.log(`Filling: llama.cpp prefilled seeded random ids once per fixture up to each N, saved the sequence state and loaded it in every timed run${opts.fill === 'random' ? `; Longhand prefilled the first ${REAL_PREFIX} for real and appended seeded random K/V rows for the rest (decode cost depends on the row count, not the values)` : '; so did Longhand'}. Speculation runs on a native side thread while the next layer's graph runs; "waited" is the time the main thread waited for it (the part not hidden).`);
+  console.log(`Filling: llama.cpp prefilled seeded random ids once per fixture up to each N, saved the sequence state and loaded it in every timed run${opts.fill === 'random' ? `; Longhand prefilled the first ${REAL_PREFIX} for real and appended seeded random K/V rows for the rest (decode cost depends on the row count, not the values)` : '; so did Longhand'}. InfiniGen's speculation runs on a native side thread while the next layer's dense stage runs ("wait": the main thread waiting for it, the part not hidden) when the machine has a core beyond the run's threads, else inline, split over the run's threads (its time marked "(main)"); infinigen@side-thread / infinigen@inline force one.`);
   console.log(`Note: the fixture's weights are random, so attention is diffuse and no policy finds a few dominant tokens: the fetch cap (${cap}) decides how many rows the sparse policies fetch, not the scores. Numbers on a real model differ.`);
   console.log(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}; ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s in all`);
   if (opts.json) {

@@ -51,4 +51,32 @@ describe.skipIf(!have)('InfiniGen on kjv-llama-hd64 at denseLayers 0, 1, 2', () 
     for (const l of layers) if (!l.dense) expect(l.selected).toBeLessThanOrEqual(Math.floor(0.2 * l.candidates));
     console.log(`denseLayers ${denseLayers}: all-selected max |Δ logit| vs full ${worst.toExponential(2)}; last step fetch per sparse layer ${layers.filter((l) => !l.dense).map((l) => l.fetchRatio.toFixed(3)).join(' ')}`);
   });
+
+  it('speculation inline (the job inside begin(), on the runner\'s threads) gives the side thread\'s logits bit for bit and the same selections', async () => {
+    const run = async (speculation: 'side-thread' | 'inline', threads: number) => {
+      const r = await createModelRunner(model, { kvType: 'fp16', contextLength: 256, threads, policy: 'infinigen', infinigen: { alpha: 5, fetchCap: 0.2, denseLayers: 1, cacheDir: dir, speculation } });
+      const placement = r.speculationPlacement;
+      await r.prefill(ids.slice(0, 40));
+      const logits: Float32Array[] = [];
+      const selected: string[] = [];
+      for (let t = 40; t < ids.length; t++) {
+        logits.push((await r.decode(ids[t]!)).slice());
+        selected.push(JSON.stringify(Array.from({ length: 6 }, (_, l) => r.selectedPositions(l))));
+      }
+      const sparse = r.lastStepStats()!.layers.filter((l) => !l.dense);
+      await r.dispose();
+      return { logits, selected, placement, sparse };
+    };
+    const side = await run('side-thread', 2);
+    expect(side.placement).toBe('side-thread');
+    for (const threads of [1, 2]) {
+      const inline = await run('inline', threads);
+      expect(inline.placement).toBe('inline');
+      expect(inline.selected).toEqual(side.selected);
+      for (let s = 0; s < side.logits.length; s++) expect(Buffer.from(inline.logits[s]!.buffer)).toEqual(Buffer.from(side.logits[s]!.buffer));
+      // inline: begin() returned after the job, so attend() never waits for it
+      for (const l of inline.sparse) expect(l.waitMs).toBeLessThan(0.5);
+    }
+    expect(side.sparse.some((l) => l.selected < l.candidates)).toBe(true); // a real selection, not everything
+  });
 });

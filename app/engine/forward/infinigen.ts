@@ -47,6 +47,24 @@ export interface InfinigenOptions {
   modelSha256?: string;
   /** Per-layer attention recall in the step figures (costs a full score pass per sparse layer). */
   inspect?: boolean;
+  /** Where the speculation runs (default 'auto'; see SpeculationPlacement). */
+  speculation?: SpeculationPlacement;
+}
+
+/**
+ * 'side-thread': on the speculator's own native thread, overlapping the next layer's dense work.
+ * 'inline': inside the step on the runner's threads (the native pool the dense stages use), its KV
+ * groups and the sparse attention split over them. 'auto': side-thread while the machine has a core
+ * beyond the runner's threads, else inline (there a side thread would only take turns with the dense
+ * threads: bench/long-context.mjs, GQA, 2 threads on 2 cores, 32K: dense 74.5 ms a step beside the
+ * side thread against 38.5 without it). Same selections and bits in every placement.
+ */
+export type SpeculationPlacement = 'auto' | 'side-thread' | 'inline';
+const SPECULATION_PLACEMENTS: readonly SpeculationPlacement[] = ['auto', 'side-thread', 'inline'];
+
+/** The speculator's inlineThreads (native/index.d.ts) for a runner on `threads` threads: 0 = its own thread. */
+export function speculatorInlineThreads(placement: SpeculationPlacement, threads: number, cores = os.availableParallelism()): number {
+  return placement === 'inline' || (placement === 'auto' && threads >= cores) ? threads : 0;
 }
 
 export interface InfinigenSettings {
@@ -58,6 +76,7 @@ export interface InfinigenSettings {
   recalibrate: boolean;
   modelSha256: string | undefined;
   inspect: boolean;
+  speculation: SpeculationPlacement;
   /** p = ⌊r·d⌋ */
   partialDim: number;
 }
@@ -70,6 +89,8 @@ export function infinigenSettings(o: InfinigenOptions, headDim: number, layers: 
   if (!(alpha > 0) || !Number.isFinite(alpha)) throw new UsageError(`infinigen.alpha must be a positive number, got ${alpha}`, { field: 'alpha' });
   if (!(fetchCap > 0 && fetchCap <= 1)) throw new UsageError(`infinigen.fetchCap must be in (0, 1], got ${fetchCap}`, { field: 'fetchCap' });
   if (!Number.isInteger(denseLayers) || denseLayers < 0) throw new UsageError(`infinigen.denseLayers must be a non-negative integer, got ${denseLayers}`, { field: 'denseLayers' });
+  const speculation = o.speculation ?? 'auto';
+  if (!SPECULATION_PLACEMENTS.includes(speculation)) throw new UsageError(`infinigen.speculation must be one of ${SPECULATION_PLACEMENTS.join(', ')}, got ${String(speculation)}`, { field: 'speculation' });
   return {
     alpha,
     partialRatio,
@@ -79,6 +100,7 @@ export function infinigenSettings(o: InfinigenOptions, headDim: number, layers: 
     recalibrate: o.recalibrate === true,
     modelSha256: o.modelSha256,
     inspect: o.inspect === true,
+    speculation,
     partialDim: partialCount(partialRatio, headDim), // validates r
   };
 }

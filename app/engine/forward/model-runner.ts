@@ -37,7 +37,7 @@ import type { TensorData } from '../onnx/graph-builder.ts';
 import { UsageError } from '../../common/errors.ts';
 import type { LoadProgress } from '../../common/protocol.ts';
 import { attendCausal, attendSlots, createKvPool, createSpeculator, type KvPool, type KvType, type Speculator } from '../../../native/index.js';
-import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSequenceState, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
+import { CALIBRATION_TOKENS, infinigenSettings, InfinigenState, speculatorInlineThreads, layerStatsFrom, summarizeStep, type InfinigenLayerStats, type InfinigenOptions, type InfinigenSequenceState, type InfinigenSettings, type InfinigenStepStats } from './infinigen.ts';
 import { EmbeddingTable } from './embedding.ts';
 import type { StepProbe } from '../metrics/step-probe.ts';
 import { packSlotLists, SPARSE_POLICIES, SparsePolicyState, type SparsePolicyName, type SparsePolicyOptions } from './sparse-policies.ts';
@@ -227,6 +227,8 @@ export interface ModelRunner extends TokenRunner {
   readonly sparsePolicy: SparsePolicyState | undefined;
   /** Where the skew matrices came from under 'infinigen' (undefined until the first prefill). */
   readonly skewSource: 'cache' | 'prompt' | 'self-generated' | undefined;
+  /** Where InfiniGen's speculation runs (its `speculation` option resolved for this runner's threads); undefined under other policies. */
+  readonly speculationPlacement: 'side-thread' | 'inline' | undefined;
   dispose(): Promise<void>;
 }
 
@@ -307,7 +309,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   });
   let infinigen: { state: InfinigenState; spec: Speculator } | undefined;
   if (ig) {
-    const spec = createSpeculator(pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers });
+    const spec = createSpeculator(pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers, inlineThreads: speculatorInlineThreads(ig.speculation, threads) });
     infinigen = { state: new InfinigenState(ig, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim }, model), spec };
   }
   let offload: OffloadAttention | undefined;
@@ -470,6 +472,11 @@ class Runner implements ModelRunner {
     return this.ig?.skewSource;
   }
 
+  get speculationPlacement(): 'side-thread' | 'inline' | undefined {
+    if (!this.ig || !this.spec) return undefined;
+    return speculatorInlineThreads(this.ig.settings.speculation, this.cfg.threads) > 0 ? 'inline' : 'side-thread';
+  }
+
   lastStepStats(): InfinigenStepStats | undefined {
     return this.lastStep;
   }
@@ -617,7 +624,7 @@ class Runner implements ModelRunner {
     const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength: this.contextLength }, this.pool) : undefined;
     this.spec?.drain();
     if (ig) {
-      const spec = createSpeculator(this.pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers });
+      const spec = createSpeculator(this.pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers, inlineThreads: speculatorInlineThreads(ig.speculation, this.cfg.threads) });
       this.spec?.free();
       this.spec = spec;
       kept!.settings = ig;
@@ -918,10 +925,10 @@ class Runner implements ModelRunner {
           if (sparse) stepLayers.push({ ...this.denseLayerStats(l, p0), bytes: mine.crossedBytes, hits: mine.hits, misses: mine.misses });
         }
       } else if (sparse && l >= dense) {
-        // one thread: the speculator's worker is scoring the next layer on the other core meanwhile
+        // a side-thread speculator is scoring the next layer on another core meanwhile: one thread here
         // (bench/long-context.mjs, MHA, 2 threads: splitting this attention too took InfiniGen from
-        // 8.25 / 7.27 to 6.62 / 5.83 tok/s at 16K / 32K)
-        spec.attend(l, q, attn, 1);
+        // 8.25 / 7.27 to 6.62 / 5.83 tok/s at 16K / 32K); an inline one has finished: every thread
+        spec.attend(l, q, attn, speculatorInlineThreads(ig.settings.speculation, this.cfg.threads) > 0 ? attentionThreads : 1);
         const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
         const [stageStartNs, stageEndNs] = this.stageNs[l]!;
         stepLayers.push(layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }));
