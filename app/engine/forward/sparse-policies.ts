@@ -11,7 +11,7 @@
 // which stay the oracle of the tests (sparse-policies.test.ts: the same slots on random and real
 // inputs); oracle still calls its reference (measurement only). The state kept across steps lives in
 // typed arrays here: streaming needs nothing; quest the element-wise page bounds of the stored keys
-// (extended natively to the N candidates before each selection); h2o the accumulated softmax mass per
+// (extended natively chunk by chunk in prefill and to the N candidates before each selection); h2o the accumulated softmax mass per
 // KV head (prefill's causal attention included; natively from the logits of the listed slots only),
 // with evictions made permanent per KV head (an evicted slot never returns); snapkv the last `window`
 // queries of the context (kept here from observePrefill, and from select for decoded tokens, so a
@@ -212,9 +212,21 @@ export class SparsePolicyState {
       this.keptFor[layer] = -1;
       return;
     }
+    if (this.name === 'quest') {
+      // the chunk's rows are in the pool (and in cache): bound them now, not all at the first decode step
+      this.extendBounds(layer, p0 + T);
+      return;
+    }
     if (this.name !== 'h2o') return;
     const w = this.shape.heads * this.shape.headDim;
     for (let i = 0; i < T; i++) h2oAccumulate(this.pool, layer, q.subarray(i * w, (i + 1) * w), this.shape.heads, this.acc[layer]!, this.shape.contextLength, p0 + i + 1);
+  }
+
+  /** quest: the page bounds of layer ℓ cover slots 0..N−1 (extended from where they stopped). */
+  private extendBounds(layer: number, N: number): void {
+    if (N <= this.bounded[layer]!) return;
+    questExtendBounds(this.pool, layer, this.pageMin[layer]!, this.pageMax[layer]!, this.maxPages, this.settings.pageSize, this.bounded[layer]!, N);
+    this.bounded[layer] = N;
   }
 
   /** Per KV head the slots among 0..N−1 that layer ℓ attends this step (q: [heads·d], the real query). */
@@ -235,8 +247,7 @@ export class SparsePolicyState {
       }
       case 'quest': {
         const maxPages = this.maxPages;
-        questExtendBounds(this.pool, layer, this.pageMin[layer]!, this.pageMax[layer]!, maxPages, s.pageSize, Math.min(this.bounded[layer]!, N), N);
-        this.bounded[layer] = Math.max(this.bounded[layer]!, N);
+        this.extendBounds(layer, N);
         const pages = pageCount(N, s.pageSize);
         const topPages = s.topPages ?? (budget >= N ? pages : Math.max(1, Math.round(budget / s.pageSize)));
         const out = this.output(layer, kvHeads * Math.min(N, topPages * s.pageSize));
@@ -333,9 +344,15 @@ export class SparsePolicyState {
   /**
    * The pool now holds N tokens appended without a forward pass (the benchmark's random rows): for
    * snapkv they are prompt with no stored queries, so the next step keeps the newest budget tokens
-   * of 0..N−1 (the rule's case without a window) instead of attending every one of them.
+   * of 0..N−1 (the rule's case without a window) instead of attending every one of them; quest
+   * bounds them now, as observePrefill would have chunk by chunk.
    */
   appendedForBenchmark(N: number): void {
+    if (this.name === 'quest') {
+      // as a prefill would have (observePrefill): the first timed step does not pay for 0..N−1
+      for (let l = this.settings.denseLayers; l < this.shape.layers; l++) this.extendBounds(l, N);
+      return;
+    }
     if (this.name !== 'snapkv') return;
     for (let l = 0; l < this.shape.layers; l++) {
       this.promptEnd[l] = N;
