@@ -309,9 +309,10 @@ export declare function questExtendBounds(pool: KvPool, layer: number, pageMin: 
 /**
  * quest, one step: q [heads, d]; bounds [kvHeads, maxPages, d]; the ⌈N / pageSize⌉ pages ranked per
  * KV head by max over the group of (U − max U), U = Σ max(q·min, q·max); the top `topPages` pages'
- * slots < N. slots: ≥ kvHeads·min(N, topPages·pageSize) elements.
+ * slots < N. slots: ≥ kvHeads·min(N, topPages·pageSize) elements. threads (default 1): the KV heads
+ * split over that many threads of the native pool the dense stages use; the same lists.
  */
-export declare function selectQuest(q: Float32Array, heads: number, kvHeads: number, d: number, pageMin: Float32Array, pageMax: Float32Array, maxPages: number, N: number, pageSize: number, topPages: number, slots: Int32Array, offsets: Int32Array): number;
+export declare function selectQuest(q: Float32Array, heads: number, kvHeads: number, d: number, pageMin: Float32Array, pageMax: Float32Array, maxPages: number, N: number, pageSize: number, topPages: number, slots: Int32Array, offsets: Int32Array, threads?: number): number;
 
 /**
  * snapkv, once per prompt of P tokens: obsQ [window, heads, headDim], row i the query of position

@@ -191,8 +191,8 @@ export function questExtendBounds(pool, layer, pageMin, pageMax, maxPages, pageS
 }
 
 /** quest: per KV head the slots of the top pages; returns the total. */
-export function selectQuest(q, heads, kvHeads, d, pageMin, pageMax, maxPages, N, pageSize, topPages, slots, offsets) {
-  return loadAddon().selectQuest(q, heads, kvHeads, d, pageMin, pageMax, maxPages, N, pageSize, topPages, slots, offsets);
+export function selectQuest(q, heads, kvHeads, d, pageMin, pageMax, maxPages, N, pageSize, topPages, slots, offsets, threads) {
+  return loadAddon().selectQuest(q, heads, kvHeads, d, pageMin, pageMax, maxPages, N, pageSize, topPages, slots, offsets, threads);
 }
 
 /** snapkv: the kept prompt slots per KV head for a prompt of P tokens voted by the window's queries; returns the total. */

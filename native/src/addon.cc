@@ -39,6 +39,7 @@
 #include "skew_energy.h"
 #include "sparse_attention.h"
 #include "status.h"
+#include "worker_pool.h"
 
 namespace {
 
@@ -1038,7 +1039,7 @@ Napi::Value QuestExtendBounds(const Napi::CallbackInfo& info) {
   });
 }
 
-// selectQuest(q (heads*d), heads, kvHeads, d, pageMin, pageMax (kvHeads*maxPages*d), maxPages, N, pageSize, topPages, slots, offsets)
+// selectQuest(q (heads*d), heads, kvHeads, d, pageMin, pageMax (kvHeads*maxPages*d), maxPages, N, pageSize, topPages, slots, offsets, threads?)
 Napi::Value SelectQuest(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
@@ -1058,11 +1059,15 @@ Napi::Value SelectQuest(const Napi::CallbackInfo& info) {
     const uint64_t per = std::min<uint64_t>(N, static_cast<uint64_t>(top_pages) * page_size);
     Napi::Int32Array slots = i32_out(env, info[10], "slots", static_cast<size_t>(kvh * per));
     Napi::Int32Array offsets = i32_out(env, info[11], "offsets", kvh + 1);
+    const uint32_t threads = info.Length() > 12 && !info[12].IsUndefined() ? u32_arg(env, info[12], "threads", 1, LH_MAX_RANGE_THREADS) : 1;
     std::vector<uint32_t> off(kvh + 1);
-    size_t bytes = 0;
-    uint8_t* scratch = select_scratch(N / page_size + 1, &bytes);
+    const size_t pages = N / page_size + 1;
+    static thread_local std::vector<uint8_t> scratch;
+    const size_t need = std::max(lh_select_scratch_bytes(pages), lh_quest_scratch_bytes(kvh, pages, threads));
+    if (scratch.size() < need) scratch.resize(need);
+    if (threads > 1) lh_shared_pool_reserve(threads);  // no memory for it: the pool stays smaller, the work is still done
     const lh_status st = lh_select_quest(q.Data(), heads, kvh, d, mn.Data(), mx.Data(), max_pages, N, page_size, top_pages, out_data(slots), off.data(),
-                                         scratch, bytes);
+                                         scratch.data(), scratch.size(), threads);
     if (st != LH_OK) fail(env, st, "selectQuest: bad arguments");
     copy_offsets(off, offsets);
     return Napi::Number::New(env, off[kvh]);

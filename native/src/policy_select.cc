@@ -13,6 +13,7 @@
 
 #include "attention.h"
 #include "sparse_attention.h"
+#include "worker_pool.h"
 
 namespace {
 
@@ -73,11 +74,78 @@ void lane_scores(const T* rows, const float* row_scale, uint32_t d, const float*
   }
 }
 
+#if defined(__x86_64__)
+// 8 rows of 8 floats -> their 8 columns (c[k] lane r = r[r][k])
+__attribute__((target("avx2"))) inline void transpose8x8(const __m256 r[8], __m256 c[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    c[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+    c[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+  }
+}
+
+// lane_scores for fp16 (kF16) or fp32 rows with d % 8 == 0 on AVX2 + F16C: 8 slots a vector, each
+// row's elements 8 at a time transposed in registers, then per element a product and a sum. The
+// target has no FMA, so nothing is contracted: each lane is the scalar lane's separately rounded
+// products and in-order sums, i.e. lh_attention_score's bits.
+template <bool kF16, class SlotAt>
+__attribute__((target("avx2,f16c"))) void lane_scores_avx2(const void* rows, uint32_t d, const float* qh, uint32_t n, SlotAt slot_at,
+                                                            float scale, float* out) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    size_t at[8];
+    for (int l = 0; l < 8; ++l) at[l] = static_cast<size_t>(slot_at(i + l)) * d;
+    __m256 acc = _mm256_setzero_ps();
+    for (uint32_t e0 = 0; e0 < d; e0 += 8) {
+      __m256 r[8], c[8];
+      for (int l = 0; l < 8; ++l) {
+        if constexpr (kF16) r[l] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(rows) + at[l] + e0)));
+        else r[l] = _mm256_loadu_ps(static_cast<const float*>(rows) + at[l] + e0);
+      }
+      transpose8x8(r, c);
+      for (int k = 0; k < 8; ++k) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(qh[e0 + k]), c[k]));
+    }
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(sc, acc));
+  }
+  for (; i < n; ++i) {  // the tail, as lane_scores's
+    float acc = 0.0f;
+    for (uint32_t e = 0; e < d; ++e) {
+      const size_t x = static_cast<size_t>(slot_at(i)) * d + e;
+      acc += qh[e] * (kF16 ? lh_fp16_to_fp32(static_cast<const uint16_t*>(rows)[x]) : static_cast<const float*>(rows)[x]);
+    }
+    out[i] = scale * acc;
+  }
+}
+
+bool cpu_has_avx2_f16c() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
 template <class SlotAt>
 void scores_of(const lh_kv_pool* pool, uint32_t layer, const float* qh, uint32_t g, uint32_t n, SlotAt slot_at, float scale, float* out) {
   const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
   const size_t base = head * lh_kv_pool_head_stride(pool);
   const uint32_t d = pool->head_dim;
+#if defined(__x86_64__)
+  if (d % 8 == 0 && pool->kv_type != LH_KV_I8 && cpu_has_avx2_f16c()) {
+    if (pool->kv_type == LH_KV_F32) lane_scores_avx2<false>(static_cast<const float*>(pool->k) + base, d, qh, n, slot_at, scale, out);
+    else lane_scores_avx2<true>(static_cast<const uint16_t*>(pool->k) + base, d, qh, n, slot_at, scale, out);
+    return;
+  }
+#endif
   switch (pool->kv_type) {
     case LH_KV_I8:
       lane_scores(static_cast<const int8_t*>(pool->k) + base, pool->ks + head * pool->capacity, d, qh, n, slot_at, scale,
@@ -109,24 +177,6 @@ void quest_bounds_scalar(const float* qh, uint32_t d, const float* page_min, con
 }
 
 #if defined(__x86_64__)
-// 8 rows of 8 floats -> their 8 columns (c[k] lane r = r[r][k])
-__attribute__((target("avx2"))) inline void transpose8x8(const __m256 r[8], __m256 c[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int k = 0; k < 4; ++k) {
-    c[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
-    c[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
-  }
-}
 
 // Eight pages at a time, one double lane each (its own sum, in element order): the scalar version's
 // bits. The pages' bounds are transposed 8 elements at a time in registers (gathers are several
@@ -314,9 +364,81 @@ lh_status lh_quest_extend_bounds(const lh_kv_pool* pool, uint32_t layer, float* 
   return LH_OK;
 }
 
+namespace {
+// KV head g's chosen pages (ascending, returns how many): per query head of its group the bounds
+// U_{h,P}, combined as max over the group of (U_{h,P} − max_P U_{h,P}), the top `top_pages` of them.
+// bound, combined: (pages) double; idx, chosen: (pages) int32.
+size_t quest_head_pages(const float* q, uint32_t group, uint32_t g, uint32_t d, const float* page_min, const float* page_max,
+                        uint32_t max_pages, uint32_t pages, uint32_t top_pages, double* bound, double* combined, int32_t* idx,
+                        int32_t* chosen) {
+  for (uint32_t P = 0; P < pages; ++P) combined[P] = -INFINITY;
+  for (uint32_t h = g * group; h < (g + 1) * group; ++h) {
+    const size_t at = g * static_cast<size_t>(max_pages) * d;
+    lh_quest_page_bounds(q + static_cast<size_t>(h) * d, d, page_min + at, page_max + at, pages, bound);
+    double mx = -INFINITY;
+    for (uint32_t P = 0; P < pages; ++P) mx = js_max(mx, bound[P]);
+    for (uint32_t P = 0; P < pages; ++P) combined[P] = js_max(combined[P], bound[P] - mx);
+  }
+  return lh_top_indices(combined, pages, top_pages, nullptr, idx, chosen);
+}
+
+struct QuestSplit {
+  const float* q;
+  uint32_t group, kv_heads, d, max_pages, pages, top_pages, parts;
+  const float *page_min, *page_max;
+  uint8_t* part_scratch;  // (parts) slices of part_bytes: bound, combined, idx
+  size_t part_bytes;
+  int32_t* chosen;        // (kv_heads, pages) each head's chosen pages
+  uint32_t* count;        // (kv_heads) how many
+};
+
+// Parts [b, e): part r runs KV heads [r·kv/parts, (r+1)·kv/parts) with scratch slice r.
+void quest_parts(void* ctx, uint32_t b, uint32_t e) {
+  const QuestSplit* s = static_cast<const QuestSplit*>(ctx);
+  for (uint32_t r = b; r < e; ++r) {
+    Carver cv{s->part_scratch + r * s->part_bytes, s->part_bytes};
+    double* bound = cv.take<double>(s->pages);
+    double* combined = cv.take<double>(s->pages);
+    int32_t* idx = cv.take<int32_t>(s->pages);
+    const uint32_t g0 = static_cast<uint32_t>(static_cast<uint64_t>(r) * s->kv_heads / s->parts);
+    const uint32_t g1 = static_cast<uint32_t>(static_cast<uint64_t>(r + 1) * s->kv_heads / s->parts);
+    for (uint32_t g = g0; g < g1; ++g)
+      s->count[g] = static_cast<uint32_t>(quest_head_pages(s->q, s->group, g, s->d, s->page_min, s->page_max, s->max_pages, s->pages,
+                                                           s->top_pages, bound, combined, idx, s->chosen + static_cast<size_t>(g) * s->pages));
+  }
+}
+
+// lh_select_quest's KV heads over `threads` pool threads, then the slot lists in head order.
+lh_status select_quest_threads(const float* q, uint32_t group, uint32_t kv_heads, uint32_t d, const float* page_min, const float* page_max,
+                               uint32_t max_pages, uint32_t N, uint32_t page_size, uint32_t top_pages, uint32_t pages, int32_t* slots,
+                               uint32_t* offsets, uint8_t* scratch, size_t scratch_bytes, uint32_t threads) {
+  const uint32_t parts = std::min(threads, kv_heads);
+  const size_t part_bytes = pages * (2 * sizeof(double) + sizeof(int32_t)) + 64;
+  Carver cv{scratch, scratch_bytes};
+  uint8_t* part_scratch = cv.take<uint8_t>(parts * part_bytes);
+  int32_t* chosen = cv.take<int32_t>(static_cast<size_t>(kv_heads) * pages);
+  uint32_t counts[LH_MAX_KV_HEADS];
+  if (part_scratch == nullptr || chosen == nullptr || kv_heads > LH_MAX_KV_HEADS) return LH_BAD_ARGUMENT;  // sized by the caller's check
+  QuestSplit s{q, group, kv_heads, d, max_pages, pages, top_pages, parts, page_min, page_max, part_scratch, part_bytes, chosen, counts};
+  lh_worker_pool* pool = lh_shared_pool_lock();
+  lh_worker_pool_run(pool, parts, parts, quest_parts, &s);
+  lh_shared_pool_unlock();
+  size_t total = 0;
+  for (uint32_t g = 0; g < kv_heads; ++g) {
+    const int32_t* ch = chosen + static_cast<size_t>(g) * pages;
+    for (uint32_t i = 0; i < counts[g]; ++i) {
+      const uint32_t P = static_cast<uint32_t>(ch[i]);
+      for (uint32_t j = P * page_size; j < std::min(N, (P + 1) * page_size); ++j) slots[total++] = static_cast<int32_t>(j);
+    }
+    offsets[g + 1] = static_cast<uint32_t>(total);
+  }
+  return LH_OK;
+}
+}  // namespace
+
 lh_status lh_select_quest(const float* q, uint32_t heads, uint32_t kv_heads, uint32_t d, const float* page_min, const float* page_max,
                           uint32_t max_pages, uint32_t N, uint32_t page_size, uint32_t top_pages, int32_t* slots, uint32_t* offsets,
-                          void* scratch, size_t scratch_bytes) {
+                          void* scratch, size_t scratch_bytes, uint32_t threads) {
   if (q == nullptr || page_min == nullptr || page_max == nullptr || slots == nullptr || offsets == nullptr || scratch == nullptr) return LH_BAD_ARGUMENT;
   if (kv_heads == 0 || heads == 0 || heads % kv_heads != 0 || d == 0 || page_size == 0) return LH_BAD_ARGUMENT;
   const uint32_t pages = N / page_size + (N % page_size != 0 ? 1 : 0), group = heads / kv_heads;
@@ -329,17 +451,12 @@ lh_status lh_select_quest(const float* q, uint32_t heads, uint32_t kv_heads, uin
   if (pages > 0 && (bound == nullptr || combined == nullptr || idx == nullptr || chosen == nullptr)) return LH_BAD_ARGUMENT;
   // every page holds a candidate (no mask in the decode path): all pages are live
   offsets[0] = 0;
+  if (threads > 1 && kv_heads > 1 && pages > 0 && scratch_bytes >= lh_quest_scratch_bytes(kv_heads, pages, threads))
+    return select_quest_threads(q, group, kv_heads, d, page_min, page_max, max_pages, N, page_size, top_pages, pages, slots, offsets,
+                                static_cast<uint8_t*>(scratch), scratch_bytes, threads);
   size_t total = 0;
   for (uint32_t g = 0; g < kv_heads; ++g) {
-    for (uint32_t P = 0; P < pages; ++P) combined[P] = -INFINITY;
-    for (uint32_t h = g * group; h < (g + 1) * group; ++h) {
-      const size_t at = g * static_cast<size_t>(max_pages) * d;
-      lh_quest_page_bounds(q + static_cast<size_t>(h) * d, d, page_min + at, page_max + at, pages, bound);
-      double mx = -INFINITY;
-      for (uint32_t P = 0; P < pages; ++P) mx = js_max(mx, bound[P]);
-      for (uint32_t P = 0; P < pages; ++P) combined[P] = js_max(combined[P], bound[P] - mx);
-    }
-    const size_t c = lh_top_indices(combined, pages, top_pages, nullptr, idx, chosen);
+    const size_t c = quest_head_pages(q, group, g, d, page_min, page_max, max_pages, pages, top_pages, bound, combined, idx, chosen);
     for (size_t i = 0; i < c; ++i) {
       const uint32_t P = static_cast<uint32_t>(chosen[i]);
       for (uint32_t j = P * page_size; j < std::min(N, (P + 1) * page_size); ++j) slots[total++] = static_cast<int32_t>(j);

@@ -67,9 +67,17 @@ lh_status lh_quest_extend_bounds(const lh_kv_pool* pool, uint32_t layer, float* 
 // q_i·max_i) (double); per KV head the pages ranked by max over the group of (U_{h,P} − max_P U_{h,P}),
 // the top `top_pages` kept with all their slots < N. q: (heads, d) fp32; bounds as above (pages <=
 // max_pages). Per-head bound: min(N, top_pages * page_size). LH_BAD_ARGUMENT: bad shape, scratch small.
+// threads > 1: the KV heads are split over that many threads of the shared pool (worker_pool.h), each
+// with its own part of the scratch, when the scratch holds lh_quest_scratch_bytes(kv_heads, pages,
+// threads) (else one thread); the same lists either way.
 lh_status lh_select_quest(const float* q, uint32_t heads, uint32_t kv_heads, uint32_t d, const float* page_min, const float* page_max,
                           uint32_t max_pages, uint32_t N, uint32_t page_size, uint32_t top_pages, int32_t* slots, uint32_t* offsets,
-                          void* scratch, size_t scratch_bytes);
+                          void* scratch, size_t scratch_bytes, uint32_t threads = 1);
+// Scratch of lh_select_quest on `threads` threads: per thread a head's bounds, the group's combined
+// bounds and the top-k's index list (pages each), plus every KV head's chosen pages.
+inline size_t lh_quest_scratch_bytes(size_t kv_heads, size_t pages, size_t threads) {
+  return threads * (pages * (2 * sizeof(double) + sizeof(int32_t)) + 64) + kv_heads * pages * sizeof(int32_t) + 64;
+}
 
 // quest's bound of one query head qh (d) over pages [0, pages) of one KV head's bounds ((pages, d),
 // as in lh_select_quest): out[P] = Σ_i max(q_i·min_i, q_i·max_i) in double, i in order, JS max (NaN

@@ -34,6 +34,7 @@
 #include "../src/policy_select.h"
 #include "../src/sparse_attention.h"
 #include "../src/status.h"
+#include "../src/worker_pool.h"
 #include "check.h"
 #include "test_rng.h"
 
@@ -2005,6 +2006,43 @@ void test_speculator_select_exact() {
         "%d of %d differ", bad, runs);
 }
 
+// Quest's KV heads split over pool threads (7 KV heads on 2, 3 and 5 threads: parts of unequal size,
+// more heads than threads): the single thread's lists and offsets exactly, for several tops and
+// lengths; a scratch too small for the split falls back to one thread with the same result.
+void test_quest_threads() {
+  Rng rng(4242);
+  const uint32_t H = 7, group = 2, heads = H * group, D = 16, ps = 16, max_pages = 70;
+  std::vector<float> mn(static_cast<size_t>(H) * max_pages * D), mxb(mn.size()), q(static_cast<size_t>(heads) * D);
+  for (size_t i = 0; i < mn.size(); ++i) {
+    const float a = static_cast<float>(rng.normal()), b = static_cast<float>(rng.normal());
+    mn[i] = std::min(a, b), mxb[i] = std::max(a, b);
+  }
+  for (auto& x : q) x = static_cast<float>(rng.normal());
+  lh_shared_pool_reserve(5);
+  int bad = 0, runs = 0;
+  for (uint32_t N : {17u, 500u, 1111u})
+    for (uint32_t top : {1u, 3u, 9u, 70u}) {
+      const uint32_t pages = (N + ps - 1) / ps;
+      std::vector<int32_t> one(static_cast<size_t>(H) * std::min(N, top * ps) + 1, -7);
+      std::vector<uint32_t> one_off(H + 1);
+      std::vector<uint8_t> scratch(lh_select_scratch_bytes(pages));
+      bad += lh_select_quest(q.data(), heads, H, D, mn.data(), mxb.data(), max_pages, N, ps, top, one.data(), one_off.data(), scratch.data(), scratch.size()) == LH_OK ? 0 : 1;
+      for (uint32_t th : {2u, 3u, 5u}) {
+        ++runs;
+        std::vector<int32_t> split(one.size(), -7);
+        std::vector<uint32_t> split_off(H + 1);
+        std::vector<uint8_t> big(lh_quest_scratch_bytes(H, pages, th));
+        bad += lh_select_quest(q.data(), heads, H, D, mn.data(), mxb.data(), max_pages, N, ps, top, split.data(), split_off.data(), big.data(), big.size(), th) == LH_OK &&
+                       split == one && split_off == one_off ? 0 : 1;
+        std::vector<int32_t> small(one.size(), -7);
+        std::vector<uint32_t> small_off(H + 1);
+        bad += lh_select_quest(q.data(), heads, H, D, mn.data(), mxb.data(), max_pages, N, ps, top, small.data(), small_off.data(), scratch.data(), scratch.size(), th) == LH_OK &&
+                       small == one && small_off == one_off ? 0 : 1;
+      }
+    }
+  check(bad == 0 && runs == 36, "quest on 2, 3 and 5 pool threads (7 KV heads) == one thread: the same lists and offsets", "%d of %d differ", bad, runs);
+}
+
 void test_speculator_reuse() {
   Rng rng(9);
   const uint32_t D = 4, P = 4;
@@ -2498,6 +2536,7 @@ void test_policy_select() {
           quest_ok = same_list(qs.data() + qo[g], qo[g + 1] - qo[g], want);
         }
         quest_ok = quest_ok && qs[qo[H]] == kGuard;
+
       }
       acc_ok = acc_ok && quest_ok;
 
@@ -3383,6 +3422,7 @@ int main(int argc, char** argv) {
   test_partial_rows();
   test_speculator();
   test_speculator_inline();
+  test_quest_threads();
   test_speculator_reuse();
   test_spec_score_kernels();
   test_spec_score_skip();

@@ -325,7 +325,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
       throw error;
     }
   }
-  const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength }, pool) : undefined;
+  const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength, threads }, pool) : undefined;
   return new Runner(model, sessions, graphs, pool, infinigen, sparse, {
     contextLength,
     prefillChunk,
@@ -621,7 +621,7 @@ class Runner implements ModelRunner {
     if (ig && (!old || old.denseLayers !== ig.denseLayers || old.partialRatio !== ig.partialRatio || old.cacheDir !== ig.cacheDir || ig.recalibrate)) return false;
     const sparseName = (SPARSE_POLICIES as readonly string[]).includes(policy) ? (policy as SparsePolicyName) : undefined;
     // build what can fail before anything is given up
-    const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength: this.contextLength }, this.pool) : undefined;
+    const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength: this.contextLength, threads: this.cfg.threads }, this.pool) : undefined;
     this.spec?.drain();
     if (ig) {
       const spec = createSpeculator(this.pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers, inlineThreads: speculatorInlineThreads(ig.speculation, this.cfg.threads) });

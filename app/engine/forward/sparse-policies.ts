@@ -77,6 +77,8 @@ export interface PolicyShape {
   kvHeads: number;
   headDim: number;
   contextLength: number;
+  /** the runner's threads: quest's selection splits its KV heads over them (default 1) */
+  threads?: number;
 }
 
 function nonNegativeInt(v: number | undefined, name: string, min = 0): void {
@@ -251,7 +253,7 @@ export class SparsePolicyState {
         const pages = pageCount(N, s.pageSize);
         const topPages = s.topPages ?? (budget >= N ? pages : Math.max(1, Math.round(budget / s.pageSize)));
         const out = this.output(layer, kvHeads * Math.min(N, topPages * s.pageSize));
-        selectQuest(q, heads, kvHeads, d, this.pageMin[layer]!, this.pageMax[layer]!, maxPages, N, s.pageSize, topPages, out, off);
+        selectQuest(q, heads, kvHeads, d, this.pageMin[layer]!, this.pageMax[layer]!, maxPages, N, s.pageSize, topPages, out, off, this.shape.threads ?? 1);
         lists = this.views(out);
         break;
       }
