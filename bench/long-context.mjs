@@ -29,9 +29,10 @@
 // can reach in the time you have.
 // Bytes read per decode token = weights (every tensor but the embedding; one row per token) + the
 // KV rows the policy fetched (full: all N rows of K and V in every layer; sparse policies: the sum of
-// the per-layer bytes from runner.lastStepStats(), averaged over the steps) + InfiniGen's partial
-// keys (N · kvHeads · ⌊r·headDim⌋ · 2 bytes per sparse layer). The bound is the measured read
-// bandwidth (native measureReadBandwidth) divided by that.
+// the per-layer bytes from runner.lastStepStats(), averaged over the steps) + what the selection
+// reads per sparse layer ("selection reads"): InfiniGen's partial keys (N · kvHeads · ⌊r·headDim⌋ · 2
+// bytes), Quest's page bounds (⌈N / pageSize⌉ · kvHeads · headDim · 8), H2O's scores and live flags
+// (N · kvHeads · 5). The bound is the measured read bandwidth (native measureReadBandwidth) divided by that.
 //
 // llama.cpp (--llama) fills its context ONCE per fixture: one child prefills seeded random ids up to
 // each N of --llama-contexts in turn and saves the sequence state at every N to a file
@@ -226,11 +227,17 @@ async function childOurs(path, policyName, threads, contexts, steps, cap, cacheD
     const rowBytesKV = h.kvHeads * h.headDim * 2 * 2; // K and V, fp16
     const ctx = N0 + steps / 2;
     const fetchedPerToken = stepsWithStats > 0 ? fetched / stepsWithStats : ctx * rowBytesKV * h.layers;
-    let partialPerToken = 0;
+    // what the selection itself reads per sparse layer besides the rows: InfiniGen's partial keys,
+    // Quest's page bounds (min and max, fp32, every page), H2O's accumulated scores (fp32) and live flags
+    let selectionPerToken = 0;
+    const sparseLayers = last ? last.layers.filter((l) => !l.dense).length : 0;
     if (policy === 'infinigen') {
       const p = Math.floor(0.3 * h.headDim); // default partialRatio
-      const sparseLayers = last ? last.layers.filter((l) => !l.dense).length : 0;
-      partialPerToken = sparseLayers * ctx * h.kvHeads * p * 2;
+      selectionPerToken = sparseLayers * ctx * h.kvHeads * p * 2;
+    } else if (policy === 'quest') {
+      selectionPerToken = sparseLayers * Math.ceil(ctx / sp.settings.pageSize) * h.kvHeads * h.headDim * 4 * 2;
+    } else if (policy === 'h2o') {
+      selectionPerToken = sparseLayers * ctx * h.kvHeads * (4 + 1);
     }
     const t = runner.timings();
     const perCall = (x) => x / Math.max(1, t.calls);
@@ -251,7 +258,7 @@ async function childOurs(path, policyName, threads, contexts, steps, cap, cacheD
       stepMs,
       fetchRatio: last?.fetchRatio ?? 1,
       fetchedBytesPerToken: fetchedPerToken,
-      partialBytesPerToken: partialPerToken,
+      selectionBytesPerToken: selectionPerToken,
       fill: N0 - from > 0 ? (fill === 'prefill' ? 'prefill' : `prefill ${Math.min(N0, REAL_PREFIX) - Math.min(from, REAL_PREFIX)} + random ${Math.max(0, N0 - Math.max(from, REAL_PREFIX))}`) : 'none',
       overlap: stepsWithStats > 0 ? Object.fromEntries(Object.entries(overlap).map(([k, v]) => [k, v / stepsWithStats])) : undefined,
       perStep: { layerGraphs: t.layerGraphs / t.calls, headGraph: t.headGraph / t.calls, append: t.append / t.calls, attention: t.attention / t.calls, other: t.other / t.calls, total: t.total / t.calls },
@@ -493,7 +500,7 @@ async function parent() {
   const h = report.info.hyper;
   const rowKV = h.kvHeads * h.headDim * 2 * 2;
   const lines = [];
-  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | vs llama.cpp | fetch ratio | weights MiB | KV fetched MiB | partial keys MiB | total MiB/token | bound tok/s | % of bound | speculation ms | wait ms | attention ms | dense ms | other ms | step ms | peak RSS MiB |`);
+  lines.push(`| policy | threads | N | decode tok/s | median-step tok/s | vs llama.cpp | fetch ratio | weights MiB | KV fetched MiB | selection reads MiB | total MiB/token | bound tok/s | % of bound | speculation ms | wait ms | attention ms | dense ms | other ms | step ms | peak RSS MiB |`);
   lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   const llamaTps = (threads, N) => report.runs.find((r) => r.engine === 'llama.cpp' && r.threads === threads && !r.error)?.rows.find((x) => x.N === N)?.tps;
   for (const r of report.runs) {
@@ -504,7 +511,7 @@ async function parent() {
     for (const x of r.rows) {
       const ctx = x.startPosition + steps / 2;
       const kv = x.fetchedBytesPerToken ?? ctx * rowKV * h.layers; // llama.cpp: full attention
-      const partial = x.partialBytesPerToken ?? 0;
+      const partial = x.selectionBytesPerToken ?? x.partialBytesPerToken ?? 0; // older reports: InfiniGen's partial keys only
       const total = report.info.weightBytesPerToken + kv + partial;
       const bound = (bw[Math.max(...bwThreads.filter((t) => t <= r.threads))] * 1e9) / total;
       x.bytesPerToken = total;
