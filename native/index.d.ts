@@ -294,14 +294,14 @@ export declare function selectStreaming(N: number, sinks: number, window: number
  * older live slots of largest acc; every older slot not kept gets live = 0 for good. recent ≤ budget ≤ N ≤ C.
  * slots: ≥ kvHeads·budget elements.
  */
-export declare function selectH2o(acc: Float32Array, live: Uint8Array, kvHeads: number, C: number, N: number, budget: number, recent: number, slots: Int32Array, offsets: Int32Array): number;
+export declare function selectH2o(acc: Float32Array, live: Uint8Array, kvHeads: number, C: number, N: number, budget: number, recent: number, slots: Int32Array, offsets: Int32Array, threads?: number): number;
 
 /**
  * h2o, one query's mass: per query head, softmax of its logits over its KV head's list
  * (slots/offsets as attendSlots takes them, the current token included; empty lists allowed), or
  * over every slot < n without lists (prefill), added to acc [kvHeads, C] (double(acc) + e / sum, rounded to fp32).
  */
-export declare function h2oAccumulate(pool: KvPool, layer: number, q: Float32Array, heads: number, acc: Float32Array, C: number, n: number, slots?: Int32Array, offsets?: Int32Array): void;
+export declare function h2oAccumulate(pool: KvPool, layer: number, q: Float32Array, heads: number, acc: Float32Array, C: number, n: number, slots?: Int32Array, offsets?: Int32Array, threads?: number): void;
 
 /** quest: extends pageMin / pageMax [kvHeads, maxPages, headDim] (JS min/max) with the stored key rows of slots from..to−1 (page j / pageSize). */
 export declare function questExtendBounds(pool: KvPool, layer: number, pageMin: Float32Array, pageMax: Float32Array, maxPages: number, pageSize: number, from: number, to: number): void;

@@ -175,14 +175,14 @@ export function selectStreaming(N, sinks, window, out) {
 }
 
 /** h2o: per KV head recent + heavy hitters by acc among live slots, evicting the older ones not kept; returns the total. */
-export function selectH2o(acc, live, kvHeads, C, N, budget, recent, slots, offsets) {
-  return loadAddon().selectH2o(acc, live, kvHeads, C, N, budget, recent, slots, offsets);
+export function selectH2o(acc, live, kvHeads, C, N, budget, recent, slots, offsets, threads) {
+  return loadAddon().selectH2o(acc, live, kvHeads, C, N, budget, recent, slots, offsets, threads);
 }
 
 /** h2o: adds one query's softmax mass over each KV head's list (or every slot < n) to acc. */
-export function h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets) {
-  if (slots === undefined) loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n);
-  else loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets);
+export function h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets, threads) {
+  if (slots === undefined) loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, undefined, undefined, threads);
+  else loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets, threads);
 }
 
 /** quest: extends the page bounds with the stored keys of slots from..to−1. */

@@ -952,7 +952,7 @@ Napi::Value SelectStreaming(const Napi::CallbackInfo& info) {
   });
 }
 
-// selectH2o(acc: Float32Array (kvHeads*C), live: Uint8Array (kvHeads*C), kvHeads, C, N, budget, recent, slots (>= kvHeads*budget), offsets)
+// selectH2o(acc: Float32Array (kvHeads*C), live: Uint8Array (kvHeads*C), kvHeads, C, N, budget, recent, slots (>= kvHeads*budget), offsets, threads?)
 Napi::Value SelectH2o(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
@@ -967,17 +967,20 @@ Napi::Value SelectH2o(const Napi::CallbackInfo& info) {
     if (live.ElementLength() != cells) fail(env, LH_BAD_ARGUMENT, "live must have kvHeads * C elements");
     Napi::Int32Array slots = i32_out(env, info[7], "slots", static_cast<size_t>(kvh) * budget);
     Napi::Int32Array offsets = i32_out(env, info[8], "offsets", kvh + 1);
+    const uint32_t threads = info.Length() > 9 && !info[9].IsUndefined() ? u32_arg(env, info[9], "threads", 1, LH_MAX_RANGE_THREADS) : 1;
+    if (threads > 1) lh_shared_pool_reserve(threads);  // no memory for it: the pool stays smaller, the work is still done
     std::vector<uint32_t> off(kvh + 1);
-    size_t bytes = 0;
-    uint8_t* scratch = select_scratch(N, &bytes);
-    const lh_status st = lh_select_h2o(acc.Data(), live.Data(), kvh, C, N, budget, recent, out_data(slots), off.data(), scratch, bytes);
+    static thread_local std::vector<uint8_t> scratch;  // one slice per part
+    const size_t need = lh_select_scratch_bytes(N) * std::min(threads, kvh);
+    if (scratch.size() < need) scratch.resize(need);
+    const lh_status st = lh_select_h2o(acc.Data(), live.Data(), kvh, C, N, budget, recent, out_data(slots), off.data(), scratch.data(), scratch.size(), threads);
     if (st != LH_OK) fail(env, st, "selectH2o: bad arguments");
     copy_offsets(off, offsets);
     return Napi::Number::New(env, off[kvh]);
   });
 }
 
-// h2oAccumulate(pool, layer, q (heads*headDim), heads, acc: Float32Array (kvHeads*C), C, n, slots?: Int32Array, offsets?: Int32Array)
+// h2oAccumulate(pool, layer, q (heads*headDim), heads, acc: Float32Array (kvHeads*C), C, n, slots?: Int32Array, offsets?: Int32Array, threads?)
 Napi::Value H2oAccumulate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
@@ -1010,10 +1013,14 @@ Napi::Value H2oAccumulate(const Napi::CallbackInfo& info) {
       longest = 0;
       for (uint32_t g = 0; g < p->kv_heads; ++g) longest = std::max<size_t>(longest, off[g + 1] - off[g]);
     }
-    static thread_local std::vector<float> logits;  // one head's logits over its list and their exps; grows, then stays
-    if (logits.size() < lh_h2o_scratch_floats(longest)) logits.resize(lh_h2o_scratch_floats(longest));
+    const uint32_t threads = info.Length() > 9 && !info[9].IsUndefined() ? u32_arg(env, info[9], "threads", 1, LH_MAX_RANGE_THREADS) : 1;
+    if (threads > 1) lh_shared_pool_reserve(threads);
+    // per part: one head's logits over its list and their exps; grows, then stays
+    static thread_local std::vector<float> logits;
+    const size_t need = lh_h2o_scratch_floats(longest) * std::min(threads, p->kv_heads);
+    if (logits.size() < need) logits.resize(need);
     const lh_status st = lh_h2o_accumulate(p, layer, q.Data(), heads, acc.Data(), C, n, slots, slots == nullptr ? nullptr : off.data(),
-                                           1.0f / std::sqrt(static_cast<float>(p->head_dim)), logits.data(), logits.size());
+                                           1.0f / std::sqrt(static_cast<float>(p->head_dim)), logits.data(), logits.size(), threads);
     if (st != LH_OK) fail(env, st, "h2oAccumulate: a slot outside the layer's tokens or C");
     return env.Undefined();
   });

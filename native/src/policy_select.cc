@@ -235,6 +235,68 @@ bool pool_shape_ok(const lh_kv_pool* pool, uint32_t layer, uint32_t heads) {
   return lh_kv_pool_live(pool) && layer < pool->layers && heads >= 1 && heads <= LH_MAX_HEADS && heads % pool->kv_heads == 0;
 }
 
+// body(part, g0, g1) for `parts` contiguous ranges of the KV heads, [r·kv/parts, (r+1)·kv/parts), on
+// the shared pool (worker_pool.h). A KV head's work stays on one thread, in its usual order, so the
+// results do not depend on `parts`.
+template <class Body>
+void kv_head_parts(uint32_t parts, uint32_t kv_heads, Body& body) {
+  struct Ctx {
+    Body* body;
+    uint32_t parts, kv_heads;
+  } ctx{&body, parts, kv_heads};
+  lh_worker_pool* pool = lh_shared_pool_lock();
+  lh_worker_pool_run(
+      pool, parts, parts,
+      [](void* c, uint32_t b, uint32_t e) {
+        const Ctx* x = static_cast<const Ctx*>(c);
+        for (uint32_t r = b; r < e; ++r)
+          (*x->body)(r, static_cast<uint32_t>(static_cast<uint64_t>(r) * x->kv_heads / x->parts),
+                     static_cast<uint32_t>(static_cast<uint64_t>(r + 1) * x->kv_heads / x->parts));
+      },
+      &ctx);
+  lh_shared_pool_unlock();
+}
+
+// H2O's selection of KV head g (see lh_select_h2o) into out (<= budget slots); returns the count. The
+// rule of lh_top_indices over the older live slots, on their fp32 masses directly (as doubles they
+// rank the same: the conversion is exact; NaN as −inf): the k-th largest mass found among the
+// candidates' values alone, then one pass in slot order keeps every larger one and the lowest slots
+// holding it, and evicts for good every other older slot. vals: scratch of N floats.
+size_t h2o_head(const float* a, uint8_t* m, uint32_t N, uint32_t budget, uint32_t recent_start, float* vals, int32_t* out) {
+  uint32_t live_recent = 0;
+  for (uint32_t j = recent_start; j < N; ++j) live_recent += m[j] != 0 ? 1 : 0;
+  const auto key = [](float x) { return x != x ? -INFINITY : x; };
+  size_t cands = 0;
+  for (uint32_t j = 0; j < recent_start; ++j) {
+    vals[cands] = key(a[j]);
+    cands += m[j] != 0 ? 1 : 0;
+  }
+  const size_t k = budget - live_recent;
+  size_t c = 0;
+  if (k >= cands) {  // every older live slot is kept
+    for (uint32_t j = 0; j < recent_start; ++j)
+      if (m[j] != 0) out[c++] = static_cast<int32_t>(j);
+  } else if (k == 0) {
+    for (uint32_t j = 0; j < recent_start; ++j) m[j] = 0;
+  } else {
+    std::nth_element(vals, vals + (k - 1), vals + cands, [](float x, float y) { return x > y; });
+    const float tau = vals[k - 1];
+    size_t above = 0;
+    for (size_t i = 0; i + 1 < k; ++i) above += vals[i] > tau ? 1 : 0;
+    size_t ties = k - above;
+    for (uint32_t j = 0; j < recent_start; ++j) {
+      const float x = key(a[j]);
+      const bool live = m[j] != 0, tie = live && x == tau && ties > 0, keep = c < k && live && (x > tau || tie);
+      if (keep) out[c++] = static_cast<int32_t>(j);  // out holds `budget`: no store past the kept ones
+      ties -= tie && keep ? 1 : 0;
+      m[j] = keep ? 1 : 0;  // evicted for good when not kept
+    }
+  }
+  for (uint32_t j = recent_start; j < N; ++j)
+    if (m[j] != 0) out[c++] = static_cast<int32_t>(j);
+  return c;
+}
+
 }  // namespace
 
 size_t lh_top_indices(const double* scores, size_t n, size_t k, const uint8_t* mask, int32_t* idx, int32_t* out) {
@@ -267,47 +329,53 @@ size_t lh_select_streaming(uint32_t N, uint32_t sinks, uint32_t window, int32_t*
 }
 
 lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size_t C, uint32_t N, uint32_t budget, uint32_t recent,
-                        int32_t* slots, uint32_t* offsets, void* scratch, size_t scratch_bytes) {
+                        int32_t* slots, uint32_t* offsets, void* scratch, size_t scratch_bytes, uint32_t threads) {
   if (acc == nullptr || live == nullptr || slots == nullptr || offsets == nullptr || scratch == nullptr || kv_heads == 0) return LH_BAD_ARGUMENT;
   if (recent > budget || N > C) return LH_BAD_ARGUMENT;
-  Carver cv{static_cast<uint8_t*>(scratch), scratch_bytes};
-  double* key = cv.take<double>(N);       // (N) one head's accumulated mass
-  int32_t* idx = cv.take<int32_t>(N);     // (N) top-k scratch
-  uint8_t* older = cv.take<uint8_t>(N);   // (N) live slots before the recent window
-  if (N > 0 && (key == nullptr || idx == nullptr || older == nullptr)) return LH_BAD_ARGUMENT;
   const uint32_t recent_start = N > recent ? N - recent : 0;
   offsets[0] = 0;
+  const uint32_t parts = std::min(threads, kv_heads);
+  const size_t part_bytes = lh_select_scratch_bytes(N);
+  if (parts > 1 && N > 0 && scratch_bytes >= parts * part_bytes) {
+    // each head's list at slots + g·budget (its bound), counts kept; then moved down in head order
+    uint32_t counts[LH_MAX_KV_HEADS];
+    if (kv_heads > LH_MAX_KV_HEADS) return LH_BAD_ARGUMENT;
+    auto body = [&](uint32_t r, uint32_t g0, uint32_t g1) {
+      Carver cv{static_cast<uint8_t*>(scratch) + r * part_bytes, part_bytes};
+      float* vals = cv.take<float>(N);
+      for (uint32_t g = g0; g < g1; ++g)
+        counts[g] = static_cast<uint32_t>(h2o_head(acc + g * C, live + g * C, N, budget, recent_start, vals, slots + static_cast<size_t>(g) * budget));
+    };
+    kv_head_parts(parts, kv_heads, body);
+    size_t total = 0;
+    for (uint32_t g = 0; g < kv_heads; ++g) {
+      if (total != static_cast<size_t>(g) * budget) std::memmove(slots + total, slots + static_cast<size_t>(g) * budget, counts[g] * sizeof(int32_t));
+      total += counts[g];
+      offsets[g + 1] = static_cast<uint32_t>(total);
+    }
+    return LH_OK;
+  }
+  Carver cv{static_cast<uint8_t*>(scratch), scratch_bytes};
+  float* vals = cv.take<float>(N);  // (N) the older live slots' masses, for the top-k search
+  if (N > 0 && vals == nullptr) return LH_BAD_ARGUMENT;
   size_t total = 0;
   for (uint32_t g = 0; g < kv_heads; ++g) {
-    const float* a = acc + g * C;
-    uint8_t* m = live + g * C;
-    uint32_t live_recent = 0;
-    for (uint32_t j = recent_start; j < N; ++j) live_recent += m[j] != 0 ? 1 : 0;
-    for (uint32_t j = 0; j < recent_start; ++j) {
-      older[j] = m[j] != 0 ? 1 : 0;
-      key[j] = static_cast<double>(a[j]);
-    }
-    // heavy hitters among the older live slots, then the live recent slots: disjoint and ascending
-    int32_t* out = slots + total;
-    size_t c = lh_top_indices(key, recent_start, budget - live_recent, older, idx, out);
-    // evict for good every older slot not kept now (its list is ascending: a merge)
-    size_t h = 0;
-    for (uint32_t j = 0; j < recent_start; ++j) {
-      if (h < c && out[h] == static_cast<int32_t>(j)) ++h;
-      else m[j] = 0;
-    }
-    for (uint32_t j = recent_start; j < N; ++j)
-      if (m[j] != 0) out[c++] = static_cast<int32_t>(j);
-    total += c;
+    total += h2o_head(acc + g * C, live + g * C, N, budget, recent_start, vals, slots + total);
     offsets[g + 1] = static_cast<uint32_t>(total);
   }
   return LH_OK;
 }
 
+namespace {
+void h2o_accumulate_heads(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t group, uint32_t h0, uint32_t h1, float* acc,
+                          size_t C, uint32_t n, const int32_t* slots, const uint32_t* offsets, float scale, float* scratch);
+}  // namespace
+
 lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
-                            const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats) {
+                            const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats,
+                            uint32_t threads) {
   if (!pool_shape_ok(pool, layer, heads) || q == nullptr || acc == nullptr || scratch == nullptr) return LH_BAD_ARGUMENT;
-  const uint32_t len = lh_kv_pool_length(pool, layer), kvh = pool->kv_heads, group = heads / kvh, d = pool->head_dim;
+  const uint32_t len = lh_kv_pool_length(pool, layer), kvh = pool->kv_heads, group = heads / kvh;
   if (slots == nullptr) {
     if (n > len || n > C) return LH_BAD_ARGUMENT;
   } else {
@@ -318,9 +386,29 @@ lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float*
         if (slots[i] < 0 || static_cast<uint32_t>(slots[i]) >= len || static_cast<size_t>(slots[i]) >= C) return LH_BAD_ARGUMENT;
     }
   }
-  for (uint32_t g = 0; g < kvh; ++g)
-    if (lh_h2o_scratch_floats(slots == nullptr ? n : offsets[g + 1] - offsets[g]) > scratch_floats) return LH_BAD_ARGUMENT;
-  for (uint32_t h = 0; h < heads; ++h) {
+  size_t longest = 0;
+  for (uint32_t g = 0; g < kvh; ++g) longest = std::max<size_t>(longest, slots == nullptr ? n : offsets[g + 1] - offsets[g]);
+  const size_t per = lh_h2o_scratch_floats(longest);
+  if (per > scratch_floats) return LH_BAD_ARGUMENT;
+  const uint32_t parts = std::min(threads, kvh);
+  if (parts > 1 && scratch_floats >= parts * per) {  // KV heads split, each part its own slice of the scratch
+    auto body = [&](uint32_t r, uint32_t g0, uint32_t g1) {
+      h2o_accumulate_heads(pool, layer, q, group, g0 * group, g1 * group, acc, C, n, slots, offsets, scale, scratch + r * per);
+    };
+    kv_head_parts(parts, kvh, body);
+    return LH_OK;
+  }
+  h2o_accumulate_heads(pool, layer, q, group, 0, heads, acc, C, n, slots, offsets, scale, scratch);
+  return LH_OK;
+}
+
+namespace {
+// lh_h2o_accumulate's query heads [h0, h1) in order (whole KV groups), with scratch of
+// lh_h2o_scratch_floats(their longest list) floats.
+void h2o_accumulate_heads(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t group, uint32_t h0, uint32_t h1, float* acc,
+                          size_t C, uint32_t n, const int32_t* slots, const uint32_t* offsets, float scale, float* scratch) {
+  const uint32_t d = pool->head_dim;
+  for (uint32_t h = h0; h < h1; ++h) {
     const uint32_t g = h / group;
     const float* qh = q + static_cast<size_t>(h) * d;
     float* a = acc + g * C;
@@ -341,8 +429,8 @@ lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float*
       a[j] = static_cast<float>(static_cast<double>(a[j]) + ex[i] / sum);
     }
   }
-  return LH_OK;
 }
+}  // namespace
 
 lh_status lh_quest_extend_bounds(const lh_kv_pool* pool, uint32_t layer, float* page_min, float* page_max, uint32_t max_pages,
                                  uint32_t page_size, uint32_t from, uint32_t to) {

@@ -44,8 +44,10 @@ size_t lh_select_streaming(uint32_t N, uint32_t sinks, uint32_t window, int32_t*
 // ones (j >= N − recent) plus the (budget − |live recent|) older ones of largest acc (acc: (kv_heads, C)
 // fp32); then every older slot (j < N − recent) not kept is evicted for good (live[g, j] = 0).
 // Per-head bound: budget. LH_BAD_ARGUMENT: recent > budget, N > C, a null pointer, scratch too small.
+// threads > 1: the KV heads split over that many threads of the shared pool (worker_pool.h) when the
+// scratch holds that many lh_select_scratch_bytes(N) slices (else one thread); the same result.
 lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size_t C, uint32_t N, uint32_t budget, uint32_t recent,
-                        int32_t* slots, uint32_t* offsets, void* scratch, size_t scratch_bytes);
+                        int32_t* slots, uint32_t* offsets, void* scratch, size_t scratch_bytes, uint32_t threads = 1);
 
 // h2o, the mass of one query: for each query head h (KV head g = h / (heads / kv_heads)) the softmax of
 // its logits (lh_attention_score against `layer`'s rows) over KV head g's list (slots/offsets, any
@@ -53,9 +55,12 @@ lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size
 // added to acc[g, j] (fp32, (kv_heads, C); computed as double(acc) + e / sum, then rounded), head by
 // head in order. LH_BAD_ARGUMENT: bad shape, a slot >= length(layer) or >= C, n > length or > C.
 // scratch: >= lh_h2o_scratch_floats(the longest list, or n) floats (float-aligned, as any float array).
+// threads > 1: the KV heads (each with its query heads, in order) split over that many threads of the
+// shared pool when the scratch holds that many such slices (else one thread); the same bits.
 inline size_t lh_h2o_scratch_floats(size_t longest) { return 3 * longest + 4; }  // logits, then their exps as doubles
 lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
-                            const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats);
+                            const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats,
+                            uint32_t threads = 1);
 
 // quest, bounds: extends the element-wise key bounds page_min/page_max ((kv_heads, max_pages, d) fp32)
 // with the stored key rows of slots from..to−1 of `layer` (page of slot j: j / page_size), min/max

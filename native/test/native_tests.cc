@@ -2043,6 +2043,64 @@ void test_quest_threads() {
   check(bad == 0 && runs == 36, "quest on 2, 3 and 5 pool threads (7 KV heads) == one thread: the same lists and offsets", "%d of %d differ", bad, runs);
 }
 
+// H2O's selection and accounting with the KV heads split over pool threads (5 KV heads, GQA 2, on 2, 3
+// and 4 threads): one thread's lists, offsets, evictions and accumulated bits exactly, over several
+// steps that feed each other; a scratch of one slice runs one thread with the same result.
+void test_h2o_threads() {
+  Rng rng(777);
+  const uint32_t H = 5, group = 2, heads = H * group, D = 16, T = 300, C = 320;
+  lh_kv_pool_config cfg{};
+  cfg.budget_bytes = static_cast<uint64_t>(C) * H * (2ull * lh_kv_row_bytes(LH_KV_F16, D) + 4) + 4096;
+  cfg.layers = 1;
+  cfg.kv_heads = H;
+  cfg.head_dim = D;
+  cfg.kv_type = LH_KV_F16;
+  lh_kv_pool pool{};
+  check(lh_kv_pool_init(&pool, &cfg) == LH_OK, "h2o threads: pool");
+  std::vector<float> k(H * D), v(H * D);
+  for (uint32_t t = 0; t < T; ++t) {
+    for (auto& x : k) x = rng.normal();
+    for (auto& x : v) x = rng.normal();
+    lh_kv_pool_append(&pool, 0, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
+  }
+  lh_shared_pool_reserve(4);
+  const float scale = 0.25f;
+  int bad = 0, runs = 0;
+  for (uint32_t threads : {2u, 3u, 4u}) {
+    std::vector<float> acc1(static_cast<size_t>(H) * C, 0.0f), accN = acc1;
+    std::vector<uint8_t> live1(static_cast<size_t>(H) * C, 1), liveN = live1;
+    std::vector<float> q(heads * D);
+    for (auto& x : q) x = rng.normal();
+    // prefill-style accounting over every slot, then steps of select + accumulate over the lists
+    std::vector<float> hs1(lh_h2o_scratch_floats(T)), hsN(lh_h2o_scratch_floats(T) * threads);
+    bad += lh_h2o_accumulate(&pool, 0, q.data(), heads, acc1.data(), C, T, nullptr, nullptr, scale, hs1.data(), hs1.size()) == LH_OK ? 0 : 1;
+    bad += lh_h2o_accumulate(&pool, 0, q.data(), heads, accN.data(), C, T, nullptr, nullptr, scale, hsN.data(), hsN.size(), threads) == LH_OK ? 0 : 1;
+    for (uint32_t step = 0; step < 4; ++step) {
+      ++runs;
+      const uint32_t N = T - 3 + step, budget = 40 + 7 * step, recent = 9;
+      for (auto& x : q) x = rng.normal();
+      std::vector<int32_t> s1(static_cast<size_t>(H) * budget, -5), sN = s1;
+      std::vector<uint32_t> o1(H + 1), oN(H + 1);
+      std::vector<uint8_t> sc1(lh_select_scratch_bytes(N)), scN(lh_select_scratch_bytes(N) * threads);
+      bad += lh_select_h2o(acc1.data(), live1.data(), H, C, N, budget, recent, s1.data(), o1.data(), sc1.data(), sc1.size()) == LH_OK ? 0 : 1;
+      bad += lh_select_h2o(accN.data(), liveN.data(), H, C, N, budget, recent, sN.data(), oN.data(), scN.data(), scN.size(), threads) == LH_OK ? 0 : 1;
+      bad += o1 == oN && std::equal(s1.begin(), s1.begin() + o1[H], sN.begin()) && live1 == liveN ? 0 : 1;
+      bad += lh_h2o_accumulate(&pool, 0, q.data(), heads, acc1.data(), C, N, s1.data(), o1.data(), scale, hs1.data(), hs1.size()) == LH_OK ? 0 : 1;
+      bad += lh_h2o_accumulate(&pool, 0, q.data(), heads, accN.data(), C, N, sN.data(), oN.data(), scale, hsN.data(), hsN.size(), threads) == LH_OK ? 0 : 1;
+      for (size_t i = 0; i < acc1.size(); ++i) bad += lh_f32_bits(acc1[i]) == lh_f32_bits(accN[i]) ? 0 : 1;
+      // one slice of scratch asked for `threads`: one thread, the same lists as asked for one
+      std::vector<int32_t> s2(s1.size(), -5), s3 = s2;
+      std::vector<uint32_t> o2(H + 1), o3(H + 1);
+      std::vector<uint8_t> live2 = live1, live3 = live1;
+      bad += lh_select_h2o(acc1.data(), live2.data(), H, C, N + 1, budget, recent, s2.data(), o2.data(), sc1.data(), sc1.size()) == LH_OK &&
+                     lh_select_h2o(acc1.data(), live3.data(), H, C, N + 1, budget, recent, s3.data(), o3.data(), sc1.data(), sc1.size(), threads) == LH_OK &&
+                     o2 == o3 && s2 == s3 && live2 == live3 ? 0 : 1;
+    }
+  }
+  check(bad == 0 && runs == 12, "h2o on 2, 3 and 4 pool threads (5 KV heads) == one thread: lists, evictions and accumulated bits", "%d off", bad);
+  lh_kv_pool_free(&pool);
+}
+
 void test_speculator_reuse() {
   Rng rng(9);
   const uint32_t D = 4, P = 4;
@@ -3423,6 +3481,7 @@ int main(int argc, char** argv) {
   test_speculator();
   test_speculator_inline();
   test_quest_threads();
+  test_h2o_threads();
   test_speculator_reuse();
   test_spec_score_kernels();
   test_spec_score_skip();

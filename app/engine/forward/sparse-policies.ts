@@ -77,7 +77,7 @@ export interface PolicyShape {
   kvHeads: number;
   headDim: number;
   contextLength: number;
-  /** the runner's threads: quest's selection splits its KV heads over them (default 1) */
+  /** the runner's threads: quest's and h2o's native selection split their KV heads over them (default 1) */
   threads?: number;
 }
 
@@ -221,7 +221,7 @@ export class SparsePolicyState {
     }
     if (this.name !== 'h2o') return;
     const w = this.shape.heads * this.shape.headDim;
-    for (let i = 0; i < T; i++) h2oAccumulate(this.pool, layer, q.subarray(i * w, (i + 1) * w), this.shape.heads, this.acc[layer]!, this.shape.contextLength, p0 + i + 1);
+    for (let i = 0; i < T; i++) h2oAccumulate(this.pool, layer, q.subarray(i * w, (i + 1) * w), this.shape.heads, this.acc[layer]!, this.shape.contextLength, p0 + i + 1, undefined, undefined, this.shape.threads ?? 1);
   }
 
   /** quest: the page bounds of layer ℓ cover slots 0..N−1 (extended from where they stopped). */
@@ -267,7 +267,7 @@ export class SparsePolicyState {
         // H2O evicts for good: selectH2o clears `live` of every older slot it does not keep
         const recent = Math.min(budget, s.window ?? Math.floor(budget / 2));
         const out = this.output(layer, kvHeads * budget);
-        selectH2o(this.acc[layer]!, this.live[layer]!, kvHeads, C, N, budget, recent, out, off);
+        selectH2o(this.acc[layer]!, this.live[layer]!, kvHeads, C, N, budget, recent, out, off, this.shape.threads ?? 1);
         lists = this.views(out);
         break;
       }
@@ -302,7 +302,7 @@ export class SparsePolicyState {
     if (this.name !== 'h2o') return;
     const t0 = performance.now();
     const { slots, offsets } = packSlotLists(this.latest[layer]!, N);
-    h2oAccumulate(this.pool, layer, q, this.shape.heads, this.acc[layer]!, this.shape.contextLength, N + 1, slots, offsets);
+    h2oAccumulate(this.pool, layer, q, this.shape.heads, this.acc[layer]!, this.shape.contextLength, N + 1, slots, offsets, this.shape.threads ?? 1);
     this.selectMs += performance.now() - t0;
   }
 
