@@ -470,32 +470,6 @@ size_t quest_head_pages(const float* q, uint32_t group, uint32_t g, uint32_t d, 
   return lh_top_indices(combined, pages, top_pages, nullptr, idx, chosen);
 }
 
-struct QuestSplit {
-  const float* q;
-  uint32_t group, kv_heads, d, max_pages, pages, top_pages, parts;
-  const float *page_min, *page_max;
-  uint8_t* part_scratch;  // (parts) slices of part_bytes: bound, combined, idx
-  size_t part_bytes;
-  int32_t* chosen;        // (kv_heads, pages) each head's chosen pages
-  uint32_t* count;        // (kv_heads) how many
-};
-
-// Parts [b, e): part r runs KV heads [r·kv/parts, (r+1)·kv/parts) with scratch slice r.
-void quest_parts(void* ctx, uint32_t b, uint32_t e) {
-  const QuestSplit* s = static_cast<const QuestSplit*>(ctx);
-  for (uint32_t r = b; r < e; ++r) {
-    Carver cv{s->part_scratch + r * s->part_bytes, s->part_bytes};
-    double* bound = cv.take<double>(s->pages);
-    double* combined = cv.take<double>(s->pages);
-    int32_t* idx = cv.take<int32_t>(s->pages);
-    const uint32_t g0 = static_cast<uint32_t>(static_cast<uint64_t>(r) * s->kv_heads / s->parts);
-    const uint32_t g1 = static_cast<uint32_t>(static_cast<uint64_t>(r + 1) * s->kv_heads / s->parts);
-    for (uint32_t g = g0; g < g1; ++g)
-      s->count[g] = static_cast<uint32_t>(quest_head_pages(s->q, s->group, g, s->d, s->page_min, s->page_max, s->max_pages, s->pages,
-                                                           s->top_pages, bound, combined, idx, s->chosen + static_cast<size_t>(g) * s->pages));
-  }
-}
-
 // lh_select_quest's KV heads over `threads` pool threads, then the slot lists in head order.
 lh_status select_quest_threads(const float* q, uint32_t group, uint32_t kv_heads, uint32_t d, const float* page_min, const float* page_max,
                                uint32_t max_pages, uint32_t N, uint32_t page_size, uint32_t top_pages, uint32_t pages, int32_t* slots,
@@ -507,10 +481,16 @@ lh_status select_quest_threads(const float* q, uint32_t group, uint32_t kv_heads
   int32_t* chosen = cv.take<int32_t>(static_cast<size_t>(kv_heads) * pages);
   uint32_t counts[LH_MAX_KV_HEADS];
   if (part_scratch == nullptr || chosen == nullptr || kv_heads > LH_MAX_KV_HEADS) return LH_BAD_ARGUMENT;  // sized by the caller's check
-  QuestSplit s{q, group, kv_heads, d, max_pages, pages, top_pages, parts, page_min, page_max, part_scratch, part_bytes, chosen, counts};
-  lh_worker_pool* pool = lh_shared_pool_lock();
-  lh_worker_pool_run(pool, parts, parts, quest_parts, &s);
-  lh_shared_pool_unlock();
+  auto body = [&](uint32_t r, uint32_t g0, uint32_t g1) {
+    Carver part{part_scratch + r * part_bytes, part_bytes};
+    double* bound = part.take<double>(pages);
+    double* combined = part.take<double>(pages);
+    int32_t* idx = part.take<int32_t>(pages);
+    for (uint32_t g = g0; g < g1; ++g)
+      counts[g] = static_cast<uint32_t>(quest_head_pages(q, group, g, d, page_min, page_max, max_pages, pages, top_pages, bound, combined, idx,
+                                                         chosen + static_cast<size_t>(g) * pages));
+  };
+  kv_head_parts(parts, kv_heads, body);
   size_t total = 0;
   for (uint32_t g = 0; g < kv_heads; ++g) {
     const int32_t* ch = chosen + static_cast<size_t>(g) * pages;
