@@ -307,10 +307,11 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     kvType,
     ...(p > 0 ? { partialDim: p } : {}),
   });
-  let infinigen: { state: InfinigenState; spec: Speculator } | undefined;
+  let infinigen: { state: InfinigenState; spec: Speculator; inlineThreads: number } | undefined;
   if (ig) {
-    const spec = createSpeculator(pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers, inlineThreads: speculatorInlineThreads(ig.speculation, threads) });
-    infinigen = { state: new InfinigenState(ig, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim }, model), spec };
+    const inlineThreads = speculatorInlineThreads(ig.speculation, threads);
+    const spec = createSpeculator(pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers, inlineThreads });
+    infinigen = { state: new InfinigenState(ig, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim }, model), spec, inlineThreads };
   }
   let offload: OffloadAttention | undefined;
   if (options.offload === true) {
@@ -391,6 +392,8 @@ class Runner implements ModelRunner {
   /** InfiniGen while it is the policy (it speculates) */
   private ig: InfinigenState | undefined;
   private spec: Speculator | undefined;
+  /** the speculator's inlineThreads, resolved once at its creation (0: it has its own side thread) */
+  private specInlineThreads = 0;
   /**
    * InfiniGen's sequence state while another policy runs on InfiniGen's graphs and pool: it still
    * folds every prompt chunk's column energies, so switching back keeps the cache exact.
@@ -412,12 +415,13 @@ class Runner implements ModelRunner {
     private readonly sessions: StageRunner[],
     private readonly graphs: StageGraph[],
     private readonly pool: KvPool,
-    infinigen: { state: InfinigenState; spec: Speculator } | undefined,
+    infinigen: { state: InfinigenState; spec: Speculator; inlineThreads: number } | undefined,
     private sparse: SparsePolicyState | undefined,
     private readonly cfg: RunnerConfig,
   ) {
     this.ig = infinigen?.state;
     this.spec = infinigen?.spec;
+    this.specInlineThreads = infinigen?.inlineThreads ?? 0;
     this.stageNs = graphs.map(() => [0, 0]);
     this.off = cfg.offload;
     const h = model.hyper;
@@ -474,7 +478,7 @@ class Runner implements ModelRunner {
 
   get speculationPlacement(): 'side-thread' | 'inline' | undefined {
     if (!this.ig || !this.spec) return undefined;
-    return speculatorInlineThreads(this.ig.settings.speculation, this.cfg.threads) > 0 ? 'inline' : 'side-thread';
+    return this.specInlineThreads > 0 ? 'inline' : 'side-thread';
   }
 
   lastStepStats(): InfinigenStepStats | undefined {
@@ -624,9 +628,11 @@ class Runner implements ModelRunner {
     const sparse = sparseName ? new SparsePolicyState(sparseName, options.sparse ?? {}, { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength: this.contextLength, threads: this.cfg.threads }, this.pool) : undefined;
     this.spec?.drain();
     if (ig) {
-      const spec = createSpeculator(this.pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers, inlineThreads: speculatorInlineThreads(ig.speculation, this.cfg.threads) });
+      const inlineThreads = speculatorInlineThreads(ig.speculation, this.cfg.threads);
+      const spec = createSpeculator(this.pool, { heads: hyper.heads, alpha: ig.alpha, cap: ig.fetchCap, denseLayers: ig.denseLayers, inlineThreads });
       this.spec?.free();
       this.spec = spec;
+      this.specInlineThreads = inlineThreads;
       kept!.settings = ig;
       this.ig = kept;
       this.dormantIg = undefined;
@@ -928,7 +934,7 @@ class Runner implements ModelRunner {
         // a side-thread speculator is scoring the next layer on another core meanwhile: one thread here
         // (bench/long-context.mjs, MHA, 2 threads: splitting this attention too took InfiniGen from
         // 8.25 / 7.27 to 6.62 / 5.83 tok/s at 16K / 32K); an inline one has finished: every thread
-        spec.attend(l, q, attn, speculatorInlineThreads(ig.settings.speculation, this.cfg.threads) > 0 ? attentionThreads : 1);
+        spec.attend(l, q, attn, this.specInlineThreads > 0 ? attentionThreads : 1);
         const recall = ig.settings.inspect ? spec.recall(l, q) : undefined;
         const [stageStartNs, stageEndNs] = this.stageNs[l]!;
         stepLayers.push(layerStatsFrom(l, spec.stats(l), { stageStartNs, stageEndNs, ...(recall !== undefined ? { recall } : {}) }));
