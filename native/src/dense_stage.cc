@@ -1,7 +1,6 @@
 // lh_dense_stage: see dense_stage.h.
 #include "dense_stage.h"
 
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
