@@ -1272,7 +1272,8 @@ void bench_attention() {
 // GQA 32/4 and MHA 32/32, head_dim 64, fp16 rows in a pool-like layout (capacity 32,768 rows a KV
 // head, so the head stride is the same at every length), 1 and 2 threads, full attention and a
 // listed 10% of the rows (sorted random subset per KV head, as InfiniGen lists them). Each figure
-// is the minimum of `reps` calls in this process (another job on the machine only adds time).
+// is the minimum of `reps` calls in this process, each from cold caches (another job on the machine
+// only adds time).
 // "bound ms": the K+V bytes at the read bandwidth lh_measure_read_bandwidth finds for the threads used.
 // Then per shape a causal prefill of a 128-query chunk over 2,048 / 8,192 rows (1 thread, min of reps / 2).
 void bench_attention_kernels(int reps) {
@@ -1291,6 +1292,17 @@ void bench_attention_kernels(int reps) {
   std::printf("%-10s %6s %-8s %3s %4s", "shape", "tokens", "rows", "thr", "used");
   for (const lh_attention_impl impl : impls) std::printf(" %14s", lh_attention_impl_name(impl));
   std::printf(" %8s %8s %8s\n", "speedup", "GB/s", "bound ms");
+  // Each timed call starts from cold caches, as in a decode step (a layer's rows are read once a
+  // step, with the layer's weights streamed between): without this the min of reps over the same
+  // rows measured them from L3 wherever they fit (GQA 2K: 2 MiB; MHA's listed 10% at 32K: 26 MiB),
+  // and the listed-row figures came out flattered on hosts with a large L3.
+  std::vector<uint64_t> flush((256u << 20) / sizeof(uint64_t), 1);
+  volatile uint64_t flush_sink = 0;
+  const auto evict_caches = [&]() {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < flush.size(); i += 8) sum += flush[i];
+    flush_sink = flush_sink + sum;
+  };
   Rng rng(8);
   for (const Shape& sh : shapes) {
     const size_t stride = static_cast<size_t>(cap) * d;
@@ -1331,6 +1343,7 @@ void bench_attention_kernels(int reps) {
       for (const lh_attention_impl impl : impls) {
         double best = 1e30;
         for (int rep = 0; rep < calls; ++rep) {
+          evict_caches();
           const auto t0 = std::chrono::steady_clock::now();
           run(impl);
           const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
