@@ -19,7 +19,9 @@ namespace {
 // its loads (perf: the conversion after each tile load was the hot instruction). Asking for the
 // tiles kPrefetchTiles ahead took one layer's job at 32K (speculator_bench, Zen 5, a noisy host,
 // typical of 3-5 runs) from ~0.85 to ~0.75 ms on GQA with two threads, ~1.2 to ~0.9 ms on one, and
-// ~2.3 to ~1.9 ms on MHA; 4, 16 and 32 tiles ahead did no better.
+// ~2.3 to ~1.9 ms on MHA; 4, 16 and 32 tiles ahead did no better. Into L2 (prefetcht1), as
+// attention.cc asks for its scattered rows: on the same host MHA's job took ~5.8 ms with prefetcht0
+// and ~5.25 with prefetcht1 (speculator_bench 32 32 32768 4 6 19 1, two runs each); GQA the same.
 constexpr uint32_t kPrefetchTiles = 8;
 
 // Asks for tiles [t, t + count) of kp (tiles of `tile` halfs), clipped to the `tiles` there are.
@@ -28,7 +30,7 @@ constexpr uint32_t kPrefetchTiles = 8;
 inline void prefetch_tiles(const uint16_t* kp, uint32_t t, uint32_t count, size_t tile, uint32_t tiles) {
   const uint32_t n = t >= tiles ? 0 : tiles - t < count ? tiles - t : count;
   const uintptr_t from = reinterpret_cast<uintptr_t>(kp) + t * tile * sizeof(uint16_t);  // no pointer past the store is formed
-  for (size_t off = 0; off < n * tile * sizeof(uint16_t); off += 64) __builtin_prefetch(reinterpret_cast<const void*>(from + off), 0, 3);
+  for (size_t off = 0; off < n * tile * sizeof(uint16_t); off += 64) __builtin_prefetch(reinterpret_cast<const void*>(from + off), 0, 2);
 }
 
 // ---------------------------------------------------------------------------------------------
