@@ -21,8 +21,10 @@ namespace {
 // typical of 3-5 runs) from ~0.85 to ~0.75 ms on GQA with two threads, ~1.2 to ~0.9 ms on one, and
 // ~2.3 to ~1.9 ms on MHA; 4, 16 and 32 tiles ahead did no better. Into L2 (prefetcht1), as
 // attention.cc asks for its scattered rows: on the same host MHA's job took ~5.8 ms with prefetcht0
-// and ~5.25 with prefetcht1 (speculator_bench 32 32 32768 4 6 19 1, two runs each); GQA the same.
-constexpr uint32_t kPrefetchTiles = 8;
+// and ~5.0 with prefetcht1 8 tiles ahead, ~4.5 24 ahead (48 and 96: ~4.6; speculator_bench
+// 32 32 32768 4 6 19 1, two runs each); GQA ~1.37 ms at every distance. With prefetcht0 the distance
+// looked irrelevant because, on that host, prefetcht0 hardly fetched at all.
+constexpr uint32_t kPrefetchTiles = 24;
 
 // Asks for tiles [t, t + count) of kp (tiles of `tile` halfs), clipped to the `tiles` there are.
 // (Written with a byte counter from 0: g++ 12 deleted the same loop written over [from, to) pointers,
