@@ -92,6 +92,10 @@ bool lh_qdot_k_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
 // 78% of the one-thread read bandwidth, and with the lines 2 KiB ahead asked for as each block is
 // read, at 85-89% / 91-97% (native_tests --bench-dot, weights on huge pages; 1 and 4 KiB ahead
 // gave less). Used by the kernel families' decode loops: `bytes` is the block about to be read.
+// Locality 3 (prefetcht0) on purpose, unlike attention.cc's scattered rows: on the Zen 5 host of
+// 2026-12-06, prefetcht1 2 KiB ahead streamed Q4_0 / Q8_0 / Q4_K / Q5_K decode at 20 / 22 / 18 / 20
+// GB/s against 24 / 24 / 23 / 23 with prefetcht0 (three runs each); only Q6_K gained (23 -> 23-30).
+// 4 and 8 KiB ahead with prefetcht1 halved Q4_0 and Q8_0.
 constexpr size_t LH_QDOT_PREFETCH_AHEAD = 2048;
 inline void lh_qdot_prefetch_ahead(const uint8_t* block, size_t bytes) {
   // a prefetch never faults, so past the row's (or the mapping's) end is harmless
