@@ -16,14 +16,13 @@ namespace {
 
 // Partial-key tiles are read one after another, but each holds p·8 halfs (304 bytes at p = 19)
 // and the loop spends ~p·HB FMAs on one: the hardware prefetcher alone left the scoring waiting on
-// its loads (perf: the conversion after each tile load was the hot instruction). Asking for the
-// tiles kPrefetchTiles ahead took one layer's job at 32K (speculator_bench, Zen 5, a noisy host,
-// typical of 3-5 runs) from ~0.85 to ~0.75 ms on GQA with two threads, ~1.2 to ~0.9 ms on one, and
-// ~2.3 to ~1.9 ms on MHA; 4, 16 and 32 tiles ahead did no better. Into L2 (prefetcht1), as
-// attention.cc asks for its scattered rows: on the same host MHA's job took ~5.8 ms with prefetcht0
-// and ~5.0 with prefetcht1 8 tiles ahead, ~4.5 24 ahead (48 and 96: ~4.6; speculator_bench
-// 32 32 32768 4 6 19 1, two runs each); GQA ~1.37 ms at every distance. With prefetcht0 the distance
-// looked irrelevant because, on that host, prefetcht0 hardly fetched at all.
+// its loads (perf: the conversion after each tile load was the hot instruction). So the loops ask
+// for the tiles kPrefetchTiles ahead, into L2 (prefetcht1, as attention.cc asks for its scattered
+// rows). One layer's job at 32K on the Zen 5 host (speculator_bench 32 32 32768 4 6 19 1 and
+// 4 32 ..., two runs each): MHA ~5.8 ms with prefetcht0 8 tiles ahead (the first version; t0 hardly
+// fetched on that host, which is why 4-32 tiles ahead then looked all the same), ~5.0 with
+// prefetcht1 8 ahead, ~4.5 24 ahead, ~4.6 48 or 96 ahead; GQA ~1.37 ms at every distance (its
+// scoring is bound by the float64 FMAs: 8 heads per tile load).
 constexpr uint32_t kPrefetchTiles = 24;
 
 // Asks for tiles [t, t + count) of kp (tiles of `tile` halfs), clipped to the `tiles` there are.
