@@ -32,7 +32,8 @@
 // the per-layer bytes from runner.lastStepStats(), averaged over the steps) + what the selection
 // reads per sparse layer ("selection reads"): InfiniGen's partial keys (N · kvHeads · ⌊r·headDim⌋ · 2
 // bytes), Quest's page bounds (⌈N / pageSize⌉ · kvHeads · headDim · 8), H2O's scores and live flags
-// (N · kvHeads · 5). The bound is the measured read bandwidth (native measureReadBandwidth) divided by that.
+// (N · kvHeads · 5). The bound is the measured read bandwidth (native measureReadBandwidth, probed before
+// and after the runs, the higher reading per thread count) divided by that.
 //
 // llama.cpp (--llama) fills its context ONCE per fixture: one child prefills seeded random ids up to
 // each N of --llama-contexts in turn and saves the sequence state at every N to a file
@@ -436,16 +437,20 @@ async function parent() {
   const loadBefore = loadavg();
   console.log(`long-context bench ${started.toISOString()}: ${opts.type}, shape ${JSON.stringify(sizes)}, contexts ${contexts.join(',')}, threads ${threadList.join(',')}, policies ${policies.join(',')}${opts.llama ? ' + llama.cpp' : ''}, cap ${cap}, ${steps} steps; load average ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
   const bwThreads = [...new Set([1, ...threadList])].sort((a, b) => a - b);
-  const bw = {};
-  for (const t of bwThreads) bw[t] = native.measureReadBandwidth(bwMib * 2 ** 20, 5, t);
-  console.log(`read bandwidth (GB/s): ${bwThreads.map((t) => `${t}t ${fmt(bw[t], 2)}`).join(', ')}`);
+  // Probed before and after the runs, the bound taken from the higher reading per thread count: one
+  // probe alone has read half the bandwidth when another job took the machine for its few seconds
+  // (2 threads 30.1 GB/s against 56-60 in the runs around it), which doubled every share of bound.
+  const probeBandwidth = () => Object.fromEntries(bwThreads.map((t) => [t, native.measureReadBandwidth(bwMib * 2 ** 20, 5, t)]));
+  const bwBefore = probeBandwidth();
+  console.log(`read bandwidth before the runs (GB/s): ${bwThreads.map((t) => `${t}t ${fmt(bwBefore[t], 2)}`).join(', ')}`);
+  const bw = { ...bwBefore };
 
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'longhand-long-'));
   const cacheDir = mkdtempSync(join(tmpdir(), 'longhand-long-skew-'));
   const keepStates = opts['llama-state-dir'] !== undefined;
   const llamaStateDir = keepStates ? opts['llama-state-dir'] : mkdtempSync(join(tmpdir(), 'longhand-long-llama-'));
   if (keepStates) mkdirSync(llamaStateDir, { recursive: true });
-  const report = { started: started.toISOString(), sizes, contexts, cap, steps, bandwidth: bw, runs: [] };
+  const report = { started: started.toISOString(), sizes, contexts, cap, steps, bandwidth: bw, bandwidthBefore: bwBefore, runs: [] };
   try {
     const path = join(dir, `long-${opts.type}-kv${kvHeads}-ctx${maxN + steps + 64}.gguf`);
     const w0 = performance.now();
@@ -497,6 +502,11 @@ async function parent() {
     else console.log(`kept the fixture in ${dir}`);
   }
 
+  const bwAfter = probeBandwidth();
+  report.bandwidthAfter = bwAfter;
+  for (const t of bwThreads) bw[t] = Math.max(bwBefore[t], bwAfter[t]);
+  const bwLine = `read bandwidth (GB/s, before / after the runs; the bound uses the higher): ${bwThreads.map((t) => `${t}t ${fmt(bwBefore[t], 2)} / ${fmt(bwAfter[t], 2)}`).join(', ')}`;
+  console.log(bwLine);
   const h = report.info.hyper;
   const rowKV = h.kvHeads * h.headDim * 2 * 2;
   const lines = [];
@@ -547,6 +557,10 @@ async function parent() {
   for (const f of report.llamaFill?.fill ?? []) if (f.skipped) console.log(`llama.cpp N=${f.N}: not run (${f.skipped})`);
   console.log(`Filling: llama.cpp prefilled seeded random ids once per fixture up to each N, saved the sequence state and loaded it in every timed run${opts.fill === 'random' ? `; Longhand prefilled the first ${REAL_PREFIX} for real and appended seeded random K/V rows for the rest (decode cost depends on the row count, not the values)` : '; so did Longhand'}. InfiniGen's speculation runs on a native side thread while the next layer's dense stage runs ("wait": the main thread waiting for it, the part not hidden) when the machine has a core beyond the run's threads, else inline, split over the run's threads (its time marked "(main)"); infinigen@side-thread / infinigen@inline force one.`);
   console.log(`Note: the fixture's weights are random, so attention is diffuse and no policy finds a few dominant tokens: the fetch cap (${cap}) decides how many rows the sparse policies fetch, not the scores. Numbers on a real model differ.`);
+  console.log(bwLine);
+  for (const t of bwThreads.filter((t) => t > 1)) {
+    if (bw[t] < bw[1]) console.log(`Warning: the ${t}-thread probe read less than the 1-thread one (${fmt(bw[t], 2)} < ${fmt(bw[1], 2)} GB/s): something else had the cores, so the ${t}-thread shares of bound read high.`);
+  }
   console.log(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}; ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s in all`);
   if (opts.json) {
     writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
