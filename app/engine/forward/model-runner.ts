@@ -437,7 +437,10 @@ class Runner implements ModelRunner {
     this.heads = h.heads;
     this.qw = h.heads * h.headDim;
     this.layers = h.layers;
-    this.tokenEmbd = new EmbeddingTable(model.tensors.get('token_embd.weight')!);
+    // Its pages are dropped now and then (embedding.ts says why), unless the table is also the LM
+    // head: then every step streams it whole from pages the dense stages made their own.
+    const tiedHead = !model.tensors.has('output.weight');
+    this.tokenEmbd = new EmbeddingTable(model.tensors.get('token_embd.weight')!, tiedHead || !model.releaseTensor ? undefined : () => model.releaseTensor!('token_embd.weight'));
     const posView = model.tensors.get('position_embd.weight');
     this.positionEmbd = h.architecture === 'opt' && posView ? new EmbeddingTable(posView) : undefined;
     this.positionOffset = h.positionOffset ?? 2;
