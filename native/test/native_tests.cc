@@ -2427,6 +2427,8 @@ double tie_value(Rng& rng) {
   const uint64_t r = rng.next() % 16;
   if (r == 0) return NAN;
   if (r == 1) return -INFINITY;
+  if (r == 2) return -0.0;  // equal to +0 (the r % 5 == 0 values), ranked apart from it by bit order
+  if (r == 3) return -0.5;
   return static_cast<double>(r % 5) * 0.25;  // five values: many ties
 }
 
@@ -2471,14 +2473,19 @@ void test_policy_select() {
 
   // h2o: selection + permanent eviction, and the mass accumulated over lists / over every slot
   bool h2o_ok = true, acc_ok = true;
-  for (uint32_t group : {1u, 2u, 4u})
-    for (int c = 0; c < 12; ++c) {
-      const uint32_t kvh = 1 + static_cast<uint32_t>(rng.next() % 3), C = 150, N = static_cast<uint32_t>(rng.next() % C);
+  // masses of a few tied values (NaN, ±inf, ±0), then of every magnitude (2^-60 .. 2^60, either
+  // sign, a fifth of them repeats) over longer pools: the k-th largest is found digit by digit
+  for (const bool wide : {false, true})
+    for (int c = 0; c < 36; ++c) {
+      const uint32_t C = wide ? 3000 : 150;
+      const uint32_t kvh = 1 + static_cast<uint32_t>(rng.next() % 3), N = static_cast<uint32_t>(rng.next() % C);
       const uint32_t budget = N == 0 ? 0 : static_cast<uint32_t>(rng.next() % (N + 1)), recent = budget == 0 ? 0 : static_cast<uint32_t>(rng.next() % (budget + 1));
       std::vector<float> acc(static_cast<size_t>(kvh) * C);
       std::vector<uint8_t> live(acc.size()), live_ref;
       for (size_t i = 0; i < acc.size(); ++i) {
-        acc[i] = static_cast<float>(tie_value(rng));
+        if (!wide) acc[i] = static_cast<float>(tie_value(rng));
+        else if (i > 0 && rng.next() % 5 == 0) acc[i] = acc[rng.next() % i];
+        else acc[i] = std::ldexp(rng.uniform() - 0.5f, static_cast<int>(rng.next() % 121) - 60);
         live[i] = rng.next() % 5 != 0;
       }
       live_ref = live;
@@ -2505,7 +2512,7 @@ void test_policy_select() {
       }
       h2o_ok = h2o_ok && live == live_ref && slots[off[kvh]] == kGuard;
     }
-  check(h2o_ok, "h2o == recent + heavy hitters by full sort; older slots not kept are evicted for good (GQA 1/2/4, ties, NaN)");
+  check(h2o_ok, "h2o == recent + heavy hitters by full sort; older slots not kept are evicted for good (GQA 1/2/4, ties, NaN, ±0, masses of every magnitude)");
 
   for (uint32_t kv_type : {LH_KV_F16, LH_KV_F32, LH_KV_I8})
     for (uint32_t group : {1u, 2u, 4u}) {
