@@ -506,7 +506,6 @@ async function parent() {
   report.bandwidthAfter = bwAfter;
   for (const t of bwThreads) bw[t] = Math.max(bwBefore[t], bwAfter[t]);
   const bwLine = `read bandwidth (GB/s, before / after the runs; the bound uses the higher): ${bwThreads.map((t) => `${t}t ${fmt(bwBefore[t], 2)} / ${fmt(bwAfter[t], 2)}`).join(', ')}`;
-  console.log(bwLine);
   const h = report.info.hyper;
   const rowKV = h.kvHeads * h.headDim * 2 * 2;
   const lines = [];

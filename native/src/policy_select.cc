@@ -278,27 +278,16 @@ inline float from_order_key(uint32_t k) {
 // cannot guess, were ~55% of an H2O head's selection.
 float kth_largest(const float* vals, size_t n, size_t k) {
   constexpr uint32_t kShift[3] = {21, 10, 0}, kDigits[3] = {2048, 2048, 1024};
-  // (4, digits) how many values of the current prefix carry each digit, counted in four copies by
-  // position mod 4: masses cluster in a few top digits, and one counter bumped back to back waits
-  // for its own last store each time
-  uint32_t hist[4][2048];
+  uint32_t count[2048];  // (digits) how many values of the current prefix carry each digit
   uint32_t prefix = 0, mask = 0;
   size_t rank = k;  // rank of the wanted value among those of the current prefix, largest first
   for (int level = 0; level < 3; ++level) {
     const uint32_t shift = kShift[level], digit_mask = kDigits[level] - 1;
-    for (auto& h : hist) std::memset(h, 0, kDigits[level] * sizeof(uint32_t));
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4)
-      for (size_t c = 0; c < 4; ++c) {
-        const uint32_t key = order_key(vals[i + c]);
-        if ((key & mask) == prefix) ++hist[c][(key >> shift) & digit_mask];
-      }
-    for (; i < n; ++i) {
+    std::memset(count, 0, kDigits[level] * sizeof(uint32_t));
+    for (size_t i = 0; i < n; ++i) {
       const uint32_t key = order_key(vals[i]);
-      if ((key & mask) == prefix) ++hist[0][(key >> shift) & digit_mask];
+      if ((key & mask) == prefix) ++count[(key >> shift) & digit_mask];
     }
-    for (uint32_t dd = 0; dd <= digit_mask; ++dd) hist[0][dd] += hist[1][dd] + hist[2][dd] + hist[3][dd];
-    uint32_t* const count = hist[0];
     uint32_t d = digit_mask;
     while (rank > count[d]) rank -= count[d--];  // digits from the top; stops at or before 0 (rank <= their sum)
     prefix |= d << shift;
