@@ -4,6 +4,8 @@
 // The electron package's own download is disabled at install time (its host is unreachable on
 // our CI machines, and an install must never fail on it). So on first start we try that
 // download once; where it cannot be had we say so plainly and start browser mode instead.
+// Either way the window UI (renderer/dist) is built first when it is missing or older than its
+// sources (app/server/renderer-build.ts), so a fresh clone's first start shows the app.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -53,6 +55,28 @@ function startElectron(binary) {
   child.on('exit', (code) => process.exit(code ?? 1));
 }
 
+/**
+ * Builds the window UI when it needs it. Returns false (after saying why) when the start must not
+ * go on: a failed build, or no UI at all for the desktop window, which has no fallback page.
+ */
+async function prepareRenderer(forElectron) {
+  const { register } = await import('tsx/esm/api');
+  register();
+  const { ensureRenderer, RendererBuildError, BUILD_HINT } = await import('../app/server/renderer-build.ts');
+  try {
+    const result = await ensureRenderer({ root });
+    if (forElectron && result.state === 'impossible' && !result.kept) {
+      console.error(`Longhand: the desktop window has no UI to show; ${BUILD_HINT}, then npm start again.`);
+      return false;
+    }
+    return true;
+  } catch (error) {
+    if (!(error instanceof RendererBuildError)) throw error;
+    console.error(`Longhand: ${error.message}`);
+    return false;
+  }
+}
+
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   let binary = electronBinary();
   let reason;
@@ -60,6 +84,7 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
     reason = fetchElectron();
     binary = electronBinary();
   }
+  if (!(await prepareRenderer(binary !== undefined))) process.exit(1);
   if (binary) startElectron(binary);
   else {
     const code = startBrowserMode(reason ?? 'unknown reason');

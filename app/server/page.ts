@@ -1,5 +1,6 @@
 // GET / and the renderer's static files. When the renderer has been built
-// (renderer/dist/index.html) it is served from there; otherwise a small honest page says so.
+// (renderer/dist/index.html) it is served from there; otherwise (only when this copy cannot build
+// it: renderer-build.ts) a small honest page says so and what to run.
 // Everything goes out with a strict CSP, no referrer (the page URL may carry the token) and no caching.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
@@ -36,6 +37,8 @@ const FALLBACK_PAGE = `<!doctype html>
 <h1>Longhand</h1>
 <p>Longhand browser mode — the window UI is not built yet; the API is at /v1
 (GET /v1/models, POST /v1/completions, POST /v1/chat/completions; metrics at /metrics).</p>
+<p>To build it, run <code>npm ci</code> (it installs vite, a dev dependency), then <code>npm run build:renderer</code>, and start again
+(<code>npm start</code> or <code>longhand serve</code> build it themselves whenever vite is installed).</p>
 <p>API clients send the header Authorization: Bearer &lt;token&gt;, with the token from the URL that longhand serve printed.</p>
 </body>
 </html>

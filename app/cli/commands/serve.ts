@@ -1,6 +1,8 @@
 // longhand serve [--model PATH] [--port N] … : the browser-mode / OpenAI-compatible server on
 // 127.0.0.1. The first line on stdout is the page URL with the per-run token (npm start and the
 // tests read it); everything else goes to stderr. Ctrl-C or SIGTERM closes the engine and exits 0.
+// Before anything starts, the window UI is built when renderer/dist is missing or older than its
+// sources (renderer-build.ts); a failed build ends the command with vite's message.
 import { spawn } from 'node:child_process';
 import { resolve as resolvePath } from 'node:path';
 import { UsageError } from '../../common/errors.ts';
@@ -8,6 +10,7 @@ import { DENSE_ENGINES, DEVICES, KV_TYPES } from '../../common/protocol.ts';
 import { EngineClient } from '../../engine/client.ts';
 import { EngineSession } from '../../server/engine-session.ts';
 import { kvPoolBytes } from '../../server/metrics.ts';
+import { ensureRenderer, RendererBuildError } from '../../server/renderer-build.ts';
 import { LOOPBACK_HOST, startServer } from '../../server/serve.ts';
 import { defaultDataDir, engineEnv } from '../../server/services/data-dir.ts';
 import type { CliIO } from '../main.ts';
@@ -16,7 +19,8 @@ import { POLICY_HELP, POLICY_OPTIONS, policyLoadOptions } from '../policy-option
 
 const HELP = `usage: longhand serve [--model PATH] [options]
 
-  --model PATH          a .gguf file or a Hugging Face folder to load (without it the API answers 503)
+  --model PATH          a .gguf file or a Hugging Face folder to load (without it, load one in the
+                        page's Models view; until then the API answers 503 engine_not_loaded)
   --port N              port on 127.0.0.1 (default 0: a free port)
   --host 127.0.0.1      the only host allowed: the server never listens beyond this machine
   --open                open the page in the default browser
@@ -82,6 +86,13 @@ export async function runServe(args: string[], io: CliIO): Promise<number> {
   const policy = policyLoadOptions(values);
 
   const dataDir = values['data-dir'] ? resolvePath(values['data-dir']) : defaultDataDir();
+  try {
+    await ensureRenderer({ log: (line) => io.err(`${line}\n`) });
+  } catch (error) {
+    if (!(error instanceof RendererBuildError)) throw error;
+    io.err(`longhand serve: ${error.message}\n`);
+    return 1;
+  }
   // Document snapshots go beside the documents (<data dir>/kv-snapshots); restarts keep the folder.
   const startEngine = () => EngineClient.start({ env: engineEnv(dataDir) });
   const engine = await startEngine();
