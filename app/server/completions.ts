@@ -7,12 +7,23 @@
 // after tokens went out is sent as one `data: {"error": …}` event, then [DONE].
 // A client that disconnects cancels its generation (or its place in the queue).
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { isLonghandError } from '../common/errors.ts';
+import { isLonghandError, LonghandError } from '../common/errors.ts';
 import type { GenerateParams, Prompt } from '../common/protocol.ts';
 import type { EngineSession } from './engine-session.ts';
 import { errorBody, HttpError, httpErrorFromEngine, readJson, sendError, sendJson } from './http.ts';
 import { AnswerShape, chatPrompt, ChatRequestSchema, completionPrompt, CompletionRequestSchema, engineParams, finishReason, parseBody, usage, type Endpoint } from './openai.ts';
 import { QueueAbortedError } from './queue.ts';
+
+/**
+ * The typed answer to a generation while no model is loaded (503, code engine_not_loaded, through
+ * the server's engine-error mapping): it says the two ways to load one.
+ */
+export function noModelLoaded(): LonghandError {
+  return new LonghandError(
+    'ENGINE_NOT_LOADED',
+    'no model is loaded. Load one in the Models view of the page that `longhand serve` printed (or that `npm start` opened), or start the server with `longhand serve --model PATH` (a .gguf file or a Hugging Face folder)',
+  );
+}
 
 export async function handleCompletion(endpoint: Endpoint, session: EngineSession, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const raw = await readJson(req);
@@ -37,7 +48,7 @@ export async function handleCompletion(endpoint: Endpoint, session: EngineSessio
   const down = session.unavailable();
   if (down) throw httpErrorFromEngine(down.code, down.message);
   const modelId = session.modelId;
-  if (modelId === undefined) throw new HttpError(503, 'no model is loaded: start the server with --model PATH', 'engine_not_loaded');
+  if (modelId === undefined) throw noModelLoaded();
 
   const shape = new AnswerShape(endpoint, modelId);
   const abort = new AbortController();
