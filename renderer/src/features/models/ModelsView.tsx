@@ -33,8 +33,9 @@ export function ModelsView() {
   }, [lastModelPath, settings, setPath, setContextTokens]);
 
   const memory = m.inspected && m.inspected.path === m.path ? readMemory(m.inspected.report) : null;
-  const recent = lastModelPath && !m.library.some((e) => e.path === lastModelPath) ? [{ path: lastModelPath, name: lastModelPath.split(/[\\/]/).pop() ?? lastModelPath, source: 'recent', format: lastModelPath.endsWith('.gguf') ? 'gguf' : 'safetensors', bytes: null }] : [];
-  const entries = [...recent, ...m.library.map((e) => ({ ...e, bytes: e.bytes as number | null }))];
+  // The recent model comes from models.scan itself (it reads settings.lastModelPath and the file's
+  // size); the store scans again after a load that changed it.
+  const entries = m.library;
 
   return (
     <section className="view models" aria-label="Models">
@@ -104,7 +105,7 @@ export function ModelsView() {
                 <tr key={`${e.source}:${e.path}`} className={e.path === m.path ? 'selected' : undefined}>
                   <td><button type="button" className="link" title={e.path} onClick={() => m.setPath(e.path)}>{e.name}</button></td>
                   <td>{e.format}</td>
-                  <td>{e.bytes === null ? '–' : formatBytes(e.bytes)}</td>
+                  <td>{formatBytes(e.bytes)}</td>
                   <td>{e.source}</td>
                 </tr>
               ))}

@@ -82,13 +82,39 @@ describe('models view', () => {
     await waitFor(() => expect(api.calls('settings.save').at(-1)?.settings).toMatchObject({ lastModelPath: '/models/a.gguf' }));
   });
 
-  it('starts from the last model path in settings', async () => {
+  it('starts from the last model path in settings, listed with its size', async () => {
     resetSettingsStore();
     api.on('settings.get', () => ({ settings: { ...defaultSettings(), lastModelPath: '/old/b.gguf' }, warning: null }));
+    // as models.scan answers: the recent model first, with the file's size
+    api.on('models.scan', () => [{ path: '/old/b.gguf', name: 'b.gguf', source: 'recent', format: 'gguf', bytes: 3 * GiB }]);
     await useSettingsStore.getState().load();
     render(<ModelsView />);
     await waitFor(() => expect(screen.getByLabelText('Model path')).toHaveProperty('value', '/old/b.gguf'));
-    expect(screen.getByText('b.gguf')).toBeTruthy();
+    const row = (await within(await screen.findByRole('table')).findByText('b.gguf')).closest('tr')!;
+    expect(row.textContent).toContain('3.00 GiB');
+    expect(row.textContent).toContain('recent');
+  });
+
+  it('lists a model just loaded by path as recent with its real size, not "–"', async () => {
+    // The server's models.scan: the scanned models plus settings.lastModelPath with its size.
+    let lastModelPath = '';
+    api.on('settings.save', (r) => {
+      lastModelPath = (r.settings as { lastModelPath: string }).lastModelPath;
+      return { settings: r.settings as ReturnType<typeof defaultSettings> };
+    });
+    api.on('models.scan', () => [
+      ...(lastModelPath ? [{ path: lastModelPath, name: 'stories260K.gguf', source: 'recent' as const, format: 'gguf' as const, bytes: 1_185_376 }] : []),
+      { path: '/models/a.gguf', name: 'a.gguf', source: 'lmstudio', format: 'gguf', bytes: 1.5 * GiB },
+    ]);
+    render(<ModelsView />);
+    const library = await screen.findByRole('table');
+    fireEvent.change(screen.getByLabelText('Model path'), { target: { value: '/shared/stories260K.gguf' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Load' }));
+    await screen.findByRole('region', { name: 'Loaded model' });
+    const row = (await within(library).findByText('stories260K.gguf')).closest('tr')!;
+    expect(row.textContent).toContain('1.13 MiB');
+    expect(row.textContent).toContain('recent');
+    for (const cell of within(library).getAllByRole('cell')) expect(cell.textContent).not.toBe('–');
   });
 
   it('shows a load failure from the engine', async () => {

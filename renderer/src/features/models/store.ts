@@ -101,7 +101,11 @@ export const useModelsStore = create<ModelsState>()((set, get) => ({
       const model = await services().engine.load(options, (loadProgress) => set({ loadProgress }));
       useEngineStore.getState().setModel(model);
       set({ loading: false, loadProgress: null });
-      if (settings && settings.lastModelPath !== path) await useSettingsStore.getState().patchSaved({ lastModelPath: path });
+      if (settings && settings.lastModelPath !== path) {
+        await useSettingsStore.getState().patchSaved({ lastModelPath: path });
+        // models.scan lists the recent model with its size: ask again so the Library shows it.
+        await get().scan();
+      }
     } catch (e) {
       set({ loading: false, loadProgress: null, loadError: message(e) });
     }
