@@ -49,8 +49,9 @@ import { STAGE_INPUTS, type StageGraph } from './graphs.ts';
 import type { AccuracyLevel } from './weights.ts';
 
 /**
- * Bump when buildStage's output changes for the same model and options (graphs.ts, onnx/ops.ts,
- * the graph builder, the repack): entries written for the old graphs are then never looked up again.
+ * Bump when buildStage's output changes for the same model and options (the families' graphs in
+ * layers/*-graph.ts and layers/stage-graph.ts, onnx/ops.ts, the graph builder, the repack):
+ * entries written for the old graphs are then never looked up again.
  */
 export const STAGE_GRAPH_VERSION = 2;
 /** The folder under the engine's cache folder. */

@@ -3,6 +3,7 @@
 // whether that fits in the memory this machine has free right now.
 import { freemem, totalmem } from 'node:os';
 import { LonghandError } from '../../common/errors.ts';
+import type { LayerSpec } from '../forward/layers/layer-spec.ts';
 import type { ModelHyperparameters, TensorDType } from './types.ts';
 
 /** InfiniGen's defaults (ARCHITECTURE.md §4): partial-key ratio r and the fetch cap per step. */
@@ -39,7 +40,7 @@ export interface MemoryEstimate {
   kvType: KvElementType;
   /** Weights as the CPU engine holds them. */
   weightsBytes: number;
-  /** Full K and V rows for every layer and KV head at `contextTokens`. */
+  /** Full K and V rows for every layer with KV and each of its KV heads at `contextTokens`. */
   kvFullBytes: number;
   /** InfiniGen keeps the full KV in RAM, plus one partial key row per token (⌊r·d⌋ columns). */
   partialKeyBytes: number;
@@ -77,14 +78,39 @@ export interface OffloadMemory {
   hostKvInfinigenBytes: number;
 }
 
-export function kvBytesPerToken(hyper: ModelHyperparameters, kvType: KvElementType = 'fp16'): number {
-  // K and V: (layers, kvHeads) rows of headDim elements each (+ one scale per int8 row)
-  return 2 * hyper.layers * hyper.kvHeads * kvRowBytes(kvType, hyper.headDim);
+/** The KV rows of one layer that keeps them: its KV heads and their width. */
+interface KvLayerShape {
+  layer: number;
+  kvHeads: number;
+  headDim: number;
 }
 
-export function partialKeyBytesPerToken(hyper: ModelHyperparameters, partialRatio: number = INFINIGEN_DEFAULTS.partialRatio): number {
-  // Partial keys are fp16: (layers, kvHeads, ⌊r·d⌋)
-  return hyper.layers * hyper.kvHeads * Math.floor(partialRatio * hyper.headDim) * KV_ELEMENT_BYTES.fp16;
+/**
+ * The layers that keep K and V rows, with their shape: from the family's layer specs when given
+ * (forward/layers: a layer without attention keeps none, layers may differ), else every layer as
+ * the hyperparameters say (what every family declares today, so the figures are the same).
+ */
+function kvLayerShapes(hyper: ModelHyperparameters, layers: readonly LayerSpec[] | undefined): KvLayerShape[] {
+  if (layers === undefined) return Array.from({ length: hyper.layers }, (_, layer) => ({ layer, kvHeads: hyper.kvHeads, headDim: hyper.headDim }));
+  const out: KvLayerShape[] = [];
+  layers.forEach((spec, layer) => {
+    if (spec.attention.kind === 'attention') out.push({ layer, kvHeads: spec.attention.kvHeads, headDim: spec.attention.headDim });
+  });
+  return out;
+}
+
+export function kvBytesPerToken(hyper: ModelHyperparameters, kvType: KvElementType = 'fp16', layers?: readonly LayerSpec[]): number {
+  // K and V: per layer with KV, kvHeads rows of headDim elements each (+ one scale per int8 row)
+  let bytes = 0;
+  for (const { kvHeads, headDim } of kvLayerShapes(hyper, layers)) bytes += 2 * kvHeads * kvRowBytes(kvType, headDim);
+  return bytes;
+}
+
+export function partialKeyBytesPerToken(hyper: ModelHyperparameters, partialRatio: number = INFINIGEN_DEFAULTS.partialRatio, layers?: readonly LayerSpec[]): number {
+  // Partial keys are fp16: per layer with KV, (kvHeads, ⌊r·d⌋)
+  let bytes = 0;
+  for (const { kvHeads, headDim } of kvLayerShapes(hyper, layers)) bytes += kvHeads * Math.floor(partialRatio * headDim) * KV_ELEMENT_BYTES.fp16;
+  return bytes;
 }
 
 export function residentWeightBytes(weights: WeightSummary): number {
@@ -99,7 +125,16 @@ export function estimateMemory(
   hyper: ModelHyperparameters,
   weights: WeightSummary,
   contextTokens: number,
-  options: { kvType?: KvElementType; freeBytes?: number; totalBytes?: number; partialRatio?: number; fetchCap?: number; denseLayers?: number } = {},
+  options: {
+    kvType?: KvElementType;
+    freeBytes?: number;
+    totalBytes?: number;
+    partialRatio?: number;
+    fetchCap?: number;
+    denseLayers?: number;
+    /** The family's layer specs (forward/layers familyOf(hyper).layers(hyper)); default: every layer has hyper's KV heads. */
+    layers?: readonly LayerSpec[];
+  } = {},
 ): MemoryEstimate {
   const kvType = options.kvType ?? 'fp16';
   const partialRatio = options.partialRatio ?? INFINIGEN_DEFAULTS.partialRatio;
@@ -108,8 +143,8 @@ export function estimateMemory(
   const totalBytes = options.totalBytes ?? totalmem();
 
   const weightsBytes = residentWeightBytes(weights);
-  const kvPerToken = kvBytesPerToken(hyper, kvType);
-  const partialPerToken = partialKeyBytesPerToken(hyper, partialRatio);
+  const kvPerToken = kvBytesPerToken(hyper, kvType, options.layers);
+  const partialPerToken = partialKeyBytesPerToken(hyper, partialRatio, options.layers);
   const stagedPerToken = kvPerToken * fetchCap;
 
   const kvFullBytes = kvPerToken * contextTokens;
@@ -119,14 +154,21 @@ export function estimateMemory(
   const totalInfinigenBytes = totalFullBytes + partialKeyBytes + stagedKvBytes;
   const perTokenInfinigen = kvPerToken + partialPerToken + stagedPerToken;
   const maxContextThatFits = Math.max(0, Math.floor((freeBytes - weightsBytes) / perTokenInfinigen));
-  // offload: one buffer row per (layer, KV head, slot) for K and for V
-  const bufferRowBytes = 2 * hyper.kvHeads * hyper.headDim * (kvType === 'fp16' ? 2 : 4);
+  // offload: one buffer row per (layer with KV, KV head, slot) for K and for V; InfiniGen's dense
+  // layers (below denseLayers) hold every slot, the others the fetch cap's rows
   const denseLayers = Math.min(hyper.layers, options.denseLayers ?? 2);
   const sparseRows = Math.min(contextTokens, Math.ceil(fetchCap * contextTokens) + 2);
+  let rowBufferFull = 0;
+  let rowBufferInfinigen = 0;
+  for (const { layer, kvHeads, headDim } of kvLayerShapes(hyper, options.layers)) {
+    const bufferRowBytes = 2 * kvHeads * headDim * (kvType === 'fp16' ? 2 : 4);
+    rowBufferFull += contextTokens * bufferRowBytes;
+    rowBufferInfinigen += (layer < denseLayers ? contextTokens : sparseRows) * bufferRowBytes;
+  }
   const offload: OffloadMemory = {
     deviceWeightsBytes: weightsBytes,
-    deviceRowBufferFullBytes: hyper.layers * contextTokens * bufferRowBytes,
-    deviceRowBufferInfinigenBytes: (denseLayers * contextTokens + (hyper.layers - denseLayers) * sparseRows) * bufferRowBytes,
+    deviceRowBufferFullBytes: rowBufferFull,
+    deviceRowBufferInfinigenBytes: rowBufferInfinigen,
     hostKvBytes: kvFullBytes,
     hostKvInfinigenBytes: kvFullBytes + partialKeyBytes,
   };

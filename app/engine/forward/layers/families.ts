@@ -1,0 +1,34 @@
+// Which family runs a model: one line per family (family.ts says what a family declares). Shared
+// code calls familyOf(hyper) and then asks the family, never `hyper.architecture`.
+import { LonghandError, UsageError } from '../../../common/errors.ts';
+import type { Architecture, ModelHyperparameters } from '../../model/types.ts';
+import type { ModelFamily } from './family.ts';
+import { LLAMA_FAMILY } from './llama.ts';
+import { OPT_FAMILY } from './opt.ts';
+
+export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts';
+
+/** Every family, by the architecture it runs. */
+export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
+  llama: LLAMA_FAMILY,
+  opt: OPT_FAMILY,
+};
+
+/**
+ * The family that runs `hyper`'s architecture. An architecture no family declares (hyperparameters
+ * built by hand, a loader that learned a new one first) is a typed MODEL_UNSUPPORTED_ARCHITECTURE.
+ */
+export function familyOf(hyper: Pick<ModelHyperparameters, 'architecture'>): ModelFamily {
+  const architecture: string = hyper.architecture;
+  const family = Object.hasOwn(FAMILIES, architecture) ? FAMILIES[architecture as Architecture] : undefined;
+  if (family === undefined) {
+    throw new LonghandError('MODEL_UNSUPPORTED_ARCHITECTURE', `architecture '${architecture}' has no model family (Longhand runs ${Object.keys(FAMILIES).join(', ')})`, { architecture });
+  }
+  return family;
+}
+
+/** Throws the UsageError a request for row policy `policy` on `hyper`'s family gets when the family cannot run it. */
+export function assertPolicySupported(hyper: Pick<ModelHyperparameters, 'architecture'>, policy: string): void {
+  const why = familyOf(hyper).policyRefusal(policy);
+  if (why !== undefined) throw new UsageError(why, { field: 'policy', architecture: hyper.architecture });
+}

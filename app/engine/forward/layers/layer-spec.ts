@@ -1,0 +1,215 @@
+// What one decoder layer computes (ARCHITECTURE.md §3, issue 29): a `LayerSpec` per layer, declared
+// by the model family (family.ts, llama.ts, opt.ts) and read by shared code, which then names no
+// family. A model is a list of them, one per layer ℓ = 0..L−1:
+//
+//   LayerSpec ─ attention   { kind: 'attention', heads, kvHeads, headDim, scale, window, sinks,
+//             │               rope | undefined, qkNorm, softcap }     ─► K and V rows in the pool
+//             │             | { kind: 'none' }                         ─► no KV rows (recurrent, later)
+//             ├ ffn         { kind: 'dense', size, gated, activation }
+//             │             | { kind: 'moe', experts, topK, expertSize, gated, activation }
+//             └ norm        { kind: 'rms' | 'layer', placement: 'pre' | 'sandwich', eps }
+//
+// Today every layer of a model is the same (Llama/Mistral/Qwen2 and OPT); the per-layer list is
+// what lets Gemma's interleaved sliding-window layers, gpt-oss's sinks, or a hybrid model's
+// linear-attention layers be declared without another branch in the loop. The helpers at the end
+// are the questions the loop, the pool and InfiniGen ask of the list.
+import type { RopeLayout, RopeScaling } from '../../model/types.ts';
+import type { RopeFrequencies } from '../../onnx/ops.ts';
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+// ---------------------------------------------------------------------------------------------
+
+/** RoPE as one layer applies it to q and k (a family may give layers different bases: Gemma 3). */
+export interface RopeSpec {
+  /** θ of the frequencies θ^(−2i/dims): the wavelengths the positions are encoded at. */
+  readonly base: number;
+  /** Dimensions rotated per head (== headDim: all of them; fewer for partial rotary models). */
+  readonly dims: number;
+  /** Which dimensions are paired: the layout the file's q/k weights were written for. */
+  readonly layout: RopeLayout;
+  /** Frequency scaling for long context (Llama 3, linear), or undefined: plain θ^(−2i/dims). */
+  readonly scaling: RopeScaling | undefined;
+}
+
+/** A layer whose tokens keep K and V rows in the pool and attend over them. */
+export interface AttentionSpec {
+  readonly kind: 'attention';
+  /** Query heads: the rows of q per token, and how many softmaxes a token's attention runs. */
+  readonly heads: number;
+  /** Key/value heads (== heads for MHA, fewer for GQA): the rows the pool stores per token. */
+  readonly kvHeads: number;
+  /** Elements per head row of q, k and v: the pool's row width and the kernels' dot length. */
+  readonly headDim: number;
+  /**
+   * Multiplies q·k before the softmax: 1/√headDim (defaultScale) unless the family says otherwise
+   * (Gemma's query_pre_attn_scalar). A double; sites that compute the default in float today
+   * (native attention: 1.0f/sqrtf(d)) keep their own rounding when isDefaultScale holds, since
+   * the two differ in the last bit for some head dims (6, 7, 17, ... 96, 112; not 8, 64, 128).
+   */
+  readonly scale: number;
+  /** Sliding window in tokens (the layer sees the last `window` positions), or undefined: global. */
+  readonly window: number | undefined;
+  /** Learned per-head attention sinks (gpt-oss): an extra logit in each softmax's denominator. */
+  readonly sinks: boolean;
+  /** RoPE of this layer's q and k, or undefined: no rotary positions (OPT's are learned, added to the embedding). */
+  readonly rope: RopeSpec | undefined;
+  /** RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3): two more vectors per layer. */
+  readonly qkNorm: boolean;
+  /** Logit soft-cap c: scores become c·tanh(s/c) (Gemma 2); 0 = none. */
+  readonly softcap: number;
+}
+
+/** A layer without KV rows (a recurrent or linear-attention layer; no family declares one yet). */
+export interface NoAttentionSpec {
+  readonly kind: 'none';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Feed-forward and norms
+// ---------------------------------------------------------------------------------------------
+
+/** The nonlinearity of a feed-forward (the gate's, when gated). */
+export type Activation = 'silu' | 'relu' | 'gelu';
+
+/** One MLP for every token. */
+export interface DenseFfnSpec {
+  readonly kind: 'dense';
+  /** Hidden width of the MLP: the rows of its up (and gate) projection. */
+  readonly size: number;
+  /** act(x·W_gate) ⊙ (x·W_up) (SwiGLU, GeGLU), or act(x·W_up) without a gate (OPT's fc1). */
+  readonly gated: boolean;
+  readonly activation: Activation;
+}
+
+/** A router picks `topK` of `experts` MLPs per token (Mixtral, Qwen3-MoE, gpt-oss). */
+export interface MoeFfnSpec {
+  readonly kind: 'moe';
+  /** MLPs the layer holds (their weights are the bulk of the file). */
+  readonly experts: number;
+  /** MLPs each token runs, weighted by the router's probabilities. */
+  readonly topK: number;
+  /** Hidden width of one expert. */
+  readonly expertSize: number;
+  readonly gated: boolean;
+  readonly activation: Activation;
+  /** Experts every token runs besides the routed ones (DeepSeek, Qwen2-MoE's shared expert); 0 = none. */
+  readonly sharedExperts: number;
+}
+
+export type FfnSpec = DenseFfnSpec | MoeFfnSpec;
+
+/** Where the layer normalises and with what. */
+export interface NormSpec {
+  /** 'rms': x/rms(x)·w (Llama); 'layer': (x−mean)/std·w + b (OPT): different vectors and op. */
+  readonly kind: 'rms' | 'layer';
+  /**
+   * 'pre': norm before attention and before the MLP, residual added after each (Llama, OPT with
+   * do_layer_norm_before); 'sandwich': also a norm on each sub-block's output before the residual
+   * add (Gemma 2/3): two more vectors per layer.
+   */
+  readonly placement: 'pre' | 'sandwich';
+  /** ε inside the norm's square root: a model's outputs depend on it at small activations. */
+  readonly eps: number;
+}
+
+/** What layer ℓ computes. */
+export interface LayerSpec {
+  readonly attention: AttentionSpec | NoAttentionSpec;
+  readonly ffn: FfnSpec;
+  readonly norm: NormSpec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Questions asked of a model's list
+// ---------------------------------------------------------------------------------------------
+
+/** The scale of a layer that does not set its own: 1/√headDim. */
+export function defaultScale(headDim: number): number {
+  return 1 / Math.sqrt(headDim);
+}
+
+/** Whether an attention's scale is the default one (kernels may then keep their own rounding of it). */
+export function isDefaultScale(attention: AttentionSpec): boolean {
+  return attention.scale === defaultScale(attention.headDim);
+}
+
+/** Whether layer `spec` keeps K and V rows in the pool. */
+export function hasKv(spec: LayerSpec): spec is LayerSpec & { readonly attention: AttentionSpec } {
+  return spec.attention.kind === 'attention';
+}
+
+/** The layers that keep KV rows, ascending. */
+export function kvLayers(specs: readonly LayerSpec[]): number[] {
+  const out: number[] = [];
+  for (let l = 0; l < specs.length; l++) if (hasKv(specs[l]!)) out.push(l);
+  return out;
+}
+
+/**
+ * The first layer after ℓ that keeps KV rows, or undefined when none does: the layer InfiniGen's
+ * speculation from layer ℓ's input prepares (ARCHITECTURE.md §3), which is not ℓ+1 when ℓ+1 has
+ * no KV.
+ */
+export function nextKvLayer(specs: readonly LayerSpec[], layer: number): number | undefined {
+  for (let l = layer + 1; l < specs.length; l++) if (hasKv(specs[l]!)) return l;
+  return undefined;
+}
+
+/** The fields of an attention that uniformAttention compares (all of them by default). */
+export type AttentionField = Exclude<keyof AttentionSpec, 'kind'>;
+export const ATTENTION_FIELDS: readonly AttentionField[] = ['heads', 'kvHeads', 'headDim', 'scale', 'window', 'sinks', 'rope', 'qkNorm', 'softcap'];
+
+/** The attention every layer shares, or why there is none. */
+export type UniformAttention = { readonly shape: AttentionSpec; readonly reason?: undefined } | { readonly shape?: undefined; readonly reason: string };
+
+/**
+ * Layer 0's attention when every layer has attention and agrees with it on `fields` (default: all),
+ * else a reason naming the first layer that differs and how. For code that still assumes one shape
+ * for the whole model (one pool row width, one RoPE table per chunk, one scale in a kernel): it
+ * refuses a model it would run wrongly, with a message a user can read.
+ */
+export function uniformAttention(specs: readonly LayerSpec[], fields: readonly AttentionField[] = ATTENTION_FIELDS): UniformAttention {
+  if (specs.length === 0) return { reason: 'the model has no layers' };
+  const first = specs[0]!.attention;
+  if (first.kind !== 'attention') return { reason: 'layer 0 has no attention (no KV rows)' };
+  for (let l = 1; l < specs.length; l++) {
+    const a = specs[l]!.attention;
+    if (a.kind !== 'attention') return { reason: `layer ${l} has no attention (no KV rows), layer 0 has` };
+    for (const field of fields) {
+      if (!sameValue(a[field], first[field])) return { reason: `layer ${l} has ${field} ${show(a[field])}, layer 0 ${show(first[field])}` };
+    }
+  }
+  return { shape: first };
+}
+
+/**
+ * The frequencies onnx/ops.ts's ropeRows and the stage graphs take for a layer's RoPE, or
+ * undefined when the layer has none. For the llama family it is what graphs.ts stageRope(hyper)
+ * gives (the same fields, so the same cos/sin bits).
+ */
+export function ropeFrequencies(attention: AttentionSpec): RopeFrequencies | undefined {
+  const rope = attention.rope;
+  if (rope === undefined) return undefined;
+  return {
+    headDim: attention.headDim,
+    theta: rope.base,
+    layout: rope.layout,
+    ...(rope.dims !== attention.headDim ? { rotaryDim: rope.dims } : {}),
+    ...(rope.scaling ? { scaling: rope.scaling } : {}),
+  };
+}
+
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  // keys holding undefined count as absent ({ scaling: undefined } is { })
+  const ka = Object.keys(a).filter((k) => (a as Record<string, unknown>)[k] !== undefined);
+  const kb = Object.keys(b).filter((k) => (b as Record<string, unknown>)[k] !== undefined);
+  return ka.length === kb.length && ka.every((k) => sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+}
+
+function show(value: unknown): string {
+  if (value === undefined) return 'none';
+  return typeof value === 'object' ? JSON.stringify(value) : String(value);
+}

@@ -1,0 +1,61 @@
+// What every family's onnxruntime stage graphs share (graphs.ts draws the stages): the inputs a
+// stage may take, what a built stage is, its name, the LM head, and the llama family's RoPE
+// frequencies. The families' own graphs (llama-graph.ts, opt-graph.ts) build on these; graphs.ts
+// re-exports them and picks the family's builder.
+import type { ModelHyperparameters } from '../../model/types.ts';
+import type { GraphBuilder } from '../../onnx/graph-builder.ts';
+import { linear, type RopeFrequencies } from '../../onnx/ops.ts';
+import type { ModelWeights } from '../weights.ts';
+
+/** Every input a stage graph may have (shapes: graphs.ts). */
+export const STAGE_INPUTS = ['h', 'attn', 'pos', 'rope_cos', 'rope_sin', 'rows'] as const;
+export type StageInput = (typeof STAGE_INPUTS)[number];
+
+export interface StageGraph {
+  name: string;
+  model: Uint8Array;
+  /** Bytes of weights in the graph. */
+  weightBytes: number;
+  inputs: readonly StageInput[];
+}
+
+export interface StageOptions {
+  /**
+   * InfiniGen (llama family): stage s also outputs q_spec [1, T, heads·headDim] = RoPE(x_s·W_q^{(s+1)} + b),
+   * layer s+1's query computed from layer s's normalised attention input (ARCHITECTURE.md §4.4).
+   * The skew A[:, C] is applied natively (it is chosen per prompt, after the graphs are built).
+   */
+  speculateNext?: boolean;
+}
+
+/** A family's onnxruntime stage builder: stage `s` (0..L) of the model `w` holds. */
+export type OnnxStageBuilder = (w: ModelWeights, s: number, opts: StageOptions) => StageGraph;
+
+export const blk = (l: number, what: string): string => `blk.${l}.${what}`;
+
+/** Stage s of L: 'stage0.pre0', 'stage{s}.post{s−1}.pre{s}', 'stage{L}.post{L−1}.head'. */
+export function stageName(s: number, L: number): string {
+  return s === 0 ? 'stage0.pre0' : s === L ? `stage${s}.post${s - 1}.head` : `stage${s}.post${s - 1}.pre${s}`;
+}
+
+/** The RoPE of a llama-family model's stages (its cos/sin rows are fed per run: ropeRows). */
+export function stageRope(hyper: ModelHyperparameters): RopeFrequencies {
+  return { headDim: hyper.headDim, theta: hyper.ropeTheta ?? 10000, layout: hyper.ropeLayout ?? 'neox', ...(hyper.ropeScaling ? { scaling: hyper.ropeScaling } : {}) };
+}
+
+export function stageDims(hyper: ModelHyperparameters): { d: number; qw: number; kvw: number } {
+  return { d: hyper.hiddenSize, qw: hyper.heads * hyper.headDim, kvw: hyper.kvHeads * hyper.headDim };
+}
+
+export function finishStage(g: GraphBuilder, inputs: StageGraph['inputs']): StageGraph {
+  return { name: g.name, model: g.toModel(), weightBytes: g.weightBytes, inputs };
+}
+
+/** LM head on the chosen rows of an already normed [1, T, d]. */
+export function lmHead(g: GraphBuilder, w: ModelWeights, normed: string, vocab: number): void {
+  const rows = g.input('rows', 'int64', ['R']);
+  const picked = g.op('Gather', [normed, rows], { axis: 1 }, { name: 'pick_rows' });
+  const head = linear(g, picked, w.linear(w.has('output.weight') ? 'output.weight' : 'token_embd.weight'), 'lm_head');
+  g.rename(head, 'logits');
+  g.output('logits', 'float32', [1, 'R', vocab]);
+}
