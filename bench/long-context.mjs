@@ -202,7 +202,7 @@ async function childOurs(path, policyName, threads, contexts, steps, cap, cacheD
     // side thread, or inside begin() when inline) and reuse bookkeeping, the main thread's wait for
     // it, and the sparse attention
     const overlap = { speculationMs: 0, gatherMs: 0, waitMs: 0, sparseAttentionMs: 0 };
-    const sp = runner.sparsePolicy;
+    const sp = runner.rowPolicy; // a comparison policy counts its selection time (selectMs); others have none
     const select0 = sp?.selectMs ?? 0;
     const a = performance.now();
     for (let i = 0; i < steps; i++) {

@@ -23,7 +23,7 @@ import type { CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs,
 import { CachedSequence } from './forward/cached-sequence.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
 import type { StageCacheOptions } from './forward/stage-sessions.ts';
-import { SPARSE_POLICIES, sparseSettings } from './forward/sparse-policies.ts';
+import { SPARSE_POLICIES, sparseSettings } from './forward/policy/selection-settings.ts';
 import { tokenizerDecoder } from './generate/decoder.ts';
 import { generate } from './generate/loop.ts';
 import type { EngineCore, GenerationEvent, SnapshotLoaded, SnapshotSaved, SnapshotStats } from './host/engine-core.ts';

@@ -1,6 +1,7 @@
 // The native selection of streaming, h2o, quest and snapkv (native/src/policy_select.h, called by
-// sparse-policies.ts) against the plain TS references (app/engine/kv/policies-reference.ts), which
-// stay the oracle: the same slots, and for H2O the same accumulated mass bit for bit.
+// policy/{streaming,h2o,quest,snapkv}.ts) against the plain TS references (app/engine/kv/
+// policies-reference.ts), which stay the oracle: the same slots, and for H2O the same accumulated
+// mass bit for bit.
 //  - the native functions alone on random inputs with ties (a few distinct values), NaN, GQA 1/2/4,
 //    fp16/fp32/int8 pools, lengths that are not a multiple of the page size;
 //  - the real decode path on stories260K (GQA 8q/4kv) and kjv-llama-hd64 (4q/2kv): every step of
@@ -17,14 +18,18 @@ import {
   snapkvCompress,
   type KvPool,
   type KvType,
-} from '../../../native/index.js';
-import { h2o, pageCount, quest, questPageBounds, snapkv, streaming } from '../kv/policies-reference.ts';
-import { Gaussian, lists } from '../kv/test-helpers.ts';
-import { loadGgufModel } from '../model/gguf/gguf-model.ts';
-import type { LoadedModel } from '../model/types.ts';
-import { haveSharedModel, KJV_HD64, STORIES_260K } from '../../../test/support/models.ts';
-import { createModelRunner } from './model-runner.ts';
-import { packSlotLists, type SparsePolicyState } from './sparse-policies.ts';
+} from '../../../../native/index.js';
+import { h2o, pageCount, quest, questPageBounds, snapkv, streaming } from '../../kv/policies-reference.ts';
+import { Gaussian, lists } from '../../kv/test-helpers.ts';
+import { loadGgufModel } from '../../model/gguf/gguf-model.ts';
+import type { LoadedModel } from '../../model/types.ts';
+import { haveSharedModel, KJV_HD64, STORIES_260K } from '../../../../test/support/models.ts';
+import { createModelRunner } from '../model-runner.ts';
+import { packSlotLists } from '../placement/slot-lists.ts';
+import type { ComparisonPolicy } from './comparison.ts';
+import { H2oPolicy } from './h2o.ts';
+import { ListPolicy } from './selection-lists.ts';
+import type { SnapkvPolicy } from './snapkv.ts';
 
 const pools: KvPool[] = [];
 afterEach(() => {
@@ -46,8 +51,8 @@ function split(slots: Int32Array, offsets: Int32Array): number[][] {
   return Array.from({ length: offsets.length - 1 }, (_, g) => Array.from(slots.subarray(offsets[g]!, offsets[g + 1]!)));
 }
 
-/** The TS accumulate rule (sparse-policies.ts before the native one): softmax over lists[g] (+ slot n−1) or all n, added to acc. */
-function referenceAccumulate(acc: Float32Array, sc: Float32Array, heads: number, kvHeads: number, C: number, n: number, lists?: ArrayLike<number>[]): void {
+/** The TS accumulate rule (the comparison policies' before the native one): softmax over lists[g] (+ slot n−1) or all n, added to acc. */
+function referenceAccumulate(acc: Float32Array, sc: Float32Array, heads: number, kvHeads: number, C: number, n: number, lists?: readonly ArrayLike<number>[]): void {
   const group = heads / kvHeads;
   for (let h = 0; h < heads; h++) {
     const g = Math.floor(h / group);
@@ -193,22 +198,23 @@ describe('native selection == the TS references (random inputs)', () => {
 // ─── the real decode path ───────────────────────────────────────────────────────────────────────
 
 /** The references applied to the state right before each native step; throws on the first difference. */
-function verifyAgainstReferences(state: SparsePolicyState): { steps: number; compressed: number; accumulated: number } {
+function verifyAgainstReferences(policy: ComparisonPolicy): { steps: number; compressed: number; accumulated: number } {
+  expect(policy).toBeInstanceOf(ListPolicy);
+  const state = policy as ListPolicy;
   const st = state as unknown as {
     acc: Float32Array[];
     live: Uint8Array[];
     promptEnd: number[];
     keptFor: number[];
     obsWindow: number;
-    maxPages: number;
   };
+  const snap = state as SnapkvPolicy;
   const { heads, kvHeads, headDim: d, contextLength: C } = state.shape;
   const s = state.settings;
   const pool = state.pool;
   const counts = { steps: 0, compressed: 0, accumulated: 0 };
   const select = state.select.bind(state);
-  const afterAttend = state.afterAttend.bind(state);
-  const observePrefill = state.observePrefill.bind(state);
+  const observePrompt = state.observePrompt.bind(state);
   state.select = (layer, q, N) => {
     const budget = state.budgetFor(N);
     let want: number[][] | undefined;
@@ -236,11 +242,11 @@ function verifyAgainstReferences(state: SparsePolicyState): { steps: number; com
     } else if (state.name === 'snapkv' && st.keptFor[layer] !== st.promptEnd[layer]) {
       snapP = st.promptEnd[layer]!;
       const pb = Math.min(snapP, s.budget ?? Math.max(1, Math.floor(s.fetchCap * snapP + 1e-9)));
-      while (w < Math.min(st.obsWindow, pb) && state.storedQueries(layer, snapP - 1 - w, snapP - w) !== undefined) w++;
-      if (pb < snapP && w > 0) snapWindow = state.storedQueries(layer, snapP - w, snapP);
+      while (w < Math.min(st.obsWindow, pb) && snap.storedQueries(layer, snapP - 1 - w, snapP - w) !== undefined) w++;
+      if (pb < snapP && w > 0) snapWindow = snap.storedQueries(layer, snapP - w, snapP);
     }
     const got = select(layer, q, N);
-    if (want) expect(lists(got.lists), `${state.name} layer ${layer} N ${N}`).toEqual(want);
+    if (want) expect(lists(got), `${state.name} layer ${layer} N ${N}`).toEqual(want);
     if (snapWindow) {
       const pb = Math.min(snapP, s.budget ?? Math.max(1, Math.floor(s.fetchCap * snapP + 1e-9)));
       const obs = new Float32Array(heads * w * snapP);
@@ -250,24 +256,27 @@ function verifyAgainstReferences(state: SparsePolicyState): { steps: number; com
         for (let h = 0; h < heads; h++) obs.set(row.subarray(h * snapP, (h + 1) * snapP), (h * w + i) * snapP);
       }
       const wantKept = lists(snapkv(obs, { heads, kvHeads, N: snapP }, { budget: pb, window: w, kernel: s.poolKernel, pooling: 'max' }));
-      expect(lists(state.keptPrompt(layer)!.kept), `snapkv layer ${layer} P ${snapP}`).toEqual(wantKept);
+      expect(lists(snap.keptPrompt(layer)!.kept), `snapkv layer ${layer} P ${snapP}`).toEqual(wantKept);
       counts.compressed++;
     }
     counts.steps++;
     return got;
   };
-  state.afterAttend = (layer, q, N) => {
-    if (state.name !== 'h2o') return afterAttend(layer, q, N);
-    const want = st.acc[layer]!.slice();
-    const sc = new Float32Array(heads * (N + 1));
-    attentionScores(pool, layer, q, heads, sc, N + 1);
-    referenceAccumulate(want, sc, heads, kvHeads, C, N + 1, state.selection(layer));
-    afterAttend(layer, q, N);
-    expect(bits(st.acc[layer]!), `h2o mass layer ${layer} N ${N}`).toEqual(bits(want));
-    counts.accumulated++;
-  };
-  state.observePrefill = (layer, q, p0, T) => {
-    if (state.name !== 'h2o') return observePrefill(layer, q, p0, T);
+  if (state instanceof H2oPolicy) {
+    const attended = state.attended.bind(state);
+    state.attended = (layer, q, N) => {
+      const want = st.acc[layer]!.slice();
+      const sc = new Float32Array(heads * (N + 1));
+      attentionScores(pool, layer, q, heads, sc, N + 1);
+      referenceAccumulate(want, sc, heads, kvHeads, C, N + 1, state.selection(layer));
+      attended(layer, q, N);
+      expect(bits(st.acc[layer]!), `h2o mass layer ${layer} N ${N}`).toEqual(bits(want));
+      counts.accumulated++;
+    };
+  }
+  state.observePrompt = (layer, q, p0, T) => {
+    // the loop shows every layer's prompt chunk; the dense ones leave the mass alone
+    if (state.name !== 'h2o' || layer < state.denseLayers) return observePrompt(layer, q, p0, T);
     const want = st.acc[layer]!.slice();
     const w = heads * d;
     for (let i = 0; i < T; i++) {
@@ -276,8 +285,8 @@ function verifyAgainstReferences(state: SparsePolicyState): { steps: number; com
       attentionScores(pool, layer, q.subarray(i * w, (i + 1) * w), heads, sc, n);
       referenceAccumulate(want, sc, heads, kvHeads, C, n);
     }
-    observePrefill(layer, q, p0, T);
-    expect(bits(st.acc[layer]!), `h2o prefill mass layer ${layer}`).toEqual(bits(want));
+    observePrompt(layer, q, p0, T);
+    expect(bits(st.acc[layer]!), `h2o prompt mass layer ${layer}`).toEqual(bits(want));
     counts.accumulated++;
   };
   return counts;
@@ -310,11 +319,12 @@ for (const [name, path] of [
         for (const kvType of ['fp16', 'int8'] as const) {
           const r = await createModelRunner(model, { policy, kvType, contextLength: 360, prefillChunk: 64, sparse: { fetchCap: 0.2 } });
           try {
-            const counts = verifyAgainstReferences(r.sparsePolicy!);
+            const rows = r.rowPolicy as ComparisonPolicy;
+            const counts = verifyAgainstReferences(rows);
             let logits = await r.prefill(ids.slice(0, 200));
             logits = await r.prefill(ids.slice(200)); // a second prefill: snapkv recomputes, h2o accounts both
             for (let i = 0; i < 24; i++) logits = await r.decode(argmax(logits));
-            const sparseLayers = model.hyper.layers - r.sparsePolicy!.settings.denseLayers;
+            const sparseLayers = model.hyper.layers - rows.settings.denseLayers;
             expect(counts.steps).toBe(24 * sparseLayers);
             if (policy === 'h2o') expect(counts.accumulated).toBeGreaterThanOrEqual(24 * sparseLayers);
             if (policy === 'snapkv') expect(counts.compressed).toBe(sparseLayers);
