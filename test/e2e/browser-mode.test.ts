@@ -6,13 +6,15 @@
 // Screenshots of each view go to test-results/e2e/ (gitignored); LONGHAND_UPDATE_SCREENSHOTS=1
 // copies them to assets/screenshots/ for the README.
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
 import { firstLine, wsConnect } from '../support/serve-client.ts';
+import { CHROMIUM, CHROMIUM_ARGS, editor, haveChromium, loadModel, nav, stat, typeDocument, VIEWPORT, waitForStop } from './browser.ts';
 
 // The callbacks passed to page.evaluate/addInitScript run in Chromium. The root tsconfig has no
 // DOM lib, so the few browser globals they touch are declared here, module-scoped: they do not
@@ -42,11 +44,9 @@ declare class PerformanceObserver {
   observe(options: { type: string; buffered?: boolean }): void;
 }
 
-const CHROMIUM = process.env.LONGHAND_CHROMIUM ?? '/usr/bin/chromium';
 const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
-const VIEWPORT = { width: 1280, height: 800 };
 /** The screenshots the README shows (LONGHAND_UPDATE_SCREENSHOTS=1 refreshes assets/screenshots/). */
 const README_SET = ['models', 'writer', 'summarise', 'inspector', 'settings'];
 const CONTEXT_TOKENS = 4096;
@@ -60,19 +60,6 @@ const SUMMARY_TOKENS = 48;
 const FIXTURE = join(PROJECT_ROOT, 'test', 'e2e', 'fixtures', 'long-story.txt');
 const DRAFT = 'Once upon a time, there was a little girl named Lily. She lived in a small town by the sea.';
 
-const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--no-first-run',
-  '--disable-default-apps',
-  '--disable-extensions',
-  // Belt and braces: nothing but 127.0.0.1 resolves for this browser.
-  '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',
-];
-
 const HOSTILE = [
   'Hostile text follows.',
   '<script>window.__pwned=1</script>',
@@ -83,82 +70,12 @@ const HOSTILE = [
   'javascript:window.__pwned=6',
 ].join('\n');
 
-/** Chromium is the one thing this file needs beyond the model; CI must have it (.ci/run installs it). */
-function haveChromium(): boolean {
-  if (existsSync(CHROMIUM)) return true;
-  const message = `Chromium missing at ${CHROMIUM} (install Debian's 'chromium' package, or set LONGHAND_CHROMIUM); the browser-mode e2e tests are skipped`;
-  if (process.env.CI) throw new Error(`${message}; CI must have it`);
-  console.warn(`SKIP: ${message}`);
-  return false;
-}
-
-const enabled = haveChromium() && haveSharedModel();
+const enabled = haveChromium('browser-mode') && haveSharedModel();
 
 // ── helpers ─────────────────────────────────────────────────────────────────────────────────
 
-function newestMtime(path: string): number {
-  if (!existsSync(path)) return 0;
-  const stat = statSync(path);
-  if (!stat.isDirectory()) return stat.mtimeMs;
-  let newest = stat.mtimeMs;
-  for (const entry of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, entry)));
-  return newest;
-}
-
-/** Builds renderer/dist when it is missing or older than anything the bundle is made from. */
-async function ensureRendererBuilt(): Promise<void> {
-  const index = join(PROJECT_ROOT, 'renderer', 'dist', 'index.html');
-  const sources = ['renderer/src', 'renderer/index.html', 'renderer/vite.config.ts', 'app/common'].map((p) => newestMtime(join(PROJECT_ROOT, p)));
-  if (existsSync(index) && statSync(index).mtimeMs >= Math.max(...sources)) return;
-  console.log('e2e: building the renderer (npm run build:renderer)…');
-  await new Promise<void>((resolve, reject) => {
-    const child = spawn('npm', ['run', '--silent', 'build:renderer'], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.once('error', reject);
-    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`npm run build:renderer exited with ${code}:\n${output}`))));
-  });
-  if (!existsSync(index)) throw new Error('npm run build:renderer did not produce renderer/dist/index.html');
-}
-
-
-const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });
-const stat = (page: Page, name: string) => page.locator(`[aria-label="Generation stats"] [data-stat="${name}"]`);
-const editor = (page: Page) => page.getByRole('textbox', { name: 'Document text' });
-
 async function screenshot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(RESULTS, `${name}.png`) });
-}
-
-/** Models view: type the path, set the context, Load; resolves when the Loaded panel shows it. */
-async function loadModel(page: Page, contextTokens = CONTEXT_TOKENS): Promise<void> {
-  await nav(page, 'Models').click();
-  await page.getByLabel('Model path').fill(STORIES_260K);
-  await page.getByLabel('Context (tokens)').fill(String(contextTokens));
-  await page.getByRole('button', { name: 'Load', exact: true }).click();
-  const loaded = page.getByRole('region', { name: 'Loaded model' });
-  await expect.poll(async () => (await loaded.isVisible()) && ((await loaded.textContent()) ?? '').includes(`${contextTokens.toLocaleString('en-US')} of`), { timeout: 60_000 }).toBe(true);
-}
-
-/** Puts `text` in the editor with the caret at its end (what Continue writes after). */
-async function typeDocument(page: Page, text: string): Promise<void> {
-  await nav(page, 'Writer').click();
-  // a suggestion an earlier test left pending keeps the editor read-only: one failed test must not fail the rest
-  const reject = page.getByRole('button', { name: 'Reject' });
-  if (await reject.isVisible()) await reject.click();
-  const box = editor(page);
-  await box.fill(text);
-  await box.press('End');
-  await box.evaluate((el: PageElement) => {
-    el.setSelectionRange(el.value.length, el.value.length);
-    el.dispatchEvent(new Event('select', { bubbles: true }));
-  });
-}
-
-async function waitForStop(page: Page, timeout = 60_000): Promise<string> {
-  await expect.poll(async () => (await stat(page, 'stop').textContent()) ?? '', { timeout }).not.toMatch(/^(running…)?$/);
-  return (await stat(page, 'stop').textContent()) ?? '';
 }
 
 /** Elements that must never come out of untrusted text, anywhere in the app's DOM. */
@@ -187,7 +104,7 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
   beforeAll(async () => {
     mkdirSync(RESULTS, { recursive: true });
     tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-'));
-    await ensureRendererBuilt();
+    await ensureRenderer();
 
     const help = spawnSync(process.execPath, [BIN, 'serve', '--help'], { cwd: PROJECT_ROOT, encoding: 'utf8' }).stdout ?? '';
     const dataDir = help.includes('--data-dir') ? ['--data-dir', join(tmp, 'data')] : [];
@@ -248,7 +165,7 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
   }, 30_000);
 
   it('loads stories260K from the Models view and shows its facts', async () => {
-    await loadModel(page);
+    await loadModel(page, CONTEXT_TOKENS);
     const loaded = page.getByRole('region', { name: 'Loaded model' });
     await expect.poll(() => loaded.textContent()).toContain(STORIES_260K);
     const text = (await loaded.textContent()) ?? '';
@@ -414,7 +331,7 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
       });
       // A new context has no cookie yet: open the URL with the token, as a user would.
       await hostilePage.goto(url);
-      await loadModel(hostilePage);
+      await loadModel(hostilePage, CONTEXT_TOKENS);
       // The harness can see script running: with CSP bypassed, markup parsed as HTML does execute.
       await hostilePage.evaluate(() => {
         document.createElement('div').innerHTML = '<img src=x onerror="window.__control=1">';
@@ -617,7 +534,7 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
   };
 
   async function crashMidGeneration(label: string, kill: (pid: number) => Promise<void>, expected: { heading: string; signal: string }) {
-    await loadModel(page);
+    await loadModel(page, CONTEXT_TOKENS);
     const draft = `${label}: Once upon a time, there was a brave little bird named Pip.`;
     await typeDocument(page, draft);
     await page.getByLabel('Title').fill(`Crash ${label}`);

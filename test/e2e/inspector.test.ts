@@ -9,12 +9,13 @@
 // while the pointer sweeps it (reported; timings are benches, not tests). Screenshots go to test-results/e2e/ and, with
 // LONGHAND_UPDATE_SCREENSHOTS=1, to assets/screenshots/inspector-*.png.
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LayerMetrics, StepMetrics } from '../../app/common/protocol.ts';
+import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { haveSharedModel, KJV_EVAL_DIR, KJV_HD64, PROJECT_ROOT } from '../support/models.ts';
 import { firstLine } from '../support/serve-client.ts';
 
@@ -47,30 +48,6 @@ function haveChromium(): boolean {
 }
 
 const enabled = haveChromium() && haveSharedModel(KJV_HD64);
-
-function newestMtime(path: string): number {
-  if (!existsSync(path)) return 0;
-  const stat = statSync(path);
-  if (!stat.isDirectory()) return stat.mtimeMs;
-  let newest = stat.mtimeMs;
-  for (const entry of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, entry)));
-  return newest;
-}
-
-async function ensureRendererBuilt(): Promise<void> {
-  const index = join(PROJECT_ROOT, 'renderer', 'dist', 'index.html');
-  const sources = ['renderer/src', 'renderer/index.html', 'renderer/vite.config.ts', 'app/common'].map((p) => newestMtime(join(PROJECT_ROOT, p)));
-  if (existsSync(index) && statSync(index).mtimeMs >= Math.max(...sources)) return;
-  console.log('e2e: building the renderer (npm run build:renderer)…');
-  await new Promise<void>((resolve, reject) => {
-    const child = spawn('npm', ['run', '--silent', 'build:renderer'], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.once('error', reject);
-    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`npm run build:renderer exited with ${code}:\n${output}`))));
-  });
-}
 
 const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });
 
@@ -170,7 +147,7 @@ describe.skipIf(!enabled)('cache inspector on kjv-llama-hd64 (longhand serve + C
   beforeAll(async () => {
     mkdirSync(RESULTS, { recursive: true });
     tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-inspector-'));
-    await ensureRendererBuilt();
+    await ensureRenderer();
     const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
     server = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--data-dir', join(tmp, 'data')], { cwd: PROJECT_ROOT, env });
     server.stderr.on('data', (chunk: Buffer) => (serverLog += chunk.toString()));

@@ -15,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
 import { firstLine } from '../support/serve-client.ts';
 
@@ -59,31 +60,6 @@ function haveChromium(): boolean {
 }
 
 const enabled = haveChromium() && haveSharedModel();
-
-function newestMtime(path: string): number {
-  if (!existsSync(path)) return 0;
-  const stat = statSync(path);
-  if (!stat.isDirectory()) return stat.mtimeMs;
-  let newest = stat.mtimeMs;
-  for (const entry of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, entry)));
-  return newest;
-}
-
-/** Builds renderer/dist when it is missing or older than anything the bundle is made from. */
-async function ensureRendererBuilt(): Promise<void> {
-  const index = join(PROJECT_ROOT, 'renderer', 'dist', 'index.html');
-  const sources = ['renderer/src', 'renderer/index.html', 'renderer/vite.config.ts', 'app/common'].map((p) => newestMtime(join(PROJECT_ROOT, p)));
-  if (existsSync(index) && statSync(index).mtimeMs >= Math.max(...sources)) return;
-  console.log('e2e: building the renderer (npm run build:renderer)…');
-  await new Promise<void>((resolve, reject) => {
-    const child = spawn('npm', ['run', '--silent', 'build:renderer'], { cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.once('error', reject);
-    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`npm run build:renderer exited with ${code}:\n${output}`))));
-  });
-}
 
 const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });
 const stat = (page: Page, name: string) => page.locator(`[aria-label="Generation stats"] [data-stat="${name}"]`);
@@ -186,7 +162,7 @@ describe.skipIf(!enabled)('prefix reuse and document snapshots (longhand serve +
     mkdirSync(RESULTS, { recursive: true });
     tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-reuse-'));
     dataDir = join(tmp, 'data');
-    await ensureRendererBuilt();
+    await ensureRenderer();
     const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
     server = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--data-dir', dataDir], { cwd: PROJECT_ROOT, env });
     server.stderr.on('data', (chunk: Buffer) => (serverLog += chunk.toString()));

@@ -1,0 +1,67 @@
+// What the browser-mode e2e tests share: the system Chromium (never a downloaded one) with its
+// locked-down flags, and the app driven by roles and labels the way a person uses it.
+import { existsSync } from 'node:fs';
+import type { Page } from 'playwright-core';
+import { expect } from 'vitest';
+import { STORIES_260K } from '../support/models.ts';
+
+export const CHROMIUM = process.env.LONGHAND_CHROMIUM ?? '/usr/bin/chromium';
+export const VIEWPORT = { width: 1280, height: 800 };
+
+export const CHROMIUM_ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+  '--disable-default-apps',
+  '--disable-extensions',
+  // Belt and braces: nothing but 127.0.0.1 resolves for this browser.
+  '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',
+];
+
+/** Chromium is the one thing these files need beyond the model; CI must have it (.ci/run installs it). */
+export function haveChromium(what: string): boolean {
+  if (existsSync(CHROMIUM)) return true;
+  const message = `Chromium missing at ${CHROMIUM} (install Debian's 'chromium' package, or set LONGHAND_CHROMIUM); the ${what} e2e tests are skipped`;
+  if (process.env.CI) throw new Error(`${message}; CI must have it`);
+  console.warn(`SKIP: ${message}`);
+  return false;
+}
+
+export const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });
+export const stat = (page: Page, name: string) => page.locator(`[aria-label="Generation stats"] [data-stat="${name}"]`);
+export const editor = (page: Page) => page.getByRole('textbox', { name: 'Document text' });
+
+/** Models view: type the path, set the context, Load; resolves when the Loaded panel shows it. */
+export async function loadModel(page: Page, contextTokens: number, modelPath = STORIES_260K): Promise<void> {
+  await nav(page, 'Models').click();
+  await page.getByLabel('Model path').fill(modelPath);
+  await page.getByLabel('Context (tokens)').fill(String(contextTokens));
+  await page.getByRole('button', { name: 'Load', exact: true }).click();
+  const loaded = page.getByRole('region', { name: 'Loaded model' });
+  await expect.poll(async () => (await loaded.isVisible()) && ((await loaded.textContent()) ?? '').includes(`${contextTokens.toLocaleString('en-US')} of`), { timeout: 60_000 }).toBe(true);
+}
+
+/** Puts `text` in the editor with the caret at its end (what Continue writes after). */
+export async function typeDocument(page: Page, text: string): Promise<void> {
+  await nav(page, 'Writer').click();
+  // a suggestion an earlier test left pending keeps the editor read-only: one failed test must not fail the rest
+  const reject = page.getByRole('button', { name: 'Reject' });
+  if (await reject.isVisible()) await reject.click();
+  const box = editor(page);
+  await box.fill(text);
+  await box.press('End');
+  await box.evaluate((el) => {
+    const area = el as unknown as { value: string; setSelectionRange(start: number, end: number): void; dispatchEvent(event: Event): boolean };
+    area.setSelectionRange(area.value.length, area.value.length);
+    area.dispatchEvent(new Event('select', { bubbles: true }));
+  });
+}
+
+/** Waits until the stats show a stop reason; returns it. */
+export async function waitForStop(page: Page, timeout = 60_000): Promise<string> {
+  await expect.poll(async () => (await stat(page, 'stop').textContent()) ?? '', { timeout }).not.toMatch(/^(running…)?$/);
+  return (await stat(page, 'stop').textContent()) ?? '';
+}
