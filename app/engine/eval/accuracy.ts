@@ -8,7 +8,7 @@
 // (InfiniGen only selects in decode). The reference is either a second runner stepped in lockstep
 // (memory O(vocab)) or logits recorded before (referenceLogits), which benchmarks reuse across settings.
 // Pure logic over ModelRunner; no I/O.
-import type { InfinigenStepStats, ModelRunner } from '../forward/model-runner.ts';
+import type { StepStats, ModelRunner } from '../forward/model-runner.ts';
 import { kvRowBytes } from '../model/memory-estimate.ts';
 
 /** Default prompt tokens before teacher forcing starts (short, so most positions are decode steps). */
@@ -34,7 +34,7 @@ export async function teacherForce(
   runner: ModelRunner,
   ids: readonly number[],
   opts: TeacherForceOptions,
-  onStep: (i: number, logits: Float32Array, stats: InfinigenStepStats | undefined) => void | Promise<void>,
+  onStep: (i: number, logits: Float32Array, stats: StepStats | undefined) => void | Promise<void>,
 ): Promise<void> {
   const P = checkPrefill(ids.length, opts.prefillTokens);
   if (ids.length > runner.contextLength) throw new RangeError(`the text has ${ids.length} tokens, the context holds ${runner.contextLength}`);
@@ -84,7 +84,7 @@ export class AccuracyAccumulator {
    * One prediction: `ref` and `logits` [vocab], `next` the true next id, `stats` the policy's step
    * figures, `denseBytes` what the step moves when every past row is read (used without stats).
    */
-  add(ref: Float32Array, logits: Float32Array, next: number, stats: InfinigenStepStats | undefined, denseBytes: number): void {
+  add(ref: Float32Array, logits: Float32Array, next: number, stats: StepStats | undefined, denseBytes: number): void {
     const lr = logSoftmax(ref);
     const lp = logSoftmax(logits);
     this.n++;

@@ -14,7 +14,7 @@ import { loadGgufModel } from '../model/gguf/gguf-model.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { haveSharedModel, loadReferenceRuns, STORIES_260K } from '../../../test/support/models.ts';
 import { argmax, logSoftmax } from '../../../test/support/reference-forward.ts';
-import { createModelRunner, type InfinigenStepStats, type ModelRunner } from './model-runner.ts';
+import { createModelRunner, type StepStats, type ModelRunner } from './model-runner.ts';
 
 const have = haveSharedModel();
 
@@ -47,11 +47,11 @@ describe.skipIf(!have)("policy 'infinigen' on stories260K", () => {
   });
 
   /** Teacher-forces `text` after the prompt; returns logits per step and the step stats. */
-  async function teacherForce(r: ModelRunner): Promise<{ logits: Float32Array[]; stats: InfinigenStepStats[] }> {
+  async function teacherForce(r: ModelRunner): Promise<{ logits: Float32Array[]; stats: StepStats[] }> {
     r.reset();
     let l = await r.prefill(prompt);
     const logits: Float32Array[] = [];
-    const stats: InfinigenStepStats[] = [];
+    const stats: StepStats[] = [];
     for (let i = prompt.length; i < text.length; i++) {
       logits.push(l);
       l = await r.decode(text[i]!);
@@ -127,7 +127,7 @@ describe.skipIf(!have)("policy 'infinigen' on stories260K", () => {
     const r = await createModelRunner(model, { contextLength: 512, policy: 'infinigen', infinigen: { cacheDir, inspect: true } });
     await r.prefill(prompt);
     let id = text[prompt.length]!;
-    let s: InfinigenStepStats | undefined;
+    let s: StepStats | undefined;
     let overlapped = 0;
     let sparseLayers = 0;
     const recalls: number[] = [];

@@ -10,7 +10,7 @@
 //   after every prompt ──► columns C = top ⌊r·d⌋ of Σ|qA| + Σ|kA| over the sequence's first
 //       COLUMN_SAMPLE_TOKENS positions ──► pool.setPartialProjection(ℓ, A[:, C]) where C changed
 //       rebuilds the partial keys of the stored tokens natively; appends write them from then on.
-//   decode ──► the runner hands q_spec (stage ℓ−1's output) to the native speculator (begin), which
+//   decode ──► policy/infinigen.ts hands q_spec (stage ℓ−1's output) to the native speculator, which
 //       selects and gathers layer ℓ's rows on its thread while layer ℓ−1 finishes.
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -23,7 +23,7 @@ import { ALPHA_LLAMA_LIKE } from '../kv/select-reference.ts';
 import { readSkewCache, writeSkewCache, type SkewMeta } from '../kv/skew-file.ts';
 import { SkewCalibrator, skewMatrix, type HeadShape, type SkewMatrices } from '../kv/skew.ts';
 import type { LoadedModel } from '../model/types.ts';
-import { skewEnergy, type KvPool, type SpeculatorLayerStats } from '../../../native/index.js';
+import { skewEnergy, type KvPool } from '../../../native/index.js';
 
 /** Tokens of a calibration run (the paper's calibration is a few hundred tokens of text). */
 export const CALIBRATION_TOKENS = 256;
@@ -120,88 +120,6 @@ export async function modelSha256(model: LoadedModel): Promise<string> {
     });
   }
   return hash.digest('hex');
-}
-
-/** Per layer of one decode step. Times in ms; *Ns are CLOCK_MONOTONIC ns (process.hrtime.bigint()). */
-export interface InfinigenLayerStats {
-  layer: number;
-  /** below denseLayers: attends to everything, no speculation */
-  dense: boolean;
-  /** tokens per KV head attended besides the current one (N for dense layers) */
-  selected: number;
-  /** N, the past tokens that could be attended */
-  candidates: number;
-  /** selected / candidates (1 for dense layers, 0 when N = 0) */
-  fetchRatio: number;
-  /** K+V bytes that would cross to a device (the reuse cache's misses; all rows for dense layers) */
-  bytes: number;
-  hits: number;
-  misses: number;
-  speculationMs: number;
-  gatherMs: number;
-  /** the main thread waited for the gather this long before the attention */
-  waitMs: number;
-  attentionMs: number;
-  /** share of the true softmax mass covered by the attended set (inspect only) */
-  recall?: number;
-  /** begin() queued the job (main thread) */
-  beginNs?: number;
-  /** the native job (q̃, selection, gather) of this layer */
-  jobStartNs?: number;
-  jobEndNs?: number;
-  /** the onnxruntime stage that ran while this layer's job was in flight (post(ℓ−1) ⨾ pre(ℓ)) */
-  stageStartNs?: number;
-  stageEndNs?: number;
-}
-
-export interface InfinigenStepStats {
-  /** tokens in the cache before the step */
-  position: number;
-  layers: InfinigenLayerStats[];
-  /** mean fetch ratio over the sparse layers */
-  fetchRatio: number;
-  bytes: number;
-  hits: number;
-  misses: number;
-  /** hits / (hits + misses) over the sparse layers (0 when nothing was gathered) */
-  hitRate: number;
-  /** Under a pool byte budget: tokens evicted since the cache was reset (total, per layer) and in this step. */
-  evictions?: { total: number; step: number; perLayer: number[] };
-}
-
-export function layerStatsFrom(layer: number, s: SpeculatorLayerStats, bytesNote: { recall?: number; stageStartNs?: number; stageEndNs?: number }): InfinigenLayerStats {
-  return {
-    layer,
-    dense: false,
-    selected: s.n,
-    candidates: s.candidates,
-    fetchRatio: s.candidates > 0 ? s.n / s.candidates : 0,
-    bytes: s.bytes,
-    hits: s.hits,
-    misses: s.misses,
-    speculationMs: s.specNs / 1e6,
-    gatherMs: s.gatherNs / 1e6,
-    waitMs: s.waitNs / 1e6,
-    attentionMs: s.attnNs / 1e6,
-    beginNs: s.beginNs,
-    jobStartNs: s.jobStartNs,
-    jobEndNs: s.jobEndNs,
-    ...bytesNote,
-  };
-}
-
-export function summarizeStep(position: number, layers: InfinigenLayerStats[]): InfinigenStepStats {
-  const sparse = layers.filter((l) => !l.dense);
-  let hits = 0;
-  let misses = 0;
-  let bytes = 0;
-  for (const l of layers) {
-    bytes += l.bytes;
-    hits += l.hits;
-    misses += l.misses;
-  }
-  const fetchRatio = sparse.length > 0 ? sparse.reduce((a, l) => a + l.fetchRatio, 0) / sparse.length : 1;
-  return { position, layers, fetchRatio, bytes, hits, misses, hitRate: hits + misses > 0 ? hits / (hits + misses) : 0 };
 }
 
 /** Column energies are checkpointed every this many positions: where a reused prefix may end exactly. */

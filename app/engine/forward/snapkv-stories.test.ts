@@ -10,6 +10,10 @@ import { haveSharedModel, loadReferenceRuns, STORIES_260K } from '../../../test/
 import { snapkv } from '../kv/policies-reference.ts';
 import { lists } from '../kv/test-helpers.ts';
 import { createModelRunner, type ModelRunner } from './model-runner.ts';
+import type { SnapkvPolicy } from './policy/snapkv.ts';
+
+/** The runner's snapkv policy (its stored queries and kept prompt). */
+const snapkvOf = (r: ModelRunner): SnapkvPolicy => r.rowPolicy as SnapkvPolicy;
 
 const have = haveSharedModel(); // skips with a message when the model is missing; fails under CI
 
@@ -23,7 +27,7 @@ function argmax(x: Float32Array): number {
 function windowQueries(r: ModelRunner, model: LoadedModel, P: number, w: number): Float32Array[] {
   const out: Float32Array[] = [];
   for (let l = 0; l < model.hyper.layers; l++) {
-    const qs = r.sparsePolicy!.storedQueries(l, P - w, P);
+    const qs = snapkvOf(r).storedQueries(l, P - w, P);
     if (l >= 2) expect(qs, `layer ${l}: window queries ${P - w}..${P - 1} stored`).toBeDefined();
     out.push(qs ?? new Float32Array(0));
   }
@@ -33,7 +37,7 @@ function windowQueries(r: ModelRunner, model: LoadedModel, P: number, w: number)
 /** The reference's kept prompt for `layer`: window queries `qs` (positions P−w..P−1) over slots 0..P−1, logits from the pool's keys in JS. */
 function referenceKept(r: ModelRunner, model: LoadedModel, layer: number, qs: Float32Array, P: number, w: number, budget: number): number[][] {
   const { heads, kvHeads, headDim: d } = model.hyper;
-  const state = r.sparsePolicy!;
+  const state = snapkvOf(r);
   const obs = new Float32Array(heads * w * P); // [heads, w, P]
   const group = heads / kvHeads;
   for (let h = 0; h < heads; h++) {
@@ -85,7 +89,7 @@ describe.skipIf(!have)('snapkv on stories260K', () => {
       const N = P + step; // the step's past tokens
       for (let l = 2; l < layers; l++) {
         const want = referenceKept(r, model, l, qs[l]!, P, 10, 30);
-        const got = lists(r.sparsePolicy!.selection(l));
+        const got = lists(snapkvOf(r).selection(l));
         expect(got.length).toBe(kvHeads);
         for (let g = 0; g < kvHeads; g++) {
           expect(got[g], `layer ${l}, KV head ${g}, step ${step}`).toEqual([...want[g]!, ...Array.from({ length: N - P }, (_, i) => P + i)]);
@@ -97,7 +101,7 @@ describe.skipIf(!have)('snapkv on stories260K', () => {
       expect(stats.layers[0]!.dense).toBe(true);
     }
     // the layers choose differently (the rule really reads each layer's data)
-    expect(lists(r.sparsePolicy!.selection(2))).not.toEqual(lists(r.sparsePolicy!.selection(layers - 1)));
+    expect(lists(snapkvOf(r).selection(2))).not.toEqual(lists(snapkvOf(r).selection(layers - 1)));
 
     // continued conversation: 5 more prompt tokens after the 106 in the cache → prompt = 0..110
     logits = await r.prefill(text.slice(106, 111));
@@ -105,16 +109,16 @@ describe.skipIf(!have)('snapkv on stories260K', () => {
     logits = await r.decode(argmax(logits));
     expect(r.position).toBe(112);
     for (let l = 2; l < layers; l++) {
-      expect(r.sparsePolicy!.keptPrompt(l)!.promptEnd).toBe(111);
+      expect(snapkvOf(r).keptPrompt(l)!.promptEnd).toBe(111);
       const want = referenceKept(r, model, l, qs[l]!, 111, 10, 30); // the window reaches back over decoded tokens 101..105
-      expect(lists(r.sparsePolicy!.selection(l)), `layer ${l} after the second prefill`).toEqual(want);
+      expect(lists(snapkvOf(r).selection(l)), `layer ${l} after the second prefill`).toEqual(want);
     }
     // truncate into the prompt, prefill again: the kept set follows the new prompt
     r.truncate(80);
     logits = await r.prefill(text.slice(80, 90));
     qs = windowQueries(r, model, 90, 10);
     await r.decode(argmax(logits));
-    for (let l = 2; l < layers; l++) expect(lists(r.sparsePolicy!.selection(l))).toEqual(referenceKept(r, model, l, qs[l]!, 90, 10, 30));
+    for (let l = 2; l < layers; l++) expect(lists(snapkvOf(r).selection(l))).toEqual(referenceKept(r, model, l, qs[l]!, 90, 10, 30));
   });
 
   it('budget ≥ the context equals full exactly: ids and logits, 60 greedy steps', async () => {

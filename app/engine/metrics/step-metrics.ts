@@ -7,7 +7,7 @@
 // snapshot after it, with that step's recall and the oracle's recall at the same size per sparse
 // layer (app/engine/metrics/step-probe.ts). One measured step per snapshot bounds the cost.
 import type { LayerMetrics, StepMetrics } from '../../common/protocol.ts';
-import type { ForwardTimings, InfinigenStepStats } from '../forward/model-runner.ts';
+import type { ForwardTimings, StepStats } from '../forward/model-runner.ts';
 import type { OffloadStepStats } from '../forward/offload-attention.ts';
 import type { ModelHyperparameters } from '../model/types.ts';
 import { kvRowBytes, type KvElementType } from '../model/memory-estimate.ts';
@@ -22,7 +22,7 @@ export interface MetricsSource {
   readonly poolBytes: number;
   timings(): ForwardTimings;
   /** The last decode step's per-layer selection figures (policies other than full). */
-  lastStepStats?(): InfinigenStepStats | undefined;
+  lastStepStats?(): StepStats | undefined;
   /** Evictions per layer since the cache was last reset (a pool with a byte budget). */
   evictions?(): number[];
   /** Tokens the pool holds at most (less than the context when a byte budget evicts). */

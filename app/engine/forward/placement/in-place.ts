@@ -1,0 +1,53 @@
+// Attention in place on the CPU (the default placement): the native kernels read the pool's rows
+// where they are. Every row of a layer (attendCausal), a policy's slot lists (attendSlots), or the
+// rows a policy gathered itself (InfiniGen's staged rows, attendInPlace). Nothing crosses to a
+// device; the policy's figures say what would have.
+import { attendCausal, attendSlots, type KvPool } from '../../../../native/index.js';
+import type { RowPolicy } from '../policy/row-policy.ts';
+import type { AttentionPlacement } from './attention-placement.ts';
+import { packSlotLists } from './slot-lists.ts';
+
+/** the native attention calls' most threads (native LH_MAX_ATTENTION_THREADS) */
+const MAX_ATTENTION_THREADS = 64;
+
+export class InPlaceAttention implements AttentionPlacement {
+  readonly readsLists = false;
+  readonly bufferBytes = 0;
+  /** native attention threads: a prefill chunk's queries, or one decode query's KV heads, are spread over them */
+  private readonly threads: number;
+
+  constructor(
+    private readonly pool: KvPool,
+    private readonly heads: number,
+    threads: number,
+  ) {
+    this.threads = Math.min(threads, MAX_ATTENTION_THREADS);
+  }
+
+  appended(): void {}
+
+  attendPrompt(layer: number, q: Float32Array, _T: number, out: Float32Array): void {
+    attendCausal(this.pool, layer, q, this.heads, out, this.threads);
+  }
+
+  attendAll(layer: number, q: Float32Array, out: Float32Array): void {
+    attendCausal(this.pool, layer, q, this.heads, out, this.threads);
+  }
+
+  attendSelected(layer: number, policy: RowPolicy, q: Float32Array, N: number, out: Float32Array): void {
+    if (policy.attendInPlace) {
+      policy.attendInPlace(layer, q, out, this.threads);
+      return;
+    }
+    const { slots, offsets } = packSlotLists(policy.select(layer, q, N), N);
+    attendSlots(this.pool, layer, q, this.heads, slots, offsets, out, this.threads);
+  }
+
+  figures(): void {}
+
+  endStep(): void {}
+
+  clear(): void {}
+
+  async dispose(): Promise<void> {}
+}

@@ -1,0 +1,283 @@
+// One chunk of tokens through every layer (ARCHITECTURE.md §3). The loop names no policy, no
+// placement and no model family: each layer's row policy says which rows it attends, the placement
+// says where attention runs, the step trace takes the figures.
+//
+//   ids ─► embedding rows ─► stage 0 ─► for each layer ℓ:
+//     q, k, v (and q̃ of layer ℓ+1 when its policy speculates) from stage ℓ
+//     sequence.observe      the policy's sequence state sees the chunk's rows (InfiniGen's energies)
+//     policy.prefetch(ℓ+1)  a sparse decode step: layer ℓ+1's selection may start from q̃
+//     pool.append(ℓ)        k, v of the chunk
+//     attention             a prompt chunk: causal, in place; a decode step: every row, or the rows
+//                           the layer's policy selects + the current token, where the placement runs it
+//     policy.attended       bookkeeping (H2O's mass)
+//     trace                 the layer's figures (policy, then placement)
+//   ─► stage ℓ+1 (post(ℓ) fused with pre(ℓ+1); the last one ends in the LM head)
+//
+// Nothing here allocates per layer in native code; JS allocates the small per-chunk arrays
+// onnxruntime or the native stages hand back, and a prompt chunk's attention output.
+import type { KvPool } from '../../../native/index.js';
+import type { StepProbe } from '../metrics/step-probe.ts';
+import { ropeRows, type RopeFrequencies } from '../onnx/ops.ts';
+import type { TensorData } from '../onnx/graph-builder.ts';
+import type { EmbeddingTable } from './embedding.ts';
+import { ForwardAbortedError } from './errors.ts';
+import type { StageGraph } from './graphs.ts';
+import type { StageRunner } from './native-stages.ts';
+import type { AttentionPlacement } from './placement/attention-placement.ts';
+import type { ChunkObserver, RowPolicy } from './policy/row-policy.ts';
+import { StepTrace } from './step-trace.ts';
+
+/** Milliseconds spent per part of the forward pass since the last resetTimings(). */
+export interface ForwardTimings {
+  embedding: number;
+  /** stage 0 and the fused post/pre stages */
+  layerGraphs: number;
+  /** the last stage: post(L−1), final norm, LM head */
+  headGraph: number;
+  append: number;
+  attention: number;
+  /** whole calls minus the parts above: feeds, checks, awaits */
+  other: number;
+  total: number;
+  tokens: number;
+  calls: number;
+}
+
+export function emptyTimings(): ForwardTimings {
+  return { embedding: 0, layerGraphs: 0, headGraph: 0, append: 0, attention: 0, other: 0, total: 0, tokens: 0, calls: 0 };
+}
+
+/** How a chunk's tokens enter the first stage: token rows, learned positions (OPT), RoPE (llama). */
+export interface ChunkInput {
+  tokens: EmbeddingTable;
+  /** learned position rows (OPT), read at position + positionOffset */
+  positions: EmbeddingTable | undefined;
+  positionOffset: number;
+  /** the stage graphs' RoPE (cos/sin rows per chunk), or none */
+  rope: RopeFrequencies | undefined;
+}
+
+/** The fixed parts of a runner the loop walks. */
+export interface StepParts {
+  pool: KvPool;
+  stages: readonly StageRunner[];
+  graphs: readonly StageGraph[];
+  input: ChunkInput;
+  layers: number;
+  heads: number;
+  /** hidden size */
+  d: number;
+  /** K+V bytes of one token of one layer, every KV head (what a dense layer fetches per past token) */
+  tokenRowBytes: number;
+}
+
+export interface ChunkOptions {
+  /** logits of the last row, of every row, or none (a prompt chunk before the last) */
+  rows: 'last' | 'all' | 'none';
+  /** a prompt chunk: dense under every policy, even one of a single token */
+  prompt: boolean;
+  /** a run that is not the sequence's (the self-generated calibration): dense, in place, not observed */
+  detached: boolean;
+  signal: AbortSignal | undefined;
+}
+
+export class StepLoop {
+  /** [layer] the row policy of each layer (the plan, built once at load and on a policy switch) */
+  plan: RowPolicy[];
+  /** the distinct policies of the plan */
+  private policies: RowPolicy[];
+  /** where decode steps attend (a prompt chunk and a detached run attend in place through attendPrompt) */
+  placement: AttentionPlacement;
+  /** the sequence state fed with every chunk (a policy's, kept across switches by the runner) */
+  sequence: ChunkObserver | undefined;
+  probe: StepProbe | undefined;
+  readonly trace: StepTrace;
+  t: ForwardTimings = emptyTimings();
+  /** [heads·d] a decode step's attention output, reused */
+  private readonly attnOne: Float32Array;
+  /** [d] scratch of the position rows */
+  private readonly scratch: Float32Array;
+  /** [layers] evictions seen at the end of the previous step (for the per-step figure) */
+  private evictedBefore: number[];
+
+  constructor(
+    private readonly parts: StepParts,
+    plan: RowPolicy[],
+    placement: AttentionPlacement,
+  ) {
+    this.plan = plan;
+    this.policies = [...new Set(plan)];
+    this.placement = placement;
+    this.trace = new StepTrace(parts.layers);
+    this.attnOne = new Float32Array(parts.heads * (parts.pool.headDim));
+    this.scratch = new Float32Array(parts.d);
+    this.evictedBefore = new Array<number>(parts.layers).fill(0);
+  }
+
+  /** A new plan (a policy switch); the latest step's figures end with it. */
+  setPlan(plan: RowPolicy[]): void {
+    this.plan = plan;
+    this.policies = [...new Set(plan)];
+    this.trace.sparse = false;
+  }
+
+  /** The distinct policies of the plan. */
+  get distinctPolicies(): readonly RowPolicy[] {
+    return this.policies;
+  }
+
+  /** The pool's eviction counts start again (it was reset). */
+  forgetEvictions(): void {
+    this.evictedBefore.fill(0);
+  }
+
+  /** Evictions per layer since the pool was last reset (all 0 without a budget). */
+  evictions(): number[] {
+    const { pool, layers } = this.parts;
+    if (!pool.evicting) return new Array<number>(layers).fill(0);
+    return Array.from({ length: layers }, (_, l) => pool.evictions(l));
+  }
+
+  /** One chunk at position p0 through every layer; returns the logits of 'last' / 'all' rows, or nothing. */
+  async run(ids: readonly number[], p0: number, o: ChunkOptions): Promise<Float32Array | undefined> {
+    const { pool, layers, heads } = this.parts;
+    const t0 = performance.now();
+    const T = ids.length;
+    const qw = heads * pool.headDim;
+    const h = this.embed(ids, p0); // [T, d]
+    const t1 = performance.now();
+    this.t.embedding += t1 - t0;
+
+    // RoPE (llama family): the cos/sin rows of positions p0..p0+T−1, read by the graphs at rows 0..T−1 (graphs.ts)
+    const pos: TensorData = { elemType: 'int64', dims: [1, T], data: BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) };
+    const rope = this.ropeFeeds(p0, T);
+    const hT = f32([1, T, this.parts.d], h);
+    let out = await this.runStage(0, { h: hT, pos, ...rope });
+    let residual = hT;
+    let logits: Float32Array | undefined;
+
+    const decoding = T === 1 && !o.prompt && !o.detached;
+    const sparse = decoding && this.policies.some((p) => p.sparseStep());
+    const sequence = this.sequence;
+    if (sequence && o.prompt) sequence.startChunk(p0, T);
+    const probe = decoding ? this.probe : undefined;
+    const measure = sparse && probe?.armed === true;
+    const placement = this.placement;
+    if (decoding) this.trace.begin(p0, sparse);
+    for (let l = 0; l < layers; l++) {
+      if (o.signal) {
+        // session.run may finish without giving timers a turn: let an abort be delivered
+        await yieldToEventLoop();
+        if (o.signal.aborted) throw new ForwardAbortedError(p0, { cause: o.signal.reason });
+      }
+      const q = out.q!.data as Float32Array;
+      const k = out.k!.data as Float32Array;
+      const v = out.v!.data as Float32Array;
+      if (l > 0) residual = out.h_next!;
+      sequence?.observe(l, q, k, T);
+      const policy = this.plan[l]!;
+      const selects = sparse && policy.selects(l);
+      // a placement that reads lists waits for layer ℓ's selection now, before layer ℓ+1's job is
+      // queued: then it waits for that one job only
+      const waitedMs = selects && placement.readsLists ? (policy.settle?.(l) ?? 0) : 0;
+      if (sparse) {
+        // layer ℓ+1's selection starts now and runs while the rest of layer ℓ does
+        const qSpec = out.q_spec?.data as Float32Array | undefined;
+        if (qSpec && l + 1 < layers) this.plan[l + 1]!.prefetch?.(l + 1, qSpec);
+        // no layer before layer 0 to speculate from: it selects with its own query
+        if (l === 0) policy.prefetch?.(0, q);
+      }
+      let a = performance.now();
+      const slot = pool.appendBatch(l, k, v, p0);
+      placement.appended(l, slot, T);
+      if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
+      const b = performance.now();
+      this.t.append += b - a;
+
+      const attn = T === 1 ? this.attnOne : new Float32Array(T * qw); // [T, heads·d]
+      if (!decoding) {
+        placement.attendPrompt(l, q, T, attn);
+        if (o.prompt) policy.observePrompt?.(l, q, p0, T);
+      } else if (selects) {
+        this.trace.sparseLayer(l);
+        await placement.attendSelected(l, policy, q, p0, attn);
+        policy.attended?.(l, q, p0);
+        policy.figures(l, p0, this.trace);
+        placement.figures(l, this.trace, waitedMs);
+        if (measure) probe!.measure(pool, l, q, heads, policy.selection(l));
+      } else {
+        await placement.attendAll(l, q, attn);
+        this.trace.denseLayer(l, p0, this.parts.tokenRowBytes);
+        placement.figures(l, this.trace, 0);
+      }
+      a = performance.now();
+      this.t.attention += a - b;
+
+      const feeds: Record<string, TensorData> = { h: residual, attn: f32([1, T, qw], attn) };
+      const last = l === layers - 1;
+      if (!last) Object.assign(feeds, { pos, ...rope });
+      else if (o.rows === 'none') break;
+      else feeds.rows = { elemType: 'int64', dims: [o.rows === 'all' ? T : 1], data: o.rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
+      out = await this.runStage(l + 1, feeds);
+      if (last) logits = out.logits!.data as Float32Array;
+    }
+    // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
+    if (decoding) placement.endStep(p0);
+    sequence?.commitChunk();
+    if (pool.evicting) {
+      const perLayer = this.evictions();
+      if (sparse) {
+        let step = 0;
+        for (let l = 0; l < layers; l++) step += perLayer[l]! - this.evictedBefore[l]!;
+        this.trace.evictions = { total: perLayer.reduce((x, y) => x + y, 0), step, perLayer };
+      }
+      this.evictedBefore = perLayer;
+    }
+    probe?.stepDone();
+    const total = performance.now() - t0;
+    const t = this.t;
+    t.total += total;
+    t.tokens += T;
+    t.calls += 1;
+    t.other = t.total - t.embedding - t.layerGraphs - t.headGraph - t.append - t.attention;
+    return logits;
+  }
+
+  /** [T, d] the chunk's token rows, with learned position rows added where the family has them. */
+  private embed(ids: readonly number[], p0: number): Float32Array {
+    const { d, input } = this.parts;
+    const h = new Float32Array(ids.length * d);
+    for (let i = 0; i < ids.length; i++) {
+      input.tokens.readRow(ids[i]!, h, i * d);
+      if (input.positions) input.positions.addRow(p0 + i + input.positionOffset, h, i * d, this.scratch);
+    }
+    return h;
+  }
+
+  private ropeFeeds(p0: number, T: number): Record<string, TensorData> {
+    const rope = this.parts.input.rope;
+    if (!rope) return {};
+    const { cos, sin } = ropeRows(rope, p0, T);
+    return { rope_cos: f32([T, cos.length / T], cos), rope_sin: f32([T, sin.length / T], sin) };
+  }
+
+  private async runStage(s: number, feeds: Record<string, TensorData>): Promise<Record<string, TensorData>> {
+    const a = performance.now();
+    const wanted = this.parts.graphs[s]!.inputs;
+    const f: Record<string, TensorData> = {};
+    for (const name of wanted) f[name] = feeds[name]!;
+    this.trace.stageStartNs[s] = Number(process.hrtime.bigint());
+    const out = await this.parts.stages[s]!.run(f);
+    this.trace.stageEndNs[s] = Number(process.hrtime.bigint());
+    const ms = performance.now() - a;
+    if (s === this.parts.layers) this.t.headGraph += ms;
+    else this.t.layerGraphs += ms;
+    return out;
+  }
+}
+
+const f32 = (dims: number[], data: Float32Array): TensorData => ({ elemType: 'float32', dims, data });
+
+function yieldToEventLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
