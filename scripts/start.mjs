@@ -35,9 +35,7 @@ function fetchElectron() {
   return result.error?.message ?? (firstLine.trim() || `the installer exited with ${result.status}`);
 }
 
-function startBrowserMode(reason) {
-  console.log(`Longhand: the Electron runtime is not available (${reason}).`);
-  console.log('Longhand: starting browser mode instead: the same app served on 127.0.0.1 in your browser.');
+function startBrowserMode() {
   const serve = join(root, 'app', 'server', 'serve.ts');
   if (!existsSync(serve)) {
     console.log('Longhand: browser mode is not built yet in this version (see README, "What works so far"). Nothing was started.');
@@ -84,10 +82,14 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
     reason = fetchElectron();
     binary = electronBinary();
   }
+  if (!binary) {
+    console.log(`Longhand: the Electron runtime is not available (${reason ?? 'unknown reason'}).`);
+    console.log('Longhand: starting browser mode instead: the same app served on 127.0.0.1 in your browser.');
+  }
   if (!(await prepareRenderer(binary !== undefined))) process.exit(1);
   if (binary) startElectron(binary);
   else {
-    const code = startBrowserMode(reason ?? 'unknown reason');
+    const code = startBrowserMode();
     if (code !== undefined) process.exitCode = code;
   }
 }
