@@ -4,7 +4,7 @@
 // request with these schemas before a handler runs; the renderer's window API type is derived
 // from here, never written twice.
 import { z } from 'zod';
-import { DeviceSchema, KvTypeSchema, SamplingSchema } from './protocol.ts';
+import { DeviceSchema, KV_POLICIES, KvTypeSchema, SamplingSchema } from './protocol.ts';
 
 // ── documents (autosaved drafts in the app's data folder) ──────────────────────────────────
 
@@ -21,10 +21,9 @@ export type DocumentSummary = Omit<Document, 'text'> & { words: number };
 
 // ── settings ────────────────────────────────────────────────────────────────────────────────
 
-export const POLICIES = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'] as const;
 
 export const SettingsSchema = z.strictObject({
-  policy: z.enum(POLICIES).default('full'),
+  policy: z.enum(KV_POLICIES).default('full'),
   /** InfiniGen knobs (ARCHITECTURE.md §4). */
   alpha: z.number().min(0).max(50).default(5),
   partialRatio: z.number().gt(0).max(1).default(0.3),

@@ -59,7 +59,8 @@ export const PromptSchema = z.union([
 ]);
 export type Prompt = z.infer<typeof PromptSchema>;
 
-export const KV_POLICIES = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'] as const;
+/** The row policies (ARCHITECTURE.md §6), named once: the settings, the CLI and the API take these. */
+export const KV_POLICIES = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle', 'window'] as const;
 export const KvPolicySchema = z.enum(KV_POLICIES);
 export type KvPolicy = z.infer<typeof KvPolicySchema>;
 
@@ -74,7 +75,7 @@ export const InfinigenKnobsSchema = z.strictObject({
 });
 export type InfinigenKnobs = z.infer<typeof InfinigenKnobsSchema>;
 
-/** Knobs of the comparison policies (streaming, h2o, quest, oracle, snapkv). */
+/** Knobs of the comparison policies (streaming, h2o, quest, oracle, snapkv, window). */
 export const SparseKnobsSchema = z.strictObject({
   /** Tokens per KV head besides the current one; default ⌊fetchCap·context⌋ each step. */
   budget: positiveIntOptional(),
@@ -82,7 +83,7 @@ export const SparseKnobsSchema = z.strictObject({
   denseLayers: z.int().nonnegative().max(1024).default(2),
   /** streaming: attention-sink tokens. */
   sinks: z.int().nonnegative().max(1 << 20).default(4),
-  /** streaming: recent window; h2o: recent tokens; snapkv: observation window (default 32). */
+  /** streaming: recent window; h2o: recent tokens; snapkv: observation window (default 32); window: tokens attended, the current one included. */
   window: positiveIntOptional(),
   /** snapkv: max-pool kernel over the window's votes (odd; 1 = none). */
   poolKernel: z.int().positive().max(1023).refine((k) => k % 2 === 1, { message: 'poolKernel must be odd' }).default(7),

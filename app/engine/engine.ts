@@ -21,6 +21,7 @@ import { basename, join } from 'node:path';
 import { isLonghandError, LonghandError, UsageError } from '../common/errors.ts';
 import type { CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, LoadProgress, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
 import { CachedSequence } from './forward/cached-sequence.ts';
+import { assertPolicySupported } from './forward/layers/families.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
 import type { StageCacheOptions } from './forward/stage-sessions.ts';
 import { SPARSE_POLICIES, sparseSettings } from './forward/policy/selection-settings.ts';
@@ -168,9 +169,7 @@ async function usePolicy(state: Loaded, params: GenerateParams): Promise<{ ms: n
   if (sameChoice(wanted, state.choice)) return undefined;
   // the checks the runner would make, before the current one is given up
   const { hyper } = state.model;
-  if (wanted.policy !== 'full' && hyper.architecture === 'opt') {
-    throw new UsageError(`policy '${wanted.policy}' supports the llama family only (OPT runs with 'full')`, { field: 'policy', architecture: hyper.architecture });
-  }
+  assertPolicySupported(hyper, wanted.policy);
   if (state.base.poolBudgetBytes !== undefined && wanted.policy !== 'full' && wanted.policy !== 'infinigen') {
     throw new UsageError(`policy '${wanted.policy}' cannot run under the loaded pool budget (eviction works with full and infinigen only); load without one`, { field: 'policy', policy: wanted.policy });
   }

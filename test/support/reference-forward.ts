@@ -248,9 +248,18 @@ function withBias<T extends object>(value: T, key: string, bias: Float64Array | 
   return bias === undefined ? value : { ...value, [key]: bias };
 }
 
-export function referenceForward(model: LoadedModel): ReferenceForward {
+/**
+ * Which past positions a query sees (llama family): `firstVisible(layer, position)` is the first
+ * position attended (default 0: every one). A sliding window of w is position − w + 1.
+ */
+export interface ReferenceOptions {
+  firstVisible?: (layer: number, position: number) => number;
+}
+
+export function referenceForward(model: LoadedModel, options: ReferenceOptions = {}): ReferenceForward {
   const hyper = model.hyper;
-  return hyper.architecture === 'opt' ? optForward(model) : llamaForward(model);
+  if (hyper.architecture === 'opt' && options.firstVisible) throw new RangeError('reference forward: firstVisible is for the llama family');
+  return hyper.architecture === 'opt' ? optForward(model) : llamaForward(model, options);
 }
 
 function lmHead(w: Weights): Matrix {
@@ -263,7 +272,7 @@ function checkTokens(tokenIds: readonly number[], vocab: number): void {
   }
 }
 
-function llamaForward(model: LoadedModel): ReferenceForward {
+function llamaForward(model: LoadedModel, options: ReferenceOptions): ReferenceForward {
   const hyper = model.hyper;
   const { hiddenSize: d, heads, kvHeads, headDim, normEps: eps } = hyper;
   const w = new Weights(model);
@@ -315,7 +324,8 @@ function llamaForward(model: LoadedModel): ReferenceForward {
           applyRope(k, kvHeads, headDim, position, frequencies, layout);
           (keys[l] as Float64Array[]).push(k);
           (values[l] as Float64Array[]).push(v);
-          const mixed = attention(q, keys[l] as Float64Array[], values[l] as Float64Array[], heads, kvHeads, headDim);
+          const from = options.firstVisible?.(l, position) ?? 0;
+          const mixed = attention(q, (keys[l] as Float64Array[]).slice(from), (values[l] as Float64Array[]).slice(from), heads, kvHeads, headDim);
           addInPlace(x, linear(b.output, mixed, b.outputBias));
           const f = rmsNorm(x, b.ffnNorm, eps);
           const gate = linear(b.gate, f);

@@ -30,14 +30,19 @@ import { createKvPool, type KvPool, type KvType } from '../../../native/index.js
 import type { StepProbe } from '../metrics/step-probe.ts';
 import { EmbeddingTable } from './embedding.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
-import { stageRope, type StageGraph } from './graphs.ts';
+import type { StageGraph } from './graphs.ts';
+import type { ModelFamily } from './layers/family.ts';
+import { assertPolicySupported, familyOf } from './layers/families.ts';
+import { isDefaultScale, ropeFrequencies, uniformAttention, type AttentionSpec, type LayerSpec } from './layers/layer-spec.ts';
 import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './infinigen.ts';
 import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
 import { OffloadAttention, type OffloadStepStats } from './offload-attention.ts';
 import type { AttentionPlacement } from './placement/attention-placement.ts';
 import { DeviceRowsAttention } from './placement/device-rows.ts';
 import { InPlaceAttention } from './placement/in-place.ts';
+import { createComparisonPolicy } from './policy/comparison.ts';
 import { InfinigenPolicy } from './policy/infinigen.ts';
+import { planLayers } from './policy/plan.ts';
 import { policyRecipe, RUNNER_POLICIES, type PolicyRecipe, type RunnerPolicy, type RunnerPolicyOptions } from './policy/registry.ts';
 import type { PolicyShape, RowPolicy } from './policy/row-policy.ts';
 import type { SparsePolicyOptions } from './policy/selection-settings.ts';
@@ -226,8 +231,16 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const hyper = model.hyper;
   const contextLength = options.contextLength ?? Math.min(hyper.contextLength, DEFAULT_MAX_CONTEXT);
   if (!Number.isInteger(contextLength) || contextLength < 1) throw new RangeError(`contextLength must be a positive integer, got ${contextLength}`);
-  if (hyper.architecture === 'opt' && contextLength > hyper.contextLength) {
-    throw contextOverflow(0, contextLength, hyper.contextLength); // learned positions end there
+  const family = familyOf(hyper);
+  const limit = family.contextLimit(hyper);
+  if (limit !== undefined && contextLength > limit) throw contextOverflow(0, contextLength, limit); // e.g. learned positions end there
+  const specs = family.layers(hyper);
+  // one pool row width and one RoPE table per chunk for every layer, the default scale and no sinks
+  // or soft-cap in the kernels: what today's stages and kernels compute (the next families change it)
+  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim', 'rope', 'scale', 'sinks', 'softcap']);
+  if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one attention shape for every layer`, { field: 'model' });
+  if (!isDefaultScale(uniform.shape) || uniform.shape.sinks || uniform.shape.softcap !== 0) {
+    throw new UsageError(`${family.name}: attention scale, sinks and soft-cap other than the defaults are not run yet`, { field: 'model' });
   }
   const prefillChunk = options.prefillChunk ?? 128;
   if (!Number.isInteger(prefillChunk) || prefillChunk < 1) throw new RangeError(`prefillChunk must be a positive integer, got ${prefillChunk}`);
@@ -240,9 +253,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const shape: PolicyShape = { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength, threads };
   const recipe = policyRecipe(options, shape, model);
   const policy = recipe.name;
-  if (policy !== 'full' && hyper.architecture === 'opt') {
-    throw new UsageError(`policy '${policy}' supports the llama family only (OPT runs with 'full')`, { field: 'policy', architecture: hyper.architecture });
-  }
+  assertPolicySupported(hyper, policy);
   const budget = options.poolBudgetBytes;
   if (budget !== undefined) {
     if (!Number.isSafeInteger(budget) || budget < 1) throw new UsageError(`poolBudgetBytes must be a positive integer, got ${String(budget)}`, { field: 'poolBudgetBytes' });
@@ -302,7 +313,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     await Promise.all(sessions.map((s) => s.release()));
     throw error;
   }
-  return new Runner(model, sessions, graphs, pool, recipe, rowPolicy, placement, {
+  return new Runner(model, family, specs, sessions, graphs, pool, recipe, rowPolicy, placement, {
     contextLength,
     prefillChunk,
     kvType,
@@ -357,6 +368,8 @@ class Runner implements ModelRunner {
 
   constructor(
     private readonly model: LoadedModel,
+    private readonly family: ModelFamily,
+    private readonly specs: readonly LayerSpec[],
     private readonly sessions: StageRunner[],
     graphs: StageGraph[],
     private readonly pool: KvPool,
@@ -381,9 +394,12 @@ class Runner implements ModelRunner {
     this.sequence = policy instanceof InfinigenPolicy ? policy.state : undefined;
     // Its pages are dropped now and then (embedding.ts says why), unless the table is also the LM
     // head: then every step streams it whole from pages the dense stages made their own.
+    const embedding = family.embedding(h);
     const tiedHead = !model.tensors.has('output.weight');
-    const tokens = new EmbeddingTable(model.tensors.get('token_embd.weight')!, tiedHead || !model.releaseTensor ? undefined : () => model.releaseTensor!('token_embd.weight'));
-    const posView = model.tensors.get('position_embd.weight');
+    const table = embedding.tokenTable;
+    const tokens = new EmbeddingTable(model.tensors.get(table)!, tiedHead || !model.releaseTensor ? undefined : () => model.releaseTensor!(table));
+    const positions = embedding.positions;
+    const posView = positions ? model.tensors.get(positions.table) : undefined;
     this.step = new StepLoop(
       {
         pool,
@@ -391,9 +407,10 @@ class Runner implements ModelRunner {
         graphs,
         input: {
           tokens,
-          positions: h.architecture === 'opt' && posView ? new EmbeddingTable(posView) : undefined,
-          positionOffset: h.positionOffset ?? 2,
-          rope: h.architecture === 'opt' ? undefined : stageRope(h),
+          positions: posView ? new EmbeddingTable(posView) : undefined,
+          positionOffset: positions?.offset ?? 0,
+          scale: embedding.scale,
+          rope: ropeFrequencies(specs[0]!.attention as AttentionSpec),
         },
         layers: h.layers,
         heads: h.heads,
@@ -567,7 +584,7 @@ class Runner implements ModelRunner {
     this.live();
     if (this.busy) throw new LonghandError('ENGINE_BUSY', 'the model runner is running a prefill or decode');
     const name = options.policy ?? 'full';
-    if (!RUNNER_POLICIES.includes(name) || (name !== 'full' && this.model.hyper.architecture === 'opt')) return false;
+    if (!RUNNER_POLICIES.includes(name) || this.family.policyRefusal(name) !== undefined) return false;
     const recipe = policyRecipe(options, this.cfg.shape, this.model);
     if (this.pool.evicting && !recipe.evicts) return false;
     if (this.placement instanceof DeviceRowsAttention && !recipe.deviceRows) return false; // rebuilding says why
@@ -693,9 +710,9 @@ class Runner implements ModelRunner {
 
   // ─── internals ──────────────────────────────────────────────────────────────────────────
 
-  /** The per-layer plan: every layer with KV runs the chosen policy (a family's sliding-window layers will get 'window'). */
+  /** The per-layer plan (policy/plan.ts): the chosen policy, and 'window' on a family's sliding-window layers. */
   private planFor(policy: RowPolicy): RowPolicy[] {
-    return Array.from({ length: this.layers }, () => policy);
+    return planLayers(this.specs, policy, (window) => createComparisonPolicy('window', { window, denseLayers: 0 }, { shape: this.cfg.shape, pool: this.pool }));
   }
 
   /** Waits for what the policies have in flight (InfiniGen's queued jobs) before the pool is read or changed outside a step. */

@@ -47,12 +47,14 @@ export function emptyTimings(): ForwardTimings {
   return { embedding: 0, layerGraphs: 0, headGraph: 0, append: 0, attention: 0, other: 0, total: 0, tokens: 0, calls: 0 };
 }
 
-/** How a chunk's tokens enter the first stage: token rows, learned positions (OPT), RoPE (llama). */
+/** How a chunk's tokens enter the first stage: token rows, learned positions (OPT), a scale, RoPE (llama). */
 export interface ChunkInput {
   tokens: EmbeddingTable;
   /** learned position rows (OPT), read at position + positionOffset */
   positions: EmbeddingTable | undefined;
   positionOffset: number;
+  /** multiplies every embedded row (Gemma: √d); 1: the rows are the table's bits */
+  scale: number;
   /** the stage graphs' RoPE (cos/sin rows per chunk), or none */
   rope: RopeFrequencies | undefined;
 }
@@ -251,6 +253,7 @@ export class StepLoop {
       input.tokens.readRow(ids[i]!, h, i * d);
       if (input.positions) input.positions.addRow(p0 + i + input.positionOffset, h, i * d, this.scratch);
     }
+    if (input.scale !== 1) for (let i = 0; i < h.length; i++) h[i]! *= input.scale;
     return h;
   }
 

@@ -9,6 +9,7 @@ import type { PolicyContext, RowPolicy } from './row-policy.ts';
 import { SPARSE_POLICIES, type SparsePolicyName, type SparsePolicyOptions, type SparseSettings } from './selection-settings.ts';
 import { SnapkvPolicy } from './snapkv.ts';
 import { StreamingPolicy } from './streaming.ts';
+import { WindowPolicy } from './window.ts';
 
 /** A comparison policy: a row policy with its validated knobs and the time its selection took. */
 export type ComparisonPolicy = RowPolicy & { readonly settings: SparseSettings; selectMs: number };
@@ -19,6 +20,7 @@ const CLASSES: Record<SparsePolicyName, new (options: SparsePolicyOptions, ctx: 
   quest: QuestPolicy,
   oracle: OraclePolicy,
   snapkv: SnapkvPolicy,
+  window: WindowPolicy,
 };
 
 export function createComparisonPolicy(name: SparsePolicyName, options: SparsePolicyOptions, ctx: PolicyContext): ComparisonPolicy {

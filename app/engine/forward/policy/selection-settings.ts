@@ -7,7 +7,7 @@
 // budgetFor).
 import { UsageError } from '../../../common/errors.ts';
 
-export const SPARSE_POLICIES = ['streaming', 'h2o', 'quest', 'oracle', 'snapkv'] as const;
+export const SPARSE_POLICIES = ['streaming', 'h2o', 'quest', 'oracle', 'snapkv', 'window'] as const;
 export type SparsePolicyName = (typeof SPARSE_POLICIES)[number];
 
 export interface SparsePolicyOptions {
@@ -21,7 +21,8 @@ export interface SparsePolicyOptions {
   sinks?: number;
   /**
    * streaming: recent window (default budget − sinks); h2o: recent tokens (default ⌊budget/2⌋);
-   * snapkv: observation window, the last prompt queries that vote, always kept (default 32, ≥ 1).
+   * snapkv: observation window, the last prompt queries that vote, always kept (default 32, ≥ 1);
+   * window: the newest tokens attended, the current one included (default: the budget + 1).
    */
   window?: number;
   /** snapkv: max-pool kernel over the votes (odd; 1 = none; default 7). */

@@ -23,7 +23,7 @@ export const COMPARE_SAMPLES = 150;
 export const compareSampleEvery = (maxTokens: number): number => Math.max(1, Math.ceil(maxTokens / COMPARE_SAMPLES));
 
 /** Policies the protocol names; each can be chosen per generation (a refusal comes back as the run's error). */
-export const POLICIES: readonly KvPolicy[] = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'];
+export { POLICIES } from '../../engine/policies.ts';
 
 export interface CompareSide {
   policy: KvPolicy;

@@ -3,11 +3,11 @@
 // (SnapshotsPanel: figures, size cap, Clear).
 import { useEffect, type ReactNode } from 'react';
 import type { Settings } from '../../../../app/common/app-api.ts';
+import { POLICIES } from '../../engine/policies.ts';
 import { SnapshotsPanel } from './SnapshotsPanel.tsx';
 import { useSettingsStore, validateSettings } from './store.ts';
 
 // Restated from app/common (the renderer may import only types from there).
-const POLICIES: Settings['policy'][] = ['full', 'infinigen', 'h2o', 'streaming', 'quest', 'snapkv', 'oracle'];
 const DEVICES: Settings['device'][] = ['auto', 'cpu', 'webgpu', 'cuda', 'dml', 'coreml'];
 const KV_TYPES: Settings['kvType'][] = ['fp16', 'fp32'];
 const THEMES: Settings['theme'][] = ['system', 'light', 'dark'];

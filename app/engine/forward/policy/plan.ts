@@ -1,0 +1,23 @@
+// The per-layer plan of row policies (ARCHITECTURE.md §3), built once at load and again at a policy
+// switch: a layer with a sliding window attends its window whatever policy the user picked (that is
+// what the model computes there); every other layer with KV runs the chosen policy.
+import { UsageError } from '../../../common/errors.ts';
+import type { LayerSpec } from '../layers/layer-spec.ts';
+import type { RowPolicy } from './row-policy.ts';
+
+/**
+ * [layer] the policy of each layer. `windowPolicy(w)` makes (or reuses) the policy of the layers
+ * with window w. A layer without KV (a recurrent layer) has no row policy, and the step loop does
+ * not run such layers yet: a typed refusal names it.
+ */
+export function planLayers(specs: readonly LayerSpec[], chosen: RowPolicy, windowPolicy: (window: number) => RowPolicy): RowPolicy[] {
+  const byWindow = new Map<number, RowPolicy>();
+  return specs.map((spec, l) => {
+    const a = spec.attention;
+    if (a.kind !== 'attention') throw new UsageError(`layer ${l} has no attention (no KV rows): the forward pass runs attention layers only`, { field: 'model', layer: l });
+    if (a.window === undefined) return chosen;
+    let p = byWindow.get(a.window);
+    if (!p) byWindow.set(a.window, (p = windowPolicy(a.window)));
+    return p;
+  });
+}
