@@ -15,7 +15,7 @@ commands:
       generate text with the engine (streams to stdout; --json prints ids, text and timings)
   serve [--model PATH] [--port N] [--open] [--context N] [--threads N]
       OpenAI-compatible API and browser mode on 127.0.0.1 (prints the URL with its token first)
-  eval --model PATH --text-file F --policy full|infinigen|streaming|h2o|quest|oracle|snapkv [--json] …
+  eval --model PATH --text-file F --policy full|infinigen|streaming|h2o|quest|oracle|snapkv|window [--json] …
       accuracy of a KV policy against full: perplexity, top-1 agreement, KL, fetch ratio
 
 run 'longhand <command> --help' for a command's options`;

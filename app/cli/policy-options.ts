@@ -22,10 +22,11 @@ export const POLICY_HELP = `  --alpha A             infinigen: score margin belo
   --partial-ratio R     infinigen: partial columns r (default 0.3)
   --fetch-cap C         infinigen's cap; the other policies keep ⌊C·context⌋ tokens (default 0.2)
   --dense-layers D      layers below D attend to everything (default 2)
-  --budget N            streaming/h2o/quest/oracle/snapkv: fixed tokens per KV head instead of the
+  --budget N            streaming/h2o/quest/oracle/snapkv/window: fixed tokens per KV head instead of the
                         cap (snapkv: of the prompt, window included; generated tokens always kept)
   --window W            streaming: recent window; h2o: recent tokens; snapkv: observation window,
-                        the last prompt queries that vote (default 32)
+                        the last prompt queries that vote (default 32); window: tokens attended,
+                        the current one included (default: the cap's tokens + 1)
   --sinks S             streaming: sink tokens (default 4)
   --top-pages P         quest: pages of 16 tokens kept
   --pool-kernel K       snapkv: max-pool kernel over the votes, odd (default 7; 1 = none)`;

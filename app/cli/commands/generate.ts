@@ -29,7 +29,7 @@ const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-fi
   --dense E             who runs the dense layers: auto (default: native C++ over the file's own
                         blocks where its kernels cover every weight type, else onnxruntime), native, onnx
   --device D            ${DEVICES.join('|')} (default cpu)
-  --policy P            KV policy: full (default), infinigen, streaming, h2o, quest, oracle, snapkv
+  --policy P            KV policy: full (default), infinigen, streaming, h2o, quest, oracle, snapkv, window
 ${POLICY_HELP}
   --pool-budget BYTES   byte budget of the KV pool; smaller than the full cache evicts (full, infinigen)
   --inspect             measure attention recall (slower)

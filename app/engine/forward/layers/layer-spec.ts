@@ -13,7 +13,7 @@
 // what lets Gemma's interleaved sliding-window layers, gpt-oss's sinks, or a hybrid model's
 // linear-attention layers be declared without another branch in the loop. The helpers at the end
 // are the questions the loop, the pool and InfiniGen ask of the list.
-import type { RopeLayout, RopeScaling } from '../../model/types.ts';
+import type { ModelHyperparameters, RopeLayout, RopeScaling } from '../../model/types.ts';
 import type { RopeFrequencies } from '../../onnx/ops.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -127,6 +127,14 @@ export interface LayerSpec {
 /** The scale of a layer that does not set its own: 1/√headDim. */
 export function defaultScale(headDim: number): number {
   return 1 / Math.sqrt(headDim);
+}
+
+/**
+ * Global attention over every position with the hyperparameters' heads, scale 1/√headDim, no
+ * window, sinks, q/k norm or soft-cap: what Llama and OPT layers compute (with or without RoPE).
+ */
+export function globalAttention(hyper: Pick<ModelHyperparameters, 'heads' | 'kvHeads' | 'headDim'>, rope: RopeSpec | undefined): AttentionSpec {
+  return { kind: 'attention', heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, scale: defaultScale(hyper.headDim), window: undefined, sinks: false, rope, qkNorm: false, softcap: 0 };
 }
 
 /** Whether an attention's scale is the default one (kernels may then keep their own rounding of it). */

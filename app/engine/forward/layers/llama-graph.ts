@@ -2,20 +2,13 @@
 // attention and before the MLP, q/k/v projections (+ Qwen2's bias), RoPE at the chunk's positions,
 // SwiGLU MLP; residual adds fused into SkipSimplifiedLayerNormalization. With speculateNext, stage s
 // also outputs layer s+1's query from layer s's normalised input (InfiniGen, ARCHITECTURE.md §4.4).
-import { GraphBuilder } from '../../onnx/graph-builder.ts';
 import { addRopeInputs, linear, rmsNorm, rope, skipRmsNorm, swigluMlp, type RopeCaches } from '../../onnx/ops.ts';
 import type { ModelWeights } from '../weights.ts';
-import { blk, finishStage, lmHead, stageDims, stageName, stageRope, type StageGraph, type StageOptions } from './stage-graph.ts';
+import { blk, finishStage, lmHead, startStage, stageRope, type StageGraph, type StageOptions } from './stage-graph.ts';
 
 /** Stage `s` (0..L) of a llama-family model. */
 export function llamaStageGraph(w: ModelWeights, s: number, opts: StageOptions): StageGraph {
-  const hyper = w.model.hyper;
-  const { d, qw, kvw } = stageDims(hyper);
-  const L = hyper.layers;
-  const eps = hyper.normEps;
-  const g = new GraphBuilder(stageName(s, L));
-  const h = g.input('h', 'float32', [1, 'T', d]);
-  const inputs: StageGraph['inputs'][number][] = ['h'];
+  const { hyper, d, qw, kvw, L, eps, g, h, inputs } = startStage(w, s);
   let residual = h; // the residual stream entering layer s
   let normed: string;
   if (s === 0) {

@@ -9,24 +9,13 @@ import type { ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
 import { llamaStageGraph } from './llama-graph.ts';
 import { createLlamaNativeStages, llamaLinearNames } from './llama-native.ts';
-import { defaultScale, type LayerSpec } from './layer-spec.ts';
+import { globalAttention, type LayerSpec } from './layer-spec.ts';
 
 function llamaLayers(hyper: ModelHyperparameters): LayerSpec[] {
   // one object for every layer: they are the same, and shared code may compare them cheaply
   const layer: LayerSpec = {
-    attention: {
-      kind: 'attention',
-      heads: hyper.heads,
-      kvHeads: hyper.kvHeads,
-      headDim: hyper.headDim,
-      scale: defaultScale(hyper.headDim),
-      window: undefined,
-      sinks: false,
-      // the defaults the stages have always taken (graphs.ts stageRope): θ 10000, neox pairs
-      rope: { base: hyper.ropeTheta ?? 10000, dims: hyper.headDim, layout: hyper.ropeLayout ?? 'neox', scaling: hyper.ropeScaling },
-      qkNorm: false,
-      softcap: 0,
-    },
+    // the RoPE defaults the stages have always taken (graphs.ts stageRope): θ 10000, neox pairs
+    attention: globalAttention(hyper, { base: hyper.ropeTheta ?? 10000, dims: hyper.headDim, layout: hyper.ropeLayout ?? 'neox', scaling: hyper.ropeScaling }),
     ffn: { kind: 'dense', size: hyper.ffnSize, gated: true, activation: 'silu' },
     norm: { kind: 'rms', placement: 'pre', eps: hyper.normEps },
   };

@@ -2,20 +2,13 @@
 // before attention and before the MLP, q/k/v projections with bias and no RoPE (OPT's positions are
 // learned and added to the embedding), ReLU MLP (fc1, fc2) with bias, plain residual adds. No
 // speculative query: OPT runs only with policy 'full' (opt.ts).
-import { GraphBuilder } from '../../onnx/graph-builder.ts';
 import { layerNorm, linear, reluMlp } from '../../onnx/ops.ts';
 import type { ModelWeights } from '../weights.ts';
-import { blk, finishStage, lmHead, stageDims, stageName, type StageGraph } from './stage-graph.ts';
+import { blk, finishStage, lmHead, startStage, type StageGraph } from './stage-graph.ts';
 
 /** Stage `s` (0..L) of an OPT model. */
 export function optStageGraph(w: ModelWeights, s: number): StageGraph {
-  const hyper = w.model.hyper;
-  const { d, qw, kvw } = stageDims(hyper);
-  const L = hyper.layers;
-  const eps = hyper.normEps;
-  const g = new GraphBuilder(stageName(s, L));
-  const h = g.input('h', 'float32', [1, 'T', d]);
-  const inputs: StageGraph['inputs'][number][] = ['h'];
+  const { hyper, d, qw, kvw, L, eps, g, h, inputs } = startStage(w, s);
   let residual = h;
   if (s > 0) {
     const p = s - 1;

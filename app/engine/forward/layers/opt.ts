@@ -8,7 +8,7 @@
 import { OPT_TENSORS } from '../../model/arch/opt.ts';
 import type { ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
-import { defaultScale, type LayerSpec } from './layer-spec.ts';
+import { globalAttention, type LayerSpec } from './layer-spec.ts';
 import { optStageGraph } from './opt-graph.ts';
 
 /** OPT's learned position table starts its rows at 2 (fairseq reserved the first two). */
@@ -16,18 +16,7 @@ const OPT_POSITION_OFFSET = 2;
 
 function optLayers(hyper: ModelHyperparameters): LayerSpec[] {
   const layer: LayerSpec = {
-    attention: {
-      kind: 'attention',
-      heads: hyper.heads,
-      kvHeads: hyper.kvHeads,
-      headDim: hyper.headDim,
-      scale: defaultScale(hyper.headDim),
-      window: undefined,
-      sinks: false,
-      rope: undefined,
-      qkNorm: false,
-      softcap: 0,
-    },
+    attention: globalAttention(hyper, undefined),
     ffn: { kind: 'dense', size: hyper.ffnSize, gated: false, activation: 'relu' },
     norm: { kind: 'layer', placement: 'pre', eps: hyper.normEps },
   };

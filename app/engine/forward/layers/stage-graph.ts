@@ -3,7 +3,7 @@
 // frequencies. The families' own graphs (llama-graph.ts, opt-graph.ts) build on these; graphs.ts
 // re-exports them and picks the family's builder.
 import type { ModelHyperparameters } from '../../model/types.ts';
-import type { GraphBuilder } from '../../onnx/graph-builder.ts';
+import { GraphBuilder } from '../../onnx/graph-builder.ts';
 import { linear, type RopeFrequencies } from '../../onnx/ops.ts';
 import type { ModelWeights } from '../weights.ts';
 
@@ -45,6 +45,15 @@ export function stageRope(hyper: ModelHyperparameters): RopeFrequencies {
 
 export function stageDims(hyper: ModelHyperparameters): { d: number; qw: number; kvw: number } {
   return { d: hyper.hiddenSize, qw: hyper.heads * hyper.headDim, kvw: hyper.kvHeads * hyper.headDim };
+}
+
+/** What every family's stage s starts with: its dims, a builder named for the stage, the input h [1, T, d]. */
+export function startStage(w: ModelWeights, s: number): { hyper: ModelHyperparameters; d: number; qw: number; kvw: number; L: number; eps: number; g: GraphBuilder; h: string; inputs: StageGraph['inputs'][number][] } {
+  const hyper = w.model.hyper;
+  const L = hyper.layers;
+  const g = new GraphBuilder(stageName(s, L));
+  const h = g.input('h', 'float32', [1, 'T', hyper.hiddenSize]);
+  return { hyper, ...stageDims(hyper), L, eps: hyper.normEps, g, h, inputs: ['h'] };
 }
 
 export function finishStage(g: GraphBuilder, inputs: StageGraph['inputs']): StageGraph {
