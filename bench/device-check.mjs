@@ -15,7 +15,7 @@
 //        [--steps 8] [--exact-steps 32] [--kv-heads 4] [--threads N] [--budget-s 540] [--json FILE]
 //        [--row-update host|graph]
 //
-// --row-update: how the row buffer gets its misses (offload-attention.ts): 'graph' (the default on a
+// --row-update: how the row buffer gets its misses (app/engine/forward/placement/offload-attention.ts): 'graph' (the default on a
 // non-CPU provider) keeps the buffer in onnxruntime's device tensors and writes the misses with a
 // ScatterND graph; 'host' binds host arrays (on a GPU onnxruntime then copies the whole buffer every
 // run). `--providers cpu` runs the whole check on the CPU provider (a dry run of the script).

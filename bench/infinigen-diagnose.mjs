@@ -28,7 +28,7 @@ import { parseArgs } from 'node:util';
 import { AttentionCapturer } from '../app/engine/eval/attention-capture.ts';
 import { columnsFromCapture, diagnoseText, partialCount } from '../app/engine/eval/infinigen-diagnose.ts';
 import { teacherForce } from '../app/engine/eval/accuracy.ts';
-import { CALIBRATION_TOKENS } from '../app/engine/forward/infinigen.ts';
+import { CALIBRATION_TOKENS } from '../app/engine/forward/policy/infinigen-state.ts';
 import { createModelRunner } from '../app/engine/forward/model-runner.ts';
 import { createSampler, resolveSamplingParams } from '../app/engine/generate/sampler.ts';
 import { SkewCalibrator } from '../app/engine/kv/skew.ts';

@@ -155,7 +155,7 @@ const REAL_PREFIX = 512; // --fill random: tokens prefilled for real before the 
 async function childOurs(path, policyName, threads, contexts, steps, cap, cacheDir, vocab, bos, fill, offload = false) {
   const { loadModel } = await import('../app/engine/model/load-model.ts');
   const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
-  const { speculatorInlineThreads } = await import('../app/engine/forward/infinigen.ts');
+  const { speculatorInlineThreads } = await import('../app/engine/forward/policy/infinigen-state.ts');
   // 'infinigen@side-thread' / 'infinigen@inline': InfiniGen with that speculation placement ('infinigen': auto)
   const [policy, speculation = 'auto'] = policyName.split('@');
   const specInline = policy === 'infinigen' && speculatorInlineThreads(speculation, threads) > 0;

@@ -219,7 +219,7 @@ async function childOursMake(path, threads, N, file, vocab, bos, fill, context) 
   const { createModelRunner } = await import('../app/engine/forward/model-runner.ts');
   const { CachedSequence } = await import('../app/engine/forward/cached-sequence.ts');
   const { saveSequenceSnapshot } = await import('../app/engine/forward/sequence-snapshot.ts');
-  const { modelSha256 } = await import('../app/engine/forward/infinigen.ts');
+  const { modelSha256 } = await import('../app/engine/forward/policy/infinigen-state.ts');
   const model = await loadModel(path);
   const h = model.hyper;
   const runner = await createModelRunner(model, { threads, contextLength: context, kvType: 'fp16', policy: 'full' });

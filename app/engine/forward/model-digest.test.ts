@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { LoadedModel } from '../model/types.ts';
 import { DIGEST_FILE, fileIdentity, modelDigest } from './model-digest.ts';
-import { modelSha256 } from './infinigen.ts';
+import { modelSha256 } from './policy/infinigen-state.ts';
 
 // modelDigest and modelSha256 read only the model's path: a file of random bytes stands for a GGUF.
 const asModel = (file: string): LoadedModel => ({ path: file }) as LoadedModel;

@@ -17,7 +17,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, readdir, realpath, rename, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { LoadedModel } from '../model/types.ts';
-import { modelSha256 } from './infinigen.ts';
+import { modelSha256 } from './policy/infinigen-state.ts';
 
 /** The record's file name inside the cache folder. */
 export const DIGEST_FILE = 'model-sha256.json';

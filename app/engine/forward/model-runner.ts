@@ -34,9 +34,9 @@ import type { StageGraph } from './graphs.ts';
 import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
 import { isDefaultScale, ropeFrequencies, uniformAttention, type AttentionSpec, type LayerSpec } from './layers/layer-spec.ts';
-import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './infinigen.ts';
+import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './policy/infinigen-state.ts';
 import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
-import { OffloadAttention, type OffloadStepStats } from './offload-attention.ts';
+import { OffloadAttention, type OffloadStepStats } from './placement/offload-attention.ts';
 import type { AttentionPlacement } from './placement/attention-placement.ts';
 import { DeviceRowsAttention } from './placement/device-rows.ts';
 import { InPlaceAttention } from './placement/in-place.ts';
@@ -66,11 +66,11 @@ export interface ModelRunnerOptions {
   /** 'cpu' (default); another execution provider only with `offload` (its sessions fail with ONNX_PROVIDER_UNAVAILABLE where it cannot start). */
   device?: 'cpu' | 'webgpu' | 'cuda';
   /**
-   * Offload mode (issue 14; offload-attention.ts): decode-step attention runs in an onnxruntime graph over
+   * Offload mode (issue 14; placement/offload-attention.ts): decode-step attention runs in an onnxruntime graph over
    * a device-side row buffer fed only the rows it lacks from the pool; policies 'full' and 'infinigen'.
    */
   offload?: boolean;
-  /** Offload mode: how misses reach the row buffer (default 'host' on the CPU provider, 'graph' on others; offload-attention.ts). */
+  /** Offload mode: how misses reach the row buffer (default 'host' on the CPU provider, 'graph' on others; placement/offload-attention.ts). */
   offloadRowUpdate?: 'host' | 'graph';
   /** Ids that end generation (default: the GGUF's eos id when it has one). */
   eosIds?: readonly number[];
@@ -126,7 +126,7 @@ export interface EvictionOptions {
 export const EVICTION_DEFAULTS: Required<EvictionOptions> = { sinks: 4, recent: 64, ageEvery: 32 };
 
 export type { SparsePolicyName, SparsePolicyOptions } from './policy/selection-settings.ts';
-export type { InfinigenOptions } from './infinigen.ts';
+export type { InfinigenOptions } from './policy/infinigen-state.ts';
 export type { LayerStepStats, StepStats } from './step-trace.ts';
 export type { ForwardTimings } from './step.ts';
 

@@ -23,7 +23,7 @@ import { loadModel } from '../model/load-model.ts';
 import { estimateMemory } from '../model/memory-estimate.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { createModelRunner, type ModelRunnerOptions } from './model-runner.ts';
-import type { OffloadStepStats } from './offload-attention.ts';
+import type { OffloadStepStats } from './placement/offload-attention.ts';
 
 const STEPS = 100;
 const TOLERANCE = { fp32: 1e-3, fp16: 2e-2 } as const;

@@ -16,7 +16,7 @@
 import { LonghandError } from '../../common/errors.ts';
 import { checkSnapshotFits, openSnapshotFile, writeSnapshotFile, type SectionSource, type SnapshotMeta, type SnapshotReader } from '../kv/snapshot-file.ts';
 import type { CachedSequence } from './cached-sequence.ts';
-import type { InfinigenSequenceState } from './infinigen.ts';
+import type { InfinigenSequenceState } from './policy/infinigen-state.ts';
 
 /** What the loaded model is, for the snapshot's meta and the restore check. */
 export interface SnapshotIdentity {

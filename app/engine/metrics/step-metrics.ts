@@ -8,7 +8,7 @@
 // layer (app/engine/metrics/step-probe.ts). One measured step per snapshot bounds the cost.
 import type { LayerMetrics, StepMetrics } from '../../common/protocol.ts';
 import type { ForwardTimings, StepStats } from '../forward/model-runner.ts';
-import type { OffloadStepStats } from '../forward/offload-attention.ts';
+import type { OffloadStepStats } from '../forward/placement/offload-attention.ts';
 import type { ModelHyperparameters } from '../model/types.ts';
 import { kvRowBytes, type KvElementType } from '../model/memory-estimate.ts';
 import { InspectProbe, type StepProbe } from './step-probe.ts';
@@ -188,7 +188,7 @@ export class StepMetricsSampler {
         }
       }
     }
-    // offload mode: what the step bound, counted from its tensors (offload-attention.ts), replaces the estimate
+    // offload mode: what the step bound, counted from its tensors (placement/offload-attention.ts), replaces the estimate
     const offload = source.lastOffloadStep?.();
     if (offload) {
       for (const s of offload.layers) {

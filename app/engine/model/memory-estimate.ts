@@ -59,7 +59,7 @@ export interface MemoryEstimate {
 }
 
 /**
- * Offload mode's split (app/engine/forward/offload-attention.ts). The row buffer holds fp16 rows for an
+ * Offload mode's split (app/engine/forward/placement/offload-attention.ts). The row buffer holds fp16 rows for an
  * fp16 pool and fp32 rows otherwise (int8 rows are dequantised), per layer and KV head.
  */
 export interface OffloadMemory {

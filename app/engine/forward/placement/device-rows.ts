@@ -1,10 +1,10 @@
-// Attention on a device over a row buffer (issue 14's offload mode; ../offload-attention.ts): per
+// Attention on a device over a row buffer (issue 14's offload mode; offload-attention.ts): per
 // decode step and layer the rows to attend — every stored slot, or a policy's lists + the current
 // token — are planned against the device-side buffer, only the misses are copied out of the pool,
 // and attention runs in an onnxruntime graph. The bytes that crossed, the buffer's hits and misses
 // and the attention time replace what the policy estimated. A prompt chunk attends in place.
 import { attendCausal, type KvPool } from '../../../../native/index.js';
-import type { OffloadAttention, OffloadStepStats } from '../offload-attention.ts';
+import type { OffloadAttention, OffloadStepStats } from './offload-attention.ts';
 import type { RowPolicy } from '../policy/row-policy.ts';
 import type { StepTrace } from '../step-trace.ts';
 import type { AttentionPlacement } from './attention-placement.ts';

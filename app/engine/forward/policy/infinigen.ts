@@ -1,7 +1,7 @@
 // Policy 'infinigen' (ARCHITECTURE.md §4): layer ℓ's rows are chosen from a rehearsal of its
 // attention with the speculative query q̃ that stage ℓ−1 outputs, by the native speculator
 // (native/src/infinigen.cc), which also gathers them while layer ℓ−1 finishes. The skew, the partial
-// columns and their calibration are the sequence state of ../infinigen.ts (InfinigenState): the
+// columns and their calibration are the sequence state of infinigen-state.ts (InfinigenState): the
 // runner keeps that state across policy switches, this policy only drives the speculator with it.
 //
 //   prefetch(ℓ, q̃)   queue layer ℓ's job (score the partial keys, select, gather into staging)
@@ -13,7 +13,7 @@
 //
 // Prefill stays dense; a decode step speculates once the columns are chosen and no calibration runs.
 import { createSpeculator, type KvPool, type Speculator } from '../../../../native/index.js';
-import { CALIBRATION_TOKENS, speculatorInlineThreads, type InfinigenSettings, type InfinigenState } from '../infinigen.ts';
+import { CALIBRATION_TOKENS, speculatorInlineThreads, type InfinigenSettings, type InfinigenState } from './infinigen-state.ts';
 import type { StepTrace } from '../step-trace.ts';
 import type { PolicyShape, PromptRunner, RowPolicy } from './row-policy.ts';
 

@@ -5,7 +5,7 @@
 import { UsageError } from '../../../common/errors.ts';
 import type { KvPool } from '../../../../native/index.js';
 import type { LoadedModel } from '../../model/types.ts';
-import { infinigenSettings, InfinigenState, type InfinigenOptions, type InfinigenSettings } from '../infinigen.ts';
+import { infinigenSettings, InfinigenState, type InfinigenOptions, type InfinigenSettings } from './infinigen-state.ts';
 import { createComparisonPolicy } from './comparison.ts';
 import { FullPolicy } from './full.ts';
 import { InfinigenPolicy } from './infinigen.ts';

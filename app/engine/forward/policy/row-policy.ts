@@ -83,7 +83,7 @@ export interface PromptRunner {
   generateAndForget(tokens: number): Promise<void>;
 }
 
-/** Per-chunk rows of the sequence, in position order (InfiniGen's column energies; ../infinigen.ts). */
+/** Per-chunk rows of the sequence, in position order (InfiniGen's column energies; infinigen-state.ts). */
 export interface ChunkObserver {
   /** A prompt chunk of T tokens at p0 starts; observe() keeps its rows until commitChunk. */
   startChunk(p0: number, T: number): void;

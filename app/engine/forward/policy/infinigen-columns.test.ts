@@ -1,15 +1,15 @@
-// InfiniGen's partial columns over a sequence (infinigen.ts InfinigenState): the columns chosen from
+// InfiniGen's partial columns over a sequence (infinigen-state.ts InfinigenState): the columns chosen from
 // the column energies, folded chunk by chunk with the native skewEnergy, equal the plain rule
 // (choosePartialColumnsForLayer over all the rows at once); the energies are the same bits however the
 // rows are chunked, and after cutting the sequence back to a checkpoint (or the tail before a prompt's
 // last token) and folding the rest again; a cut elsewhere makes the state inexact (resumePoint 0).
 // Also the native kernel against its scalar reference and a JS statement of the sum.
 import { describe, expect, it } from 'vitest';
-import { createKvPool, skewEnergy, type KvPool } from '../../../native/index.js';
-import { choosePartialColumnsForLayer } from '../kv/partial-columns.ts';
-import { applySkew, skewMatrix, type SkewMatrices } from '../kv/skew.ts';
-import type { LoadedModel } from '../model/types.ts';
-import { COLUMN_CHECKPOINT_EVERY, infinigenSettings, InfinigenState } from './infinigen.ts';
+import { createKvPool, skewEnergy, type KvPool } from '../../../../native/index.js';
+import { choosePartialColumnsForLayer } from '../../kv/partial-columns.ts';
+import { applySkew, skewMatrix, type SkewMatrices } from '../../kv/skew.ts';
+import type { LoadedModel } from '../../model/types.ts';
+import { COLUMN_CHECKPOINT_EVERY, infinigenSettings, InfinigenState } from './infinigen-state.ts';
 
 const shape = { layers: 4, heads: 4, kvHeads: 2, headDim: 16 };
 const { layers, heads, kvHeads, headDim: d } = shape;

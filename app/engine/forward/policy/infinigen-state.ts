@@ -1,5 +1,6 @@
-// InfiniGen inside the forward pass (ARCHITECTURE.md §3–§4): the knobs, the skew calibration and its
-// disk cache, the partial columns of the cached sequence, and the per-step figures the runner keeps.
+// InfiniGen's knobs and sequence state (ARCHITECTURE.md §3–§4): the skew calibration and its disk
+// cache, and the partial columns of the cached sequence. policy/infinigen.ts drives the speculator
+// with them; the runner keeps this state across policy switches (a ChunkObserver, row-policy.ts).
 //
 //   a prefill while the skew is unknown ──► skew A per layer and KV head: the cache file of this
 //       model's SHA-256, else calibrate: the prompt's own post-RoPE queries when it has >=
@@ -17,13 +18,13 @@ import { createReadStream } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { UsageError } from '../../common/errors.ts';
-import { DEFAULT_PARTIAL_RATIO, partialCount } from '../kv/partial-columns.ts';
-import { ALPHA_LLAMA_LIKE } from '../kv/select-reference.ts';
-import { readSkewCache, writeSkewCache, type SkewMeta } from '../kv/skew-file.ts';
-import { SkewCalibrator, skewMatrix, type HeadShape, type SkewMatrices } from '../kv/skew.ts';
-import type { LoadedModel } from '../model/types.ts';
-import { skewEnergy, type KvPool } from '../../../native/index.js';
+import { UsageError } from '../../../common/errors.ts';
+import { DEFAULT_PARTIAL_RATIO, partialCount } from '../../kv/partial-columns.ts';
+import { ALPHA_LLAMA_LIKE } from '../../kv/select-reference.ts';
+import { readSkewCache, writeSkewCache, type SkewMeta } from '../../kv/skew-file.ts';
+import { SkewCalibrator, skewMatrix, type HeadShape, type SkewMatrices } from '../../kv/skew.ts';
+import type { LoadedModel } from '../../model/types.ts';
+import { skewEnergy, type KvPool } from '../../../../native/index.js';
 
 /** Tokens of a calibration run (the paper's calibration is a few hundred tokens of text). */
 export const CALIBRATION_TOKENS = 256;

@@ -18,9 +18,9 @@
 // rows to overwrite; on a non-CPU provider also q, the output and, 'host', the buffer itself).
 // InfiniGen's speculation (partial keys, scores, selection) runs natively on the host, so no partial
 // key crosses.
-import type { KvPool } from '../../../native/index.js';
-import { AttentionSession, RowUpdateSession, type BoundTensor, type RowTensors } from '../onnx/attention-graph.ts';
-import type { ProviderName } from '../onnx/session.ts';
+import type { KvPool } from '../../../../native/index.js';
+import { AttentionSession, RowUpdateSession, type BoundTensor, type RowTensors } from '../../onnx/attention-graph.ts';
+import type { ProviderName } from '../../onnx/session.ts';
 import { RowBuffer, type RowBufferMode } from './row-buffer.ts';
 
 export interface OffloadLayerStats {

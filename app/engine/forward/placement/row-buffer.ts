@@ -17,9 +17,9 @@
 // gathered into a staging pair [misses, headDim] that the row-update graph scatters into the device
 // tensors; the host keeps no copy of the rows, and a layer's buffer cannot grow (it is sized to hold
 // every slot of the pool).
-import type { KvPool } from '../../../native/index.js';
-import { gatherRows } from '../../../native/index.js';
-import { BoundRows, type RowElemType } from '../onnx/attention-graph.ts';
+import type { KvPool } from '../../../../native/index.js';
+import { gatherRows } from '../../../../native/index.js';
+import { BoundRows, type RowElemType } from '../../onnx/attention-graph.ts';
 
 /** One layer's planned step: the rows to attend and what had to be sent. */
 export interface RowPlan {

@@ -10,11 +10,11 @@
 //     same slot lists within 2e-6, for GQA 1/2/4 and list lengths 1, 17, 300, with the buffer updated
 //     from the host (rowUpdate host) or by the ScatterND graph (rowUpdate graph).
 import { describe, expect, it } from 'vitest';
-import { attend, attendSlots, createKvPool, type KvPool, type KvType } from '../../../native/index.js';
-import { toFloat16Array } from '../onnx/float16.ts';
+import { attend, attendSlots, createKvPool, type KvPool, type KvType } from '../../../../native/index.js';
+import { toFloat16Array } from '../../onnx/float16.ts';
 import { OffloadAttention } from './offload-attention.ts';
 import { RowBuffer } from './row-buffer.ts';
-import { Rng } from '../generate/rng.ts';
+import { Rng } from '../../generate/rng.ts';
 
 /** uniform on [0, 1), the project's seeded generator */
 function rng(seed: number): () => number {
