@@ -227,14 +227,36 @@ export interface KvPool {
 export declare function createKvPool(options: KvPoolOptions): KvPool;
 
 /**
+ * What a layer's attention computes beyond q·kᵀ (native/src/attention_params.h), the optional last
+ * argument of every attention function; left out, or any field left out, is today's attention bit for
+ * bit. NATIVE_BAD_ARGUMENT names the field: a scale that is not a finite number > 0, a window that is
+ * not an integer in [0, 2^31 − 1], sinks that are not a Float32Array of `heads` finite values, a
+ * softcap that is negative or not finite.
+ */
+export interface AttentionArgs {
+  /** multiplies q·k (default 1/sqrt(headDim); Gemma: query_pre_attn_scalar^-0.5) */
+  scale?: number;
+  /**
+   * 0 (default): every row. Else a sliding window: a key at position p takes part for the query at
+   * position t iff t − window < p ≤ t (positions as the pool records them per slot; the query is the
+   * layer's latest token, and for attendCausal query i the chunk's i-th). Rows outside are not read.
+   */
+  window?: number;
+  /** [heads] one logit per query head that joins the softmax denominator and has no value row (gpt-oss) */
+  sinks?: Float32Array;
+  /** 0 (default): off. Else each scaled logit s becomes softcap·tanh(s / softcap) before the softmax (Gemma 2). */
+  softcap?: number;
+}
+
+/**
  * Single-query decode attention over every token of `layer`:
  * q is fp32 [heads * headDim], out is fp32 [heads * headDim] (must not share memory with q);
  * heads is a multiple of pool.kvHeads (GQA); scale 1/sqrt(headDim); stable softmax.
  */
-export declare function attend(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
+export declare function attend(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, attention?: AttentionArgs): void;
 
 /** attend() computed by the scalar C++ reference. */
-export declare function attendReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
+export declare function attendReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, attention?: AttentionArgs): void;
 
 /**
  * Causal (prefill) attention: q is fp32 [T * heads * headDim] for the layer's last T tokens (appended
@@ -244,10 +266,10 @@ export declare function attendReference(pool: KvPool, layer: number, q: Float32A
  * calling thread is one of them), or for T = 1 the KV heads in contiguous ranges (a thread only per
  * 32,768 (token, query head) pairs: starting one costs ~100 us), with the same result bit for bit.
  */
-export declare function attendCausal(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, threads?: number): void;
+export declare function attendCausal(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, threads?: number, attention?: AttentionArgs): void;
 
 /** attendCausal() computed by the scalar C++ reference. */
-export declare function attendCausalReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array): void;
+export declare function attendCausalReference(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, attention?: AttentionArgs): void;
 
 /**
  * Single-query decode attention over explicit per-KV-head slot lists (policies streaming, h2o,
@@ -259,13 +281,15 @@ export declare function attendCausalReference(pool: KvPool, layer: number, q: Fl
  * split in contiguous ranges over that many threads (a thread only per 32,768 (listed row, query head)
  * pairs), same bits.
  */
-export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array, heads: number, slots: Int32Array, offsets: Int32Array, out: Float32Array, threads?: number): void;
+export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array, heads: number, slots: Int32Array, offsets: Int32Array, out: Float32Array, threads?: number, attention?: AttentionArgs): void;
 
 /**
  * Scaled attention logits of one query: out [heads, tokens] = q[h]·K[g][t] / sqrt(headDim) for the
  * layer's first `tokens` slots (default: all). For H2O's accumulated mass, the oracle and recall.
+ * attention: its scale replaces 1/sqrt(headDim) and its softcap caps every logit; window and sinks
+ * change no logit and are not applied (validated all the same).
  */
-export declare function attentionScores(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, tokens?: number): void;
+export declare function attentionScores(pool: KvPool, layer: number, q: Float32Array, heads: number, out: Float32Array, tokens?: number, attention?: AttentionArgs): void;
 
 /**
  * The offload path's upload (native/src/row_gather.h): for i < count copies the stored K and V rows
@@ -301,7 +325,7 @@ export declare function selectH2o(acc: Float32Array, live: Uint8Array, kvHeads: 
  * (slots/offsets as attendSlots takes them, the current token included; empty lists allowed), or
  * over every slot < n without lists (prefill), added to acc [kvHeads, C] (double(acc) + e / sum, rounded to fp32).
  */
-export declare function h2oAccumulate(pool: KvPool, layer: number, q: Float32Array, heads: number, acc: Float32Array, C: number, n: number, slots?: Int32Array, offsets?: Int32Array, threads?: number): void;
+export declare function h2oAccumulate(pool: KvPool, layer: number, q: Float32Array, heads: number, acc: Float32Array, C: number, n: number, slots?: Int32Array, offsets?: Int32Array, threads?: number, attention?: AttentionArgs): void;
 
 /** quest: extends pageMin / pageMax [kvHeads, maxPages, headDim] (JS min/max) with the stored key rows of slots from..to−1 (page j / pageSize). */
 export declare function questExtendBounds(pool: KvPool, layer: number, pageMin: Float32Array, pageMax: Float32Array, maxPages: number, pageSize: number, from: number, to: number): void;
@@ -319,7 +343,7 @@ export declare function selectQuest(q: Float32Array, heads: number, kvHeads: num
  * P − window + i; per KV head the top (budget − window) prefix slots by the pooled votes (max-pool,
  * odd kernel) + the window. window ≤ budget < P ≤ length(layer). slots: ≥ kvHeads·budget elements.
  */
-export declare function snapkvCompress(pool: KvPool, layer: number, obsQ: Float32Array, heads: number, P: number, window: number, budget: number, kernel: number, slots: Int32Array, offsets: Int32Array): number;
+export declare function snapkvCompress(pool: KvPool, layer: number, obsQ: Float32Array, heads: number, P: number, window: number, budget: number, kernel: number, slots: Int32Array, offsets: Int32Array, attention?: AttentionArgs): number;
 
 /**
  * InfiniGen's column energies (ARCHITECTURE.md §4.2) of one layer for a run of `tokens` tokens: for t
@@ -358,6 +382,13 @@ export interface SpeculatorOptions extends InfinigenNativeKnobs {
    * KV heads over them. Same selections and output bits either way.
    */
   inlineThreads?: number;
+  /**
+   * One attention block per layer (length pool.layers; an undefined entry: the default) for attend(),
+   * attendReference() and recall(), copied at creation (sinks included). Per layer at creation, not per
+   * call: the decode step then passes nothing more across the JS boundary than it did. The selection's
+   * own score scale stays `scale`. recall() applies scale, softcap and window; a sink's share is left out.
+   */
+  layerAttention?: (AttentionArgs | undefined)[];
 }
 
 /** Figures of a layer's latest step. Times in ns of CLOCK_MONOTONIC (same clock as process.hrtime.bigint()). */

@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 17;
+const ABI_VERSION = 18;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -122,40 +122,39 @@ export function createKvPool(options) {
 }
 
 /** Decode attention of one query token over every token of `layer` in the pool. */
-export function attend(pool, layer, q, heads, out) {
-  loadAddon().attend(pool, layer, q, heads, out);
+export function attend(pool, layer, q, heads, out, attention) {
+  loadAddon().attend(pool, layer, q, heads, out, attention);
 }
 
 /** Same as attend(), computed by the scalar C++ reference kernel (for tests and checks). */
-export function attendReference(pool, layer, q, heads, out) {
-  loadAddon().attendReference(pool, layer, q, heads, out);
+export function attendReference(pool, layer, q, heads, out, attention) {
+  loadAddon().attendReference(pool, layer, q, heads, out, attention);
 }
 
 /**
  * Causal attention of a chunk's T query tokens (q: T * heads * headDim) over `layer`, whose last T
  * tokens are the chunk's own (append them first): query i sees every token up to and including its own.
  */
-export function attendCausal(pool, layer, q, heads, out, threads) {
-  loadAddon().attendCausal(pool, layer, q, heads, out, threads);
+export function attendCausal(pool, layer, q, heads, out, threads, attention) {
+  loadAddon().attendCausal(pool, layer, q, heads, out, threads, attention);
 }
 
 /** Same as attendCausal(), computed by the scalar C++ reference kernel. */
-export function attendCausalReference(pool, layer, q, heads, out) {
-  loadAddon().attendCausalReference(pool, layer, q, heads, out);
+export function attendCausalReference(pool, layer, q, heads, out, attention) {
+  loadAddon().attendCausalReference(pool, layer, q, heads, out, attention);
 }
 
 /**
  * Decode attention over per-KV-head slot lists (the comparison policies): KV head g attends
  * slots[offsets[g] .. offsets[g+1]); see index.d.ts.
  */
-export function attendSlots(pool, layer, q, heads, slots, offsets, out, threads) {
-  loadAddon().attendSlots(pool, layer, q, heads, slots, offsets, out, threads);
+export function attendSlots(pool, layer, q, heads, slots, offsets, out, threads, attention) {
+  loadAddon().attendSlots(pool, layer, q, heads, slots, offsets, out, threads, attention);
 }
 
 /** Scaled attention logits [heads, tokens] of one query against the layer's first `tokens` slots (default all). */
-export function attentionScores(pool, layer, q, heads, out, tokens) {
-  if (tokens === undefined) loadAddon().attentionScores(pool, layer, q, heads, out);
-  else loadAddon().attentionScores(pool, layer, q, heads, out, tokens);
+export function attentionScores(pool, layer, q, heads, out, tokens, attention) {
+  loadAddon().attentionScores(pool, layer, q, heads, out, tokens, attention);
 }
 
 /**
@@ -180,9 +179,9 @@ export function selectH2o(acc, live, kvHeads, C, N, budget, recent, slots, offse
 }
 
 /** h2o: adds one query's softmax mass over each KV head's list (or every slot < n) to acc. */
-export function h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets, threads) {
-  if (slots === undefined) loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, undefined, undefined, threads);
-  else loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets, threads);
+export function h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets, threads, attention) {
+  if (slots === undefined) loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, undefined, undefined, threads, attention);
+  else loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets, threads, attention);
 }
 
 /** quest: extends the page bounds with the stored keys of slots from..to−1. */
@@ -196,8 +195,8 @@ export function selectQuest(q, heads, kvHeads, d, pageMin, pageMax, maxPages, N,
 }
 
 /** snapkv: the kept prompt slots per KV head for a prompt of P tokens voted by the window's queries; returns the total. */
-export function snapkvCompress(pool, layer, obsQ, heads, P, window, budget, kernel, slots, offsets) {
-  return loadAddon().snapkvCompress(pool, layer, obsQ, heads, P, window, budget, kernel, slots, offsets);
+export function snapkvCompress(pool, layer, obsQ, heads, P, window, budget, kernel, slots, offsets, attention) {
+  return loadAddon().snapkvCompress(pool, layer, obsQ, heads, P, window, budget, kernel, slots, offsets, attention);
 }
 
 /** InfiniGen's column energies of one layer for a run of tokens (see index.d.ts); adds to qEnergy / kEnergy. */

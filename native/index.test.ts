@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { NativeError as CommonNativeError } from '../app/common/errors.ts';
 import type { KvPool } from './index.js';
-import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attendSlots, attentionKernel, createKvPool, loadAddon, mapFile, mallocTrim, measureReadBandwidth, setMallocMmapThreshold } from './index.js';
+import type { AttentionArgs } from './index.js';
+import { ADDON_PATH, NativeError, attend, attendCausal, attendCausalReference, attendReference, attendSlots, attentionKernel, attentionScores, createKvPool, createSpeculator, h2oAccumulate, loadAddon, mapFile, mallocTrim, measureReadBandwidth, setMallocMmapThreshold, snapkvCompress } from './index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'longhand-native-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -43,7 +44,7 @@ function randomArray(n: number, seed: number): Float32Array {
 describe('loadAddon', () => {
   it('loads the built addon and exports the ABI it was built for', () => {
     const binding = loadAddon();
-    expect(binding.abiVersion).toBe(17);
+    expect(binding.abiVersion).toBe(18);
     expect(ADDON_PATH).toMatch(/native[/\\]build[/\\]Release[/\\]longhand\.node$/);
     expect(['avx512', 'avx2-fma-f16c', 'portable']).toContain(attentionKernel());
     expect(NativeError).toBe(CommonNativeError); // under a TypeScript loader the facade throws app/common's class
@@ -504,5 +505,188 @@ describe('measureReadBandwidth', () => {
     expectNativeError(() => measureReadBandwidth(1024, 1), 'NATIVE_BAD_ARGUMENT');
     expectNativeError(() => measureReadBandwidth(8 << 20, 0), 'NATIVE_BAD_ARGUMENT');
     expectNativeError(() => measureReadBandwidth(8 << 20, 1, 0), 'NATIVE_BAD_ARGUMENT');
+  });
+});
+
+describe('attention arguments (scale, window, sinks, softcap)', () => {
+  const kvHeads = 2;
+  const heads = 8;
+  const headDim = 16;
+  const tokens = 60;
+  function pool(partialDim = 0): KvPool {
+    const p = createKvPool({ budgetBytes: 1 << 22, layers: 2, kvHeads, headDim, partialDim });
+    // positions 0, 2, 4, ...: a window counts positions, not slots
+    for (let t = 0; t < tokens; t++) p.append(1, randomArray(kvHeads * headDim, 7 * t + 1), randomArray(kvHeads * headDim, 7 * t + 2), 2 * t);
+    return p;
+  }
+  const same = (a: Float32Array, b: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+  function close(a: Float32Array, b: Float32Array) {
+    for (let i = 0; i < a.length; i++) expect(Math.abs(a[i]! - b[i]!)).toBeLessThanOrEqual(1e-5 + 1e-4 * Math.abs(b[i]!));
+  }
+  // the plain-JS attention of one query head over the layer's slots, with the features
+  function plain(p: KvPool, q: Float32Array, h: number, args: AttentionArgs): Float64Array {
+    const g = Math.floor(h / (heads / kvHeads));
+    const scale = args.scale ?? 1 / Math.sqrt(headDim);
+    const t = p.position(1, p.length(1) - 1);
+    const s: number[] = [];
+    const rows: number[] = [];
+    for (let slot = 0; slot < p.length(1); slot++) {
+      const pos = p.position(1, slot);
+      if (args.window && !(pos > t - args.window && pos <= t)) continue;
+      const k = p.readK(1, g, slot);
+      let dot = 0;
+      for (let i = 0; i < headDim; i++) dot += q[h * headDim + i]! * k[i]!;
+      let x = dot * scale;
+      if (args.softcap) x = args.softcap * Math.tanh(x / args.softcap);
+      s.push(x);
+      rows.push(slot);
+    }
+    const m = Math.max(...s);
+    let z = args.sinks ? Math.exp(args.sinks[h]! - m) : 0;
+    for (const x of s) z += Math.exp(x - m);
+    const out = new Float64Array(headDim);
+    rows.forEach((slot, j) => {
+      const v = p.readV(1, g, slot);
+      for (let i = 0; i < headDim; i++) out[i] = out[i]! + (Math.exp(s[j]! - m) / z) * v[i]!;
+    });
+    return out;
+  }
+
+  it('left out, {} or the explicit defaults: the same bits as today (attend, attendCausal, attendSlots, attentionScores)', () => {
+    const p = pool();
+    const q = randomArray(heads * headDim, 11);
+    const base = new Float32Array(heads * headDim);
+    attend(p, 1, q, heads, base);
+    for (const args of [undefined, {}, { scale: 0.25, window: 0, softcap: 0 }, { sinks: new Float32Array(heads).fill(-1e30) }] as (AttentionArgs | undefined)[]) {
+      const out = new Float32Array(heads * headDim);
+      attend(p, 1, q, heads, out, args);
+      expect(same(out, base)).toBe(true);
+      attendCausal(p, 1, q, heads, out, 2, args);
+      expect(same(out, base)).toBe(true);
+    }
+    const slots = new Int32Array(kvHeads * tokens).map((_, i) => i % tokens);
+    const offsets = Int32Array.from({ length: kvHeads + 1 }, (_, g) => g * tokens);
+    const viaSlots = new Float32Array(heads * headDim);
+    attendSlots(p, 1, q, heads, slots, offsets, viaSlots, 1, { scale: 0.25 });
+    expect(same(viaSlots, base)).toBe(true);
+    const s1 = new Float32Array(heads * tokens);
+    const s2 = new Float32Array(heads * tokens);
+    attentionScores(p, 1, q, heads, s1);
+    attentionScores(p, 1, q, heads, s2, undefined, { scale: 0.25 });
+    expect(same(s1, s2)).toBe(true);
+    p.free();
+  });
+
+  for (const [label, args] of [
+    ['scale', { scale: 0.6 }],
+    ['window 1 (only the current token)', { window: 1 }],
+    ['window 9 (positions 0, 2, 4, ...: five tokens)', { window: 9 }],
+    ['window >= context', { window: 1000 }],
+    ['sinks', { sinks: randomArray(heads, 3) }],
+    ['softcap', { softcap: 1.2, scale: 0.5 }],
+    ['everything', { scale: 0.3, window: 21, sinks: randomArray(heads, 4), softcap: 2 }],
+  ] as [string, AttentionArgs][]) {
+    it(`${label}: attend == attendReference == plain JS; attendSlots over every slot == attend`, () => {
+      const p = pool();
+      const q = randomArray(heads * headDim, 12);
+      const out = new Float32Array(heads * headDim);
+      const ref = new Float32Array(heads * headDim);
+      attend(p, 1, q, heads, out, args);
+      attendReference(p, 1, q, heads, ref, args);
+      close(out, ref);
+      for (let h = 0; h < heads; h++) {
+        const want = plain(p, q, h, args);
+        for (let i = 0; i < headDim; i++) expect(Math.abs(ref[h * headDim + i]! - want[i]!)).toBeLessThan(1e-5);
+      }
+      const slots = new Int32Array(kvHeads * tokens).map((_, i) => i % tokens);
+      const offsets = Int32Array.from({ length: kvHeads + 1 }, (_, g) => g * tokens);
+      const viaSlots = new Float32Array(heads * headDim);
+      attendSlots(p, 1, q, heads, slots, offsets, viaSlots, 1, args);
+      close(viaSlots, ref);
+      p.free();
+    });
+  }
+
+  it('attendCausal with a window and soft-cap matches attendCausalReference, and its last query matches attend', () => {
+    const p = pool();
+    const T = 5;
+    const q = randomArray(T * heads * headDim, 13);
+    const args: AttentionArgs = { window: 7, softcap: 1.5, sinks: randomArray(heads, 5) };
+    const out = new Float32Array(q.length);
+    const ref = new Float32Array(q.length);
+    attendCausal(p, 1, q, heads, out, 2, args);
+    attendCausalReference(p, 1, q, heads, ref, args);
+    close(out, ref);
+    const last = new Float32Array(heads * headDim);
+    attend(p, 1, q.subarray((T - 1) * heads * headDim), heads, last, args);
+    expect(same(last, out.subarray((T - 1) * heads * headDim))).toBe(true);
+    p.free();
+  });
+
+  it('h2oAccumulate, snapkvCompress and the speculator take the block too', () => {
+    const p = pool(4);
+    const q = randomArray(heads * headDim, 14);
+    const C = 64;
+    const a1 = new Float32Array(kvHeads * C);
+    const a2 = new Float32Array(kvHeads * C);
+    h2oAccumulate(p, 1, q, heads, a1, C, tokens);
+    h2oAccumulate(p, 1, q, heads, a2, C, tokens, undefined, undefined, 1, { sinks: randomArray(heads, 6).map((x) => x + 3) });
+    // a sink takes part of every head's mass: less is left for the slots
+    const sum = (a: Float32Array) => a.reduce((x, y) => x + y, 0);
+    expect(sum(a1)).toBeCloseTo(heads, 4);
+    expect(sum(a2)).toBeLessThan(sum(a1));
+    const obs = randomArray(4 * heads * headDim, 15);
+    const slots = new Int32Array(kvHeads * 20);
+    const offsets = new Int32Array(kvHeads + 1);
+    expect(snapkvCompress(p, 1, obs, heads, tokens, 4, 20, 5, slots, offsets, { softcap: 1 })).toBe(kvHeads * 20);
+    p.setPartialProjection(1, randomArray(kvHeads * headDim * 4, 16));
+    const layerAttention: (AttentionArgs | undefined)[] = [undefined, { window: 11, sinks: randomArray(heads, 17), softcap: 3 }];
+    const sp = createSpeculator(p, { heads, alpha: 5, cap: 0.5, denseLayers: 1, layerAttention });
+    const qs = randomArray(heads * headDim, 18);
+    sp.begin(1, qs);
+    p.append(1, randomArray(kvHeads * headDim, 19), randomArray(kvHeads * headDim, 20), 2 * tokens);
+    const out = new Float32Array(heads * headDim);
+    const ref = new Float32Array(heads * headDim);
+    sp.attend(1, qs, out);
+    sp.attendReference(1, qs, ref);
+    close(out, ref);
+    const recall = sp.recall(1, qs);
+    expect(recall).toBeGreaterThan(0);
+    expect(recall).toBeLessThanOrEqual(1 + 1e-9);
+    sp.free();
+    p.free();
+  });
+
+  it('a bad block is a NativeError naming the field, with nothing written', () => {
+    const p = pool(4);
+    const q = randomArray(heads * headDim, 21);
+    const out = new Float32Array(heads * headDim).fill(7);
+    const bad: [AttentionArgs, RegExp][] = [
+      [{ sinks: new Float32Array(heads - 1) }, /attention\.sinks must have 8 elements/],
+      [{ sinks: new Float64Array(heads) as unknown as Float32Array }, /attention\.sinks must be a Float32Array/],
+      [{ sinks: new Float32Array(heads).fill(Number.NaN) }, /attention\.sinks\[0\] must be finite/],
+      [{ window: -1 }, /attention\.window must be an integer/],
+      [{ window: 1.5 }, /attention\.window must be an integer/],
+      [{ scale: Number.NaN }, /attention\.scale must be a finite number > 0/],
+      [{ scale: Number.POSITIVE_INFINITY }, /attention\.scale must be a finite number > 0/],
+      [{ scale: 0 }, /attention\.scale/],
+      [{ scale: '0.5' as unknown as number }, /attention\.scale/],
+      [{ softcap: -1 }, /attention\.softcap must be a finite number >= 0/],
+      [{ softcap: Number.NaN }, /attention\.softcap/],
+    ];
+    for (const [args, message] of bad) {
+      expect(expectNativeError(() => attend(p, 1, q, heads, out, args), 'NATIVE_BAD_ARGUMENT').message).toMatch(message);
+      expectNativeError(() => attendCausal(p, 1, q, heads, out, 1, args), 'NATIVE_BAD_ARGUMENT');
+      expectNativeError(() => attentionScores(p, 1, q, heads, new Float32Array(heads * tokens), undefined, args), 'NATIVE_BAD_ARGUMENT');
+    }
+    expect(expectNativeError(() => attend(p, 1, q, heads, out, 5 as unknown as AttentionArgs), 'NATIVE_BAD_ARGUMENT').message).toMatch(/attention must be an object/);
+    expect(Array.from(out).every((x) => x === 7)).toBe(true);
+    expect(
+      expectNativeError(() => createSpeculator(p, { heads, alpha: 5, cap: 0.5, denseLayers: 1, layerAttention: [undefined] }), 'NATIVE_BAD_ARGUMENT').message,
+    ).toMatch(/one entry per layer/);
+    expect(
+      expectNativeError(() => createSpeculator(p, { heads, alpha: 5, cap: 0.5, denseLayers: 1, layerAttention: [undefined, { window: -2 }] }), 'NATIVE_BAD_ARGUMENT').message,
+    ).toMatch(/layerAttention\[1\]\.window/);
+    p.free();
   });
 });

@@ -44,7 +44,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 17;
+constexpr int kAbiVersion = 18;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -156,6 +156,45 @@ Napi::Object object_arg(Napi::Env env, const Napi::Value& v, const char* name) {
   if (!v.IsObject() || v.IsArray() || v.IsFunction()) fail(env, LH_BAD_ARGUMENT, std::string(name) + " must be an object, got " + describe(v));
   return v.As<Napi::Object>();
 }
+
+// The optional trailing `attention` argument of every attention entry point (attention_params.h):
+// { scale?: number; window?: number; sinks?: Float32Array; softcap?: number }, undefined for the
+// default block (scale 1/√headDim, nothing else). `name` prefixes the error messages ("attention" or
+// "layerAttention[3]"). The sinks pointer points into the JS array: valid for the call only.
+lh_attention_params attention_arg(Napi::Env env, const Napi::Value& v, uint32_t head_dim, uint32_t heads, const std::string& name = "attention") {
+  lh_attention_params p = lh_attention_params_default(head_dim);
+  if (v.IsUndefined()) return p;
+  const Napi::Object o = object_arg(env, v, name.c_str());
+  const Napi::Value scale = o.Get("scale");
+  if (!scale.IsUndefined()) {
+    const double x = scale.IsNumber() ? scale.As<Napi::Number>().DoubleValue() : NAN;
+    const float f = static_cast<float>(x);
+    if (!scale.IsNumber() || !std::isfinite(f) || !(f > 0.0f))
+      fail(env, LH_BAD_ARGUMENT, name + ".scale must be a finite number > 0, got " + describe(scale));
+    p.scale = f;
+  }
+  const Napi::Value window = o.Get("window");
+  if (!window.IsUndefined()) p.window = u32_arg(env, window, (name + ".window").c_str(), 0, LH_MAX_TOKENS);
+  const Napi::Value softcap = o.Get("softcap");
+  if (!softcap.IsUndefined()) {
+    const double x = softcap.IsNumber() ? softcap.As<Napi::Number>().DoubleValue() : NAN;
+    const float f = static_cast<float>(x);
+    if (!softcap.IsNumber() || !std::isfinite(f) || f < 0.0f)
+      fail(env, LH_BAD_ARGUMENT, name + ".softcap must be a finite number >= 0 (0: off), got " + describe(softcap));
+    p.softcap = f;
+  }
+  const Napi::Value sinks = o.Get("sinks");
+  if (!sinks.IsUndefined()) {
+    const Napi::Float32Array a = f32_arg(env, sinks, (name + ".sinks").c_str(), heads);
+    for (uint32_t h = 0; h < heads; ++h)
+      if (!std::isfinite(a[h])) fail(env, LH_BAD_ARGUMENT, name + ".sinks[" + std::to_string(h) + "] must be finite, got " + describe(Napi::Number::New(env, a[h])));
+    p.sinks = a.Data();
+  }
+  return p;
+}
+
+// The trailing argument info[i], or undefined past the end.
+Napi::Value arg_or_undefined(const Napi::CallbackInfo& info, size_t i) { return info.Length() > i ? info[i] : info.Env().Undefined(); }
 
 // ---------------------------------------------------------------------------------------------
 // KvPool
@@ -782,11 +821,19 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
     a.heads = heads;
     a.kv_heads = p->kv_heads;
     a.head_dim = p->head_dim;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(p->head_dim));
     a.kv_type = p->kv_type;
     a.k_scale = lh_kv_pool_k_scales(p, layer);  // int8: (kv_head, capacity); null otherwise
     a.v_scale = lh_kv_pool_v_scales(p, layer);
     const uint32_t queries = static_cast<uint32_t>(n / width);
+    // the trailing attention block: attendCausal's 7th argument (after threads), the others' 6th
+    const lh_attention_params attn = attention_arg(env, arg_or_undefined(info, kind == AttendKind::kCausal ? 6 : 5), p->head_dim, heads);
+    lh_attention_args_set_params(&a, &attn);
+    if (a.window != 0) {
+      // decode: the query is the layer's latest token; a chunk's queries are its last `queries` slots,
+      // each at its own slot's position (the kernel reads those)
+      a.positions = lh_kv_pool_positions(p, layer);  // (kv_head, capacity), indexed like the rows
+      a.query_position = a.positions[queries == 1 ? lh_kv_pool_last_slot(p, layer) : static_cast<int32_t>(tokens - 1)];
+    }
     // attendCausal's optional 6th argument: threads for the chunk's queries, or for one query's KV
     // heads (default 1)
     const uint32_t threads = kind == AttendKind::kCausal && info.Length() > 5 && !info[5].IsUndefined()
@@ -837,9 +884,9 @@ Napi::Value AttendSlots(const Napi::CallbackInfo& info) {
     if (off[0] != 0) fail(env, LH_BAD_ARGUMENT, "offsets[0] must be 0");
     // optional 8th argument: threads over the KV heads (default 1)
     const uint32_t threads = info.Length() > 7 && !info[7].IsUndefined() ? u32_arg(env, info[7], "threads", 1, LH_MAX_ATTENTION_THREADS) : 1;
+    const lh_attention_params attn = attention_arg(env, arg_or_undefined(info, 8), p->head_dim, heads);
     // the listed rows are read in place (no scratch)
-    const lh_status st = lh_attention_slots(p, layer, q.Data(), heads, slots.Data(), off.data(), 1.0f / std::sqrt(static_cast<float>(p->head_dim)),
-                                            out.Data(), threads);
+    const lh_status st = lh_attention_slots(p, layer, q.Data(), heads, slots.Data(), off.data(), &attn, out.Data(), threads);
     if (st != LH_OK) fail(env, st, "attendSlots: a slot outside the layer's tokens, or q and out share memory");
     return env.Undefined();
   });
@@ -858,7 +905,8 @@ Napi::Value AttentionScores(const Napi::CallbackInfo& info) {
     const uint32_t tokens = info[5].IsUndefined() ? len : u32_arg(env, info[5], "tokens", 0, len);
     const Napi::Float32Array q = f32_arg(env, info[2], "q", static_cast<size_t>(heads) * p->head_dim);
     Napi::Float32Array out = f32_arg(env, info[4], "out", static_cast<size_t>(heads) * tokens);
-    const lh_status st = lh_attention_scores(p, layer, q.Data(), heads, tokens, 1.0f / std::sqrt(static_cast<float>(p->head_dim)), out.Data());
+    const lh_attention_params attn = attention_arg(env, arg_or_undefined(info, 6), p->head_dim, heads);
+    const lh_status st = lh_attention_scores(p, layer, q.Data(), heads, tokens, &attn, out.Data());
     if (st != LH_OK) fail(env, st, "attentionScores failed");
     return env.Undefined();
   });
@@ -1019,8 +1067,9 @@ Napi::Value H2oAccumulate(const Napi::CallbackInfo& info) {
     static thread_local std::vector<float> logits;
     const size_t need = lh_h2o_scratch_floats(longest) * std::min(threads, p->kv_heads);
     if (logits.size() < need) logits.resize(need);
+    const lh_attention_params attn = attention_arg(env, arg_or_undefined(info, 10), p->head_dim, heads);
     const lh_status st = lh_h2o_accumulate(p, layer, q.Data(), heads, acc.Data(), C, n, slots, slots == nullptr ? nullptr : off.data(),
-                                           1.0f / std::sqrt(static_cast<float>(p->head_dim)), logits.data(), logits.size(), threads);
+                                           &attn, logits.data(), logits.size(), threads);
     if (st != LH_OK) fail(env, st, "h2oAccumulate: a slot outside the layer's tokens or C");
     return env.Undefined();
   });
@@ -1101,8 +1150,8 @@ Napi::Value SnapkvCompress(const Napi::CallbackInfo& info) {
     std::vector<uint32_t> off(p->kv_heads + 1);
     size_t bytes = 0;
     uint8_t* scratch = select_scratch(P, &bytes);
-    const lh_status st = lh_snapkv_compress(p, layer, obs.Data(), heads, P, window, budget, kernel, 1.0f / std::sqrt(static_cast<float>(p->head_dim)),
-                                            slots.Data(), off.data(), scratch, bytes);
+    const lh_attention_params attn = attention_arg(env, arg_or_undefined(info, 10), p->head_dim, heads);
+    const lh_status st = lh_snapkv_compress(p, layer, obs.Data(), heads, P, window, budget, kernel, &attn, slots.Data(), off.data(), scratch, bytes);
     if (st != LH_OK) fail(env, st, "snapkvCompress: bad arguments");
     copy_offsets(off, offsets);
     return Napi::Number::New(env, off[p->kv_heads]);
@@ -1311,6 +1360,19 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
       cfg.scale = sc.IsNumber() ? sc.As<Napi::Number>().DoubleValue() : 1.0 / std::sqrt(static_cast<double>(p->head_dim));
       const Napi::Value it = o.Get("inlineThreads");
       cfg.inline_threads = it.IsUndefined() ? 0 : u32_arg(env_, it, "inlineThreads", 0, LH_MAX_RANGE_THREADS);
+      // layerAttention?: one attention block per layer (undefined entries: the default), copied by
+      // lh_speculator_create; the sinks arrays are read before this constructor returns
+      std::vector<lh_attention_params> layer_attention;
+      const Napi::Value la = o.Get("layerAttention");
+      if (!la.IsUndefined()) {
+        if (!la.IsArray()) fail(env_, LH_BAD_ARGUMENT, "layerAttention must be an array of one attention block per layer, got " + describe(la));
+        const Napi::Array arr = la.As<Napi::Array>();
+        if (arr.Length() != p->layers)
+          fail(env_, LH_BAD_ARGUMENT, "layerAttention must have one entry per layer (" + std::to_string(p->layers) + "), has " + std::to_string(arr.Length()));
+        for (uint32_t l = 0; l < p->layers; ++l)
+          layer_attention.push_back(attention_arg(env_, arr.Get(l), p->head_dim, cfg.heads, "layerAttention[" + std::to_string(l) + "]"));
+        cfg.layer_attention = layer_attention.data();
+      }
       pool_ref_ = Napi::Persistent(info[0].As<Napi::Object>());  // keeps the pool object alive
       heads_ = cfg.heads;
       d_ = p->head_dim;

@@ -280,8 +280,17 @@ struct Avx2Tile {
   // 16) per-lane partial denominators, bad (16); kb / vb (16, dp) the tile's rows (rows n..15
   // zero); sc, vs (16) row scales (lanes n..15 zero). Scores two heads at a time; the correction
   // exp for 8 heads at once; P·V two heads at a time (8 accumulators + 4 V vectors of 16 registers).
+  // Soft-capped lanes: cap · tanh(x / cap) per lane, scalar (the capped kernels only).
+  static inline __m256 softcap(__m256 x, float cap) {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, x);
+    for (float& e : v) e = lh_attention_softcap(e, cap);
+    return _mm256_load_ps(v);
+  }
+  // kCap: the scaled scores are soft-capped (cap > 0) before the tail mask and the max.
+  template <bool kCap = false>
   static inline void heads_tile(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
-                                const float* sc, const float* vs, float* m, float* l, bool* bad) {
+                                const float* sc, const float* vs, float* m, float* l, bool* bad, float cap = 0.0f) {
     alignas(32) float p[kHeadBatchLanes * kRowTileLanes];  // (nb, 16) weights
     alignas(32) float corr[kHeadBatchLanes];               // (16) accumulator corrections
     alignas(32) float sub[kHeadBatchLanes];                // (16) what each head's scores are shifted by
@@ -299,8 +308,13 @@ struct Avx2Tile {
         tmax[j] = -INFINITY;
         continue;
       }
-      s[j][0] = mask_tail(_mm256_mul_ps(s[j][0], sc0), static_cast<int32_t>(n));  // rows past n: -inf, weight 0
-      s[j][1] = mask_tail(_mm256_mul_ps(s[j][1], sc1), static_cast<int32_t>(n) - 8);
+      if constexpr (kCap) {
+        s[j][0] = mask_tail(softcap(_mm256_mul_ps(s[j][0], sc0), cap), static_cast<int32_t>(n));
+        s[j][1] = mask_tail(softcap(_mm256_mul_ps(s[j][1], sc1), cap), static_cast<int32_t>(n) - 8);
+      } else {
+        s[j][0] = mask_tail(_mm256_mul_ps(s[j][0], sc0), static_cast<int32_t>(n));  // rows past n: -inf, weight 0
+        s[j][1] = mask_tail(_mm256_mul_ps(s[j][1], sc1), static_cast<int32_t>(n) - 8);
+      }
       if (any_bad(s[j][0]) || any_bad(s[j][1])) bad[j] = true;
       tmax[j] = hmax(_mm256_max_ps(s[j][0], s[j][1]));
     }
@@ -490,8 +504,15 @@ struct Avx512Tile {
   // scales. Scores two heads at a time; the online-softmax step for all heads at once where it is
   // per head (tile max by one max tree over the heads, one exp for every head's correction); the
   // weights' exp per head; P·V four heads at a time.
+  LH_AVX512 static inline __m512 softcap(__m512 x, float cap) {
+    alignas(64) float v[16];
+    _mm512_store_ps(v, x);
+    for (float& e : v) e = lh_attention_softcap(e, cap);
+    return _mm512_load_ps(v);
+  }
+  template <bool kCap = false>
   LH_AVX512 static inline void heads_tile(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
-                                          const float* sc, const float* vs, float* m, float* l, bool* bad) {
+                                          const float* sc, const float* vs, float* m, float* l, bool* bad, float cap = 0.0f) {
     alignas(64) float p[kHeadBatchLanes * kRowTileLanes];  // (nb, 16) weights
     alignas(64) float corr[kHeadBatchLanes];               // (16) accumulator corrections
     alignas(64) float sub[kHeadBatchLanes];                // (16) what each head's scores are shifted by
@@ -504,7 +525,8 @@ struct Avx512Tile {
     const __mmask16 live = first_lanes(n);
     for (j = 0; j < kHeadBatchLanes; ++j) {
       if (j < nb) {
-        s[j] = _mm512_mask_blend_ps(live, ninf, _mm512_mul_ps(s[j], scv));  // rows past n: -inf, weight 0
+        if constexpr (kCap) s[j] = _mm512_mask_blend_ps(live, ninf, softcap(_mm512_mul_ps(s[j], scv), cap));
+        else s[j] = _mm512_mask_blend_ps(live, ninf, _mm512_mul_ps(s[j], scv));  // rows past n: -inf, weight 0
         if ((_mm512_cmp_ps_mask(s[j], s[j], _CMP_UNORD_Q) | _mm512_cmp_ps_mask(s[j], pinf, _CMP_EQ_OQ)) != 0) bad[j] = true;
       }
       slot[4 * (j % 4) + j / 4] = j < nb ? s[j] : ninf;
@@ -558,6 +580,21 @@ inline void prefetch_rows(const T* base, const int32_t* rows, uint32_t from, uin
 // Asks for the int8 scales of rows rows[from..to) (one float each, scattered like the rows).
 inline void prefetch_scales(const float* base, const int32_t* rows, uint32_t from, uint32_t to) {
   for (uint32_t t = from; t < to; ++t) __builtin_prefetch(base + rows[t], 0, kRowPrefetchLocality);
+}
+
+// The outputs of KV head g's query heads from their accumulators (out), maxes m and denominators l:
+// out · 1/l, the sink (if any) joining l as e^{sink − m}. A head with m = −inf (no finite score) is
+// NaN: without a sink through 0 · (1/0), with one explicitly.
+inline void finish_online(const lh_attention_args* a, uint32_t g, uint32_t group, const float* m, const float* l) {
+  const size_t d = a->head_dim;
+  for (uint32_t j = 0; j < group; ++j) {
+    const size_t h = static_cast<size_t>(g) * group + j;
+    float* out = a->out + h * d;
+    float den = l[j];
+    if (a->sinks != nullptr) den = m[j] == -INFINITY ? NAN : den + std::exp(a->sinks[h] - m[j]);
+    const float inv = 1.0f / den;
+    for (size_t i = 0; i < d; ++i) out[i] *= inv;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -631,11 +668,79 @@ inline __attribute__((always_inline)) void decode_online(const lh_attention_args
         m[j] = m_new;
       }
     }
+    finish_online(a, g, group, m, l);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// decode_online with a sliding window and/or soft-capped logits (attention_params.h): each tile
+// takes the next kTile rows of the list (or of 0..tokens−1) that lie inside the window, and each
+// score is capped after scaling. Otherwise the same online softmax; no prefetching (the window
+// keeps the rows few and recent).
+// ---------------------------------------------------------------------------------------------
+template <class Ops, class T, bool kIndexed>
+inline __attribute__((always_inline)) void decode_online_ext(const lh_attention_args* a) {
+  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
+  const uint32_t group = a->heads / a->kv_heads;
+  const size_t d = a->head_dim;
+  const size_t scale_stride = a->head_stride / d;  // rows per KV head stride (int8 scales, positions)
+  const bool capped = a->softcap != 0.0f;
+  const int64_t newest = a->query_position, oldest = newest - static_cast<int64_t>(a->window);  // visible: (oldest, newest]
+  float m[LH_MAX_HEADS];  // (group) running max
+  float l[LH_MAX_HEADS];  // (group) running denominator
+  float s[kTile];         // (tile) scores of one head
+  size_t vis[kTile];      // (tile) the tile's rows, inside the window
+  for (uint32_t g = 0; g < a->kv_heads; ++g) {
+    const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;
+    const T* vg = static_cast<const T*>(a->v) + g * a->head_stride;
+    const int32_t* rows = kIndexed ? a->rows + g * a->rows_stride : nullptr;
+    const float* ksg = kInt8 ? a->k_scale + g * scale_stride : nullptr;
+    const float* vsg = kInt8 ? a->v_scale + g * scale_stride : nullptr;
+    const int32_t* pg = a->window != 0 ? a->positions + g * scale_stride : nullptr;  // (rows) positions
     for (uint32_t j = 0; j < group; ++j) {
+      m[j] = -INFINITY;
+      l[j] = 0.0f;
       float* out = a->out + (static_cast<size_t>(g) * group + j) * d;
-      const float inv = 1.0f / l[j];
-      for (size_t i = 0; i < d; ++i) out[i] *= inv;
+      for (size_t i = 0; i < d; ++i) out[i] = 0.0f;
     }
+    uint32_t src = 0;
+    for (;;) {
+      uint32_t n = 0;
+      while (n < kTile && src < a->tokens) {
+        const size_t r = kIndexed ? static_cast<size_t>(rows[src]) : src;
+        ++src;
+        if (pg != nullptr && (pg[r] <= oldest || pg[r] > newest)) continue;
+        vis[n++] = r;
+      }
+      if (n == 0) break;
+      for (uint32_t j = 0; j < group; ++j) {
+        const size_t h = static_cast<size_t>(g) * group + j;
+        const float* q = a->q + h * d;
+        float* out = a->out + h * d;
+        float tile_max = -INFINITY;
+        for (uint32_t t = 0; t < n; ++t) {
+          const size_t r = vis[t];
+          if constexpr (kInt8) s[t] = Ops::dot(q, kg + r * d, d) * ksg[r] * a->scale;
+          else s[t] = Ops::dot(q, kg + r * d, d) * a->scale;
+          if (capped) s[t] = lh_attention_softcap(s[t], a->softcap);
+          tile_max = max_nan(tile_max, s[t]);
+        }
+        const float m_new = max_nan(m[j], tile_max);
+        const bool none = m_new == -INFINITY;
+        const float corr = none ? 1.0f : std::exp(m[j] - m_new);
+        if (corr != 1.0f) {
+          l[j] *= corr;
+          Ops::scale(out, corr, d);
+        }
+        for (uint32_t t = 0; t < n; ++t) {
+          const float p = none ? 0.0f : std::exp(s[t] - m_new);
+          l[j] += p;
+          Ops::axpy(out, kInt8 ? p * vsg[vis[t]] : p, vg + vis[t] * d, d);
+        }
+        m[j] = m_new;
+      }
+    }
+    finish_online(a, g, group, m, l);
   }
 }
 
@@ -679,13 +784,17 @@ inline __attribute__((always_inline)) void fill_tile(const lh_attention_args* a,
 
 // A grouped head's output (head_dim floats) from its accumulator (dp floats) and softmax state:
 // NaN for a head that saw a NaN or +inf score or only −inf ones, like the reference.
+// sink: the head's sink logit (joins the denominator as e^{sink − m}), or null.
 template <class Ops>
-inline __attribute__((always_inline)) void finish_head(float* out, const float* acc, size_t d, float m, const float* l, bool bad) {
+inline __attribute__((always_inline)) void finish_head(float* out, const float* acc, size_t d, float m, const float* l, bool bad,
+                                                       const float* sink) {
   if (bad || m == -INFINITY) {
     for (size_t i = 0; i < d; ++i) out[i] = NAN;
     return;
   }
-  const float inv = 1.0f / Ops::denominator(l);
+  float den = Ops::denominator(l);
+  if (sink != nullptr) den += std::exp(*sink - m);
+  const float inv = 1.0f / den;
   for (size_t i = 0; i < d; ++i) out[i] = acc[i] * inv;
 }
 
@@ -748,7 +857,70 @@ inline __attribute__((always_inline)) void decode_grouped(const lh_attention_arg
         fill_tile<Ops>(a, kg, vg, ksg, vsg, n, [&](uint32_t t) { return kIndexed ? static_cast<size_t>(rows[t0 + t]) : t0 + t; }, dp, kb, vb, sc, vs);
         Ops::heads_tile(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad);
       }
-      for (uint32_t j = 0; j < nb; ++j) finish_head<Ops>(a->out + (head0 + j) * d, acc + j * dp, d, m[j], l + j * kRowTile, bad[j]);
+      for (uint32_t j = 0; j < nb; ++j)
+        finish_head<Ops>(a->out + (head0 + j) * d, acc + j * dp, d, m[j], l + j * kRowTile, bad[j], a->sinks != nullptr ? a->sinks + head0 + j : nullptr);
+    }
+  }
+}
+
+// decode_grouped with a sliding window and/or soft-capped logits: each tile takes the next kRowTile
+// rows of the list (or of 0..tokens−1) inside the window; heads_tile caps the scaled scores.
+template <class Ops, class T, bool kIndexed, bool kCap>
+inline __attribute__((always_inline)) void decode_grouped_ext(const lh_attention_args* a) {
+  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
+  constexpr size_t L = Ops::kLanes;
+  const uint32_t group = a->heads / a->kv_heads;
+  const size_t d = a->head_dim;
+  const size_t dp = (d + L - 1) / L * L;
+  const size_t scale_stride = a->head_stride / d;
+  const int64_t newest = a->query_position, oldest = newest - static_cast<int64_t>(a->window);  // visible: (oldest, newest]
+  alignas(64) float kb[kRowTile * kTileMaxDim];
+  alignas(64) float vb[kRowTile * kTileMaxDim];
+  alignas(64) float qb[kHeadBatch * kTileMaxDim];
+  alignas(64) float acc[kHeadBatch * kTileMaxDim];
+  alignas(64) float sc[kRowTile];
+  alignas(64) float vs[kRowTile];
+  alignas(64) float m[kHeadBatch];
+  alignas(64) float l[kHeadBatch * kRowTile];
+  bool bad[kHeadBatch];
+  size_t vis[kRowTile];  // (tile) the tile's rows, inside the window
+  for (uint32_t g = 0; g < a->kv_heads; ++g) {
+    const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;
+    const T* vg = static_cast<const T*>(a->v) + g * a->head_stride;
+    const int32_t* rows = kIndexed ? a->rows + g * a->rows_stride : nullptr;
+    const float* ksg = kInt8 ? a->k_scale + g * scale_stride : nullptr;
+    const float* vsg = kInt8 ? a->v_scale + g * scale_stride : nullptr;
+    const int32_t* pg = a->window != 0 ? a->positions + g * scale_stride : nullptr;
+    for (uint32_t h0 = 0; h0 < group; h0 += kHeadBatch) {
+      const uint32_t nb = group - h0 < kHeadBatch ? group - h0 : kHeadBatch;
+      const size_t head0 = static_cast<size_t>(g) * group + h0;
+      for (uint32_t j = 0; j < nb; ++j) {
+        const float* q = a->q + (head0 + j) * d;
+        for (size_t i = 0; i < dp; ++i) {
+          qb[j * dp + i] = i < d ? q[i] : 0.0f;
+          acc[j * dp + i] = 0.0f;
+        }
+      }
+      for (uint32_t j = 0; j < kHeadBatch; ++j) {
+        m[j] = -INFINITY;
+        for (uint32_t i = 0; i < kRowTile; ++i) l[j * kRowTile + i] = 0.0f;
+        bad[j] = false;
+      }
+      uint32_t src = 0;
+      for (;;) {
+        uint32_t n = 0;
+        while (n < kRowTile && src < a->tokens) {
+          const size_t r = kIndexed ? static_cast<size_t>(rows[src]) : src;
+          ++src;
+          if (pg != nullptr && (pg[r] <= oldest || pg[r] > newest)) continue;
+          vis[n++] = r;
+        }
+        if (n == 0) break;
+        fill_tile<Ops>(a, kg, vg, ksg, vsg, n, [&](uint32_t t) { return vis[t]; }, dp, kb, vb, sc, vs);
+        Ops::template heads_tile<kCap>(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad, a->softcap);
+      }
+      for (uint32_t j = 0; j < nb; ++j)
+        finish_head<Ops>(a->out + (head0 + j) * d, acc + j * dp, d, m[j], l + j * kRowTile, bad[j], a->sinks != nullptr ? a->sinks + head0 + j : nullptr);
     }
   }
 }
@@ -765,7 +937,7 @@ inline __attribute__((always_inline)) void decode_grouped(const lh_attention_arg
 // at n), so each query's output is decode's bit for bit, whatever the batch or thread.
 // Batches first, first + step, ... (of every KV head) run here.
 // ---------------------------------------------------------------------------------------------
-template <class Ops, class T>
+template <class Ops, class T, bool kCap>
 inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
   constexpr bool kInt8 = std::is_same<T, int8_t>::value;
   constexpr size_t L = Ops::kLanes;
@@ -791,6 +963,7 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
   bool run_bad[kHeadBatch];
   uint32_t rows_of[kHeadBatch];                    // (batch heads) rows each virtual head attends
   size_t at[kHeadBatch];                           // (batch heads) float offset of its q and out
+  uint32_t head_of[kHeadBatch];                    // (batch heads) its query head (for its sink)
   for (uint32_t g = 0; g < a->kv_heads; ++g) {
     const T* kg = static_cast<const T*>(a->k) + g * a->head_stride;  // (rows, head_dim)
     const T* vg = static_cast<const T*>(a->v) + g * a->head_stride;
@@ -804,6 +977,7 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
         const uint32_t i = static_cast<uint32_t>(v / group), h = static_cast<uint32_t>(v % group);
         rows_of[j] = before + i + 1;
         at[j] = i * width + (static_cast<size_t>(g) * group + h) * d;
+        head_of[j] = g * group + h;
         for (size_t e = 0; e < dp; ++e) {
           qb[j * dp + e] = e < d ? a->q[at[j] + e] : 0.0f;
           acc[j * dp + e] = 0.0f;
@@ -825,7 +999,7 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
           uint32_t end = j + 1;
           while (end < nb && (rows_of[end] - t0 < kRowTile ? rows_of[end] - t0 : kRowTile) == n) ++end;
           if (j == 0 && end == nb) {
-            Ops::heads_tile(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad);
+            Ops::template heads_tile<kCap>(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad, a->softcap);
           } else {
             const uint32_t rn = end - j;
             for (uint32_t k = 0; k < kHeadBatch; ++k) run_m[k] = k < rn ? m[j + k] : -INFINITY;
@@ -833,7 +1007,7 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
               for (uint32_t e = 0; e < kRowTile; ++e) run_l[k * kRowTile + e] = l[(j + k) * kRowTile + e];
               run_bad[k] = bad[j + k];
             }
-            Ops::heads_tile(qb + j * dp, acc + j * dp, rn, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, run_m, run_l, run_bad);
+            Ops::template heads_tile<kCap>(qb + j * dp, acc + j * dp, rn, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, run_m, run_l, run_bad, a->softcap);
             for (uint32_t k = 0; k < rn; ++k) {
               m[j + k] = run_m[k];
               for (uint32_t e = 0; e < kRowTile; ++e) l[(j + k) * kRowTile + e] = run_l[k * kRowTile + e];
@@ -843,22 +1017,49 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
           j = end;
         }
       }
-      for (uint32_t j = 0; j < nb; ++j) finish_head<Ops>(a->out + at[j], acc + j * dp, d, m[j], l + j * kRowTile, bad[j]);
+      for (uint32_t j = 0; j < nb; ++j)
+        finish_head<Ops>(a->out + at[j], acc + j * dp, d, m[j], l + j * kRowTile, bad[j], a->sinks != nullptr ? a->sinks + head_of[j] : nullptr);
     }
   }
 }
 
 template <class Ops>
 inline __attribute__((always_inline)) void prefill_grouped_typed(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
+  if (a->softcap != 0.0f) {
+    switch (a->kv_type) {
+      case LH_KV_F32: prefill_grouped<Ops, float, true>(a, queries, first, step); break;
+      case LH_KV_I8: prefill_grouped<Ops, int8_t, true>(a, queries, first, step); break;
+      default: prefill_grouped<Ops, uint16_t, true>(a, queries, first, step); break;
+    }
+    return;
+  }
   switch (a->kv_type) {
-    case LH_KV_F32: prefill_grouped<Ops, float>(a, queries, first, step); break;
-    case LH_KV_I8: prefill_grouped<Ops, int8_t>(a, queries, first, step); break;
-    default: prefill_grouped<Ops, uint16_t>(a, queries, first, step); break;
+    case LH_KV_F32: prefill_grouped<Ops, float, false>(a, queries, first, step); break;
+    case LH_KV_I8: prefill_grouped<Ops, int8_t, false>(a, queries, first, step); break;
+    default: prefill_grouped<Ops, uint16_t, false>(a, queries, first, step); break;
   }
 }
 
+// The window / soft-cap variants, one instantiation per (element type, listed rows, capped).
+template <class Ops, bool kIndexed>
+inline __attribute__((always_inline)) void run_grouped_ext(const lh_attention_args* a) {
+  const bool cap = a->softcap != 0.0f;
+  switch (a->kv_type) {
+    case LH_KV_F32: cap ? decode_grouped_ext<Ops, float, kIndexed, true>(a) : decode_grouped_ext<Ops, float, kIndexed, false>(a); break;
+    case LH_KV_I8: cap ? decode_grouped_ext<Ops, int8_t, kIndexed, true>(a) : decode_grouped_ext<Ops, int8_t, kIndexed, false>(a); break;
+    default: cap ? decode_grouped_ext<Ops, uint16_t, kIndexed, true>(a) : decode_grouped_ext<Ops, uint16_t, kIndexed, false>(a); break;
+  }
+}
+
+// Whether args ask for the window / soft-cap variants (sinks alone run the plain kernels).
+inline bool needs_ext(const lh_attention_args* a) { return a->window != 0 || a->softcap != 0.0f; }
+
 template <class Ops, bool kIndexed>
 inline __attribute__((always_inline)) void run_grouped_typed(const lh_attention_args* a) {
+  if (needs_ext(a)) {
+    run_grouped_ext<Ops, kIndexed>(a);
+    return;
+  }
   switch (a->kv_type) {
     case LH_KV_F32: decode_grouped<Ops, float, kIndexed>(a); break;
     case LH_KV_I8: decode_grouped<Ops, int8_t, kIndexed>(a); break;
@@ -869,6 +1070,14 @@ inline __attribute__((always_inline)) void run_grouped_typed(const lh_attention_
 // One instantiation per (row operations, element type, listed rows or not).
 template <class Ops, bool kIndexed>
 inline __attribute__((always_inline)) void run_typed(const lh_attention_args* a) {
+  if (needs_ext(a)) {
+    switch (a->kv_type) {
+      case LH_KV_F32: decode_online_ext<Ops, float, kIndexed>(a); break;
+      case LH_KV_I8: decode_online_ext<Ops, int8_t, kIndexed>(a); break;
+      default: decode_online_ext<Ops, uint16_t, kIndexed>(a); break;
+    }
+    return;
+  }
   switch (a->kv_type) {
     case LH_KV_F32: decode_online<Ops, float, kIndexed>(a); break;
     case LH_KV_I8: decode_online<Ops, int8_t, kIndexed>(a); break;
@@ -982,6 +1191,11 @@ static lh_status check_queries(const lh_attention_args* a, uint32_t queries) {
   if (overlaps(a->out, qo_bytes, a->q, qo_bytes) || overlaps(a->out, qo_bytes, a->k, kv_bytes) ||
       overlaps(a->out, qo_bytes, a->v, kv_bytes))
     return LH_BAD_ARGUMENT;
+  if (!std::isfinite(a->softcap) || a->softcap < 0.0f) return LH_BAD_ARGUMENT;
+  if (a->window != 0) {
+    // positions are indexed like the rows
+    if (a->positions == nullptr || a->head_stride % a->head_dim != 0) return LH_BAD_ARGUMENT;
+  }
   if (a->kv_type == LH_KV_I8) {
     // scales are indexed like the rows: one per head_dim elements of each head's stride
     if (a->k_scale == nullptr || a->v_scale == nullptr || a->head_stride % a->head_dim != 0) return LH_BAD_ARGUMENT;
@@ -1098,6 +1312,8 @@ void decode_kv_heads(void* ctx, uint32_t g0, uint32_t g1) {
     part.k_scale = a->k_scale + g0 * (a->head_stride / d);
     part.v_scale = a->v_scale + g0 * (a->head_stride / d);
   }
+  if (a->sinks != nullptr) part.sinks = a->sinks + qo_at / d;
+  if (a->window != 0) part.positions = a->positions + g0 * (a->head_stride / d);
   run_impl(&part, s->impl);
 }
 }  // namespace
@@ -1148,7 +1364,7 @@ namespace {
 // query), 1 AVX2, 2 AVX-512 — the kernel decode would run, so the bits are decode's.
 int grouped_prefill_kind(const lh_attention_args* a, lh_attention_impl impl) {
 #ifdef LH_X86
-  if (a->head_dim > kTileMaxDim || impl == LH_ATTN_AVX2_PER_HEAD) return 0;
+  if (a->head_dim > kTileMaxDim || impl == LH_ATTN_AVX2_PER_HEAD || a->window != 0) return 0;  // a window: each query its own rows
   if (impl == LH_ATTN_AVX512 || (impl == LH_ATTN_AUTO && cpu_has_avx512())) return 2;
   if ((impl == LH_ATTN_AVX2 || (impl == LH_ATTN_AUTO && cpu_has_avx2())) && a->heads != a->kv_heads) return 1;
 #else
@@ -1185,6 +1401,7 @@ void prefill_queries(const lh_attention_args* a, uint32_t queries, uint32_t firs
     one.q = a->q + i * width;
     one.out = a->out + i * width;
     one.tokens = a->tokens - queries + i + 1;
+    if (a->window != 0) one.query_position = a->positions[one.tokens - 1];  // the query's own row (KV head 0's)
     run_impl(&one, impl);
   }
 }

@@ -25,12 +25,26 @@
 //         attention reads a selected subset of the pool's rows in place, in the listed order
 //         (decode only; every index must lie inside head_stride)
 //   out : (heads, head_dim)                         fp32; must not overlap q, k or v
+//
+// Optional features (attention_params.h; each off when its field is zero, which is what an aggregate
+// or `{}` initializer leaves, so older call sites keep today's bits):
+//   softcap : > 0: every scaled logit becomes softcap · tanh(s / softcap) before the softmax
+//   sinks   : (heads) one logit per query head joining the softmax denominator (no value row)
+//   window  : > 0: a row takes part only if its position p satisfies query_position − window < p <=
+//             query_position; rows outside are not read. positions (kv_heads, head_stride / head_dim)
+//             int32 gives each row's position, indexed like the rows and the int8 scales (head_stride
+//             must then be a multiple of head_dim). Prefill: query i is at its own row's position,
+//             positions[tokens − queries + i] (KV head 0's; query_position is not read).
+// Without window and softcap the kernels run exactly today's code; sinks only change each head's
+// final normalisation. The window runs as a filtered row list (each tile takes the next visible rows),
+// softcap as a capped score step in the same tiles; a windowed prefill is one decode per query.
 // The kernel allocates nothing and writes nothing outside out.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "attention_params.h"
 #include "kv_pool.h"
 #include "status.h"
 
@@ -53,7 +67,22 @@ struct lh_attention_args {
   size_t rows_stride;    // >= tokens when rows is set
   const float* k_scale;  // int8: (kv_heads, head_stride / head_dim) scale of each key row; else ignored
   const float* v_scale;  // int8: (kv_heads, head_stride / head_dim) scale of each value row; else ignored
+  // attention_params.h features (above); zero = off
+  const float* sinks;        // (heads) sink logit of each query head, or null
+  float softcap;             // 0: off; else > 0, finite
+  uint32_t window;           // 0: none
+  const int32_t* positions;  // window > 0: (kv_heads, head_stride / head_dim) position of each row
+  int32_t query_position;    // window > 0, decode: position of the query (prefill: each query's own row's)
 };
+
+// Copies a parameter block's scale, sinks, softcap and window into args (positions and query_position
+// stay the caller's: they come from where the rows live).
+inline void lh_attention_args_set_params(lh_attention_args* a, const lh_attention_params* p) {
+  a->scale = p->scale;
+  a->sinks = p->sinks;
+  a->softcap = p->softcap;
+  a->window = p->window;
+}
 
 enum lh_attention_impl {
   LH_ATTN_AUTO = 0,      // the best one this CPU runs

@@ -248,6 +248,8 @@ struct lh_speculator {
   uint64_t* bits;         // (capacity / 64 rounded up) zero between uses: the reuse cache's slot marks
   int32_t* sel;           // (kv_head, capacity)
   uint32_t* sel_n;        // (layer) latest n
+  lh_attention_params* attn;  // (layer) each layer's attention block (sinks pointing into attn_sinks)
+  float* attn_sinks;          // (layer, heads) copies of the layers' sinks (where set)
   // queue
   uint32_t* queue;        // (layers) ring
   uint32_t q_head, q_count;
@@ -721,6 +723,8 @@ void lh_speculator_destroy(lh_speculator* sp) {
   std::free(sp->sel);
   std::free(sp->sel_n);
   std::free(sp->queue);
+  std::free(sp->attn);
+  std::free(sp->attn_sinks);
   std::free(sp);
 }
 
@@ -731,6 +735,9 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
       cfg->heads > LH_MAX_HEADS || cfg->heads % pool->kv_heads != 0 || !(cfg->scale > 0) || !std::isfinite(cfg->scale) ||
       cfg->inline_threads > LH_MAX_RANGE_THREADS)
     return LH_BAD_ARGUMENT;
+  if (cfg->layer_attention != nullptr)
+    for (uint32_t l = 0; l < pool->layers; ++l)
+      if (lh_attention_params_check(&cfg->layer_attention[l], cfg->heads) != LH_OK) return LH_BAD_ARGUMENT;
   lh_speculator* sp = zalloc<lh_speculator>(1);
   if (sp == nullptr) return LH_OUT_OF_MEMORY;
   sp->pool = pool;
@@ -781,9 +788,20 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->sel = zalloc<int32_t>(sp->kvh * cap);
   sp->sel_n = zalloc<uint32_t>(sp->layers);
   sp->queue = zalloc<uint32_t>(sp->layers);
+  sp->attn = zalloc<lh_attention_params>(sp->layers);
+  sp->attn_sinks = zalloc<float>(static_cast<size_t>(sp->layers) * sp->heads);
+  for (uint32_t l = 0; sp->attn != nullptr && sp->attn_sinks != nullptr && l < sp->layers; ++l) {
+    sp->attn[l] = cfg->layer_attention != nullptr ? cfg->layer_attention[l] : lh_attention_params_default(sp->d);
+    if (sp->attn[l].sinks != nullptr) {
+      float* own = sp->attn_sinks + static_cast<size_t>(l) * sp->heads;
+      std::memcpy(own, sp->attn[l].sinks, sp->heads * sizeof(float));
+      sp->attn[l].sinks = own;
+    }
+  }
+  sp->cfg.layer_attention = nullptr;  // the caller's array is not kept
   if (sp->staged == nullptr || sp->staged_pos == nullptr || sp->job_appends == nullptr || sp->job_cand == nullptr || sp->job_victim == nullptr || sp->staged_n == nullptr || sp->active == nullptr || sp->qspec == nullptr || sp->job_len == nullptr ||
       sp->state == nullptr || sp->stats == nullptr || sp->qtilde == nullptr || !scr_ok || sp->g_count == nullptr || sp->g_ok == nullptr || sp->top_slots == nullptr || sp->top_vals == nullptr || 
-       sp->bits == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr) {
+       sp->bits == nullptr || sp->sel == nullptr || sp->sel_n == nullptr || sp->queue == nullptr || sp->attn == nullptr || sp->attn_sinks == nullptr) {
     lh_speculator_destroy(sp);
     return LH_OUT_OF_MEMORY;
   }
@@ -904,12 +922,16 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
   a.heads = sp->heads;
   a.kv_heads = sp->kvh;
   a.head_dim = sp->d;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(sp->d));
+  lh_attention_args_set_params(&a, &sp->attn[layer]);  // default: scale 1/√head_dim and nothing else
   a.kv_type = sp->pool->kv_type;
   a.k_scale = lh_kv_pool_k_scales(sp->pool, layer);  // int8: (kv_head, capacity), indexed like the rows; else null
   a.v_scale = lh_kv_pool_v_scales(sp->pool, layer);
   a.rows = keep_list(sp, layer, 0);
   a.rows_stride = sp->rows;
+  if (a.window != 0) {
+    a.positions = lh_kv_pool_positions(sp->pool, layer);  // (kv_head, capacity), indexed like the rows
+    a.query_position = pool_pos(sp, layer, 0, cur_slot);
+  }
   lh_status done;
   if (sp->cfg.inline_threads > 0) {
     lh_worker_pool* pool = lh_shared_pool_lock();
@@ -927,7 +949,7 @@ lh_status lh_speculator_attend_ref(lh_speculator* sp, uint32_t layer, const floa
   if (st != LH_OK) return st;
   const int32_t* lists[LH_MAX_KV_HEADS];
   for (uint32_t g = 0; g < sp->kvh; ++g) lists[g] = keep_list(sp, layer, g);
-  return lh_attention_gathered_ref(sp->pool, layer, lists, sp->sel_n[layer], current_slot(sp, layer), q, sp->heads, out);
+  return lh_attention_gathered_ref(sp->pool, layer, lists, sp->sel_n[layer], current_slot(sp, layer), q, sp->heads, out, &sp->attn[layer]);
 }
 
 lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q, double* recall) {
@@ -936,7 +958,9 @@ lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q
   const uint32_t len = lh_kv_pool_length(sp->pool, layer);
   const uint32_t n = sp->sel_n[layer];
   const uint32_t cur = current_slot(sp, layer);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(sp->d));
+  const lh_attention_params& attn = sp->attn[layer];
+  const float scale = attn.scale;
+  const int64_t newest = pool_pos(sp, layer, 0, cur), oldest = newest - static_cast<int64_t>(attn.window);
   double total = 0;
   float row[LH_MAX_HEAD_DIM];
   double* s = sp->scr[0].combined;  // (len) worker scratch: the worker is idle for this layer; drain to be sure
@@ -945,16 +969,23 @@ lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q
     const uint32_t g = h / sp->group;
     double m = -INFINITY;
     for (uint32_t t = 0; t < len; ++t) {
-      lh_kv_pool_read(sp->pool, LH_KV_KEY, layer, g, t, row, nullptr);
+      int32_t p = 0;
+      lh_kv_pool_read(sp->pool, LH_KV_KEY, layer, g, t, row, &p);
+      if (attn.window != 0 && (p <= oldest || p > newest)) {  // outside the window: no mass
+        s[t] = -INFINITY;
+        continue;
+      }
       double acc = 0;
       for (uint32_t i = 0; i < sp->d; ++i) acc += static_cast<double>(q[h * sp->d + i]) * row[i];
       s[t] = acc * scale;
+      if (attn.softcap > 0.0f) s[t] = attn.softcap * std::tanh(s[t] / attn.softcap);
       m = std::max(m, s[t]);
     }
-    double z = 0, covered = 0;
+    double z = 0, covered = 0;  // over the rows only: a sink's share is no row's, and no selection misses it
     const int32_t* sel = keep_list(sp, layer, g);
     uint32_t r = 0;
     for (uint32_t t = 0; t < len; ++t) {
+      if (s[t] == -INFINITY) continue;
       const double w = std::exp(s[t] - m);
       z += w;
       while (r < n && static_cast<uint32_t>(sel[r]) < t) ++r;

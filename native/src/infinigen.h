@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "attention_params.h"
 #include "kv_pool.h"
 #include "status.h"
 
@@ -91,6 +92,11 @@ struct lh_speculator_config {
   // stages already use every core: a side thread would only take turns with them). Same selections,
   // same bits either way.
   uint32_t inline_threads = 0;
+  // (layers) what each layer's attention computes (attention_params.h: scale, window, sinks, soft-cap)
+  // for attend(), attend_ref() and recall(), copied at creation (sinks included); null: every layer the
+  // default (1/√head_dim, nothing else). Taken once at creation rather than per call, so the decode step
+  // passes no per-layer object across the JS boundary. The speculation's own score scale stays `scale`.
+  const lh_attention_params* layer_attention = nullptr;
 };
 
 struct lh_speculator;
@@ -111,7 +117,9 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
 // Same attention by the scalar reference, reading the selected rows straight from the pool.
 lh_status lh_speculator_attend_ref(lh_speculator* sp, uint32_t layer, const float* q, float* out);
 // Share of layer's true softmax mass (query q over every slot, current token included) that the
-// selected set + the current token covers, averaged over query heads. After attend().
+// selected set + the current token covers, averaged over query heads. After attend(). The layer's
+// attention block applies: its scale and soft-cap to the logits, its window to which slots carry mass;
+// a sink's share is left out (it is no row, and no selection can miss it).
 lh_status lh_speculator_recall(lh_speculator* sp, uint32_t layer, const float* q, double* recall);
 // Forgets every staged row (after truncate/reset of the pool). Drains first.
 void lh_speculator_clear_staging(lh_speculator* sp);
@@ -121,7 +129,10 @@ const lh_layer_stats* lh_speculator_stats(lh_speculator* sp, uint32_t layer);
 
 // Scalar reference of attention over gathered rows, reading from the pool: per KV head g the n
 // slots slots[g][0..n) (ascending) then `current`. q, out (heads, head_dim). In reference/infinigen_ref.cc.
+// attn: scale, window (by the pool's positions, the query at `current`'s), sinks and soft-cap; null:
+// the default block.
 lh_status lh_attention_gathered_ref(const lh_kv_pool* pool, uint32_t layer, const int32_t* const* slots, uint32_t n,
-                                    uint32_t current, const float* q, uint32_t heads, float* out);
+                                    uint32_t current, const float* q, uint32_t heads, float* out,
+                                    const lh_attention_params* attn = nullptr);
 
 uint64_t lh_now_ns();

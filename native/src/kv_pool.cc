@@ -462,6 +462,11 @@ const float* lh_kv_pool_v_scales(const lh_kv_pool* pool, uint32_t layer) {
   return pool->vs + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity;
 }
 
+const int32_t* lh_kv_pool_positions(const lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || layer >= pool->layers) return nullptr;
+  return pool->pos + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity;
+}
+
 lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
                           uint32_t slot, float* out, int32_t* position) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers || kv_head >= pool->kv_heads || out == nullptr ||

@@ -206,6 +206,10 @@ const void* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer);
 const float* lh_kv_pool_k_scales(const lh_kv_pool* pool, uint32_t layer);
 const float* lh_kv_pool_v_scales(const lh_kv_pool* pool, uint32_t layer);
 
+// Start of a layer's slot positions: (kv_head, capacity) int32, indexed like the rows (the position of
+// slot s of KV head g at g * capacity + s; every KV head holds the same). Null if freed or out of range.
+const int32_t* lh_kv_pool_positions(const lh_kv_pool* pool, uint32_t layer);
+
 // Bytes one K (or V) row of this pool costs, its int8 scale included (what a fetch moves).
 inline size_t lh_kv_pool_row_bytes(const lh_kv_pool* pool) { return static_cast<size_t>(lh_kv_row_bytes(pool->kv_type, pool->head_dim)); }
 

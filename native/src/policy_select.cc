@@ -406,13 +406,14 @@ lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size
 
 namespace {
 void h2o_accumulate_heads(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t group, uint32_t h0, uint32_t h1, float* acc,
-                          size_t C, uint32_t n, const int32_t* slots, const uint32_t* offsets, float scale, float* scratch);
+                          size_t C, uint32_t n, const int32_t* slots, const uint32_t* offsets, const lh_attention_params* attn, float* scratch);
 }  // namespace
 
 lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
-                            const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats,
-                            uint32_t threads) {
+                            const int32_t* slots, const uint32_t* offsets, const lh_attention_params* attn, float* scratch,
+                            size_t scratch_floats, uint32_t threads) {
   if (!pool_shape_ok(pool, layer, heads) || q == nullptr || acc == nullptr || scratch == nullptr) return LH_BAD_ARGUMENT;
+  if (lh_attention_params_check(attn, heads) != LH_OK) return LH_BAD_ARGUMENT;
   const uint32_t len = lh_kv_pool_length(pool, layer), kvh = pool->kv_heads, group = heads / kvh;
   if (slots == nullptr) {
     if (n > len || n > C) return LH_BAD_ARGUMENT;
@@ -431,12 +432,12 @@ lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float*
   const uint32_t parts = std::min(threads, kvh);
   if (parts > 1 && scratch_floats >= parts * per) {  // KV heads split, each part its own slice of the scratch
     auto body = [&](uint32_t r, uint32_t g0, uint32_t g1) {
-      h2o_accumulate_heads(pool, layer, q, group, g0 * group, g1 * group, acc, C, n, slots, offsets, scale, scratch + r * per);
+      h2o_accumulate_heads(pool, layer, q, group, g0 * group, g1 * group, acc, C, n, slots, offsets, attn, scratch + r * per);
     };
     kv_head_parts(parts, kvh, body);
     return LH_OK;
   }
-  h2o_accumulate_heads(pool, layer, q, group, 0, heads, acc, C, n, slots, offsets, scale, scratch);
+  h2o_accumulate_heads(pool, layer, q, group, 0, heads, acc, C, n, slots, offsets, attn, scratch);
   return LH_OK;
 }
 
@@ -444,8 +445,9 @@ namespace {
 // lh_h2o_accumulate's query heads [h0, h1) in order (whole KV groups), with scratch of
 // lh_h2o_scratch_floats(their longest list) floats.
 void h2o_accumulate_heads(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t group, uint32_t h0, uint32_t h1, float* acc,
-                          size_t C, uint32_t n, const int32_t* slots, const uint32_t* offsets, float scale, float* scratch) {
+                          size_t C, uint32_t n, const int32_t* slots, const uint32_t* offsets, const lh_attention_params* attn, float* scratch) {
   const uint32_t d = pool->head_dim;
+  const float scale = attn->scale, cap = attn->softcap;
   for (uint32_t h = h0; h < h1; ++h) {
     const uint32_t g = h / group;
     const float* qh = q + static_cast<size_t>(h) * d;
@@ -457,11 +459,14 @@ void h2o_accumulate_heads(const lh_kv_pool* pool, uint32_t layer, const float* q
     double* ex = reinterpret_cast<double*>(reinterpret_cast<uintptr_t>(scratch + count + 2) & ~static_cast<uintptr_t>(7));
     if (list == nullptr) scores_of(pool, layer, qh, g, count, [](uint32_t i) { return i; }, scale, sc);
     else scores_of(pool, layer, qh, g, count, [list](uint32_t i) { return static_cast<uint32_t>(list[i]); }, scale, sc);
+    if (cap > 0.0f)
+      for (uint32_t i = 0; i < count; ++i) sc[i] = lh_attention_softcap(sc[i], cap);
     // as sparse-policies.ts accumulate(): max, sum of exp(s − max) in list order, then += e / sum
     double mx = -INFINITY;
     for (uint32_t i = 0; i < count; ++i) mx = js_max(mx, sc[i]);
     double sum = 0;
     for (uint32_t i = 0; i < count; ++i) sum += (ex[i] = std::exp(static_cast<double>(sc[i]) - mx));
+    if (attn->sinks != nullptr) sum += std::exp(static_cast<double>(attn->sinks[h]) - mx);  // the sink's share of the mass goes nowhere
     for (uint32_t i = 0; i < count; ++i) {
       const uint32_t j = list == nullptr ? i : static_cast<uint32_t>(list[i]);
       a[j] = static_cast<float>(static_cast<double>(a[j]) + ex[i] / sum);
@@ -573,9 +578,11 @@ lh_status lh_select_quest(const float* q, uint32_t heads, uint32_t kv_heads, uin
 }
 
 lh_status lh_snapkv_compress(const lh_kv_pool* pool, uint32_t layer, const float* obs_q, uint32_t heads, uint32_t P, uint32_t window,
-                             uint32_t budget, uint32_t kernel, float scale, int32_t* slots, uint32_t* offsets, void* scratch,
-                             size_t scratch_bytes) {
+                             uint32_t budget, uint32_t kernel, const lh_attention_params* attn, int32_t* slots, uint32_t* offsets,
+                             void* scratch, size_t scratch_bytes) {
   if (!pool_shape_ok(pool, layer, heads) || obs_q == nullptr || slots == nullptr || offsets == nullptr || scratch == nullptr) return LH_BAD_ARGUMENT;
+  if (lh_attention_params_check(attn, heads) != LH_OK) return LH_BAD_ARGUMENT;
+  const float scale = attn->scale, cap = attn->softcap;
   if (window < 1 || window > budget || budget >= P || P > lh_kv_pool_length(pool, layer) || kernel < 1 || kernel % 2 != 1) return LH_BAD_ARGUMENT;
   const uint32_t kvh = pool->kv_heads, group = heads / kvh, d = pool->head_dim, prefix = P - window, half = (kernel - 1) / 2;
   Carver cv{static_cast<uint8_t*>(scratch), scratch_bytes};
@@ -595,6 +602,8 @@ lh_status lh_snapkv_compress(const lh_kv_pool* pool, uint32_t layer, const float
         const float* qh = obs_q + (static_cast<size_t>(i) * heads + h) * d;
         const uint32_t seen = prefix + i + 1;  // causal: the row sees slots 0 .. prefix + i
         scores_of(pool, layer, qh, g, seen, [](uint32_t j) { return j; }, scale, sc);
+        if (cap > 0.0f)
+          for (uint32_t j = 0; j < seen; ++j) sc[j] = lh_attention_softcap(sc[j], cap);
         double mx = -INFINITY;
         for (uint32_t j = 0; j < seen; ++j) mx = js_max(mx, sc[j]);
         if (mx == -INFINITY) continue;  // softmaxRows leaves such a row at 0

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "attention_params.h"
 #include "kv_pool.h"
 #include "status.h"
 
@@ -58,9 +59,19 @@ lh_status lh_select_h2o(const float* acc, uint8_t* live, uint32_t kv_heads, size
 // threads > 1: the KV heads (each with its query heads, in order) split over that many threads of the
 // shared pool when the scratch holds that many such slices (else one thread); the same bits.
 inline size_t lh_h2o_scratch_floats(size_t longest) { return 3 * longest + 4; }  // logits, then their exps as doubles
+// attn (attention_params.h): the logits' scale and soft-cap, and each query head's sink joining the
+// softmax normaliser (sum + e^{sink − max}); its window is not applied (the lists are the policy's).
+// LH_BAD_ARGUMENT also for a bad attn block.
 lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
-                            const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats,
-                            uint32_t threads = 1);
+                            const int32_t* slots, const uint32_t* offsets, const lh_attention_params* attn, float* scratch,
+                            size_t scratch_floats, uint32_t threads = 1);
+// The same with nothing but a scale (today's call).
+inline lh_status lh_h2o_accumulate(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, float* acc, size_t C, uint32_t n,
+                                   const int32_t* slots, const uint32_t* offsets, float scale, float* scratch, size_t scratch_floats,
+                                   uint32_t threads = 1) {
+  const lh_attention_params attn{scale, 0u, nullptr, 0.0f};
+  return lh_h2o_accumulate(pool, layer, q, heads, acc, C, n, slots, offsets, &attn, scratch, scratch_floats, threads);
+}
 
 // quest, bounds: extends the element-wise key bounds page_min/page_max ((kv_heads, max_pages, d) fp32)
 // with the stored key rows of slots from..to−1 of `layer` (page of slot j: j / page_size), min/max
@@ -96,6 +107,13 @@ void lh_quest_page_bounds(const float* qh, uint32_t d, const float* page_min, co
 // KV head the top (budget − window) prefix slots + the window [P − window, P). Needs window <= budget
 // < P and P <= length(layer) (a prompt within the budget keeps everything: the caller's case).
 // Per-head bound: budget. LH_BAD_ARGUMENT otherwise, or scratch too small.
+// attn: the logits' scale and soft-cap (the votes rank slots; sinks and window are not applied).
 lh_status lh_snapkv_compress(const lh_kv_pool* pool, uint32_t layer, const float* obs_q, uint32_t heads, uint32_t P, uint32_t window,
-                             uint32_t budget, uint32_t kernel, float scale, int32_t* slots, uint32_t* offsets, void* scratch,
-                             size_t scratch_bytes);
+                             uint32_t budget, uint32_t kernel, const lh_attention_params* attn, int32_t* slots, uint32_t* offsets,
+                             void* scratch, size_t scratch_bytes);
+inline lh_status lh_snapkv_compress(const lh_kv_pool* pool, uint32_t layer, const float* obs_q, uint32_t heads, uint32_t P, uint32_t window,
+                                    uint32_t budget, uint32_t kernel, float scale, int32_t* slots, uint32_t* offsets, void* scratch,
+                                    size_t scratch_bytes) {
+  const lh_attention_params attn{scale, 0u, nullptr, 0.0f};
+  return lh_snapkv_compress(pool, layer, obs_q, heads, P, window, budget, kernel, &attn, slots, offsets, scratch, scratch_bytes);
+}

@@ -23,7 +23,8 @@ struct SlotsCall {
   const float* q;
   const int32_t* slots;
   const uint32_t* offsets;
-  float scale;
+  const lh_attention_params* attn;
+  int32_t query_position;  // window: the position of the layer's latest token
   float* out;
 };
 
@@ -43,12 +44,17 @@ lh_attention_args head_args(const SlotsCall& c, uint32_t g) {
   a.heads = c.group;
   a.kv_heads = 1;
   a.head_dim = pool->head_dim;
-  a.scale = c.scale;
+  lh_attention_args_set_params(&a, c.attn);
+  if (a.sinks != nullptr) a.sinks += static_cast<size_t>(g) * c.group;
   a.kv_type = pool->kv_type;
   a.rows = c.slots + c.offsets[g];
   a.rows_stride = a.tokens;
   a.k_scale = k_scales != nullptr ? k_scales + static_cast<size_t>(g) * pool->capacity : nullptr;  // (capacity), indexed like the rows
   a.v_scale = v_scales != nullptr ? v_scales + static_cast<size_t>(g) * pool->capacity : nullptr;
+  if (a.window != 0) {
+    a.positions = lh_kv_pool_positions(pool, c.layer) + static_cast<size_t>(g) * pool->capacity;  // (capacity), indexed like the rows
+    a.query_position = c.query_position;
+  }
   return a;
 }
 
@@ -62,8 +68,9 @@ void attend_heads(void* ctx, uint32_t g0, uint32_t g1) {
 }  // namespace
 
 lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
-                             const uint32_t* offsets, float scale, float* out, uint32_t threads) {
+                             const uint32_t* offsets, const lh_attention_params* attn, float* out, uint32_t threads) {
   if (!shape_ok(pool, layer, heads) || q == nullptr || slots == nullptr || offsets == nullptr || out == nullptr) return LH_BAD_ARGUMENT;
+  if (lh_attention_params_check(attn, heads) != LH_OK) return LH_BAD_ARGUMENT;
   if (threads == 0 || threads > LH_MAX_ATTENTION_THREADS) return LH_BAD_ARGUMENT;
   const uint32_t kvh = pool->kv_heads;
   const uint32_t len = lh_kv_pool_length(pool, layer);
@@ -73,7 +80,9 @@ lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float
     for (uint32_t i = offsets[g]; i < offsets[g + 1]; ++i)
       if (slots[i] < 0 || static_cast<uint32_t>(slots[i]) >= len) return LH_BAD_ARGUMENT;
   }
-  const SlotsCall call{pool, layer, heads / kvh, q, slots, offsets, scale, out};
+  const int32_t last = lh_kv_pool_last_slot(pool, layer);
+  const int32_t query_position = last >= 0 ? lh_kv_pool_positions(pool, layer)[last] : 0;  // KV head 0's: every head holds the same token
+  const SlotsCall call{pool, layer, heads / kvh, q, slots, offsets, attn, query_position, out};
   // every head's args are checked (q/out overlap) before any output is written
   for (uint32_t g = 0; g < kvh; ++g) {
     const lh_attention_args a = head_args(call, g);
@@ -148,14 +157,18 @@ lh_status lh_attention_slots_gathered(const lh_kv_pool* pool, uint32_t layer, co
   return LH_OK;
 }
 
-lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, uint32_t tokens, float scale,
-                              float* scores) {
-  if (!shape_ok(pool, layer, heads) || q == nullptr || scores == nullptr) return LH_BAD_ARGUMENT;
+lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, uint32_t tokens,
+                              const lh_attention_params* attn, float* scores) {
+  if (!shape_ok(pool, layer, heads) || q == nullptr || scores == nullptr || lh_attention_params_check(attn, heads) != LH_OK) return LH_BAD_ARGUMENT;
+  const float scale = attn->scale, cap = attn->softcap;
   if (tokens > lh_kv_pool_length(pool, layer)) return LH_BAD_ARGUMENT;
   const uint32_t d = pool->head_dim, group = heads / pool->kv_heads;
   for (uint32_t h = 0; h < heads; ++h) {
     const float* qh = q + static_cast<size_t>(h) * d;
-    for (uint32_t t = 0; t < tokens; ++t) scores[static_cast<size_t>(h) * tokens + t] = lh_attention_score(pool, layer, qh, h / group, t, scale);
+    float* row = scores + static_cast<size_t>(h) * tokens;
+    for (uint32_t t = 0; t < tokens; ++t) row[t] = lh_attention_score(pool, layer, qh, h / group, t, scale);
+    if (cap > 0.0f)
+      for (uint32_t t = 0; t < tokens; ++t) row[t] = lh_attention_softcap(row[t], cap);
   }
   return LH_OK;
 }

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "attention_params.h"
 #include "fp16.h"
 #include "kv_pool.h"
 #include "status.h"
@@ -31,9 +32,19 @@
 // order; only where the rows are read from differs).
 // The KV heads are split into contiguous ranges over up to `threads` threads (1..64; a thread only
 // per LH_ATTENTION_MIN_WORK_PER_THREAD work units: a score per (listed row, query head), LH_ATTENTION_ROW_WORK per listed row), each head computed as alone, so the bits do not depend on threads.
-// LH_BAD_ARGUMENT: bad layer/heads/threads, a slot out of range, an empty list (nothing written).
+// attn (attention_params.h): scale, soft-cap and sinks as decode applies them; a window keeps the
+// listed rows whose pool position lies within `window` of the query's, the query being the layer's
+// latest appended token (lh_kv_pool_last_slot; the current token, which the caller lists).
+// LH_BAD_ARGUMENT: bad layer/heads/threads, a slot out of range, an empty list, a bad attn block
+// (lh_attention_params_check; nothing written).
 lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
-                             const uint32_t* offsets, float scale, float* out, uint32_t threads = 1);
+                             const uint32_t* offsets, const lh_attention_params* attn, float* out, uint32_t threads = 1);
+// The same with nothing but a scale (today's call).
+inline lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, const int32_t* slots,
+                                    const uint32_t* offsets, float scale, float* out, uint32_t threads = 1) {
+  const lh_attention_params attn{scale, 0u, nullptr, 0.0f};
+  return lh_attention_slots(pool, layer, q, heads, slots, offsets, &attn, out, threads);
+}
 
 // The previous way, kept as the tests' oracle: copy each head's listed rows (and int8 scales) into
 // scratch, then the decode kernel over the packed block. Same contract; LH_BAD_ARGUMENT also when
@@ -65,5 +76,12 @@ inline float lh_attention_score(const lh_kv_pool* pool, uint32_t layer, const fl
 // Scaled logits of q against the first `tokens` slots of the layer (plain loops, fp32 math; int8
 // rows: scale_k * sum q_i k_i, as attention computes them).
 // LH_BAD_ARGUMENT: bad layer/heads, tokens > length(layer).
-lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, uint32_t tokens, float scale,
-                              float* scores);
+// attn: its scale, and its soft-cap on every logit; window and sinks do not change logits and are
+// not applied (a sink is no slot; which slots a window layer attends is its row policy's choice).
+lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, uint32_t tokens,
+                              const lh_attention_params* attn, float* scores);
+inline lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const float* q, uint32_t heads, uint32_t tokens, float scale,
+                                     float* scores) {
+  const lh_attention_params attn{scale, 0u, nullptr, 0.0f};
+  return lh_attention_scores(pool, layer, q, heads, tokens, &attn, scores);
+}

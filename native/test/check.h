@@ -13,3 +13,5 @@ void test_quant_dot_k();
 void test_dense_stage();
 // quant_dot_bench.cc: `native_tests --bench-dot [reps]`, the dot kernels' decode GB/s and prefill speed.
 void bench_quant_dot(int reps);
+// attention_params_tests.cc: scale, window, sinks and soft-cap in every attention kernel and entry point.
+void test_attention_params();

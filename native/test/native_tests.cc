@@ -3519,6 +3519,7 @@ int main(int argc, char** argv) {
     if (lh_attention_available(impl)) test_attention_int8(impl);
   test_kv_int8();
   test_kv_snapshot();
+  test_attention_params();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -18,10 +18,12 @@ inline float elem(const void* rows, const float* scales, uint32_t kv_type, size_
   }
 }
 
-// The reference for one query block; args already checked.
+// The reference for one query block; args already checked. Rows outside the window are skipped
+// (never read); capped logits are cap · tanh(s / cap); a sink joins the denominator.
 void decode_one(const lh_attention_args* a) {
   const uint32_t group = a->heads / a->kv_heads;
   const size_t d = a->head_dim;
+  const int64_t newest = a->query_position, oldest = newest - static_cast<int64_t>(a->window);
   for (uint32_t h = 0; h < a->heads; ++h) {
     const uint32_t g = h / group;
     const float* q = a->q + h * d;                       // (head_dim)
@@ -29,26 +31,37 @@ void decode_one(const lh_attention_args* a) {
     float* out = a->out + h * d;                         // (head_dim)
     // row of token t: listed rows when given, else t
     auto row = [a, g](uint32_t t) -> size_t { return a->rows != nullptr ? static_cast<size_t>(a->rows[g * a->rows_stride + t]) : t; };
+    // whether token t lies inside the window (always, without one)
+    auto visible = [&](uint32_t t) {
+      if (a->window == 0) return true;
+      const int64_t p = a->positions[g * (a->head_stride / d) + row(t)];
+      return p > oldest && p <= newest;
+    };
+    auto score = [&](uint32_t t) {
+      float s = 0.0f;
+      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->k_scale, a->kv_type, d, kv0 + row(t) * d + i);
+      s *= a->scale;
+      if (a->softcap > 0.0f) s = lh_attention_softcap(s, a->softcap);
+      return s;
+    };
 
     // pass 1: the maximum score
     float m = -INFINITY;
     for (uint32_t t = 0; t < a->tokens; ++t) {
-      float s = 0.0f;
-      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->k_scale, a->kv_type, d, kv0 + row(t) * d + i);
-      s *= a->scale;
+      if (!visible(t)) continue;
+      const float s = score(t);
       if (s > m) m = s;
     }
     // pass 2: weights and the weighted sum of values
     for (size_t i = 0; i < d; ++i) out[i] = 0.0f;
     float sum = 0.0f;
     for (uint32_t t = 0; t < a->tokens; ++t) {
-      float s = 0.0f;
-      for (size_t i = 0; i < d; ++i) s += q[i] * elem(a->k, a->k_scale, a->kv_type, d, kv0 + row(t) * d + i);
-      s *= a->scale;
-      const float p = std::exp(s - m);
+      if (!visible(t)) continue;
+      const float p = std::exp(score(t) - m);
       sum += p;
       for (size_t i = 0; i < d; ++i) out[i] += p * elem(a->v, a->v_scale, a->kv_type, d, kv0 + row(t) * d + i);
     }
+    if (a->sinks != nullptr) sum = m == -INFINITY ? NAN : sum + std::exp(a->sinks[h] - m);
     const float inv = 1.0f / sum;
     for (size_t i = 0; i < d; ++i) out[i] *= inv;
   }
@@ -73,6 +86,7 @@ lh_status lh_attention_prefill_ref(const lh_attention_args* a, uint32_t queries)
     one.q = a->q + i * width;
     one.out = a->out + i * width;
     one.tokens = a->tokens - queries + i + 1;
+    if (a->window != 0) one.query_position = a->positions[one.tokens - 1];  // the query's own row (KV head 0's)
     decode_one(&one);
   }
   return LH_OK;
