@@ -129,6 +129,17 @@ export interface KvPoolOptions {
    */
   eviction?: { sinks: number; recent: number; ageEvery: number };
   /**
+   * One token capacity per layer (length `layers`), all in the pool's one allocation: an entry > 0 is
+   * that layer's slots exactly (a sliding-window layer needs only its window); 0 shares what the budget
+   * leaves after the fixed layers equally among the 0 entries. Left out: every layer the same capacity,
+   * and byteLength, bytesPerToken and the snapshot layout exactly as without this option. Each layer
+   * follows the pool's rules on its own: full without `eviction` is NATIVE_OUT_OF_MEMORY, with it the
+   * layer evicts (each layer's capacity must exceed sinks + recent). A window layer is not a ring yet: it
+   * fills from slot 0 and is then full (or evicts). NATIVE_BAD_ARGUMENT when the fixed layers (plus one
+   * token in every shared layer) do not fit budgetBytes.
+   */
+  layerCapacity?: number[];
+  /**
    * Default true: on Linux a pool of 2 MiB or more starts on a 2 MiB boundary and is advised
    * madvise(MADV_HUGEPAGE), so with transparent huge pages in 'madvise' (or 'always') mode its rows sit
    * on 2 MiB pages and scattered row reads miss the TLB far less. false: plain 4 KiB pages (benchmarks).
@@ -144,8 +155,10 @@ export type KvType = 'fp16' | 'fp32' | 'int8';
  * (environment teardown frees it too). After free(), every method but free() throws NATIVE_BAD_ARGUMENT.
  */
 export interface KvPool {
-  /** Slots (tokens) per layer that the budget holds. */
+  /** Slots (tokens) per layer that the budget holds; with layerCapacity, the largest layer's. */
   readonly capacityTokens: number;
+  /** Slots of `layer` (capacityTokens for every layer without layerCapacity). */
+  layerCapacityTokens(layer: number): number;
   /** Bytes of the allocation (<= budgetBytes). */
   readonly byteLength: number;
   /** Bytes one token costs over all layers and KV heads. */
@@ -198,7 +211,7 @@ export interface KvPool {
   exportLayer(layer: number, tokens: number, out: Uint8Array): void;
   /**
    * The inverse of exportLayer() into an EMPTY layer (length 0): `data` is exactly
-   * snapshotLayerBytes(tokens) bytes (any byteOffset), tokens <= capacityTokens, positions >= 0 and
+   * snapshotLayerBytes(tokens) bytes (any byteOffset), tokens <= layerCapacityTokens(layer), positions >= 0 and
    * strictly increasing. Sets length(layer) = tokens and, when the layer's partial projection is set,
    * rebuilds the imported slots' partial key rows (as setPartialProjection does). NATIVE_BAD_ARGUMENT,
    * with nothing changed, for a non-empty layer, a wrong size, bad positions, or an evicting or freed pool.

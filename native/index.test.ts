@@ -690,3 +690,75 @@ describe('attention arguments (scale, window, sinks, softcap)', () => {
     p.free();
   });
 });
+
+describe('KvPool layerCapacity', () => {
+  const shape = { layers: 4, kvHeads: 2, headDim: 16 };
+  it('without it (or with every layer the uniform capacity) the pool is exactly what it was', () => {
+    const plain = createKvPool({ budgetBytes: 1 << 20, ...shape });
+    const same = createKvPool({ budgetBytes: 1 << 20, ...shape, layerCapacity: [0, 0, 0, 0] });
+    const fixed = createKvPool({ budgetBytes: 1 << 20, ...shape, layerCapacity: Array(4).fill(plain.capacityTokens) });
+    for (const p of [same, fixed]) {
+      expect([p.capacityTokens, p.byteLength, p.bytesPerToken, p.snapshotLayerBytes(7)]).toEqual([plain.capacityTokens, plain.byteLength, plain.bytesPerToken, plain.snapshotLayerBytes(7)]);
+      for (let l = 0; l < 4; l++) expect(p.layerCapacityTokens(l)).toBe(plain.capacityTokens);
+    }
+    for (const p of [plain, same, fixed]) p.free();
+  });
+
+  it('window layers get their own capacity in one allocation; each layer is full at its own, the rest share the budget', () => {
+    const pool = createKvPool({ budgetBytes: 1 << 20, ...shape, layerCapacity: [0, 6, 0, 6] });
+    const shared = pool.layerCapacityTokens(0);
+    expect(pool.layerCapacityTokens(1)).toBe(6);
+    expect(pool.layerCapacityTokens(2)).toBe(shared);
+    expect(pool.capacityTokens).toBe(shared);
+    expect(pool.byteLength).toBeLessThanOrEqual(1 << 20);
+    // the shared layers got more than a uniform pool's layers: the window layers left them room
+    const plain = createKvPool({ budgetBytes: 1 << 20, ...shape });
+    expect(shared).toBeGreaterThan(plain.capacityTokens);
+    plain.free();
+    const row = (x: number) => new Float32Array(2 * 16).fill(x);
+    for (let t = 0; t < 6; t++) for (let l = 0; l < 4; l++) pool.append(l, row(10 * l + t), row(-t), t);
+    expect(expectNativeError(() => pool.append(1, row(1), row(1), 6), 'NATIVE_OUT_OF_MEMORY').message).toMatch(/layer 1 holds 6 of 6 tokens/);
+    expectNativeError(() => pool.appendBatch(3, row(1), row(1), 6), 'NATIVE_OUT_OF_MEMORY');
+    pool.append(0, row(7), row(7), 6); // a shared layer has room
+    for (let l = 0; l < 4; l++) for (let t = 0; t < 6; t++) expect(pool.readK(l, 1, t)[0]).toBe(10 * l + t); // no layer overwrote another
+    // attention over a small layer == the reference
+    const q = randomArray(8 * 16, 3);
+    const out = new Float32Array(8 * 16);
+    const ref = new Float32Array(8 * 16);
+    attend(pool, 3, q, 8, out, { window: 4 });
+    attendReference(pool, 3, q, 8, ref, { window: 4 });
+    for (let i = 0; i < out.length; i++) expect(Math.abs(out[i]! - ref[i]!)).toBeLessThan(1e-5);
+    // snapshots: a small layer imports up to its own capacity only
+    const section = new Uint8Array(pool.snapshotLayerBytes(6));
+    pool.exportLayer(1, 6, section);
+    pool.truncate(0);
+    expect(expectNativeError(() => pool.importLayer(1, 7, new Uint8Array(pool.snapshotLayerBytes(7))), 'NATIVE_BAD_ARGUMENT').message).toMatch(/capacity \(6 tokens in layer 1\)/);
+    pool.importLayer(1, 6, section);
+    expect(pool.readK(1, 0, 5)[0]).toBe(15);
+    pool.free();
+  });
+
+  it('with eviction each layer evicts at its own capacity', () => {
+    const pool = createKvPool({ budgetBytes: 1 << 20, ...shape, layerCapacity: [12, 0, 0, 0], eviction: { sinks: 2, recent: 4, ageEvery: 4 } });
+    const row = new Float32Array(32).fill(0.5);
+    for (let t = 0; t < 20; t++) for (let l = 0; l < 4; l++) pool.append(l, row, row, t);
+    expect([pool.length(0), pool.evictions(0), pool.length(1), pool.evictions(1)]).toEqual([12, 8, 20, 0]);
+    pool.free();
+  });
+
+  it('rejects bad layerCapacity', () => {
+    const bad: [unknown, RegExp][] = [
+      [5, /layerCapacity must be an array/],
+      [[1, 2, 3], /one entry per layer \(4\), has 3/],
+      [[1, -1, 3, 4], /layerCapacity\[1\] must be an integer/],
+      [[1, 2.5, 3, 4], /layerCapacity\[1\]/],
+      [[1e9, 1e9, 1e9, 1e9], /does not hold layerCapacity/],
+    ];
+    for (const [layerCapacity, message] of bad)
+      expect(expectNativeError(() => createKvPool({ budgetBytes: 1 << 20, ...shape, layerCapacity: layerCapacity as number[] }), 'NATIVE_BAD_ARGUMENT').message).toMatch(message);
+    expectNativeError(() => createKvPool({ budgetBytes: 1 << 20, ...shape, layerCapacity: [5, 0, 0, 0], eviction: { sinks: 2, recent: 4, ageEvery: 4 } }), 'NATIVE_BAD_ARGUMENT');
+    const pool = createKvPool({ budgetBytes: 1 << 20, ...shape });
+    expectNativeError(() => pool.layerCapacityTokens(4), 'NATIVE_BAD_ARGUMENT');
+    pool.free();
+  });
+});

@@ -57,11 +57,11 @@ inline bool export_ok(const lh_kv_pool& p, uint32_t layer, uint32_t tokens, uint
 }
 
 // KvPool.importLayer(layer, tokens, data): not evicting, layer < layers, length(layer) == 0,
-// tokens <= capacity, data.byteLength == snapshotLayerBytes(tokens). The addon also refuses bad
+// tokens <= the layer's capacity, data.byteLength == snapshotLayerBytes(tokens). The addon also refuses bad
 // positions, by the core's own rule (lh_kv_snapshot_bad_position), so that one is not restated.
 inline bool import_ok(const lh_kv_pool& p, uint32_t layer, uint32_t tokens, uint64_t bytes) {
   lh_kv_snapshot_layout sl{};
-  return p.evict == 0 && layer < p.layers && lh_kv_pool_length(&p, layer) == 0 && tokens <= p.capacity &&
+  return p.evict == 0 && layer < p.layers && lh_kv_pool_length(&p, layer) == 0 && tokens <= lh_kv_pool_layer_capacity(&p, layer) &&
          lh_kv_pool_snapshot_layout(&p, tokens, &sl) == LH_OK && bytes == sl.total;
 }
 

@@ -3,10 +3,12 @@
 // exportLayer / importLayer; with eviction also the speculator's reserve_victim / note_selected /
 // age), checked after every operation against a plain model of what the header promises.
 //
-// Input: a pool config (shape, fp16/fp32, partial_dim, eviction knobs, budget), then operations.
+// Input: a pool config (shape, fp16/fp32, partial_dim, eviction knobs, budget, and sometimes per-layer
+// capacities: fixed entries and 0 = share the rest), then operations.
 // Invariants:
 //   - the allocation never exceeds the budget, every region lies inside it, and the capacity wastes
-//     less than one token plus line padding;
+//     less than one token plus line padding (uniform pools); fixed layer capacities are exact, shared
+//     layers all get the same, capacity is the largest; each layer is full at its own capacity;
 //   - every status is the one the contract gives (LH_BAD_ARGUMENT / LH_POOL_FULL leave the pool
 //     unchanged);
 //   - lengths, positions, K/V rows (bit for bit after fp16 rounding), partial rows (within fp16
@@ -48,7 +50,7 @@ struct Layer {
 
 struct Model {
   lh_kv_pool_config cfg;
-  uint32_t capacity = 0;
+  std::vector<uint32_t> cap;  // (layer) each layer's capacity
   std::vector<Layer> layers;
 
   float stored(float x) const { return cfg.kv_type == LH_KV_F16 ? lh_fp16_to_fp32(lh_fp32_to_fp16(x)) : x; }
@@ -77,21 +79,28 @@ void check_pool(const lh_kv_pool& pool, const Model& m, int64_t only, bool parti
              (unsigned long long)budget);
   const char* base = static_cast<const char*>(pool.base);
   const char* end = base + pool.byte_length;
-  const size_t lh = static_cast<size_t>(pool.layers) * pool.kv_heads, cap = pool.capacity;
+  const size_t lh = static_cast<size_t>(pool.layers) * pool.kv_heads;
+  size_t slots = 0;  // the sum of the layers' capacities
+  for (uint32_t l = 0; l < pool.layers; ++l) {
+    FUZZ_CHECK(lh_kv_pool_layer_capacity(&pool, l) == m.cap[l] && m.cap[l] <= pool.capacity, "layer %u capacity %u, model %u", l,
+               lh_kv_pool_layer_capacity(&pool, l), m.cap[l]);
+    FUZZ_CHECK(pool.layer_row0[l] == slots, "layer %u starts at slot %llu, after %zu", l, (unsigned long long)pool.layer_row0[l], slots);
+    slots += m.cap[l];
+  }
+  const size_t kvh = pool.kv_heads;
   auto inside = [&](const void* p, size_t bytes) {
     const char* c = static_cast<const char*>(p);
     return c >= base && c + bytes <= end;
   };
-  FUZZ_CHECK(inside(pool.length, pool.layers * 4) && inside(pool.k, lh * cap * pool.head_dim * pool.elem_bytes) &&
-                 inside(pool.v, lh * cap * pool.head_dim * pool.elem_bytes) && inside(pool.pos, lh * cap * 4),
+  FUZZ_CHECK(inside(pool.length, pool.layers * 4) && inside(pool.k, kvh * slots * pool.head_dim * pool.elem_bytes) &&
+                 inside(pool.v, kvh * slots * pool.head_dim * pool.elem_bytes) && inside(pool.pos, kvh * slots * 4),
              "a row region lies outside the allocation");
   if (pool.partial_dim > 0)
-    FUZZ_CHECK(inside(pool.kp, lh * cap * pool.partial_dim * 2) /* at least; tiles may pad it */ && inside(pool.proj, lh * pool.head_dim * pool.partial_dim * 4) &&
+    FUZZ_CHECK(inside(pool.kp, kvh * slots * pool.partial_dim * 2) /* at least; tiles may pad it */ && inside(pool.proj, lh * pool.head_dim * pool.partial_dim * 4) &&
                    inside(pool.proj_set, pool.layers * 4),
                "a partial-row region lies outside the allocation");
   if (pool.evict != 0)
-    FUZZ_CHECK(inside(pool.counter, pool.layers * cap * 4) && inside(pool.cand, pool.layers * cap) &&
-                   inside(pool.ev, pool.layers * sizeof(lh_kv_evict_layer)),
+    FUZZ_CHECK(inside(pool.counter, slots * 4) && inside(pool.cand, slots) && inside(pool.ev, pool.layers * sizeof(lh_kv_evict_layer)),
                "an eviction region lies outside the allocation");
   const uint32_t d = pool.head_dim, p = pool.partial_dim;
   Guarded<float> row(d), prow(p == 0 ? 1 : p);
@@ -99,7 +108,7 @@ void check_pool(const lh_kv_pool& pool, const Model& m, int64_t only, bool parti
     const Layer& ml = m.layers[l];
     FUZZ_CHECK(lh_kv_pool_length(&pool, l) == ml.slots.size(), "layer %u length %u, model %zu", l, lh_kv_pool_length(&pool, l),
                ml.slots.size());
-    FUZZ_CHECK(ml.slots.size() <= cap, "model over capacity");
+    FUZZ_CHECK(ml.slots.size() <= m.cap[l], "model over capacity");
     for (uint32_t s = 0; s < ml.slots.size() && (only < 0 || only == l); ++s) {
       const Slot& ms = ml.slots[s];
       for (uint32_t g = 0; g < pool.kv_heads; ++g) {
@@ -146,8 +155,8 @@ void check_pool(const lh_kv_pool& pool, const Model& m, int64_t only, bool parti
                  e->pending, (long long)ml.pending + 1, e->age_tick, ml.age_tick);
       const uint8_t* cand = lh_kv_pool_candidates(&pool, l);
       for (uint32_t s = 0; s < ml.slots.size(); ++s)
-        FUZZ_CHECK(pool.counter[static_cast<size_t>(l) * cap + s] == ml.slots[s].counter && cand[s] == ml.slots[s].cand,
-                   "layer %u slot %u counter %u/%u cand %u/%u", l, s, pool.counter[static_cast<size_t>(l) * cap + s],
+        FUZZ_CHECK(pool.counter[lh_kv_pool_layer_slot(&pool, l, s)] == ml.slots[s].counter && cand[s] == ml.slots[s].cand,
+                   "layer %u slot %u counter %u/%u cand %u/%u", l, s, pool.counter[lh_kv_pool_layer_slot(&pool, l, s)],
                    ml.slots[s].counter, cand[s], ml.slots[s].cand);
       FUZZ_CHECK(lh_kv_pool_last_slot(&pool, l) == ml.last_slot, "last_slot");
     } else {
@@ -202,6 +211,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.budget_bytes = per_token * want + in.range(0, 4096);
   if (in.chance(64)) cfg.budget_bytes = 1ull << in.range(40, 62);  // absurd budgets
   if (!addon_rules::pool_options_ok(cfg)) return 0;  // the addon throws before the core sees it
+  // sometimes per-layer capacities (createKvPool's layerCapacity): fixed entries, or 0 = share the rest
+  std::vector<uint32_t> layer_capacity(cfg.layers, 0);
+  const bool per_layer = in.chance(3);
+  if (per_layer) {
+    for (uint32_t& c : layer_capacity) c = in.chance(3) ? 0 : in.range(1, 48);
+    if (in.chance(32)) layer_capacity[0] = 0x80000000u;  // past LH_MAX_TOKENS: refused
+    cfg.layer_capacity = layer_capacity.data();
+  }
 
   // Bytes that do not scale with tokens: headers, the projection, partial rows padded to a tile
   // of 8 slots, and up to 63 bytes of line padding after each of the ten regions. The plan may
@@ -219,21 +236,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // the only legitimate refusals: too small for one token (or for sinks + recent + 1), absurd, larger than RAM
     FUZZ_CHECK(st == LH_BAD_ARGUMENT || st == LH_OUT_OF_MEMORY, "init status %d", st);
     const uint64_t least = cfg.evict ? cfg.sinks + cfg.recent + 1ull : 1ull;  // the capacity init needs
-    if (st == LH_BAD_ARGUMENT && cfg.budget_bytes < (1ull << 40) && cfg.budget_bytes > fixed)
+    if (st == LH_BAD_ARGUMENT && !per_layer && cfg.budget_bytes < (1ull << 40) && cfg.budget_bytes > fixed)
       FUZZ_CHECK((cfg.budget_bytes - fixed) / per_token < least, "budget %llu (room for %llu tokens, %llu needed) refused",
                  (unsigned long long)cfg.budget_bytes, (unsigned long long)((cfg.budget_bytes - fixed) / per_token),
                  (unsigned long long)least);
     return 0;
   }
   FUZZ_CHECK(pool.capacity >= 1 && pool.bytes_per_token == per_token && pool.byte_length <= cfg.budget_bytes &&
-                 cfg.budget_bytes - pool.byte_length < per_token + fixed,
+                 (per_layer || cfg.budget_bytes - pool.byte_length < per_token + fixed),
              "plan: capacity %u, %llu of %llu bytes, %llu per token", pool.capacity, (unsigned long long)pool.byte_length,
              (unsigned long long)cfg.budget_bytes, (unsigned long long)pool.bytes_per_token);
 
   Model m;
   m.cfg = cfg;
-  m.capacity = pool.capacity;
+  m.cfg.layer_capacity = nullptr;  // read at init only
   m.layers.resize(cfg.layers);
+  uint32_t shared_cap = 0, largest = 0;
+  for (uint32_t l = 0; l < cfg.layers; ++l) {
+    const uint32_t c = lh_kv_pool_layer_capacity(&pool, l);
+    m.cap.push_back(c);
+    largest = std::max(largest, c);
+    if (per_layer && layer_capacity[l] != 0) FUZZ_CHECK(c == layer_capacity[l], "layer %u capacity %u, fixed %u", l, c, layer_capacity[l]);
+    if (!per_layer || layer_capacity[l] == 0) {
+      FUZZ_CHECK(shared_cap == 0 || c == shared_cap, "shared layers with capacities %u and %u", shared_cap, c);
+      shared_cap = c;
+    }
+    if (cfg.evict) FUZZ_CHECK(c > static_cast<uint64_t>(cfg.sinks) + cfg.recent, "layer %u capacity %u: nothing evictable", l, c);
+  }
+  FUZZ_CHECK(pool.capacity == largest, "capacity %u, largest layer %u", pool.capacity, largest);
   const uint32_t d = cfg.head_dim, kvh = cfg.kv_heads, p = cfg.partial_dim;
   const size_t w = static_cast<size_t>(kvh) * d;
   int64_t next_pos = 0;
@@ -266,7 +296,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       uint32_t slot = 12345;
       const lh_status s = lh_kv_pool_append(&pool, layer, k.data(), v.data(), static_cast<int32_t>(pos), &slot);
-      if (ml->slots.size() < pool.capacity) {
+      if (ml->slots.size() < m.cap[layer]) {
         FUZZ_CHECK(s == LH_OK && slot == ml->slots.size(), "append status %d slot %u, model slot %zu", s, slot, ml->slots.size());
         ml->slots.emplace_back();
         model_store(m, *ml, slot, k.data(), v.data(), static_cast<int32_t>(pos), -1);
@@ -302,7 +332,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       const lh_status s = lh_kv_pool_append_batch(&pool, layer, k.data(), v.data(), tokens, static_cast<int32_t>(first), &slot);
       const size_t len = ml->slots.size();
-      if (cfg.evict != 0 && tokens == 1 && len >= pool.capacity) {
+      if (cfg.evict != 0 && tokens == 1 && len >= m.cap[layer]) {
         const int64_t victim = ml->pending >= 0 ? ml->pending : m.choose_victim(*ml);
         if (victim < 0) {
           FUZZ_CHECK(s == LH_POOL_FULL, "batch of one, every slot protected: status %d", s);
@@ -313,10 +343,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           ml->pending = -1;
           model_store(m, *ml, slot, k.data(), v.data(), static_cast<int32_t>(first), old);
         }
-      } else if (tokens > pool.capacity - len) {
-        FUZZ_CHECK(s == LH_POOL_FULL && slot == 12345, "batch of %u into %zu/%u: status %d", tokens, len, pool.capacity, s);
+      } else if (tokens > m.cap[layer] - len) {
+        FUZZ_CHECK(s == LH_POOL_FULL && slot == 12345, "batch of %u into %zu/%u: status %d", tokens, len, m.cap[layer], s);
       } else {
-        FUZZ_CHECK(s == LH_OK && slot == len, "batch of %u into %zu/%u: status %d slot %u", tokens, len, pool.capacity, s, slot);
+        FUZZ_CHECK(s == LH_OK && slot == len, "batch of %u into %zu/%u: status %d slot %u", tokens, len, m.cap[layer], s, slot);
         for (uint32_t t = 0; t < tokens; ++t) {
           ml->slots.emplace_back();
           model_store(m, *ml, static_cast<uint32_t>(len + t), k.data() + t * w, v.data() + t * w, static_cast<int32_t>(first + t), -1);
@@ -377,7 +407,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(s == LH_BAD_ARGUMENT, "reserve_victim without eviction: %d", s);
         continue;
       }
-      if (ml->slots.size() < pool.capacity || ml->pending >= 0) {
+      if (ml->slots.size() < m.cap[layer] || ml->pending >= 0) {
         FUZZ_CHECK(s == LH_OK, "reserve_victim no-op: %d", s);
         continue;
       }

@@ -131,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       a.k = lh_kv_pool_k_rows(&pool, layer);
       a.v = lh_kv_pool_v_rows(&pool, layer);
       a.out = full.data();
-      a.head_stride = lh_kv_pool_head_stride(&pool);
+      a.head_stride = lh_kv_pool_head_stride(&pool, layer);
       a.tokens = tokens;
       a.heads = heads;
       a.kv_heads = kvh;

@@ -205,6 +205,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
     return DefineClass(env, "KvPool",
                        {
                            InstanceAccessor<&KvPool::CapacityTokens>("capacityTokens"),
+                           InstanceMethod<&KvPool::LayerCapacityTokens>("layerCapacityTokens"),
                            InstanceAccessor<&KvPool::ByteLength>("byteLength"),
                            InstanceAccessor<&KvPool::BytesPerToken>("bytesPerToken"),
                            InstanceAccessor<&KvPool::Layers>("layers"),
@@ -270,6 +271,19 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
         cfg.recent = u32_arg(env_, e.Get("recent"), "eviction.recent", 0, 0x7fffffffu);
         cfg.age_every = u32_arg(env_, e.Get("ageEvery"), "eviction.ageEvery", 1, 0x7fffffffu);
       }
+      // layerCapacity?: number[] (one per layer; 0: share what the budget leaves)
+      std::vector<uint32_t> layer_capacity;
+      cfg.layer_capacity = nullptr;
+      const Napi::Value lc = o.Get("layerCapacity");
+      if (!lc.IsUndefined()) {
+        if (!lc.IsArray()) fail(env_, LH_BAD_ARGUMENT, "layerCapacity must be an array of one token count per layer, got " + describe(lc));
+        const Napi::Array arr = lc.As<Napi::Array>();
+        if (arr.Length() != cfg.layers)
+          fail(env_, LH_BAD_ARGUMENT, "layerCapacity must have one entry per layer (" + std::to_string(cfg.layers) + "), has " + std::to_string(arr.Length()));
+        for (uint32_t l = 0; l < cfg.layers; ++l)
+          layer_capacity.push_back(u32_arg(env_, arr.Get(l), ("layerCapacity[" + std::to_string(l) + "]").c_str(), 0, LH_MAX_TOKENS));
+        cfg.layer_capacity = layer_capacity.data();
+      }
       cfg.no_huge_pages = 0;
       const Napi::Value hp = o.Get("hugePages");
       if (!hp.IsUndefined()) {
@@ -277,6 +291,10 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
         cfg.no_huge_pages = hp.As<Napi::Boolean>().Value() ? 0 : 1;
       }
       const lh_status st = lh_kv_pool_init(&pool_, &cfg);
+      if (st == LH_BAD_ARGUMENT && cfg.layer_capacity != nullptr)
+        fail(env_, st, "budgetBytes " + std::to_string(cfg.budget_bytes) + " does not hold layerCapacity's fixed layers and a token in every shared (0) layer" +
+                           (cfg.evict != 0 ? ", or a layer holds no more than sinks + recent = " + std::to_string(static_cast<uint64_t>(cfg.sinks) + cfg.recent) + " tokens"
+                                           : std::string()));
       if (st == LH_BAD_ARGUMENT && cfg.evict != 0)
         fail(env_, st, "budgetBytes " + std::to_string(cfg.budget_bytes) + " holds no more than sinks + recent = " +
                            std::to_string(static_cast<uint64_t>(cfg.sinks) + cfg.recent) + " tokens of this shape: nothing could be evicted");
@@ -321,6 +339,14 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
   }
 
   Napi::Value CapacityTokens(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.capacity); }
+  // layerCapacityTokens(layer) -> the layer's own slots
+  Napi::Value LayerCapacityTokens(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      return Napi::Number::New(env_, lh_kv_pool_layer_capacity(p, layer));
+    });
+  }
   Napi::Value ByteLength(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, static_cast<double>(pool_.byte_length)); }
   Napi::Value BytesPerToken(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, static_cast<double>(pool_.bytes_per_token)); }
   Napi::Value Layers(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.layers); }
@@ -375,8 +401,8 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       uint32_t slot = 0;
       const lh_status st = lh_kv_pool_append(p, layer, k.Data(), v.Data(), static_cast<int32_t>(position), &slot);
       if (st == LH_POOL_FULL)
-        fail(env_, st, "KV pool full: layer " + std::to_string(layer) + " holds " + std::to_string(p->capacity) +
-                           " of " + std::to_string(p->capacity) + " tokens");
+        fail(env_, st, "KV pool full: layer " + std::to_string(layer) + " holds " + std::to_string(lh_kv_pool_length(p, layer)) +
+                           " of " + std::to_string(lh_kv_pool_layer_capacity(p, layer)) + " tokens");
       if (st != LH_OK) fail(env_, st, "KV pool append failed");
       return Napi::Number::New(env_, slot);
     });
@@ -401,7 +427,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       const lh_status st = lh_kv_pool_append_batch(p, layer, k.Data(), v.Data(), tokens, static_cast<int32_t>(position), &slot);
       if (st == LH_POOL_FULL)
         fail(env_, st, "KV pool full: layer " + std::to_string(layer) + " holds " + std::to_string(lh_kv_pool_length(p, layer)) +
-                           " of " + std::to_string(p->capacity) + " tokens, " + std::to_string(tokens) + " more do not fit");
+                           " of " + std::to_string(lh_kv_pool_layer_capacity(p, layer)) + " tokens, " + std::to_string(tokens) + " more do not fit");
       if (st != LH_OK) fail(env_, st, "KV pool appendBatch failed");
       return Napi::Number::New(env_, slot);
     });
@@ -482,8 +508,8 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       lh_kv_pool* p = Live();
       EvictState(info, p);
       const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
-      const uint32_t slot = u32_arg(env_, info[1], "slot", 0, p->capacity - 1);
-      return Napi::Number::New(env_, p->counter[static_cast<size_t>(layer) * p->capacity + slot]);
+      const uint32_t slot = u32_arg(env_, info[1], "slot", 0, lh_kv_pool_layer_capacity(p, layer) - 1);
+      return Napi::Number::New(env_, p->counter[lh_kv_pool_layer_slot(p, layer, slot)]);
     });
   }
 
@@ -572,9 +598,11 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
         fail(env_, LH_BAD_ARGUMENT, "importLayer: layer " + std::to_string(layer) + " holds " + std::to_string(len) +
                                         " tokens; import needs an empty layer (reset() or truncate(0) first)");
       const Napi::Value tv = info[1];
-      if (tv.IsNumber() && tv.As<Napi::Number>().DoubleValue() > p->capacity && tv.As<Napi::Number>().DoubleValue() == std::floor(tv.As<Napi::Number>().DoubleValue()))
-        fail(env_, LH_BAD_ARGUMENT, "importLayer: tokens " + describe(tv) + " is more than the pool's capacity (" + std::to_string(p->capacity) + " tokens per layer)");
-      const uint32_t tokens = u32_arg(env_, tv, "tokens", 0, p->capacity);
+      const uint32_t cap = lh_kv_pool_layer_capacity(p, layer);
+      if (tv.IsNumber() && tv.As<Napi::Number>().DoubleValue() > cap && tv.As<Napi::Number>().DoubleValue() == std::floor(tv.As<Napi::Number>().DoubleValue()))
+        fail(env_, LH_BAD_ARGUMENT, "importLayer: tokens " + describe(tv) + " is more than the pool's capacity (" + std::to_string(cap) + " tokens in layer " +
+                                        std::to_string(layer) + ")");
+      const uint32_t tokens = u32_arg(env_, tv, "tokens", 0, cap);
       lh_kv_snapshot_layout sl;
       if (lh_kv_pool_snapshot_layout(p, tokens, &sl) != LH_OK) fail(env_, LH_INTERNAL, "snapshot layout refused checked arguments");
       const Napi::Uint8Array data = bytes_arg(info[2], "importLayer", "data", sl.total, tokens);
@@ -816,7 +844,7 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
     a.k = lh_kv_pool_k_rows(p, layer);
     a.v = lh_kv_pool_v_rows(p, layer);
     a.out = out.Data();
-    a.head_stride = lh_kv_pool_head_stride(p);
+    a.head_stride = lh_kv_pool_head_stride(p, layer);
     a.tokens = tokens;
     a.heads = heads;
     a.kv_heads = p->kv_heads;

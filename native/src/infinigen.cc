@@ -267,6 +267,7 @@ struct lh_speculator {
   const uint8_t* a_cand;
   int32_t a_victim;
   const uint16_t* a_kp;
+  size_t a_tiles;          // tiles of 8 partial rows per KV head in the job's layer
   double* g_count;                 // (kv_head) Σ_h c_h of each group
   uint8_t* g_ok;                   // (kv_head) 0: a non-finite candidate score in the group
   bool stop;
@@ -312,7 +313,7 @@ inline int32_t* keep_list(const lh_speculator* sp, uint32_t layer, uint32_t g) {
   return staged_slots(sp, layer, sp->active[layer - sp->dense], g);
 }
 inline int32_t pool_pos(const lh_speculator* sp, uint32_t layer, uint32_t g, uint32_t slot) {
-  return sp->pool->pos[(static_cast<size_t>(layer) * sp->kvh + g) * sp->pool->capacity + slot];
+  return sp->pool->pos[lh_kv_pool_slot_index(sp->pool, layer, g, slot)];
 }
 // The slot of the current token (appended after begin()).
 inline uint32_t current_slot(const lh_speculator* sp, uint32_t layer) {
@@ -385,7 +386,7 @@ static bool group_top_fallback(const lh_group_scratch& w, const double* comb, ui
 static bool group_phase_a(const lh_speculator* sp, const lh_group_scratch& w, uint32_t g, const uint16_t* kp_layer, uint32_t N,
                           const uint8_t* cand, int32_t victim, uint32_t cands, uint32_t K, double* counts_out) {
   const uint32_t group = sp->group;
-  const size_t stride = sp->gstride, tiles_per_head = lh_kv_pool_partial_slots(sp->pool) / 8;
+  const size_t stride = sp->gstride, tiles_per_head = sp->a_tiles;
   const uint16_t* kp = kp_layer + static_cast<size_t>(g) * tiles_per_head * sp->p * 8;
   double* gs = w.gscores;
   double m[LH_MAX_HEADS];
@@ -532,6 +533,7 @@ void run_job(lh_speculator* sp, uint32_t layer, uint32_t tag) {
     sp->a_cand = cand;
     sp->a_victim = cand != nullptr ? sp->job_victim[layer] : -1;
     sp->a_kp = lh_kv_pool_partial_rows(pool, layer);
+    sp->a_tiles = lh_kv_pool_partial_slots(pool, layer) / 8;
     sp->done.store(0, std::memory_order_relaxed);
     sp->claim.store(static_cast<uint64_t>(tag) << 32, std::memory_order_release);  // the main thread may help from here
     if (sp->cfg.inline_threads > 0) {
@@ -765,7 +767,7 @@ lh_status lh_speculator_create(lh_speculator** out, lh_kv_pool* pool, const lh_s
   sp->state = zalloc<uint8_t>(sp->layers);
   sp->stats = zalloc<lh_layer_stats>(sp->layers);
   sp->qtilde = zalloc<float>(static_cast<size_t>(sp->heads) * sp->p);
-  sp->gstride = lh_kv_pool_partial_slots(pool);
+  sp->gstride = (static_cast<size_t>(pool->capacity) + 7) & ~static_cast<size_t>(7);  // the largest layer's, rounded up to 8
   sp->n_scr = std::max<uint32_t>(2, cfg->inline_threads);
   sp->scr = zalloc<lh_group_scratch>(sp->n_scr);
   bool scr_ok = sp->scr != nullptr;
@@ -917,7 +919,7 @@ lh_status lh_speculator_attend(lh_speculator* sp, uint32_t layer, const float* q
   a.k = lh_kv_pool_k_rows(sp->pool, layer);
   a.v = lh_kv_pool_v_rows(sp->pool, layer);
   a.out = out;
-  a.head_stride = lh_kv_pool_head_stride(sp->pool);
+  a.head_stride = lh_kv_pool_head_stride(sp->pool, layer);
   a.tokens = n + 1;
   a.heads = sp->heads;
   a.kv_heads = sp->kvh;

@@ -26,32 +26,37 @@ bool config_ok(const lh_kv_pool_config* cfg) {
          cfg->partial_dim <= cfg->head_dim && cfg->evict <= 1 && (cfg->evict == 0 || cfg->age_every >= 1);
 }
 
-// Byte offsets of the regions for a given capacity. With the limits above every product fits
-// in 64 bits: layers*kv_heads*head_dim <= 2^30, times capacity < 2^31, times 4 bytes < 2^63.
+// Byte offsets of the regions for given layer capacities (caps: (layers)). With the limits above every
+// product fits in 64 bits: kv_heads*head_dim <= 2^20, times the sum of capacities (< 2^10 layers * 2^31),
+// times 4 bytes < 2^63. With every capacity equal this is the layout of a uniform pool, byte for byte.
 struct Layout {
   uint64_t length_off, k_off, v_off, pos_off, ks_off, vs_off, kp_off, proj_off, proj_set_off, counter_off, cand_off, ev_off, total;
 };
 
-Layout layout_for(const lh_kv_pool_config* cfg, uint64_t capacity) {
-  const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
-  const uint64_t rows = lh * capacity * cfg->head_dim * lh_kv_type_bytes(cfg->kv_type);
+Layout layout_for(const lh_kv_pool_config* cfg, const uint64_t* caps) {
+  uint64_t slots = 0, slots8 = 0;  // sums over layers of capacity and of capacity rounded up to 8
+  for (uint32_t l = 0; l < cfg->layers; ++l) {
+    slots += caps[l];
+    slots8 += (caps[l] + 7) & ~7ull;  // partial rows come in tiles of 8 slots
+  }
+  const uint64_t kvh = cfg->kv_heads, lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
+  const uint64_t rows = kvh * slots * cfg->head_dim * lh_kv_type_bytes(cfg->kv_type);
   Layout l;
   l.length_off = 0;
   l.k_off = align_line(cfg->layers * sizeof(uint32_t));
   l.v_off = l.k_off + align_line(rows);
   l.pos_off = l.v_off + align_line(rows);
-  l.ks_off = l.pos_off + align_line(lh * capacity * sizeof(int32_t));
-  const uint64_t scales = cfg->kv_type == LH_KV_I8 ? align_line(lh * capacity * sizeof(float)) : 0;  // int8 row scales
+  l.ks_off = l.pos_off + align_line(kvh * slots * sizeof(int32_t));
+  const uint64_t scales = cfg->kv_type == LH_KV_I8 ? align_line(kvh * slots * sizeof(float)) : 0;  // int8 row scales
   l.vs_off = l.ks_off + scales;
   l.kp_off = l.vs_off + scales;
   const uint64_t p = cfg->partial_dim;
-  const uint64_t capacity8 = (capacity + 7) & ~7ull;  // partial rows come in tiles of 8 slots
-  l.proj_off = l.kp_off + align_line(lh * capacity8 * p * sizeof(uint16_t));
+  l.proj_off = l.kp_off + align_line(kvh * slots8 * p * sizeof(uint16_t));
   l.proj_set_off = l.proj_off + align_line(lh * cfg->head_dim * p * sizeof(float));
   l.counter_off = l.proj_set_off + (p > 0 ? align_line(cfg->layers * sizeof(uint32_t)) : 0);
   const uint64_t e = cfg->evict != 0 ? 1 : 0;
-  l.cand_off = l.counter_off + e * align_line(cfg->layers * capacity * sizeof(uint32_t));
-  l.ev_off = l.cand_off + e * align_line(cfg->layers * capacity);
+  l.cand_off = l.counter_off + e * align_line(slots * sizeof(uint32_t));
+  l.ev_off = l.cand_off + e * align_line(slots);
   l.total = l.ev_off + e * align_line(cfg->layers * sizeof(lh_kv_evict_layer));
   return l;
 }
@@ -62,6 +67,38 @@ uint64_t per_token_bytes(const lh_kv_pool_config* cfg) {
   const uint64_t lh = static_cast<uint64_t>(cfg->layers) * cfg->kv_heads;
   return lh * (2ull * lh_kv_row_bytes(cfg->kv_type, cfg->head_dim) + sizeof(int32_t) + 2ull * cfg->partial_dim) +
          (cfg->evict != 0 ? cfg->layers * (sizeof(uint32_t) + 1ull) : 0);
+}
+
+// Every layer's capacity for a config (caps: (layers)), or LH_BAD_ARGUMENT (see lh_kv_pool_plan).
+lh_status plan_caps(const lh_kv_pool_config* cfg, uint64_t* caps) {
+  const uint64_t per_layer_token = per_token_bytes(cfg) / cfg->layers;  // what one token costs in one layer
+  uint32_t shared = 0;
+  for (uint32_t l = 0; l < cfg->layers; ++l) {
+    const uint64_t fixed = cfg->layer_capacity != nullptr ? cfg->layer_capacity[l] : 0;
+    if (fixed > LH_MAX_TOKENS) return LH_BAD_ARGUMENT;
+    caps[l] = fixed;
+    shared += fixed == 0 ? 1 : 0;
+  }
+  if (shared > 0) {
+    // the shared layers' capacity: what the budget leaves after the fixed layers (and the headers)
+    const uint64_t base = layout_for(cfg, caps).total;
+    if (base > cfg->budget_bytes) return LH_BAD_ARGUMENT;
+    uint64_t cap = (cfg->budget_bytes - base) / (per_layer_token * shared);
+    if (cap > LH_MAX_TOKENS) return LH_BAD_ARGUMENT;  // an absurd budget, not a real pool
+    auto with = [&](uint64_t c) {
+      for (uint32_t l = 0; l < cfg->layers; ++l)
+        if (cfg->layer_capacity == nullptr || cfg->layer_capacity[l] == 0) caps[l] = c;
+      return layout_for(cfg, caps).total;
+    };
+    // Alignment padding costs at most a few lines: step down until the layout fits the budget.
+    while (cap > 0 && with(cap) > cfg->budget_bytes) cap -= 1;
+    if (cap == 0) return LH_BAD_ARGUMENT;  // the budget does not hold a single token
+  } else if (layout_for(cfg, caps).total > cfg->budget_bytes) {
+    return LH_BAD_ARGUMENT;  // the fixed capacities do not fit the budget
+  }
+  for (uint32_t l = 0; l < cfg->layers; ++l)
+    if (cfg->evict != 0 && caps[l] <= static_cast<uint64_t>(cfg->sinks) + cfg->recent) return LH_BAD_ARGUMENT;  // nothing evictable
+  return LH_OK;
 }
 
 uint64_t physical_memory_bytes() {
@@ -101,18 +138,19 @@ void* map_pool(size_t total, bool huge, uint32_t* advised) {
 
 }  // namespace
 
-lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length) {
+lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length, uint32_t* layer_caps) {
   if (!config_ok(cfg) || capacity == nullptr || byte_length == nullptr) return LH_BAD_ARGUMENT;
-  const uint64_t per_token = per_token_bytes(cfg);
-  uint64_t cap = cfg->budget_bytes / per_token;
-  if (cap > LH_MAX_TOKENS) return LH_BAD_ARGUMENT;  // an absurd budget, not a real pool
-  // Alignment padding costs at most a few lines: step down until the layout fits the budget.
-  while (cap > 0 && layout_for(cfg, cap).total > cfg->budget_bytes) cap -= 1;
-  if (cap == 0) return LH_BAD_ARGUMENT;  // the budget does not hold a single token
-  if (cfg->evict != 0 && cap <= static_cast<uint64_t>(cfg->sinks) + cfg->recent) return LH_BAD_ARGUMENT;  // nothing evictable
-  const uint64_t total = layout_for(cfg, cap).total;
+  uint64_t caps[LH_MAX_LAYERS];
+  const lh_status st = plan_caps(cfg, caps);
+  if (st != LH_OK) return st;
+  const uint64_t total = layout_for(cfg, caps).total;
   if (total > physical_memory_bytes()) return LH_OUT_OF_MEMORY;
-  *capacity = static_cast<uint32_t>(cap);
+  uint64_t largest = 0;
+  for (uint32_t l = 0; l < cfg->layers; ++l) {
+    largest = std::max(largest, caps[l]);
+    if (layer_caps != nullptr) layer_caps[l] = static_cast<uint32_t>(caps[l]);
+  }
+  *capacity = static_cast<uint32_t>(largest);
   *byte_length = total;
   return LH_OK;
 }
@@ -122,13 +160,24 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
   std::memset(pool, 0, sizeof *pool);
   uint32_t capacity = 0;
   uint64_t total = 0;
-  const lh_status st = lh_kv_pool_plan(cfg, &capacity, &total);
+  uint32_t caps32[LH_MAX_LAYERS];
+  const lh_status st = lh_kv_pool_plan(cfg, &capacity, &total, caps32);
   if (st != LH_OK) return st;
   if (total > SIZE_MAX) return LH_OUT_OF_MEMORY;
   uint32_t advised = 0;
   void* base = map_pool(static_cast<size_t>(total), cfg->no_huge_pages == 0, &advised);
   if (base == nullptr) return LH_OUT_OF_MEMORY;
-  const Layout l = layout_for(cfg, capacity);
+  uint64_t caps[LH_MAX_LAYERS];
+  uint64_t row0 = 0, prow0 = 0;
+  for (uint32_t i = 0; i < cfg->layers; ++i) {
+    caps[i] = caps32[i];
+    pool->layer_cap[i] = caps32[i];
+    pool->layer_row0[i] = row0;
+    pool->layer_prow0[i] = prow0;
+    row0 += caps32[i];
+    prow0 += (caps32[i] + 7ull) & ~7ull;
+  }
+  const Layout l = layout_for(cfg, caps);
   char* b = static_cast<char*>(base);
   pool->layers = cfg->layers;
   pool->kv_heads = cfg->kv_heads;
@@ -213,30 +262,30 @@ inline float stored_elem(const lh_kv_pool* pool, const void* rows, size_t row, s
   }
 }
 
-// Partial row of (layer, head index `head` = layer*kv_heads+g, slot s) from the stored key row:
+// Partial row of (layer, KV head g, slot s) from the stored key row:
 // kp[i] = fp16( sum_j K[j] * proj[j, i] ), fp32 accumulation in j order.
-void store_partial(lh_kv_pool* pool, size_t head, uint32_t s) {
+void store_partial(lh_kv_pool* pool, uint32_t layer, uint32_t g, uint32_t s) {
   const size_t d = pool->head_dim, p = pool->partial_dim;
-  const size_t row = head * lh_kv_pool_head_stride(pool) + static_cast<size_t>(s) * d;
+  const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
+  const size_t at = lh_kv_pool_slot_index(pool, layer, g, s);
+  const size_t row = at * d;
   const float* proj = pool->proj + head * d * p;  // (head_dim, partial_dim)
   float acc[LH_MAX_HEAD_DIM];                      // (partial_dim)
-  const float ks = pool->ks != nullptr ? pool->ks[head * pool->capacity + s] : 1.0f;  // int8 key scale
+  const float ks = pool->ks != nullptr ? pool->ks[at] : 1.0f;  // int8 key scale
   for (size_t i = 0; i < p; ++i) acc[i] = 0.0f;
   for (size_t j = 0; j < d; ++j) {
     const float kj = stored_elem(pool, pool->k, row, j, ks);  // what attention reads
     const float* pr = proj + j * p;
     for (size_t i = 0; i < p; ++i) acc[i] += kj * pr[i];
   }
-  for (size_t i = 0; i < p; ++i) pool->kp[lh_kv_pool_partial_at(pool, head, s, i)] = lh_fp32_to_fp16(acc[i]);
+  for (size_t i = 0; i < p; ++i) pool->kp[lh_kv_pool_partial_at(pool, layer, g, s, i)] = lh_fp32_to_fp16(acc[i]);
 }
 
 // Partial rows of every stored slot of `layer` (every KV head), from the stored key rows: after
 // the projection is set, and after a snapshot import wrote the key rows directly.
 void rebuild_partials(lh_kv_pool* pool, uint32_t layer) {
-  for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-    const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
-    for (uint32_t s = 0; s < pool->length[layer]; ++s) store_partial(pool, head, s);
-  }
+  for (uint32_t g = 0; g < pool->kv_heads; ++g)
+    for (uint32_t s = 0; s < pool->length[layer]; ++s) store_partial(pool, layer, g, s);
 }
 
 // fp32 -> fp16 of one row. F16C converts 8 values per instruction with the bits of
@@ -266,25 +315,24 @@ void to_fp16(const float* in, uint16_t* out, size_t n) {
 
 // Writes one token's rows (all KV heads) of `layer` into slot s. No checks: callers validate.
 void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, const float* v, int32_t position) {
-  const size_t stride = lh_kv_pool_head_stride(pool);
   const size_t d = pool->head_dim;
   for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-    const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
-    const size_t row = head * stride + static_cast<size_t>(s) * d;  // element index of (head, s, 0)
+    const size_t at = lh_kv_pool_slot_index(pool, layer, g, s);
+    const size_t row = at * d;  // element index of (layer, g, s, 0)
     const float* kin = k + g * d;
     const float* vin = v + g * d;
     if (pool->kv_type == LH_KV_F32) {
       std::memcpy(static_cast<float*>(pool->k) + row, kin, d * sizeof(float));
       std::memcpy(static_cast<float*>(pool->v) + row, vin, d * sizeof(float));
     } else if (pool->kv_type == LH_KV_I8) {
-      pool->ks[head * pool->capacity + s] = lh_kv_quantize_i8(kin, d, static_cast<int8_t*>(pool->k) + row);
-      pool->vs[head * pool->capacity + s] = lh_kv_quantize_i8(vin, d, static_cast<int8_t*>(pool->v) + row);
+      pool->ks[at] = lh_kv_quantize_i8(kin, d, static_cast<int8_t*>(pool->k) + row);
+      pool->vs[at] = lh_kv_quantize_i8(vin, d, static_cast<int8_t*>(pool->v) + row);
     } else {
       to_fp16(kin, static_cast<uint16_t*>(pool->k) + row, d);  // (head_dim)
       to_fp16(vin, static_cast<uint16_t*>(pool->v) + row, d);  // (head_dim)
     }
-    pool->pos[head * pool->capacity + s] = position;
-    if (pool->partial_dim > 0 && pool->proj_set[layer] != 0) store_partial(pool, head, s);
+    pool->pos[at] = position;
+    if (pool->partial_dim > 0 && pool->proj_set[layer] != 0) store_partial(pool, layer, g, s);
   }
 }
 
@@ -293,14 +341,14 @@ void store_token(lh_kv_pool* pool, uint32_t layer, uint32_t s, const float* k, c
 namespace {
 
 inline int32_t slot_pos(const lh_kv_pool* pool, uint32_t layer, uint32_t s) {
-  return pool->pos[static_cast<size_t>(layer) * pool->kv_heads * pool->capacity + s];  // KV head 0
+  return pool->pos[lh_kv_pool_slot_index(pool, layer, 0, s)];  // KV head 0
 }
 
 // The victim of a full layer by the rule of kv_pool.h, or -1 if every slot is protected. O(capacity).
 int64_t choose_victim(const lh_kv_pool* pool, uint32_t layer) {
   const int64_t newest = pool->ev[layer].newest;
   const int64_t recent_from = newest - static_cast<int64_t>(pool->recent) + 1;  // positions >= this are recent
-  const uint32_t* c = pool->counter + static_cast<size_t>(layer) * pool->capacity;
+  const uint32_t* c = pool->counter + lh_kv_pool_layer_slot(pool, layer, 0);
   int64_t best = -1;
   uint32_t best_c = 0;
   int32_t best_p = 0;
@@ -319,8 +367,8 @@ int64_t choose_victim(const lh_kv_pool* pool, uint32_t layer) {
 // Bookkeeping after a token went into slot s (evicted: the position it replaced, or -1).
 void note_append(lh_kv_pool* pool, uint32_t layer, uint32_t s, int32_t position, int32_t evicted) {
   lh_kv_evict_layer& e = pool->ev[layer];
-  pool->counter[static_cast<size_t>(layer) * pool->capacity + s] = 0;
-  pool->cand[static_cast<size_t>(layer) * pool->capacity + s] = 1;
+  pool->counter[lh_kv_pool_layer_slot(pool, layer, s)] = 0;
+  pool->cand[lh_kv_pool_layer_slot(pool, layer, s)] = 1;
   e.appends += 1;
   e.last_slot = static_cast<int32_t>(s);
   e.last_evicted = evicted;
@@ -333,12 +381,12 @@ void note_append(lh_kv_pool* pool, uint32_t layer, uint32_t s, int32_t position,
 lh_status lh_kv_pool_reserve_victim(lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers) return LH_BAD_ARGUMENT;
   lh_kv_evict_layer& e = pool->ev[layer];
-  if (pool->length[layer] < pool->capacity || e.pending != 0) return LH_OK;
+  if (pool->length[layer] < pool->layer_cap[layer] || e.pending != 0) return LH_OK;
   const int64_t victim = choose_victim(pool, layer);
   if (victim < 0) return LH_POOL_FULL;
   e.pending = static_cast<uint32_t>(victim) + 1;
-  pool->counter[static_cast<size_t>(layer) * pool->capacity + victim] = 0;
-  pool->cand[static_cast<size_t>(layer) * pool->capacity + victim] = 0;
+  pool->counter[lh_kv_pool_layer_slot(pool, layer, static_cast<uint32_t>(victim))] = 0;
+  pool->cand[lh_kv_pool_layer_slot(pool, layer, static_cast<uint32_t>(victim))] = 0;
   return LH_OK;
 }
 
@@ -348,7 +396,7 @@ lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, co
     return LH_BAD_ARGUMENT;
   uint32_t s = pool->length[layer];
   int32_t evicted = -1;
-  if (s >= pool->capacity) {
+  if (s >= pool->layer_cap[layer]) {
     if (pool->evict == 0) return LH_POOL_FULL;
     const lh_status st = lh_kv_pool_reserve_victim(pool, layer);
     if (st != LH_OK) return st;
@@ -370,8 +418,8 @@ lh_status lh_kv_pool_append_batch(lh_kv_pool* pool, uint32_t layer, const float*
       first_position < 0 || static_cast<uint64_t>(first_position) + tokens - 1 > 0x7fffffffull)
     return LH_BAD_ARGUMENT;
   const uint32_t s0 = pool->length[layer];
-  if (pool->evict != 0 && tokens == 1 && s0 >= pool->capacity) return lh_kv_pool_append(pool, layer, k, v, first_position, first_slot);
-  if (tokens > pool->capacity - s0) return LH_POOL_FULL;
+  if (pool->evict != 0 && tokens == 1 && s0 >= pool->layer_cap[layer]) return lh_kv_pool_append(pool, layer, k, v, first_position, first_slot);
+  if (tokens > pool->layer_cap[layer] - s0) return LH_POOL_FULL;
   const size_t width = static_cast<size_t>(pool->kv_heads) * pool->head_dim;  // floats per token
   for (uint32_t t = 0; t < tokens; ++t)
     store_token(pool, layer, s0 + t, k + t * width, v + t * width, first_position + static_cast<int32_t>(t));
@@ -386,22 +434,22 @@ namespace {
 
 // Moves slot `from` of `layer` (all KV heads: rows, partial row, position, counter, flag) to `to`.
 void move_slot(lh_kv_pool* pool, uint32_t layer, uint32_t from, uint32_t to) {
-  const size_t d = pool->head_dim, eb = pool->elem_bytes, cap = pool->capacity, p = pool->partial_dim;
+  const size_t d = pool->head_dim, eb = pool->elem_bytes, p = pool->partial_dim;
   for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-    const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
-    char* k = static_cast<char*>(pool->k) + head * cap * d * eb;
-    char* v = static_cast<char*>(pool->v) + head * cap * d * eb;
+    const size_t head0 = lh_kv_pool_slot_index(pool, layer, g, 0);  // slot 0 of (layer, g)
+    char* k = static_cast<char*>(pool->k) + head0 * d * eb;
+    char* v = static_cast<char*>(pool->v) + head0 * d * eb;
     std::memcpy(k + to * d * eb, k + from * d * eb, d * eb);
     std::memcpy(v + to * d * eb, v + from * d * eb, d * eb);
-    pool->pos[head * cap + to] = pool->pos[head * cap + from];
+    pool->pos[head0 + to] = pool->pos[head0 + from];
     if (pool->ks != nullptr) {
-      pool->ks[head * cap + to] = pool->ks[head * cap + from];
-      pool->vs[head * cap + to] = pool->vs[head * cap + from];
+      pool->ks[head0 + to] = pool->ks[head0 + from];
+      pool->vs[head0 + to] = pool->vs[head0 + from];
     }
-    for (size_t i = 0; i < p; ++i) pool->kp[lh_kv_pool_partial_at(pool, head, to, i)] = pool->kp[lh_kv_pool_partial_at(pool, head, from, i)];
+    for (size_t i = 0; i < p; ++i) pool->kp[lh_kv_pool_partial_at(pool, layer, g, to, i)] = pool->kp[lh_kv_pool_partial_at(pool, layer, g, from, i)];
   }
-  pool->counter[layer * cap + to] = pool->counter[layer * cap + from];
-  pool->cand[layer * cap + to] = pool->cand[layer * cap + from];
+  pool->counter[lh_kv_pool_layer_slot(pool, layer, to)] = pool->counter[lh_kv_pool_layer_slot(pool, layer, from)];
+  pool->cand[lh_kv_pool_layer_slot(pool, layer, to)] = pool->cand[lh_kv_pool_layer_slot(pool, layer, from)];
 }
 
 }  // namespace
@@ -411,8 +459,7 @@ lh_status lh_kv_pool_truncate(lh_kv_pool* pool, uint32_t tokens) {
   if (pool->evict != 0) {
     for (uint32_t l = 0; l < pool->layers; ++l) {
       uint32_t& len = pool->length[l];
-      const size_t cap = pool->capacity;
-      if (pool->ev[l].pending != 0) pool->cand[l * cap + pool->ev[l].pending - 1] = 1;
+      if (pool->ev[l].pending != 0) pool->cand[lh_kv_pool_layer_slot(pool, l, pool->ev[l].pending - 1)] = 1;
       pool->ev[l].pending = 0;
       auto gone = [&](uint32_t s) { return slot_pos(pool, l, s) >= static_cast<int64_t>(tokens); };
       while (len > 0 && gone(len - 1)) --len;
@@ -442,29 +489,27 @@ uint32_t lh_kv_pool_length(const lh_kv_pool* pool, uint32_t layer) {
 
 const void* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers) return nullptr;
-  return static_cast<const char*>(pool->k) +
-         static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool) * pool->elem_bytes;
+  return static_cast<const char*>(pool->k) + lh_kv_pool_slot_index(pool, layer, 0, 0) * pool->head_dim * pool->elem_bytes;
 }
 
 const void* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers) return nullptr;
-  return static_cast<const char*>(pool->v) +
-         static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_head_stride(pool) * pool->elem_bytes;
+  return static_cast<const char*>(pool->v) + lh_kv_pool_slot_index(pool, layer, 0, 0) * pool->head_dim * pool->elem_bytes;
 }
 
 const float* lh_kv_pool_k_scales(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || pool->ks == nullptr || layer >= pool->layers) return nullptr;
-  return pool->ks + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity;
+  return pool->ks + lh_kv_pool_slot_index(pool, layer, 0, 0);
 }
 
 const float* lh_kv_pool_v_scales(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || pool->vs == nullptr || layer >= pool->layers) return nullptr;
-  return pool->vs + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity;
+  return pool->vs + lh_kv_pool_slot_index(pool, layer, 0, 0);
 }
 
 const int32_t* lh_kv_pool_positions(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers) return nullptr;
-  return pool->pos + static_cast<size_t>(layer) * pool->kv_heads * pool->capacity;
+  return pool->pos + lh_kv_pool_slot_index(pool, layer, 0, 0);
 }
 
 lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
@@ -472,13 +517,13 @@ lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t laye
   if (!lh_kv_pool_live(pool) || layer >= pool->layers || kv_head >= pool->kv_heads || out == nullptr ||
       slot >= pool->length[layer] || (part != LH_KV_KEY && part != LH_KV_VALUE))
     return LH_BAD_ARGUMENT;
-  const size_t head = static_cast<size_t>(layer) * pool->kv_heads + kv_head;
+  const size_t si = lh_kv_pool_slot_index(pool, layer, kv_head, slot);
   const void* rows = part == LH_KV_KEY ? pool->k : pool->v;
-  const size_t at = head * lh_kv_pool_head_stride(pool) + static_cast<size_t>(slot) * pool->head_dim;
+  const size_t at = si * pool->head_dim;
   const float* scales = part == LH_KV_KEY ? pool->ks : pool->vs;
-  const float scale = scales != nullptr ? scales[head * pool->capacity + slot] : 1.0f;
+  const float scale = scales != nullptr ? scales[si] : 1.0f;
   for (uint32_t i = 0; i < pool->head_dim; ++i) out[i] = stored_elem(pool, rows, at, i, scale);
-  if (position != nullptr) *position = pool->pos[head * pool->capacity + slot];
+  if (position != nullptr) *position = pool->pos[si];
   return LH_OK;
 }
 
@@ -493,21 +538,20 @@ lh_status lh_kv_pool_set_projection(lh_kv_pool* pool, uint32_t layer, const floa
 
 const uint16_t* lh_kv_pool_partial_rows(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || layer >= pool->layers) return nullptr;
-  return pool->kp + static_cast<size_t>(layer) * pool->kv_heads * lh_kv_pool_partial_slots(pool) * pool->partial_dim;
+  return pool->kp + lh_kv_pool_partial_at(pool, layer, 0, 0, 0);
 }
 
 lh_status lh_kv_pool_read_partial(const lh_kv_pool* pool, uint32_t layer, uint32_t kv_head, uint32_t slot, float* out) {
   if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || layer >= pool->layers || kv_head >= pool->kv_heads ||
       out == nullptr || slot >= pool->length[layer])
     return LH_BAD_ARGUMENT;
-  const size_t head = static_cast<size_t>(layer) * pool->kv_heads + kv_head;
-  for (uint32_t i = 0; i < pool->partial_dim; ++i) out[i] = lh_fp16_to_fp32(pool->kp[lh_kv_pool_partial_at(pool, head, slot, i)]);
+  for (uint32_t i = 0; i < pool->partial_dim; ++i) out[i] = lh_fp16_to_fp32(pool->kp[lh_kv_pool_partial_at(pool, layer, kv_head, slot, i)]);
   return LH_OK;
 }
 
 lh_status lh_kv_pool_note_selected(lh_kv_pool* pool, uint32_t layer, const int32_t* slots, uint32_t n) {
   if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers || (n > 0 && slots == nullptr)) return LH_BAD_ARGUMENT;
-  uint32_t* c = pool->counter + static_cast<size_t>(layer) * pool->capacity;
+  uint32_t* c = pool->counter + lh_kv_pool_layer_slot(pool, layer, 0);
   const uint32_t len = pool->length[layer];
   for (uint32_t i = 0; i < n; ++i)
     if (slots[i] >= 0 && static_cast<uint32_t>(slots[i]) < len && c[slots[i]] < UINT32_MAX) c[slots[i]] += 1;
@@ -519,17 +563,17 @@ lh_status lh_kv_pool_age(lh_kv_pool* pool, uint32_t layer) {
   lh_kv_evict_layer& e = pool->ev[layer];
   if (++e.age_tick < pool->age_every) return LH_OK;
   e.age_tick = 0;
-  uint32_t* c = pool->counter + static_cast<size_t>(layer) * pool->capacity;
+  uint32_t* c = pool->counter + lh_kv_pool_layer_slot(pool, layer, 0);
   for (uint32_t s = 0; s < pool->length[layer]; ++s) c[s] >>= 1;
   return LH_OK;
 }
 
 lh_status lh_kv_pool_note_job(lh_kv_pool* pool, uint32_t layer, uint32_t len, int32_t reserved, const int32_t* slots,
                               size_t stride, uint32_t lists, uint32_t n) {
-  if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers || len > pool->capacity ||
+  if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers || len > pool->layer_cap[layer] ||
       (n > 0 && lists > 0 && slots == nullptr))
     return LH_BAD_ARGUMENT;
-  uint32_t* c = pool->counter + static_cast<size_t>(layer) * pool->capacity;
+  uint32_t* c = pool->counter + lh_kv_pool_layer_slot(pool, layer, 0);
   for (uint32_t g = 0; g < lists; ++g) {
     const int32_t* list = slots + g * stride;
     for (uint32_t i = 0; i < n; ++i) {
@@ -547,7 +591,7 @@ lh_status lh_kv_pool_note_job(lh_kv_pool* pool, uint32_t layer, uint32_t len, in
 
 const uint8_t* lh_kv_pool_candidates(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || pool->evict == 0 || layer >= pool->layers) return nullptr;
-  return pool->cand + static_cast<size_t>(layer) * pool->capacity;
+  return pool->cand + lh_kv_pool_layer_slot(pool, layer, 0);
 }
 
 const lh_kv_evict_layer* lh_kv_pool_evict_state(const lh_kv_pool* pool, uint32_t layer) {
@@ -598,22 +642,21 @@ lh_status lh_kv_pool_export_layer(const lh_kv_pool* pool, uint32_t layer, uint32
     return LH_BAD_ARGUMENT;
   if (tokens == 0) return LH_OK;
   char* o = static_cast<char*>(out);
-  const size_t cap = pool->capacity;
   const size_t row_run = static_cast<size_t>(tokens) * pool->head_dim * pool->elem_bytes;  // one head's rows, contiguous
-  const size_t head_bytes = cap * pool->head_dim * pool->elem_bytes;                       // one head's region in the pool
-  const size_t first = static_cast<size_t>(layer) * pool->kv_heads;                        // head index of (layer, 0)
+  const size_t elem_row = static_cast<size_t>(pool->head_dim) * pool->elem_bytes;          // bytes of one slot's row
   for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-    std::memcpy(o + sl.k + g * row_run, static_cast<const char*>(pool->k) + (first + g) * head_bytes, row_run);
-    std::memcpy(o + sl.v + g * row_run, static_cast<const char*>(pool->v) + (first + g) * head_bytes, row_run);
+    const size_t at = lh_kv_pool_slot_index(pool, layer, g, 0);  // slot 0 of (layer, g)
+    std::memcpy(o + sl.k + g * row_run, static_cast<const char*>(pool->k) + at * elem_row, row_run);
+    std::memcpy(o + sl.v + g * row_run, static_cast<const char*>(pool->v) + at * elem_row, row_run);
   }
   if (pool->kv_type == LH_KV_I8) {
     const size_t run = static_cast<size_t>(tokens) * sizeof(float);
     for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-      std::memcpy(o + sl.ks + g * run, pool->ks + (first + g) * cap, run);
-      std::memcpy(o + sl.vs + g * run, pool->vs + (first + g) * cap, run);
+      std::memcpy(o + sl.ks + g * run, pool->ks + lh_kv_pool_slot_index(pool, layer, g, 0), run);
+      std::memcpy(o + sl.vs + g * run, pool->vs + lh_kv_pool_slot_index(pool, layer, g, 0), run);
     }
   }
-  std::memcpy(o + sl.pos, pool->pos + first * cap, static_cast<size_t>(tokens) * sizeof(int32_t));  // KV head 0's: all heads agree
+  std::memcpy(o + sl.pos, pool->pos + lh_kv_pool_slot_index(pool, layer, 0, 0), static_cast<size_t>(tokens) * sizeof(int32_t));  // KV head 0's: all heads agree
   return LH_OK;
 }
 
@@ -644,30 +687,29 @@ void prefault_for_write(void* p, size_t n) {
 
 lh_status lh_kv_pool_import_layer(lh_kv_pool* pool, uint32_t layer, uint32_t tokens, const void* data, size_t bytes) {
   lh_kv_snapshot_layout sl;
-  if (!lh_kv_pool_live(pool) || pool->evict != 0 || layer >= pool->layers || pool->length[layer] != 0 ||
+  if (!lh_kv_pool_live(pool) || pool->evict != 0 || layer >= pool->layers || pool->length[layer] != 0 || tokens > pool->layer_cap[layer] ||
       lh_kv_pool_snapshot_layout(pool, tokens, &sl) != LH_OK || bytes != sl.total || (data == nullptr && bytes > 0))
     return LH_BAD_ARGUMENT;
   if (tokens == 0) return LH_OK;
   const char* in = static_cast<const char*>(data);
   if (lh_kv_snapshot_bad_position(in + sl.pos, tokens) >= 0) return LH_BAD_ARGUMENT;  // checked before anything is written
-  const size_t cap = pool->capacity;
   const size_t row_run = static_cast<size_t>(tokens) * pool->head_dim * pool->elem_bytes;
-  const size_t head_bytes = cap * pool->head_dim * pool->elem_bytes;
-  const size_t first = static_cast<size_t>(layer) * pool->kv_heads;
+  const size_t elem_row = static_cast<size_t>(pool->head_dim) * pool->elem_bytes;
   for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-    char* kdst = static_cast<char*>(pool->k) + (first + g) * head_bytes;  // (tokens, head_dim) of head g
-    char* vdst = static_cast<char*>(pool->v) + (first + g) * head_bytes;
+    const size_t at = lh_kv_pool_slot_index(pool, layer, g, 0);       // slot 0 of (layer, g)
+    char* kdst = static_cast<char*>(pool->k) + at * elem_row;  // (tokens, head_dim) of head g
+    char* vdst = static_cast<char*>(pool->v) + at * elem_row;
     prefault_for_write(kdst, row_run);
     prefault_for_write(vdst, row_run);
     std::memcpy(kdst, in + sl.k + g * row_run, row_run);
     std::memcpy(vdst, in + sl.v + g * row_run, row_run);
-    std::memcpy(pool->pos + (first + g) * cap, in + sl.pos, static_cast<size_t>(tokens) * sizeof(int32_t));  // every head's copy
+    std::memcpy(pool->pos + at, in + sl.pos, static_cast<size_t>(tokens) * sizeof(int32_t));  // every head's copy
   }
   if (pool->kv_type == LH_KV_I8) {
     const size_t run = static_cast<size_t>(tokens) * sizeof(float);
     for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-      std::memcpy(pool->ks + (first + g) * cap, in + sl.ks + g * run, run);
-      std::memcpy(pool->vs + (first + g) * cap, in + sl.vs + g * run, run);
+      std::memcpy(pool->ks + lh_kv_pool_slot_index(pool, layer, g, 0), in + sl.ks + g * run, run);
+      std::memcpy(pool->vs + lh_kv_pool_slot_index(pool, layer, g, 0), in + sl.vs + g * run, run);
     }
   }
   pool->length[layer] = tokens;

@@ -9,23 +9,35 @@
 // token by evicting one slot (see "Eviction" below). With kv_type LH_KV_I8 the rows are int8 and
 // every row has one fp32 scale in the ks / vs regions (see "int8 rows" below).
 //
-// Memory layout of the one allocation (regions in this order, each starting on a 64-byte line):
+// Memory layout of the one allocation (regions in this order, each starting on a 64-byte line).
+// capacity(l) is layer l's own slot count (lh_kv_pool_layer_capacity): every layer's the same unless the
+// config gives layer_capacity; "(layer, kv_head, capacity(l), ...)" means layer l's block holds kv_head
+// runs of capacity(l) slots and the blocks follow each other (lh_kv_pool_slot_index gives the index).
 //   length : (layer)                                   uint32  slots in use per layer
-//   k      : (layer, kv_head, capacity, head_dim)      fp16|fp32|int8  key rows
-//   v      : (layer, kv_head, capacity, head_dim)      fp16|fp32|int8  value rows
-//   pos    : (layer, kv_head, capacity)                int32   token position held by each slot
-//   ks     : (layer, kv_head, capacity)                fp32    scale of each int8 key row (int8 only)
-//   vs     : (layer, kv_head, capacity)                fp32    scale of each int8 value row (int8 only)
-//   kp     : (layer, kv_head, capacity8 / 8, partial_dim, 8)  fp16  partial key rows (partial_dim > 0),
+//   k      : (layer, kv_head, capacity(l), head_dim)   fp16|fp32|int8  key rows
+//   v      : (layer, kv_head, capacity(l), head_dim)   fp16|fp32|int8  value rows
+//   pos    : (layer, kv_head, capacity(l))             int32   token position held by each slot
+//   ks     : (layer, kv_head, capacity(l))             fp32    scale of each int8 key row (int8 only)
+//   vs     : (layer, kv_head, capacity(l))             fp32    scale of each int8 value row (int8 only)
+//   kp     : (layer, kv_head, capacity8(l) / 8, partial_dim, 8)  fp16  partial key rows (partial_dim > 0),
 //            in tiles of 8 slots: element i of slot s is at tile s/8, row i, lane s%8, so the
 //            speculator scores 8 slots with one vector load per element (capacity8 = capacity
 //            rounded up to a multiple of 8; lh_kv_pool_partial_at gives the index)
 //   proj   : (layer, kv_head, head_dim, partial_dim)   fp32    A[:, C] per layer and KV head
 //   proj_set : (layer)                                 uint32  1 once proj of the layer is set
-//   counter: (layer, capacity)                         uint32  prefetch counter of each slot (evict)
-//   cand   : (layer, capacity)                         uint8   1 = slot is a selection candidate (evict)
+//   counter: (layer, capacity(l))                      uint32  prefetch counter of each slot (evict)
+//   cand   : (layer, capacity(l))                      uint8   1 = slot is a selection candidate (evict)
 //   ev     : (layer)                                   lh_kv_evict_layer bookkeeping (evict)
 // The budget covers the whole allocation: rows, int8 scales, positions, partial rows, counters, flags, headers.
+// Without layer_capacity the layout, byte_length and bytes_per_token are what they were before
+// per-layer capacities existed (every capacity(l) = capacity).
+//
+// Per-layer capacity (layer_capacity): a sliding-window layer needs only its window (plus what prefix
+// reuse needs), so it can be given fewer slots than a global layer, in the same one allocation. Each
+// layer follows the pool's rules on its own: without evict, appending past capacity(l) is LH_POOL_FULL;
+// with evict, a full layer evicts (capacity(l) must exceed sinks + recent). A window layer is NOT a
+// ring yet: its slots fill from 0 like any layer's, and once full it is full (or evicts); a ring that
+// overwrites the oldest position is future work (ARCHITECTURE.md §5).
 //
 // Eviction (evict = 1). A token is PROTECTED while it is a sink (position < sinks) or in the recent
 // window (one of the `recent` newest positions stored in the layer). When a layer holds `capacity`
@@ -96,6 +108,10 @@ struct lh_kv_pool_config {
   uint32_t no_huge_pages; // 0 (default): a pool of >= 2 MiB starts on a 2 MiB boundary and is advised
                           // MADV_HUGEPAGE (Linux; THP 'madvise' mode backs it with 2 MiB pages, so scattered
                           // row reads miss the TLB far less); nonzero: plain 4 KiB pages (for A/B benchmarks)
+  const uint32_t* layer_capacity;  // null (default): every layer gets the capacity the budget holds. Else
+                                   // (layers): > 0 that layer's slots exactly (<= LH_MAX_TOKENS); 0: the
+                                   // layer shares what the budget leaves after the fixed ones, equally
+                                   // with the other 0 entries. Read during init only.
 };
 
 // Per-layer eviction bookkeeping (in the pool's allocation).
@@ -115,7 +131,10 @@ struct lh_kv_pool {
   uint32_t layers;
   uint32_t kv_heads;
   uint32_t head_dim;
-  uint32_t capacity;          // slots (tokens) per layer
+  uint32_t capacity;          // slots (tokens) of the largest layer (every layer's without layer_capacity)
+  uint32_t layer_cap[LH_MAX_LAYERS];    // (layer) capacity(l), slots of each layer
+  uint64_t layer_row0[LH_MAX_LAYERS];   // (layer) sum of capacity(i) for i < l: where layer l's slots start (per KV head block)
+  uint64_t layer_prow0[LH_MAX_LAYERS];  // (layer) sum of capacity8(i) for i < l: the same in the partial-row tiles
   uint32_t kv_type;           // lh_kv_type of the rows
   uint32_t elem_bytes;        // 2 (fp16), 4 (fp32) or 1 (int8)
   uint64_t bytes_per_token;   // bytes one token costs across all layers and heads (scales included)
@@ -140,12 +159,13 @@ struct lh_kv_pool {
   lh_kv_evict_layer* ev;      // (layer), or null without evict
 };
 
-// Computes the capacity (slots per layer) and allocation size a config yields, allocating
-// nothing. LH_BAD_ARGUMENT: a dimension out of range, a budget too small for one token, or a
-// budget that would hold more than LH_MAX_TOKENS slots, evict with age_every 0 or a capacity that
-// is not larger than sinks + recent. LH_OUT_OF_MEMORY: larger than the
-// machine's physical memory.
-lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length);
+// Computes the capacity (slots of the largest layer) and allocation size a config yields, allocating
+// nothing; layer_caps (if not null, (layers)) receives each layer's. LH_BAD_ARGUMENT: a dimension out of
+// range, a budget too small for one token (in every shared layer), a budget that would hold more than
+// LH_MAX_TOKENS slots, fixed layer capacities whose bytes exceed the budget or LH_MAX_TOKENS, evict
+// with age_every 0 or a layer capacity that is not larger than sinks + recent. LH_OUT_OF_MEMORY: larger
+// than the machine's physical memory.
+lh_status lh_kv_pool_plan(const lh_kv_pool_config* cfg, uint32_t* capacity, uint64_t* byte_length, uint32_t* layer_caps = nullptr);
 
 // Plans and maps the pool (MAP_PRIVATE|MAP_ANONYMOUS; pages are touched only when written); see
 // no_huge_pages for the 2 MiB alignment and MADV_HUGEPAGE advice (advice only: a kernel that refuses
@@ -191,23 +211,35 @@ lh_status lh_kv_pool_truncate(lh_kv_pool* pool, uint32_t tokens);
 // Tokens stored in `layer` (0 for a freed pool or a layer out of range).
 uint32_t lh_kv_pool_length(const lh_kv_pool* pool, uint32_t layer);
 
-// Elements between the rows of two consecutive KV heads of one layer: capacity * head_dim.
-inline size_t lh_kv_pool_head_stride(const lh_kv_pool* pool) {
-  return static_cast<size_t>(pool->capacity) * pool->head_dim;
+// Slots of `layer` (no checks: layer < layers of a live pool).
+inline uint32_t lh_kv_pool_layer_capacity(const lh_kv_pool* pool, uint32_t layer) { return pool->layer_cap[layer]; }
+
+// Index of slot s of (layer, kv_head) in the per-slot regions (pos, ks, vs); times head_dim, of its
+// first element in k and v. No checks.
+inline size_t lh_kv_pool_slot_index(const lh_kv_pool* pool, uint32_t layer, uint32_t kv_head, uint32_t s) {
+  return static_cast<size_t>(pool->layer_row0[layer]) * pool->kv_heads + static_cast<size_t>(kv_head) * pool->layer_cap[layer] + s;
 }
 
-// Start of a layer's key / value rows: (kv_head, capacity, head_dim) of the pool's kv_type.
+// Index of slot s of `layer` in the per-layer regions (counter, cand). No checks.
+inline size_t lh_kv_pool_layer_slot(const lh_kv_pool* pool, uint32_t layer, uint32_t s) { return static_cast<size_t>(pool->layer_row0[layer]) + s; }
+
+// Elements between the rows of two consecutive KV heads of `layer`: capacity(layer) * head_dim.
+inline size_t lh_kv_pool_head_stride(const lh_kv_pool* pool, uint32_t layer) {
+  return static_cast<size_t>(pool->layer_cap[layer]) * pool->head_dim;
+}
+
+// Start of a layer's key / value rows: (kv_head, capacity(layer), head_dim) of the pool's kv_type.
 // Null if freed or out of range.
 const void* lh_kv_pool_k_rows(const lh_kv_pool* pool, uint32_t layer);
 const void* lh_kv_pool_v_rows(const lh_kv_pool* pool, uint32_t layer);
 
-// Start of a layer's int8 row scales: (kv_head, capacity) fp32, indexed like the rows (scale of
-// row s of KV head g at g * capacity + s). Null for fp16/fp32 pools, if freed or out of range.
+// Start of a layer's int8 row scales: (kv_head, capacity(layer)) fp32, indexed like the rows (scale of
+// row s of KV head g at g * capacity(layer) + s). Null for fp16/fp32 pools, if freed or out of range.
 const float* lh_kv_pool_k_scales(const lh_kv_pool* pool, uint32_t layer);
 const float* lh_kv_pool_v_scales(const lh_kv_pool* pool, uint32_t layer);
 
-// Start of a layer's slot positions: (kv_head, capacity) int32, indexed like the rows (the position of
-// slot s of KV head g at g * capacity + s; every KV head holds the same). Null if freed or out of range.
+// Start of a layer's slot positions: (kv_head, capacity(layer)) int32, indexed like the rows (the position of
+// slot s of KV head g at g * capacity(layer) + s; every KV head holds the same). Null if freed or out of range.
 const int32_t* lh_kv_pool_positions(const lh_kv_pool* pool, uint32_t layer);
 
 // Bytes one K (or V) row of this pool costs, its int8 scale included (what a fetch moves).
@@ -225,15 +257,18 @@ lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t laye
 // pool has no partial rows, the layer is out of range, or proj is null.
 lh_status lh_kv_pool_set_projection(lh_kv_pool* pool, uint32_t layer, const float* proj);
 
-// Slots per KV head in the partial-row region: capacity rounded up to whole tiles of 8.
-inline size_t lh_kv_pool_partial_slots(const lh_kv_pool* pool) { return (static_cast<size_t>(pool->capacity) + 7) & ~static_cast<size_t>(7); }
-
-// Index in kp of element i of the partial row of (head = layer * kv_heads + kv_head, slot s).
-inline size_t lh_kv_pool_partial_at(const lh_kv_pool* pool, size_t head, size_t s, size_t i) {
-  return ((head * (lh_kv_pool_partial_slots(pool) >> 3) + (s >> 3)) * pool->partial_dim + i) * 8 + (s & 7);
+// Slots per KV head of `layer` in the partial-row region: capacity(layer) rounded up to whole tiles of 8.
+inline size_t lh_kv_pool_partial_slots(const lh_kv_pool* pool, uint32_t layer) {
+  return (static_cast<size_t>(pool->layer_cap[layer]) + 7) & ~static_cast<size_t>(7);
 }
 
-// Start of a layer's partial key rows: (kv_head, capacity8 / 8, partial_dim, 8) fp16 tiles. Null if none.
+// Index in kp of element i of the partial row of (layer, kv_head, slot s).
+inline size_t lh_kv_pool_partial_at(const lh_kv_pool* pool, uint32_t layer, uint32_t kv_head, size_t s, size_t i) {
+  const size_t tile0 = (static_cast<size_t>(pool->layer_prow0[layer]) * pool->kv_heads + kv_head * lh_kv_pool_partial_slots(pool, layer)) >> 3;
+  return ((tile0 + (s >> 3)) * pool->partial_dim + i) * 8 + (s & 7);
+}
+
+// Start of a layer's partial key rows: (kv_head, capacity8(layer) / 8, partial_dim, 8) fp16 tiles. Null if none.
 const uint16_t* lh_kv_pool_partial_rows(const lh_kv_pool* pool, uint32_t layer);
 
 // Reads one partial key row back as fp32: out is (partial_dim).
@@ -290,7 +325,7 @@ struct lh_kv_snapshot_layout {
 };
 
 // Offsets of a `tokens`-slot section of this pool's shape and type. LH_BAD_ARGUMENT if the pool
-// is freed, tokens > capacity, or out is null.
+// is freed, tokens > capacity (the largest layer's), or out is null.
 lh_status lh_kv_pool_snapshot_layout(const lh_kv_pool* pool, uint32_t tokens, lh_kv_snapshot_layout* out);
 
 // Packs slots [0, tokens) of `layer` into out (exactly out_bytes == layout.total bytes; any
@@ -302,7 +337,7 @@ lh_status lh_kv_pool_export_layer(const lh_kv_pool* pool, uint32_t layer, uint32
 // [0, tokens), writes every KV head's positions, sets length(layer) = tokens and, when the layer's
 // projection is set, rebuilds the partial rows of those slots from the imported key rows.
 // LH_BAD_ARGUMENT (the pool is unchanged): freed or evicting pool, layer out of range, length(layer)
-// != 0, tokens > capacity, data null with bytes > 0, bytes != the section's size, or positions that
+// != 0, tokens > capacity(layer), data null with bytes > 0, bytes != the section's size, or positions that
 // are negative or not strictly increasing (the pool's truncate and attention assume slot order is
 // position order).
 lh_status lh_kv_pool_import_layer(lh_kv_pool* pool, uint32_t layer, uint32_t tokens, const void* data, size_t bytes);

@@ -136,8 +136,8 @@ bool cpu_has_avx2_f16c() {
 
 template <class SlotAt>
 void scores_of(const lh_kv_pool* pool, uint32_t layer, const float* qh, uint32_t g, uint32_t n, SlotAt slot_at, float scale, float* out) {
-  const size_t head = static_cast<size_t>(layer) * pool->kv_heads + g;
-  const size_t base = head * lh_kv_pool_head_stride(pool);
+  const size_t head = lh_kv_pool_slot_index(pool, layer, g, 0);  // slot 0 of (layer, g) in the per-slot regions
+  const size_t base = head * pool->head_dim;
   const uint32_t d = pool->head_dim;
 #if defined(__x86_64__)
   if (d % 8 == 0 && pool->kv_type != LH_KV_I8 && cpu_has_avx2_f16c()) {
@@ -148,7 +148,7 @@ void scores_of(const lh_kv_pool* pool, uint32_t layer, const float* qh, uint32_t
 #endif
   switch (pool->kv_type) {
     case LH_KV_I8:
-      lane_scores(static_cast<const int8_t*>(pool->k) + base, pool->ks + head * pool->capacity, d, qh, n, slot_at, scale,
+      lane_scores(static_cast<const int8_t*>(pool->k) + base, pool->ks + head, d, qh, n, slot_at, scale,
                   [](int8_t x) { return static_cast<float>(x); }, out);
       break;
     case LH_KV_F32:

@@ -14,7 +14,7 @@ lh_status lh_kv_pool_gather_rows(const lh_kv_pool* pool, uint32_t layer, uint32_
       return LH_BAD_ARGUMENT;
   }
   const size_t d = pool->head_dim;
-  const size_t stride = lh_kv_pool_head_stride(pool);
+  const size_t stride = lh_kv_pool_head_stride(pool, layer);
   const uint32_t out_type = lh_row_buffer_type(pool->kv_type);
   const size_t elem = lh_kv_type_bytes(out_type);
   const char* k_rows = static_cast<const char*>(lh_kv_pool_k_rows(pool, layer));

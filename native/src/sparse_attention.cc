@@ -31,8 +31,9 @@ struct SlotsCall {
 // KV head g alone: its rows (capacity, head_dim) in place, its list as the row list.
 lh_attention_args head_args(const SlotsCall& c, uint32_t g) {
   const lh_kv_pool* pool = c.pool;
-  const size_t d = pool->head_dim, eb = pool->elem_bytes, stride = lh_kv_pool_head_stride(pool);
-  const float* k_scales = lh_kv_pool_k_scales(pool, c.layer);  // int8: (kv_head, capacity); else null
+  const size_t d = pool->head_dim, eb = pool->elem_bytes, stride = lh_kv_pool_head_stride(pool, c.layer);
+  const size_t cap = lh_kv_pool_layer_capacity(pool, c.layer);
+  const float* k_scales = lh_kv_pool_k_scales(pool, c.layer);  // int8: (kv_head, capacity(layer)); else null
   const float* v_scales = lh_kv_pool_v_scales(pool, c.layer);
   lh_attention_args a{};
   a.q = c.q + static_cast<size_t>(g) * c.group * d;
@@ -49,10 +50,10 @@ lh_attention_args head_args(const SlotsCall& c, uint32_t g) {
   a.kv_type = pool->kv_type;
   a.rows = c.slots + c.offsets[g];
   a.rows_stride = a.tokens;
-  a.k_scale = k_scales != nullptr ? k_scales + static_cast<size_t>(g) * pool->capacity : nullptr;  // (capacity), indexed like the rows
-  a.v_scale = v_scales != nullptr ? v_scales + static_cast<size_t>(g) * pool->capacity : nullptr;
+  a.k_scale = k_scales != nullptr ? k_scales + static_cast<size_t>(g) * cap : nullptr;  // (capacity(layer)), indexed like the rows
+  a.v_scale = v_scales != nullptr ? v_scales + static_cast<size_t>(g) * cap : nullptr;
   if (a.window != 0) {
-    a.positions = lh_kv_pool_positions(pool, c.layer) + static_cast<size_t>(g) * pool->capacity;  // (capacity), indexed like the rows
+    a.positions = lh_kv_pool_positions(pool, c.layer) + static_cast<size_t>(g) * cap;  // (capacity(layer)), indexed like the rows
     a.query_position = c.query_position;
   }
   return a;
@@ -102,7 +103,8 @@ lh_status lh_attention_slots_gathered(const lh_kv_pool* pool, uint32_t layer, co
   if (!shape_ok(pool, layer, heads) || q == nullptr || slots == nullptr || offsets == nullptr || out == nullptr) return LH_BAD_ARGUMENT;
   const uint32_t kvh = pool->kv_heads, d = pool->head_dim, group = heads / kvh;
   const uint32_t len = lh_kv_pool_length(pool, layer);
-  const size_t eb = pool->elem_bytes, row = static_cast<size_t>(d) * eb, stride = lh_kv_pool_head_stride(pool) * eb;
+  const size_t eb = pool->elem_bytes, row = static_cast<size_t>(d) * eb, stride = lh_kv_pool_head_stride(pool, layer) * eb;
+  const size_t cap = lh_kv_pool_layer_capacity(pool, layer);
   const bool i8 = pool->kv_type == LH_KV_I8;
   const size_t row_cost = lh_kv_pool_row_bytes(pool);  // row + its int8 scale
   if (offsets[0] != 0) return LH_BAD_ARGUMENT;
@@ -133,8 +135,8 @@ lh_status lh_attention_slots_gathered(const lh_kv_pool* pool, uint32_t layer, co
       std::memcpy(kb + i * row, k_rows + at, row);
       std::memcpy(vb + i * row, v_rows + at, row);
       if (i8) {
-        ksb[i] = k_scales[g * pool->capacity + s];
-        vsb[i] = v_scales[g * pool->capacity + s];
+        ksb[i] = k_scales[g * cap + s];
+        vsb[i] = v_scales[g * cap + s];
       }
     }
     lh_attention_args a{};

@@ -57,12 +57,13 @@ lh_status lh_attention_slots_gathered(const lh_kv_pool* pool, uint32_t layer, co
 // (policy_select.h) both use it, so their logits are the same bits. No checks: the caller's.
 inline float lh_attention_score(const lh_kv_pool* pool, uint32_t layer, const float* qh, uint32_t g, uint32_t slot, float scale) {
   const uint32_t d = pool->head_dim;
-  const size_t at = (static_cast<size_t>(layer) * pool->kv_heads + g) * lh_kv_pool_head_stride(pool) + static_cast<size_t>(slot) * d;
+  const size_t si = lh_kv_pool_slot_index(pool, layer, g, slot);
+  const size_t at = si * d;
   float s = 0.0f;
   if (pool->kv_type == LH_KV_I8) {
     const auto* k8 = static_cast<const int8_t*>(pool->k) + at;
     for (uint32_t i = 0; i < d; ++i) s += qh[i] * static_cast<float>(k8[i]);
-    s *= pool->ks[(static_cast<size_t>(layer) * pool->kv_heads + g) * pool->capacity + slot];  // the row means scale * int8 values
+    s *= pool->ks[si];  // the row means scale * int8 values
   } else if (pool->kv_type == LH_KV_F16) {
     const auto* k16 = static_cast<const uint16_t*>(pool->k) + at;
     for (uint32_t i = 0; i < d; ++i) s += qh[i] * lh_fp16_to_fp32(k16[i]);

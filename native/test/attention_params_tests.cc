@@ -472,7 +472,7 @@ void test_params_pool_level() {
     // the reference: per KV head, decode_ref over its list with the pool's positions
     for (uint32_t g = 0; g < H; ++g) {
       lh_attention_args a{};
-      const size_t eb = f.pool.elem_bytes, stride = lh_kv_pool_head_stride(&f.pool);
+      const size_t eb = f.pool.elem_bytes, stride = lh_kv_pool_head_stride(&f.pool, 1);
       a.q = q.data() + g * 4 * D;
       a.k = static_cast<const uint8_t*>(lh_kv_pool_k_rows(&f.pool, 1)) + g * stride * eb;
       a.v = static_cast<const uint8_t*>(lh_kv_pool_v_rows(&f.pool, 1)) + g * stride * eb;
@@ -486,12 +486,12 @@ void test_params_pool_level() {
       a.rows = sl.data() + off[g];
       a.rows_stride = a.tokens;
       if (kv_type == LH_KV_I8) {
-        a.k_scale = lh_kv_pool_k_scales(&f.pool, 1) + g * f.pool.capacity;
-        a.v_scale = lh_kv_pool_v_scales(&f.pool, 1) + g * f.pool.capacity;
+        a.k_scale = lh_kv_pool_k_scales(&f.pool, 1) + g * lh_kv_pool_layer_capacity(&f.pool, 1);
+        a.v_scale = lh_kv_pool_v_scales(&f.pool, 1) + g * lh_kv_pool_layer_capacity(&f.pool, 1);
       }
       lh_attention_args_set_params(&a, &p);
       a.sinks = sinks.data() + g * 4;
-      a.positions = lh_kv_pool_positions(&f.pool, 1) + g * f.pool.capacity;
+      a.positions = lh_kv_pool_positions(&f.pool, 1) + g * lh_kv_pool_layer_capacity(&f.pool, 1);
       a.query_position = 3 * (T - 1);
       ok = ok && lh_attention_decode_ref(&a) == LH_OK;
     }

@@ -15,3 +15,5 @@ void test_dense_stage();
 void bench_quant_dot(int reps);
 // attention_params_tests.cc: scale, window, sinks and soft-cap in every attention kernel and entry point.
 void test_attention_params();
+// kv_layer_capacity_tests.cc: per-layer capacities of the KV pool (one allocation, layers of their own sizes).
+void test_kv_layer_capacity();

@@ -168,7 +168,7 @@ void test_kv_pool_fp16_rows() {
     const uint16_t* vr = static_cast<const uint16_t*>(lh_kv_pool_v_rows(&p, 0));
     for (uint32_t g = 0; g < H && ok; ++g)
       for (uint32_t i = 0; i < D; ++i) {
-        const size_t at = g * lh_kv_pool_head_stride(&p) + static_cast<size_t>(t) * D + i;
+        const size_t at = g * lh_kv_pool_head_stride(&p, 0) + static_cast<size_t>(t) * D + i;
         if (kr[at] != lh_fp32_to_fp16(k[g * D + i]) || vr[at] != lh_fp32_to_fp16(v[g * D + i])) ok = false;
       }
   }
@@ -927,7 +927,7 @@ void test_attention_over_pool() {
     lh_kv_pool_append(&p, 1, k.data(), v.data(), static_cast<int32_t>(t), nullptr);
   }
   for (auto& x : q) x = rng.normal();
-  lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p),
+  lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p, 1),
                       lh_kv_pool_length(&p, 1), heads, H, D, 0.125f, LH_KV_F16};
   lh_attention_args b = a;
   b.out = r.data();
@@ -967,7 +967,7 @@ void test_kv_fp32() {
   check(exact, "kv pool fp32 keeps rows bit for bit");
   std::vector<float> qv(heads * D), o(heads * D), r(heads * D);
   for (auto& x : qv) x = rng.normal();
-  lh_attention_args a{qv.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p),
+  lh_attention_args a{qv.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p, 1),
                       lh_kv_pool_length(&p, 1), heads, H, D, 1.0f / std::sqrt(24.0f), LH_KV_F32};
   lh_attention_args b = a;
   b.out = r.data();
@@ -1578,7 +1578,7 @@ void test_speculator() {
         lh_speculator_attend(sp, 2, q.data(), o1.data());
         lh_speculator_attend_ref(sp, 2, q.data(), o3.data());
         lh_attention_args a{q.data(), lh_kv_pool_k_rows(&f.pool, 2), lh_kv_pool_v_rows(&f.pool, 2), o2.data(),
-                            lh_kv_pool_head_stride(&f.pool), lh_kv_pool_length(&f.pool, 2), heads, H, D, 1.0f / std::sqrt(40.0f), kt,
+                            lh_kv_pool_head_stride(&f.pool, 2), lh_kv_pool_length(&f.pool, 2), heads, H, D, 1.0f / std::sqrt(40.0f), kt,
                             nullptr, 0, lh_kv_pool_k_scales(&f.pool, 2), lh_kv_pool_v_scales(&f.pool, 2)};
         lh_attention_decode(&a);
         for (uint32_t i = 0; i < heads * D; ++i) {
@@ -2184,7 +2184,7 @@ void test_attention_slots() {
       for (uint32_t t = 0; t < T; ++t) all.push_back(static_cast<int32_t>(t));
       off.push_back(static_cast<uint32_t>(all.size()));
     }
-    lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), r.data(), lh_kv_pool_head_stride(&p), T, heads, H, D, scale, kv_type};
+    lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), r.data(), lh_kv_pool_head_stride(&p, 1), T, heads, H, D, scale, kv_type};
     bool ok = lh_attention_decode(&a) == LH_OK &&
               lh_attention_slots(&p, 1, q.data(), heads, all.data(), off.data(), scale, o.data()) == LH_OK;
     bool same = ok;
@@ -3120,7 +3120,7 @@ void test_kv_int8() {
   std::vector<float> q(heads * D), o(heads * D), r(heads * D), os(heads * D), sc(heads * T);
   for (auto& x : q) x = rng.normal();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p),
+  lh_attention_args a{q.data(), lh_kv_pool_k_rows(&p, 1), lh_kv_pool_v_rows(&p, 1), o.data(), lh_kv_pool_head_stride(&p, 1),
                       T, heads, H, D, scale, LH_KV_I8, nullptr, 0, lh_kv_pool_k_scales(&p, 1), lh_kv_pool_v_scales(&p, 1)};
   lh_attention_args b = a;
   b.out = r.data();
@@ -3520,6 +3520,7 @@ int main(int argc, char** argv) {
   test_kv_int8();
   test_kv_snapshot();
   test_attention_params();
+  test_kv_layer_capacity();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
