@@ -5,7 +5,14 @@
 //   v_rows float16|float32 [R, headDim]                  its V rows, row for row
 //   idx    int32 [kvHeads, N]                            per KV head the buffer rows to attend
 //                                                        (selected ∪ sinks ∪ recent ∪ current token)
-//   attn   float32 [1, 1, heads·headDim]                 softmax(q·Kᵀ/√d)·V per query head
+//   attn   float32 [1, 1, heads·headDim]                 softmax(q·Kᵀ·scale)·V per query head
+//
+// What the layer's attention computes beyond q·kᵀ (native/src/attention_params.h, the shape's optional
+// fields): `scale` (default 1/√headDim, the graph unchanged when left out), `softcap` (> 0: each scaled
+// logit s becomes softcap·tanh(s / softcap) before the softmax) and `sinks` ([heads], one logit per
+// query head joining the softmax denominator with no value row: a column appended to the logits before
+// the Softmax and sliced off after). A sliding window is the caller's `idx` (which rows are gathered),
+// not the graph's.
 //
 // Gather(k_rows, idx) is the only read of the buffer: the input that attention computes over holds
 // the N gathered rows of each KV head and nothing else. Query head h belongs to KV head ⌊h / group⌋
@@ -38,6 +45,12 @@ export interface AttentionGraphShape {
   kvHeads: number;
   headDim: number;
   rowType: RowElemType;
+  /** multiplies q·k (default 1/sqrt(headDim)) */
+  scale?: number;
+  /** 0 or left out: off; > 0: s ← softcap·tanh(s / softcap) on the scaled logits */
+  softcap?: number;
+  /** [heads] one logit per query head in the softmax denominator (gpt-oss), fixed per layer */
+  sinks?: Float32Array;
 }
 
 /** The serialised attention graph (see the header for its inputs and output). */
@@ -47,6 +60,14 @@ export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather
     throw new OnnxError('ONNX_BAD_GRAPH', `attention graph: heads (${heads}) must be a positive multiple of kvHeads (${kvHeads})`);
   }
   const group = heads / kvHeads;
+  const { scale: scaleArg, softcap = 0, sinks } = shape;
+  if (scaleArg !== undefined && !(Number.isFinite(scaleArg) && scaleArg > 0)) {
+    throw new OnnxError('ONNX_BAD_GRAPH', `attention graph: scale must be a finite number > 0, got ${scaleArg}`);
+  }
+  if (!(Number.isFinite(softcap) && softcap >= 0)) throw new OnnxError('ONNX_BAD_GRAPH', `attention graph: softcap must be a finite number >= 0, got ${softcap}`);
+  if (sinks !== undefined && (sinks.length !== heads || !sinks.every(Number.isFinite))) {
+    throw new OnnxError('ONNX_BAD_GRAPH', `attention graph: sinks must be ${heads} finite values, got ${sinks.length}`);
+  }
   const g = new GraphBuilder(`offload.attention.${variant}.${heads}x${kvHeads}x${d}.${rowType}`);
   const q = g.input('q', 'float32', [1, 1, heads * d]);
   const kRows = g.input('k_rows', rowType, ['R', d]);
@@ -74,9 +95,23 @@ export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather
   // scores as K·qᵀ: only the small q and p are transposed, never the N gathered rows
   const qt = g.op('Transpose', [q3], { perm: [0, 2, 1] }, { name: 'q_t' }); // [kvHeads, d, group]
   const scores = g.op('MatMul', [k, qt], {}, { name: 'scores' }); // [kvHeads, N, group]
-  const scale = g.initializer('scale', { elemType: 'float32', dims: [], data: Float32Array.of(1 / Math.sqrt(d)) });
-  const scaled = g.op('Mul', [scores, scale], {}, { name: 'scaled' });
-  const p = g.op('Softmax', [scaled], { axis: 1 }, { name: 'softmax' }); // over N
+  const scale = g.initializer('scale', { elemType: 'float32', dims: [], data: Float32Array.of(scaleArg ?? 1 / Math.sqrt(d)) });
+  let scaled = g.op('Mul', [scores, scale], {}, { name: 'scaled' });
+  if (softcap > 0) {
+    const cap = g.initializer('softcap', { elemType: 'float32', dims: [], data: Float32Array.of(softcap) });
+    const tanh = g.op('Tanh', [g.op('Div', [scaled, cap], {}, { name: 'capped_in' })], {}, { name: 'capped_tanh' });
+    scaled = g.op('Mul', [tanh, cap], {}, { name: 'capped' });
+  }
+  let p: string;
+  if (sinks === undefined) {
+    p = g.op('Softmax', [scaled], { axis: 1 }, { name: 'softmax' }); // over N
+  } else {
+    // the sink of query head g·group + j is column N of [g, ·, j]: it takes part in the normaliser, then is dropped
+    const sinkColumn = g.initializer('sinks', { elemType: 'float32', dims: [kvHeads, 1, group], data: Float32Array.from(sinks) });
+    const withSinks = g.op('Concat', [scaled, sinkColumn], { axis: 1 }, { name: 'with_sinks' }); // [kvHeads, N + 1, group]
+    const all = g.op('Softmax', [withSinks], { axis: 1 }, { name: 'softmax' });
+    p = g.op('Slice', [all, shapeOf('sink_start', [0]), shapeOf('sink_end', [-1]), shapeOf('sink_axis', [1])], {}, { name: 'drop_sinks' }); // [kvHeads, N, group]
+  }
   const pt = g.op('Transpose', [p], { perm: [0, 2, 1] }, { name: 'p_t' }); // [kvHeads, group, N]
   const o = g.op('MatMul', [pt, v], {}, { name: 'weighted' }); // [kvHeads, group, d]
   g.op('Reshape', [o, shapeOf('out_shape', [1, 1, heads * d])], {}, { name: 'attn_reshape', output: 'attn' });
