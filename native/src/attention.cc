@@ -287,10 +287,19 @@ struct Avx2Tile {
     for (float& e : v) e = lh_attention_softcap(e, cap);
     return _mm256_load_ps(v);
   }
-  // kCap: the scaled scores are soft-capped (cap > 0) before the tail mask and the max.
-  template <bool kCap = false>
   static inline void heads_tile(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
-                                const float* sc, const float* vs, float* m, float* l, bool* bad, float cap = 0.0f) {
+                                const float* sc, const float* vs, float* m, float* l, bool* bad) {
+    heads_tile_impl<false>(q, acc, nb, kb, vb, dp, n, sc, vs, m, l, bad, 0.0f);
+  }
+  // heads_tile with the scaled scores soft-capped (cap > 0) before the tail mask and the max.
+  static inline void heads_tile_capped(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
+                                       const float* sc, const float* vs, float* m, float* l, bool* bad, float cap) {
+    heads_tile_impl<true>(q, acc, nb, kb, vb, dp, n, sc, vs, m, l, bad, cap);
+  }
+  template <bool kCap>
+  static inline __attribute__((always_inline)) void heads_tile_impl(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb,
+                                                                    size_t dp, uint32_t n, const float* sc, const float* vs, float* m, float* l,
+                                                                    bool* bad, float cap) {
     alignas(32) float p[kHeadBatchLanes * kRowTileLanes];  // (nb, 16) weights
     alignas(32) float corr[kHeadBatchLanes];               // (16) accumulator corrections
     alignas(32) float sub[kHeadBatchLanes];                // (16) what each head's scores are shifted by
@@ -510,9 +519,18 @@ struct Avx512Tile {
     for (float& e : v) e = lh_attention_softcap(e, cap);
     return _mm512_load_ps(v);
   }
-  template <bool kCap = false>
   LH_AVX512 static inline void heads_tile(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
-                                          const float* sc, const float* vs, float* m, float* l, bool* bad, float cap = 0.0f) {
+                                          const float* sc, const float* vs, float* m, float* l, bool* bad) {
+    heads_tile_impl<false>(q, acc, nb, kb, vb, dp, n, sc, vs, m, l, bad, 0.0f);
+  }
+  LH_AVX512 static inline void heads_tile_capped(const float* q, float* acc, uint32_t nb, const float* kb, const float* vb, size_t dp, uint32_t n,
+                                                 const float* sc, const float* vs, float* m, float* l, bool* bad, float cap) {
+    heads_tile_impl<true>(q, acc, nb, kb, vb, dp, n, sc, vs, m, l, bad, cap);
+  }
+  template <bool kCap>
+  LH_AVX512 static inline __attribute__((always_inline)) void heads_tile_impl(const float* q, float* acc, uint32_t nb, const float* kb,
+                                                                              const float* vb, size_t dp, uint32_t n, const float* sc,
+                                                                              const float* vs, float* m, float* l, bool* bad, float cap) {
     alignas(64) float p[kHeadBatchLanes * kRowTileLanes];  // (nb, 16) weights
     alignas(64) float corr[kHeadBatchLanes];               // (16) accumulator corrections
     alignas(64) float sub[kHeadBatchLanes];                // (16) what each head's scores are shifted by
@@ -917,7 +935,8 @@ inline __attribute__((always_inline)) void decode_grouped_ext(const lh_attention
         }
         if (n == 0) break;
         fill_tile<Ops>(a, kg, vg, ksg, vsg, n, [&](uint32_t t) { return vis[t]; }, dp, kb, vb, sc, vs);
-        Ops::template heads_tile<kCap>(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad, a->softcap);
+        if constexpr (kCap) Ops::heads_tile_capped(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad, a->softcap);
+        else Ops::heads_tile(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad);
       }
       for (uint32_t j = 0; j < nb; ++j)
         finish_head<Ops>(a->out + (head0 + j) * d, acc + j * dp, d, m[j], l + j * kRowTile, bad[j], a->sinks != nullptr ? a->sinks + head0 + j : nullptr);
@@ -999,7 +1018,8 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
           uint32_t end = j + 1;
           while (end < nb && (rows_of[end] - t0 < kRowTile ? rows_of[end] - t0 : kRowTile) == n) ++end;
           if (j == 0 && end == nb) {
-            Ops::template heads_tile<kCap>(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad, a->softcap);
+            if constexpr (kCap) Ops::heads_tile_capped(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad, a->softcap);
+        else Ops::heads_tile(qb, acc, nb, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, m, l, bad);
           } else {
             const uint32_t rn = end - j;
             for (uint32_t k = 0; k < kHeadBatch; ++k) run_m[k] = k < rn ? m[j + k] : -INFINITY;
@@ -1007,7 +1027,8 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
               for (uint32_t e = 0; e < kRowTile; ++e) run_l[k * kRowTile + e] = l[(j + k) * kRowTile + e];
               run_bad[k] = bad[j + k];
             }
-            Ops::template heads_tile<kCap>(qb + j * dp, acc + j * dp, rn, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, run_m, run_l, run_bad, a->softcap);
+            if constexpr (kCap) Ops::heads_tile_capped(qb + j * dp, acc + j * dp, rn, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, run_m, run_l, run_bad, a->softcap);
+            else Ops::heads_tile(qb + j * dp, acc + j * dp, rn, kb, vb, dp, n, sc, kInt8 ? vs : nullptr, run_m, run_l, run_bad);
             for (uint32_t k = 0; k < rn; ++k) {
               m[j + k] = run_m[k];
               for (uint32_t e = 0; e < kRowTile; ++e) l[(j + k) * kRowTile + e] = run_l[k * kRowTile + e];
@@ -1023,43 +1044,17 @@ inline __attribute__((always_inline)) void prefill_grouped(const lh_attention_ar
   }
 }
 
-template <class Ops>
+template <class Ops, bool kCap = false>
 inline __attribute__((always_inline)) void prefill_grouped_typed(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
-  if (a->softcap != 0.0f) {
-    switch (a->kv_type) {
-      case LH_KV_F32: prefill_grouped<Ops, float, true>(a, queries, first, step); break;
-      case LH_KV_I8: prefill_grouped<Ops, int8_t, true>(a, queries, first, step); break;
-      default: prefill_grouped<Ops, uint16_t, true>(a, queries, first, step); break;
-    }
-    return;
-  }
   switch (a->kv_type) {
-    case LH_KV_F32: prefill_grouped<Ops, float, false>(a, queries, first, step); break;
-    case LH_KV_I8: prefill_grouped<Ops, int8_t, false>(a, queries, first, step); break;
-    default: prefill_grouped<Ops, uint16_t, false>(a, queries, first, step); break;
+    case LH_KV_F32: prefill_grouped<Ops, float, kCap>(a, queries, first, step); break;
+    case LH_KV_I8: prefill_grouped<Ops, int8_t, kCap>(a, queries, first, step); break;
+    default: prefill_grouped<Ops, uint16_t, kCap>(a, queries, first, step); break;
   }
 }
-
-// The window / soft-cap variants, one instantiation per (element type, listed rows, capped).
-template <class Ops, bool kIndexed>
-inline __attribute__((always_inline)) void run_grouped_ext(const lh_attention_args* a) {
-  const bool cap = a->softcap != 0.0f;
-  switch (a->kv_type) {
-    case LH_KV_F32: cap ? decode_grouped_ext<Ops, float, kIndexed, true>(a) : decode_grouped_ext<Ops, float, kIndexed, false>(a); break;
-    case LH_KV_I8: cap ? decode_grouped_ext<Ops, int8_t, kIndexed, true>(a) : decode_grouped_ext<Ops, int8_t, kIndexed, false>(a); break;
-    default: cap ? decode_grouped_ext<Ops, uint16_t, kIndexed, true>(a) : decode_grouped_ext<Ops, uint16_t, kIndexed, false>(a); break;
-  }
-}
-
-// Whether args ask for the window / soft-cap variants (sinks alone run the plain kernels).
-inline bool needs_ext(const lh_attention_args* a) { return a->window != 0 || a->softcap != 0.0f; }
 
 template <class Ops, bool kIndexed>
 inline __attribute__((always_inline)) void run_grouped_typed(const lh_attention_args* a) {
-  if (needs_ext(a)) {
-    run_grouped_ext<Ops, kIndexed>(a);
-    return;
-  }
   switch (a->kv_type) {
     case LH_KV_F32: decode_grouped<Ops, float, kIndexed>(a); break;
     case LH_KV_I8: decode_grouped<Ops, int8_t, kIndexed>(a); break;
@@ -1070,14 +1065,6 @@ inline __attribute__((always_inline)) void run_grouped_typed(const lh_attention_
 // One instantiation per (row operations, element type, listed rows or not).
 template <class Ops, bool kIndexed>
 inline __attribute__((always_inline)) void run_typed(const lh_attention_args* a) {
-  if (needs_ext(a)) {
-    switch (a->kv_type) {
-      case LH_KV_F32: decode_online_ext<Ops, float, kIndexed>(a); break;
-      case LH_KV_I8: decode_online_ext<Ops, int8_t, kIndexed>(a); break;
-      default: decode_online_ext<Ops, uint16_t, kIndexed>(a); break;
-    }
-    return;
-  }
   switch (a->kv_type) {
     case LH_KV_F32: decode_online<Ops, float, kIndexed>(a); break;
     case LH_KV_I8: decode_online<Ops, int8_t, kIndexed>(a); break;
@@ -1085,8 +1072,38 @@ inline __attribute__((always_inline)) void run_typed(const lh_attention_args* a)
   }
 }
 
+// The window / soft-cap variants (sinks alone run the plain kernels). They are compiled as functions
+// of their own (the run_*_ext below, never inlined), so the plain kernels' functions are exactly what
+// they were before the variants existed: the same code, the same inlining.
+inline bool needs_ext(const lh_attention_args* a) { return a->window != 0 || a->softcap != 0.0f; }
+
+template <class Ops, bool kIndexed>
+inline __attribute__((always_inline)) void run_grouped_ext(const lh_attention_args* a) {
+  const bool cap = a->softcap != 0.0f;
+  switch (a->kv_type) {
+    case LH_KV_F32: cap ? decode_grouped_ext<Ops, float, kIndexed, true>(a) : decode_grouped_ext<Ops, float, kIndexed, false>(a); break;
+    case LH_KV_I8: cap ? decode_grouped_ext<Ops, int8_t, kIndexed, true>(a) : decode_grouped_ext<Ops, int8_t, kIndexed, false>(a); break;
+    default: cap ? decode_grouped_ext<Ops, uint16_t, kIndexed, true>(a) : decode_grouped_ext<Ops, uint16_t, kIndexed, false>(a); break;
+  }
+}
+
+template <class Ops, bool kIndexed>
+inline __attribute__((always_inline)) void run_typed_ext(const lh_attention_args* a) {
+  switch (a->kv_type) {
+    case LH_KV_F32: decode_online_ext<Ops, float, kIndexed>(a); break;
+    case LH_KV_I8: decode_online_ext<Ops, int8_t, kIndexed>(a); break;
+    default: decode_online_ext<Ops, uint16_t, kIndexed>(a); break;
+  }
+}
+
+__attribute__((noinline)) void run_portable_ext(const lh_attention_args* a) {
+  if (a->rows != nullptr) run_typed_ext<PortableOps, true>(a);
+  else run_typed_ext<PortableOps, false>(a);
+}
+
 void run_portable(const lh_attention_args* a) {
-  if (a->rows != nullptr) run_typed<PortableOps, true>(a);
+  if (needs_ext(a)) run_portable_ext(a);
+  else if (a->rows != nullptr) run_typed<PortableOps, true>(a);
   else run_typed<PortableOps, false>(a);
 }
 
@@ -1094,33 +1111,57 @@ void run_portable(const lh_attention_args* a) {
 // The previous AVX2 kernel: per (row, head) a dot, a scalar exp and an axpy. LH_ATTN_AVX2_PER_HEAD,
 // the grouped kernels' fallback above kTileMaxDim, and the baseline bench/attention-kernel.mjs
 // measures against.
+__attribute__((target("avx2,fma,f16c"), noinline)) void run_avx2_per_head_ext(const lh_attention_args* a) {
+  if (a->rows != nullptr) run_typed_ext<Avx2Ops, true>(a);
+  else run_typed_ext<Avx2Ops, false>(a);
+}
 __attribute__((target("avx2,fma,f16c"))) void run_avx2_per_head(const lh_attention_args* a) {
-  if (a->rows != nullptr) run_typed<Avx2Ops, true>(a);
+  if (needs_ext(a)) run_avx2_per_head_ext(a);
+  else if (a->rows != nullptr) run_typed<Avx2Ops, true>(a);
   else run_typed<Avx2Ops, false>(a);
 }
 
 // MHA (one query head per KV head) runs the per-head kernel too: with nothing to share, the grouped
 // AVX2 tiles lose to it (bench/attention-kernel.mjs, MHA 32/32, one thread: 0.771 vs 0.704 ms at
 // 2,048 rows, 12.22 vs 12.01 at 32,768, a listed 10% of 8,192 rows 0.499 vs 0.425); AVX-512's wins.
+__attribute__((target("avx2,fma,f16c"), noinline)) void run_avx2_ext(const lh_attention_args* a) {
+  if (a->rows != nullptr) run_grouped_ext<Avx2Tile, true>(a);
+  else run_grouped_ext<Avx2Tile, false>(a);
+}
 __attribute__((target("avx2,fma,f16c"))) void run_avx2(const lh_attention_args* a) {
   if (a->head_dim > kTileMaxDim || a->heads == a->kv_heads) run_avx2_per_head(a);
+  else if (needs_ext(a)) run_avx2_ext(a);
   else if (a->rows != nullptr) run_grouped_typed<Avx2Tile, true>(a);
   else run_grouped_typed<Avx2Tile, false>(a);
 }
 
+LH_AVX512 __attribute__((noinline)) void run_avx512_ext(const lh_attention_args* a) {
+  if (a->rows != nullptr) run_grouped_ext<Avx512Tile, true>(a);
+  else run_grouped_ext<Avx512Tile, false>(a);
+}
 LH_AVX512 void run_avx512(const lh_attention_args* a) {
   if (a->head_dim > kTileMaxDim) run_avx2_per_head(a);
+  else if (needs_ext(a)) run_avx512_ext(a);
   else if (a->rows != nullptr) run_grouped_typed<Avx512Tile, true>(a);
   else run_grouped_typed<Avx512Tile, false>(a);
 }
 
 // Causal prefill batches (prefill_grouped) where decode runs the grouped kernel: AVX-512 up to
 // kTileMaxDim, AVX2 for GQA up to kTileMaxDim (its MHA decode is the per-head kernel).
+// The soft-capped batches are functions of their own, like the decode variants.
+__attribute__((target("avx2,fma,f16c"), noinline)) void prefill_avx2_cap(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
+  prefill_grouped_typed<Avx2Tile, true>(a, queries, first, step);
+}
 __attribute__((target("avx2,fma,f16c"))) void prefill_avx2(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
-  prefill_grouped_typed<Avx2Tile>(a, queries, first, step);
+  if (a->softcap != 0.0f) prefill_avx2_cap(a, queries, first, step);
+  else prefill_grouped_typed<Avx2Tile>(a, queries, first, step);
+}
+LH_AVX512 __attribute__((noinline)) void prefill_avx512_cap(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
+  prefill_grouped_typed<Avx512Tile, true>(a, queries, first, step);
 }
 LH_AVX512 void prefill_avx512(const lh_attention_args* a, uint32_t queries, uint32_t first, uint32_t step) {
-  prefill_grouped_typed<Avx512Tile>(a, queries, first, step);
+  if (a->softcap != 0.0f) prefill_avx512_cap(a, queries, first, step);
+  else prefill_grouped_typed<Avx512Tile>(a, queries, first, step);
 }
 
 LH_AVX512 void exp_avx512(const float* x, float* y, size_t n) {
