@@ -162,7 +162,7 @@ export const LoadOptionsSchema = z.strictObject({
   /** Compute attention recall against the full softmax (slower; for the inspector). */
   inspect: z.boolean().default(false),
   /**
-   * Offload mode (policies full and infinigen): decode attention runs in an onnxruntime graph over a
+   * Offload mode (every policy): decode attention runs in an onnxruntime graph over a
    * device-side row buffer that receives only the rows it lacks; the bytes that cross are reported.
    */
   offload: z.boolean().optional(),

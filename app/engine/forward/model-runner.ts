@@ -26,14 +26,15 @@ import type { LoadProgress } from '../../common/protocol.ts';
 import type { TokenRunner } from '../generate/loop.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { kvRowBytes } from '../model/memory-estimate.ts';
-import { createKvPool, type KvPool, type KvType } from '../../../native/index.js';
+import { createKvPool, type AttentionArgs, type KvPool, type KvType } from '../../../native/index.js';
 import type { StepProbe } from '../metrics/step-probe.ts';
 import { EmbeddingTable } from './embedding.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import type { StageGraph } from './graphs.ts';
 import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
-import { isDefaultScale, ropeFrequencies, uniformAttention, type AttentionSpec, type LayerSpec } from './layers/layer-spec.ts';
+import { ropeFrequencies, uniformAttention, type AttentionSpec, type LayerSpec } from './layers/layer-spec.ts';
+import { layerAttentionArgs } from './placement/attention-args.ts';
 import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './policy/infinigen-state.ts';
 import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
 import { OffloadAttention, type OffloadStepStats } from './placement/offload-attention.ts';
@@ -67,7 +68,7 @@ export interface ModelRunnerOptions {
   device?: 'cpu' | 'webgpu' | 'cuda';
   /**
    * Offload mode (issue 14; placement/offload-attention.ts): decode-step attention runs in an onnxruntime graph over
-   * a device-side row buffer fed only the rows it lacks from the pool; policies 'full' and 'infinigen'.
+   * a device-side row buffer fed only the rows it lacks from the pool; every policy.
    */
   offload?: boolean;
   /** Offload mode: how misses reach the row buffer (default 'host' on the CPU provider, 'graph' on others; placement/offload-attention.ts). */
@@ -235,13 +236,12 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const limit = family.contextLimit(hyper);
   if (limit !== undefined && contextLength > limit) throw contextOverflow(0, contextLength, limit); // e.g. learned positions end there
   const specs = family.layers(hyper);
-  // one pool row width and one RoPE table per chunk for every layer, the default scale and no sinks
-  // or soft-cap in the kernels: what today's stages and kernels compute (the next families change it)
-  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim', 'rope', 'scale', 'sinks', 'softcap']);
+  // one pool row width and one RoPE table per chunk for every layer; a layer's scale, window and
+  // soft-cap go to the kernels with it (attention-args.ts); sink logits are not read from files yet
+  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim', 'rope']);
   if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one attention shape for every layer`, { field: 'model' });
-  if (!isDefaultScale(uniform.shape) || uniform.shape.sinks || uniform.shape.softcap !== 0) {
-    throw new UsageError(`${family.name}: attention scale, sinks and soft-cap other than the defaults are not run yet`, { field: 'model' });
-  }
+  if (specs.some((spec) => spec.attention.kind === 'attention' && spec.attention.sinks)) throw new UsageError(`${family.name}: attention sinks are not run yet`, { field: 'model' });
+  const attention = layerAttentionArgs(specs);
   const prefillChunk = options.prefillChunk ?? 128;
   if (!Number.isInteger(prefillChunk) || prefillChunk < 1) throw new RangeError(`prefillChunk must be a positive integer, got ${prefillChunk}`);
   if (options.device !== undefined && options.device !== 'cpu' && !(options.offload === true && (options.device === 'webgpu' || options.device === 'cuda'))) {
@@ -258,9 +258,6 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   if (budget !== undefined) {
     if (!Number.isSafeInteger(budget) || budget < 1) throw new UsageError(`poolBudgetBytes must be a positive integer, got ${String(budget)}`, { field: 'poolBudgetBytes' });
     if (!recipe.evicts) throw new UsageError(`poolBudgetBytes (eviction) supports policies 'full' and 'infinigen' only, got '${policy}'`, { field: 'poolBudgetBytes', policy });
-  }
-  if (options.offload === true && !recipe.deviceRows) {
-    throw new UsageError(`offload supports policies 'full' and 'infinigen' only, got '${policy}'`, { field: 'offload', policy });
   }
   const eviction = { ...EVICTION_DEFAULTS, ...(options.eviction ?? {}) };
   const weights = new ModelWeights(model, options.accuracyLevel ?? 4);
@@ -297,15 +294,16 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   let rowPolicy: RowPolicy | undefined;
   let placement: AttentionPlacement;
   try {
-    rowPolicy = recipe.build(pool, undefined);
-    placement = new InPlaceAttention(pool, hyper.heads, threads);
+    rowPolicy = recipe.build(pool, undefined, attention);
+    placement = new InPlaceAttention(pool, hyper.heads, threads, attention);
     if (options.offload === true) {
-      // sparse layers attend at most fetchCap·N selected rows + the current token; the buffer grows if a list is longer
-      const fetchCap = options.infinigen?.fetchCap ?? 0.2;
-      const sparseRows = policy === 'infinigen' ? Math.min(pool.capacityTokens, Math.ceil(fetchCap * pool.capacityTokens) + 2) : pool.capacityTokens;
-      const initialRowsPerHead = Array.from({ length: hyper.layers }, (_, l) => (rowPolicy!.selects(l) && policy === 'infinigen' ? sparseRows : pool.capacityTokens));
+      // the device graph runs one scale, no window and no soft-cap for every layer
+      if (attention.some((a) => a !== undefined)) throw new UsageError(`offload: ${family.name} layers with their own attention scale, window or soft-cap run in place only`, { field: 'offload' });
+      // a sparse layer's lists are at most the recipe's bound + the current token; the buffer grows if a list is longer
+      const sparseRows = Math.min(pool.capacityTokens, recipe.mostRows(pool.capacityTokens) + 1);
+      const initialRowsPerHead = Array.from({ length: hyper.layers }, (_, l) => (rowPolicy!.selects(l) ? sparseRows : pool.capacityTokens));
       const offload = await OffloadAttention.create(pool, { heads: hyper.heads, threads, initialRowsPerHead, ...(providers ? { providers } : {}), ...(options.offloadRowUpdate ? { rowUpdate: options.offloadRowUpdate } : {}) });
-      placement = new DeviceRowsAttention(pool, hyper.heads, threads, offload);
+      placement = new DeviceRowsAttention(pool, hyper.heads, threads, offload, attention);
     }
   } catch (error) {
     rowPolicy?.free?.();
@@ -313,7 +311,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     await Promise.all(sessions.map((s) => s.release()));
     throw error;
   }
-  return new Runner(model, family, specs, sessions, graphs, pool, recipe, rowPolicy, placement, {
+  return new Runner(model, family, specs, attention, sessions, graphs, pool, recipe, rowPolicy, placement, {
     contextLength,
     prefillChunk,
     kvType,
@@ -370,6 +368,8 @@ class Runner implements ModelRunner {
     private readonly model: LoadedModel,
     private readonly family: ModelFamily,
     private readonly specs: readonly LayerSpec[],
+    /** [layer] each layer's scale, window, soft-cap where not the defaults */
+    private readonly attention: readonly (AttentionArgs | undefined)[],
     private readonly sessions: StageRunner[],
     graphs: StageGraph[],
     private readonly pool: KvPool,
@@ -587,11 +587,10 @@ class Runner implements ModelRunner {
     if (!RUNNER_POLICIES.includes(name) || this.family.policyRefusal(name) !== undefined) return false;
     const recipe = policyRecipe(options, this.cfg.shape, this.model);
     if (this.pool.evicting && !recipe.evicts) return false;
-    if (this.placement instanceof DeviceRowsAttention && !recipe.deviceRows) return false; // rebuilding says why
     if (!recipe.adopts({ speculates: this.speculates, pool: this.pool, sequence: this.sequence })) return false;
     this.drainPolicies();
     // build what can fail before anything is given up
-    const next = recipe.build(this.pool, this.sequence);
+    const next = recipe.build(this.pool, this.sequence, this.attention);
     this.active.free?.();
     this.active = next;
     this.activeName = recipe.name;
@@ -712,7 +711,7 @@ class Runner implements ModelRunner {
 
   /** The per-layer plan (policy/plan.ts): the chosen policy, and 'window' on a family's sliding-window layers. */
   private planFor(policy: RowPolicy): RowPolicy[] {
-    return planLayers(this.specs, policy, (window) => createComparisonPolicy('window', { window, denseLayers: 0 }, { shape: this.cfg.shape, pool: this.pool }));
+    return planLayers(this.specs, policy, (window) => createComparisonPolicy('window', { window, denseLayers: 0 }, { shape: this.cfg.shape, pool: this.pool, attention: this.attention }));
   }
 
   /** Waits for what the policies have in flight (InfiniGen's queued jobs) before the pool is read or changed outside a step. */

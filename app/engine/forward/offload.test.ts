@@ -4,6 +4,8 @@
 //     up to ~3e-5: onnxruntime's MatMul/Softmax sum in another order than the native kernel), fp16 KV
 //     2e-2 (measured up to ~9e-3 on stories260K: a k/v that differs in its last fp32 bits can round to
 //     the neighbouring fp16 value when appended, and the layers after carry that on);
+//   - every comparison policy (streaming, h2o, quest, snapkv, oracle, window), fp32 KV: the in-place ids and
+//     logits, also where the KV heads list different counts (a ragged step: idx padded, lengths bound);
 //   - with a pool budget that evicts (~120 tokens, 150 steps): the same ids and evictions as in place with that budget;
 //   - bytes: per decode step and layer, what crossed = the misses' K+V rows (counted by the native gather)
 //     + the idx tensor bound (kvHeads · rows · 4; 8 bytes of n where every head attends its buffer rows
@@ -121,6 +123,29 @@ for (const [name, path, reference] of [
         });
       }
     }
+
+    it('every comparison policy runs under offload: the in-place ids and logits within 1e-3 (fp32 KV); lists of different lengths per KV head included', async () => {
+      const { kvHeads } = model.hyper;
+      let ragged = 0;
+      for (const policy of ['streaming', 'h2o', 'quest', 'snapkv', 'oracle', 'window'] as const) {
+        const base: ModelRunnerOptions = { kvType: 'fp32', contextLength: 512, policy, sparse: { fetchCap: 0.2 } };
+        const inPlace = await greedy(model, prompt, base, 60);
+        const offload = await greedy(model, prompt, { ...base, offload: true }, 60);
+        expect(offload.ids, policy).toEqual(inPlace.ids);
+        const worst = maxAbsDiff(inPlace.logits, offload.logits);
+        expect(worst, policy).toBeLessThan(TOLERANCE.fp32);
+        for (const step of offload.offload) {
+          for (const l of step.layers) {
+            expect(l.hits + l.misses, `${policy} layer ${l.layer}`).toBeLessThanOrEqual(kvHeads * l.rows);
+            expect(l.crossedBytes).toBe(l.uploadBytes + l.hostTensorBytes);
+            // a ragged step binds each KV head's length (int64) beside the padded idx
+            if (l.hostTensorBytes === kvHeads * l.rows * 4 + kvHeads * 8) ragged++;
+          }
+        }
+        console.log(`${name} ${policy} under offload: max |Δ logit| ${worst.toExponential(2)}`);
+      }
+      if (name === 'kjv-llama-hd64') expect(ragged, 'steps whose KV heads listed different counts').toBeGreaterThan(0);
+    });
 
     it('rowUpdate graph (device-resident buffers, a ScatterND graph writes the misses): the same ids, hits and misses as host; it binds the rows to overwrite too', async () => {
       for (const policy of ['full', 'infinigen'] as const) {

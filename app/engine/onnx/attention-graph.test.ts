@@ -100,6 +100,39 @@ describe('attention graph arguments', () => {
     });
   }
 
+  it('ragged: each KV head attends only its first lengths[g] entries (the padding weighs nothing), with and without the arguments', async () => {
+    for (const extra of [{}, { scale: 0.3, softcap: 2, sinks: values(8, 6) }] as Partial<AttentionGraphShape>[]) {
+      const shape = { ...base, ...extra };
+      const { heads, kvHeads, headDim: d } = shape;
+      const R = 24;
+      const n = 7;
+      const lengths = [3, 7];
+      const q = values(heads * d, 11);
+      const k = values(R * d, 12);
+      const v = values(R * d, 13);
+      // padding entries point at rows with large keys: any weight they kept would show
+      const idx = Int32Array.from({ length: kvHeads * n }, (_, i) => (i % n < lengths[Math.floor(i / n)]! ? (i * 5 + 3) % R : 0));
+      k.fill(9, 0, d);
+      const session = await ort.InferenceSession.create(buildAttentionGraph(shape, 'ragged'), sessionOptions());
+      const got = await session.run({
+        q: new ort.Tensor('float32', q, [1, 1, heads * d]),
+        k_rows: new ort.Tensor('float32', k, [R, d]),
+        v_rows: new ort.Tensor('float32', v, [R, d]),
+        idx: new ort.Tensor('int32', idx, [kvHeads, n]),
+        lengths: new ort.Tensor('int64', BigInt64Array.from(lengths, BigInt), [kvHeads, 1, 1]),
+      });
+      const attn = got.attn!.data as Float32Array;
+      const group = heads / kvHeads;
+      for (let g = 0; g < kvHeads; g++) {
+        // one KV head at a time, its own entries only
+        const one = { ...shape, heads: group, kvHeads: 1, ...(shape.sinks ? { sinks: shape.sinks.slice(g * group, (g + 1) * group) } : {}) };
+        const want = plain(one, q.subarray(g * group * d, (g + 1) * group * d), k, v, idx.slice(g * n, g * n + lengths[g]!), lengths[g]!);
+        for (let i = 0; i < want.length; i++) expect(Math.abs(attn[g * group * d + i]! - want[i]!), `head group ${g}`).toBeLessThan(1e-5);
+      }
+      await session.release();
+    }
+  });
+
   it('refuses a bad scale, softcap or sinks', () => {
     for (const extra of [{ scale: 0 }, { scale: Number.NaN }, { softcap: -1 }, { softcap: Number.POSITIVE_INFINITY }, { sinks: new Float32Array(7) }, { sinks: new Float32Array(8).fill(Number.NaN) }]) {
       expect(() => buildAttentionGraph({ ...base, ...extra })).toThrow(OnnxError);

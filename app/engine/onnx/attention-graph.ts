@@ -19,6 +19,10 @@
 // (group = heads / kvHeads), as in the native kernels. float16 rows are cast to float32 after the
 // gather (exact), so an fp16 pool's rows cross as their own bits.
 //
+// Variant 'ragged' (a policy whose KV heads keep different counts, as Quest's pages do): 'gather' plus
+// `lengths` int64 [kvHeads, 1, 1]; idx is padded to the longest list, and the scaled logits of entries
+// at or past a head's length become −∞ before the softmax (exp(−∞) = 0: the padding weighs nothing).
+//
 // Variant 'prefix' (every KV head attends its buffer rows 0..N−1 in order, which is what 'full' and
 // dense layers come to: the row buffer hands rows out lowest first and an appended slot takes the row
 // its previous content freed): idx is replaced by `n` int64 [1], and the rows are a Slice of the buffer
@@ -54,7 +58,7 @@ export interface AttentionGraphShape {
 }
 
 /** The serialised attention graph (see the header for its inputs and output). */
-export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather' | 'prefix' = 'gather'): Uint8Array {
+export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather' | 'ragged' | 'prefix' = 'gather'): Uint8Array {
   const { heads, kvHeads, headDim: d, rowType } = shape;
   if (!Number.isInteger(heads) || !Number.isInteger(kvHeads) || heads < 1 || kvHeads < 1 || heads % kvHeads !== 0) {
     throw new OnnxError('ONNX_BAD_GRAPH', `attention graph: heads (${heads}) must be a positive multiple of kvHeads (${kvHeads})`);
@@ -75,8 +79,9 @@ export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather
   const shapeOf = (name: string, dims: number[]) => g.initializer(name, { elemType: 'int64', dims: [dims.length], data: BigInt64Array.from(dims, BigInt) });
   let k: string;
   let v: string;
-  if (variant === 'gather') {
-    const idx = g.input('idx', 'int32', [kvHeads, 'N']);
+  let idx: string | undefined;
+  if (variant !== 'prefix') {
+    idx = g.input('idx', 'int32', [kvHeads, 'N']);
     k = g.op('Gather', [kRows, idx], { axis: 0 }, { name: 'gather_k' }); // [kvHeads, N, d]
     v = g.op('Gather', [vRows, idx], { axis: 0 }, { name: 'gather_v' });
   } else {
@@ -101,6 +106,17 @@ export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather
     const cap = g.initializer('softcap', { elemType: 'float32', dims: [], data: Float32Array.of(softcap) });
     const tanh = g.op('Tanh', [g.op('Div', [scaled, cap], {}, { name: 'capped_in' })], {}, { name: 'capped_tanh' });
     scaled = g.op('Mul', [tanh, cap], {}, { name: 'capped' });
+  }
+  if (variant === 'ragged') {
+    // entry j of head g counts while j < lengths[g]: positions [1, N, 1] against lengths [kvHeads, 1, 1]
+    const lengths = g.input('lengths', 'int64', [kvHeads, 1, 1]);
+    const scalar = (name: string, x: number) => g.initializer(name, { elemType: 'int64', dims: [], data: BigInt64Array.of(BigInt(x)) });
+    const N = g.op('Gather', [g.op('Shape', [idx!], {}, { name: 'idx_shape' }), scalar('n_axis', 1)], { axis: 0 }, { name: 'n_entries' });
+    const entries = g.op('Range', [scalar('range_start', 0), N, scalar('range_step', 1)], {}, { name: 'entries' }); // [N]
+    const column = g.op('Reshape', [entries, shapeOf('entries_shape', [1, -1, 1])], {}, { name: 'entries_column' }); // [1, N, 1]
+    const counts = g.op('Less', [column, lengths], {}, { name: 'counts' }); // [kvHeads, N, 1]
+    const minusInf = g.initializer('minus_inf', { elemType: 'float32', dims: [], data: Float32Array.of(-Infinity) });
+    scaled = g.op('Where', [counts, scaled, minusInf], {}, { name: 'masked' }); // [kvHeads, N, group]
   }
   let p: string;
   if (sinks === undefined) {
@@ -273,6 +289,10 @@ export class RowUpdateSession {
 export class AttentionSession {
   private session: ort.InferenceSession | undefined;
   private prefix: ort.InferenceSession | undefined;
+  /** the 'ragged' variant, built at the first step whose KV heads list different counts */
+  private ragged: Promise<ort.InferenceSession> | undefined;
+  private released = false;
+  private lengthsData = new BigInt64Array(0);
   private readonly nData = new BigInt64Array(1);
   private readonly nT: ort.Tensor;
   private readonly out: ort.Tensor;
@@ -285,6 +305,7 @@ export class AttentionSession {
     readonly providers: readonly string[],
     private readonly qData: Float32Array,
     private readonly outData: Float32Array,
+    private readonly options: EngineSessionOptions,
   ) {
     this.session = session;
     this.prefix = prefix;
@@ -302,7 +323,7 @@ export class AttentionSession {
     try {
       const s = await ort.InferenceSession.create(buildAttentionGraph(shape, 'gather'), sessionOptions(options));
       const p = await ort.InferenceSession.create(buildAttentionGraph(shape, 'prefix'), sessionOptions(options));
-      return new AttentionSession(s, p, shape, providers, q, out);
+      return new AttentionSession(s, p, shape, providers, q, out, options);
     } catch (cause) {
       throw new OnnxError('ONNX_SESSION_FAILED', `offload attention: onnxruntime rejected the graph: ${(cause as Error).message}`, { providers: providers.join(',') }, { cause });
     }
@@ -316,15 +337,23 @@ export class AttentionSession {
   /**
    * Attention over rows idx[g·n .. (g+1)·n) of each KV head g; the result lands in `out`. `prefix`: the
    * caller knows those rows are g·(R/kvHeads) + 0..n−1 (idx is then not read, and not bound).
+   * `lengths` [kvHeads]: only the first lengths[g] entries of head g count (a ragged step; the rest pad).
    */
-  async run(rows: RowTensors, idx: Int32Array, n: number, prefix = false): Promise<BoundTensor[]> {
-    const s = prefix ? this.prefix : this.session;
+  async run(rows: RowTensors, idx: Int32Array, n: number, prefix = false, lengths?: Int32Array): Promise<BoundTensor[]> {
+    if (this.released) throw new OnnxError('ONNX_SESSION_FAILED', 'offload attention: session used after release()');
+    const s = prefix ? this.prefix : lengths ? await this.raggedSession() : this.session;
     if (!s) throw new OnnxError('ONNX_SESSION_FAILED', 'offload attention: session used after release()');
     const kvHeads = this.shape.kvHeads;
     const idxT = prefix ? this.nT : new ort.Tensor('int32', idx.subarray(0, kvHeads * n), [kvHeads, n]);
     if (prefix) this.nData[0] = BigInt(n);
+    let lengthsT: ort.Tensor | undefined;
+    if (lengths) {
+      if (this.lengthsData.length !== kvHeads) this.lengthsData = new BigInt64Array(kvHeads);
+      for (let g = 0; g < kvHeads; g++) this.lengthsData[g] = BigInt(lengths[g]!);
+      lengthsT = new ort.Tensor('int64', this.lengthsData, [kvHeads, 1, 1]);
+    }
     try {
-      await s.run({ q: this.q, k_rows: rows.k, v_rows: rows.v, ...(prefix ? { n: this.nT } : { idx: idxT }) }, { attn: this.out });
+      await s.run({ q: this.q, k_rows: rows.k, v_rows: rows.v, ...(prefix ? { n: this.nT } : { idx: idxT }), ...(lengthsT ? { lengths: lengthsT } : {}) }, { attn: this.out });
     } catch (cause) {
       throw new OnnxError('ONNX_SESSION_FAILED', `offload attention: run failed: ${(cause as Error).message}`, { rows: rows.rows, n }, { cause });
     }
@@ -336,16 +365,29 @@ export class AttentionSession {
       { name: 'k_rows', bytes: rows.byteLength / 2, resident: onHost || rows.onDevice },
       { name: 'v_rows', bytes: rows.byteLength / 2, resident: onHost || rows.onDevice },
       { name: prefix ? 'n' : 'idx', bytes: (idxT.data as Int32Array | BigInt64Array).byteLength, resident: false },
+      ...(lengthsT ? [{ name: 'lengths', bytes: this.lengthsData.byteLength, resident: false }] : []),
       { name: 'attn', bytes: this.outData.byteLength, resident: onHost },
     ];
+  }
+
+  private raggedSession(): Promise<ort.InferenceSession> {
+    this.ragged ??= ort.InferenceSession.create(buildAttentionGraph(this.shape, 'ragged'), sessionOptions(this.options)).catch((cause: unknown) => {
+      this.ragged = undefined;
+      throw new OnnxError('ONNX_SESSION_FAILED', `offload attention: onnxruntime rejected the ragged graph: ${(cause as Error).message}`, { providers: this.providers.join(',') }, { cause });
+    });
+    return this.ragged;
   }
 
   async release(): Promise<void> {
     const s = this.session;
     const p = this.prefix;
+    const r = this.ragged;
     this.session = undefined;
     this.prefix = undefined;
+    this.ragged = undefined;
+    this.released = true;
     if (s) await s.release();
     if (p) await p.release();
+    if (r) await (await r.catch(() => undefined))?.release();
   }
 }

@@ -3,7 +3,7 @@
 // token — are planned against the device-side buffer, only the misses are copied out of the pool,
 // and attention runs in an onnxruntime graph. The bytes that crossed, the buffer's hits and misses
 // and the attention time replace what the policy estimated. A prompt chunk attends in place.
-import { attendCausal, type KvPool } from '../../../../native/index.js';
+import { attendCausal, type AttentionArgs, type KvPool } from '../../../../native/index.js';
 import type { OffloadAttention, OffloadStepStats } from './offload-attention.ts';
 import type { RowPolicy } from '../policy/row-policy.ts';
 import type { StepTrace } from '../step-trace.ts';
@@ -21,6 +21,8 @@ export class DeviceRowsAttention implements AttentionPlacement {
     private readonly heads: number,
     threads: number,
     readonly offload: OffloadAttention,
+    /** [layer] the layer's arguments for the prompt's causal attention (the device graph runs the defaults) */
+    private readonly args: readonly (AttentionArgs | undefined)[] = [],
   ) {
     this.threads = Math.min(threads, MAX_ATTENTION_THREADS);
   }
@@ -34,7 +36,7 @@ export class DeviceRowsAttention implements AttentionPlacement {
   }
 
   attendPrompt(layer: number, q: Float32Array, _T: number, out: Float32Array): void {
-    attendCausal(this.pool, layer, q, this.heads, out, this.threads);
+    attendCausal(this.pool, layer, q, this.heads, out, this.threads, this.args[layer]);
   }
 
   async attendAll(layer: number, q: Float32Array, out: Float32Array): Promise<void> {

@@ -1,8 +1,9 @@
 // Attention in place on the CPU (the default placement): the native kernels read the pool's rows
 // where they are. Every row of a layer (attendCausal), a policy's slot lists (attendSlots), or the
 // rows a policy gathered itself (InfiniGen's staged rows, attendInPlace). Nothing crosses to a
-// device; the policy's figures say what would have.
-import { attendCausal, attendSlots, type KvPool } from '../../../../native/index.js';
+// device; the policy's figures say what would have. Each layer's scale, window and soft-cap go with
+// every call (attention-args.ts).
+import { attendCausal, attendSlots, type AttentionArgs, type KvPool } from '../../../../native/index.js';
 import type { RowPolicy } from '../policy/row-policy.ts';
 import type { AttentionPlacement } from './attention-placement.ts';
 import { packSlotLists } from './slot-lists.ts';
@@ -20,6 +21,8 @@ export class InPlaceAttention implements AttentionPlacement {
     private readonly pool: KvPool,
     private readonly heads: number,
     threads: number,
+    /** [layer] the layer's scale, window, soft-cap where not the defaults (attention-args.ts) */
+    private readonly args: readonly (AttentionArgs | undefined)[] = [],
   ) {
     this.threads = Math.min(threads, MAX_ATTENTION_THREADS);
   }
@@ -27,11 +30,11 @@ export class InPlaceAttention implements AttentionPlacement {
   appended(): void {}
 
   attendPrompt(layer: number, q: Float32Array, _T: number, out: Float32Array): void {
-    attendCausal(this.pool, layer, q, this.heads, out, this.threads);
+    attendCausal(this.pool, layer, q, this.heads, out, this.threads, this.args[layer]);
   }
 
   attendAll(layer: number, q: Float32Array, out: Float32Array): void {
-    attendCausal(this.pool, layer, q, this.heads, out, this.threads);
+    attendCausal(this.pool, layer, q, this.heads, out, this.threads, this.args[layer]);
   }
 
   attendSelected(layer: number, policy: RowPolicy, q: Float32Array, N: number, out: Float32Array): void {
@@ -40,7 +43,7 @@ export class InPlaceAttention implements AttentionPlacement {
       return;
     }
     const { slots, offsets } = packSlotLists(policy.select(layer, q, N), N);
-    attendSlots(this.pool, layer, q, this.heads, slots, offsets, out, this.threads);
+    attendSlots(this.pool, layer, q, this.heads, slots, offsets, out, this.threads, this.args[layer]);
   }
 
   figures(): void {}

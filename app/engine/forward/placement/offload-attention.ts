@@ -67,6 +67,8 @@ export class OffloadAttention {
   private current: OffloadLayerStats[] = [];
   private last: OffloadStepStats | undefined;
   private listScratch: Int32Array[] = [];
+  /** [kvHeads] this step's lists with the current slot (views of listScratch) */
+  private listViews: Int32Array[] = [];
   /** rowUpdate 'graph': each layer's buffer as the update graph left it, and the rows to overwrite as int64 */
   private readonly device: (RowTensors | undefined)[];
   private destScratch = new BigInt64Array(0);
@@ -125,17 +127,19 @@ export class OffloadAttention {
     await this.run(layer, this.pool.length(layer), undefined, q, out);
   }
 
-  /** Attention of `q` over selected[g] ∪ {current} per KV head g (every list of the same length) into `out`. */
+  /** Attention of `q` over selected[g] ∪ {current} per KV head g into `out` (the lists may differ in length). */
   async attendSelected(layer: number, selected: readonly Int32Array[], current: number, q: Float32Array, out: Float32Array): Promise<void> {
-    const n = selected[0]!.length + 1;
+    let n = 0;
+    for (const list of selected) n = Math.max(n, list.length + 1);
     for (let g = 0; g < selected.length; g++) {
+      const m = selected[g]!.length + 1;
       let s = this.listScratch[g];
       if (!s || s.length < n) s = this.listScratch[g] = new Int32Array(Math.max(n, 2 * (s?.length ?? 0)));
-      if (selected[g]!.length !== n - 1) throw new RangeError(`offload: KV head ${g} selected ${selected[g]!.length} rows, head 0 ${n - 1}`);
       s.set(selected[g]!);
-      s[n - 1] = current;
+      s[m - 1] = current;
+      this.listViews[g] = s.subarray(0, m);
     }
-    await this.run(layer, n, this.listScratch.slice(0, selected.length).map((s) => s.subarray(0, n)), q, out);
+    await this.run(layer, n, this.listViews.slice(0, selected.length), q, out);
   }
 
   /** Closes a decode step's figures (call after its last layer). */
@@ -196,7 +200,7 @@ export class OffloadAttention {
       rows = this.rows.bound(layer);
     }
     this.q.set(q);
-    const bound: BoundTensor[] = await this.session.run(rows, plan.idx, n, plan.prefix);
+    const bound: BoundTensor[] = await this.session.run(rows, plan.idx, n, plan.prefix, plan.lengths);
     out.set(this.out);
     for (const b of bound) if (!b.resident) hostTensorBytes += b.bytes;
     const crossedBytes = plan.uploadBytes + hostTensorBytes;

@@ -192,3 +192,46 @@ describe('offload attention (onnxruntime graph over the row buffer) == attendSlo
     }
   }
 });
+
+describe('offload attention over lists of different lengths per KV head (Quest pages, H2O live counts)', () => {
+  for (const rowUpdate of ['host', 'graph'] as const) {
+    it(`== attendSlots over the same ragged lists; padding counts neither as a hit nor as a miss (rowUpdate ${rowUpdate})`, async () => {
+      const [heads, kvHeads, d] = [8, 4, 16];
+      const pool = createKvPool({ budgetBytes: 1 << 22, layers: 1, kvHeads, headDim: d, kvType: 'fp16' });
+      const r = rng(77);
+      for (let t = 0; t < 300; t++) pool.append(0, randomRow(r, kvHeads * d), randomRow(r, kvHeads * d), t);
+      const off = await OffloadAttention.create(pool, { heads, threads: 1, initialRowsPerHead: [8], rowUpdate });
+      try {
+        for (const sizes of [[40, 3, 17, 0], [40, 40, 40, 40], [5, 60, 1, 33]]) {
+          const selected = sizes.map((n) => Int32Array.from(pick(r, 299, n)));
+          const q = randomRow(r, heads * d);
+          const got = new Float32Array(heads * d);
+          await off.attendSelected(0, selected, 299, q, got);
+          const offsets = new Int32Array(kvHeads + 1);
+          sizes.forEach((n, g) => (offsets[g + 1] = offsets[g]! + n + 1));
+          const slots = new Int32Array(offsets[kvHeads]!);
+          selected.forEach((list, g) => {
+            slots.set(list, offsets[g]!);
+            slots[offsets[g + 1]! - 1] = 299;
+          });
+          const want = new Float32Array(heads * d);
+          attendSlots(pool, 0, q, heads, slots, offsets, want);
+          let worst = 0;
+          for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
+          expect(worst, `sizes ${sizes.join(',')}`).toBeLessThan(2e-6);
+          const layer = off.lastLayer()!;
+          const longest = Math.max(...sizes) + 1;
+          expect(layer.rows).toBe(longest);
+          expect(layer.hits + layer.misses).toBe(offsets[kvHeads]);
+          // idx (int32, padded to the longest list) and, when ragged, the lengths (int64 per KV head)
+          const ragged = sizes.some((n) => n !== sizes[0]);
+          const updateRows = rowUpdate === 'graph' ? layer.misses * 8 : 0;
+          expect(layer.hostTensorBytes).toBe(kvHeads * longest * 4 + (ragged ? kvHeads * 8 : 0) + updateRows);
+        }
+      } finally {
+        await off.dispose();
+        pool.free();
+      }
+    });
+  }
+});

@@ -33,6 +33,8 @@ export interface RowPlan {
   uploadBytes: number;
   /** every KV head g attends rows g·rowsPerHead + 0..n−1 in order (the attention needs no idx) */
   prefix: boolean;
+  /** [kvHeads] entries of each head that count, when some head lists fewer than n (the rest are padding) */
+  lengths?: Int32Array;
   /** mode 'graph': the misses' buffer rows (dest[i] gets staged row i of k / v) */
   staged?: { dest: Int32Array; k: Uint16Array | Float32Array; v: Uint16Array | Float32Array };
 }
@@ -64,6 +66,8 @@ export class RowBuffer {
   private readonly layers: LayerRows[];
   /** scratch for one layer's plan: idx and the miss lists given to the native gather */
   private idx = new Int32Array(0);
+  /** [kvHeads] a ragged step's entries per head (RowPlan.lengths) */
+  private lengths = new Int32Array(0);
   private missHeads = new Int32Array(0);
   private missSlots = new Int32Array(0);
   private missDest = new Int32Array(0);
@@ -127,8 +131,11 @@ export class RowBuffer {
   }
 
   /**
-   * Plans and performs one step of `layer`: per KV head g the slots lists[g] (each of length n), or with
-   * `lists` undefined the slots 0..n−1 of every head (full attention). Misses are copied from the pool.
+   * Plans and performs one step of `layer`: per KV head g the slots lists[g] (at most n each, at least
+   * one), or with `lists` undefined the slots 0..n−1 of every head (full attention). Misses are copied
+   * from the pool. A list shorter than n (a policy whose KV heads keep different counts, as Quest's
+   * pages do) is padded to n with its first row, and the plan's `lengths` say how many entries of each
+   * head count: the attention masks the rest.
    */
   step(layer: number, n: number, lists?: readonly Int32Array[]): RowPlan {
     const l = this.layers[layer]!;
@@ -146,12 +153,16 @@ export class RowBuffer {
     const idx = this.idx;
     let hits = 0;
     let misses = 0;
+    let ragged = false;
     for (let g = 0; g < kvHeads; g++) {
       const list = lists?.[g];
       const base = g * n;
       const map = g * cap;
+      const m = list ? list.length : n; // entries of this head that count
+      if (m > n || m < 1) throw new RangeError(`row buffer: KV head ${g} lists ${m} rows, expected 1..${n}`);
+      if (m < n) ragged = true;
       // 1. hits: held rows stay, marked with this step
-      for (let i = 0; i < n; i++) {
+      for (let i = 0; i < m; i++) {
         const s = list ? list[i]! : i;
         const r = l.slotRow[map + s]!;
         if (r >= 0) {
@@ -175,7 +186,7 @@ export class RowBuffer {
       }
       // 3. misses take free rows; the row list of this step becomes the next step's `prev`
       let pn = 0;
-      for (let i = 0; i < n; i++) {
+      for (let i = 0; i < m; i++) {
         let r = idx[base + i]!;
         if (r < 0) {
           const s = list ? list[i]! : i;
@@ -192,8 +203,16 @@ export class RowBuffer {
         prev[pn++] = r;
       }
       l.prevN[g] = pn;
+      // padding: the head's first row again, masked by `lengths`
+      for (let i = m; i < n; i++) idx[base + i] = idx[base]!;
     }
-    let prefix = true;
+    let lengths: Int32Array | undefined;
+    if (ragged) {
+      if (this.lengths.length < kvHeads) this.lengths = new Int32Array(kvHeads);
+      for (let g = 0; g < kvHeads; g++) this.lengths[g] = lists![g]!.length;
+      lengths = this.lengths.subarray(0, kvHeads);
+    }
+    let prefix = !ragged;
     const B = l.rowsPerHead;
     for (let g = 0; g < kvHeads && prefix; g++) for (let i = 0; i < n; i++) if (idx[g * n + i] !== g * B + i) { prefix = false; break; }
     if (this.mode === 'graph') {
@@ -205,11 +224,11 @@ export class RowBuffer {
         this.stageV = new Arr(this.missDest.length * d);
       }
       const uploadBytes = misses > 0 ? gatherRows(this.pool, layer, this.missHeads, this.missSlots, this.seq, misses, this.stageK, this.stageV) : 0;
-      return { idx, n, hits, misses, uploadBytes, prefix, staged: { dest: this.missDest.subarray(0, misses), k: this.stageK, v: this.stageV } };
+      return { idx, n, hits, misses, uploadBytes, prefix, ...(lengths ? { lengths } : {}), staged: { dest: this.missDest.subarray(0, misses), k: this.stageK, v: this.stageV } };
     }
     const bound = l.bound!;
     const uploadBytes = misses > 0 ? gatherRows(this.pool, layer, this.missHeads, this.missSlots, this.missDest, misses, bound.kData, bound.vData) : 0;
-    return { idx, n, hits, misses, uploadBytes, prefix };
+    return { idx, n, hits, misses, uploadBytes, prefix, ...(lengths ? { lengths } : {}) };
   }
 
   // ─── internals ──────────────────────────────────────────────────────────────────────────

@@ -42,7 +42,7 @@ export class H2oPolicy extends ListPolicy {
   attended(layer: number, q: Float32Array, N: number): void {
     const t0 = performance.now();
     const { slots, offsets } = packSlotLists(this.selection(layer), N);
-    h2oAccumulate(this.pool, layer, q, this.shape.heads, this.acc[layer]!, this.shape.contextLength, N + 1, slots, offsets, this.shape.threads ?? 1);
+    h2oAccumulate(this.pool, layer, q, this.shape.heads, this.acc[layer]!, this.shape.contextLength, N + 1, slots, offsets, this.shape.threads ?? 1, this.attention[layer]);
     this.selectMs += performance.now() - t0;
   }
 
@@ -50,7 +50,7 @@ export class H2oPolicy extends ListPolicy {
   protected override observeChunk(layer: number, q: Float32Array, p0: number, T: number): void {
     const { heads, headDim: d, contextLength: C } = this.shape;
     const w = heads * d;
-    for (let i = 0; i < T; i++) h2oAccumulate(this.pool, layer, q.subarray(i * w, (i + 1) * w), heads, this.acc[layer]!, C, p0 + i + 1, undefined, undefined, this.shape.threads ?? 1);
+    for (let i = 0; i < T; i++) h2oAccumulate(this.pool, layer, q.subarray(i * w, (i + 1) * w), heads, this.acc[layer]!, C, p0 + i + 1, undefined, undefined, this.shape.threads ?? 1, this.attention[layer]);
   }
 
   /** Forget what the slots from n on contributed; they are held again (n = 0: a fresh sequence). */

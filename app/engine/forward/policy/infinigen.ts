@@ -12,7 +12,7 @@
 //   figures           the speculator's native figures
 //
 // Prefill stays dense; a decode step speculates once the columns are chosen and no calibration runs.
-import { createSpeculator, type KvPool, type Speculator } from '../../../../native/index.js';
+import { createSpeculator, type AttentionArgs, type KvPool, type Speculator } from '../../../../native/index.js';
 import { CALIBRATION_TOKENS, speculatorInlineThreads, type InfinigenSettings, type InfinigenState } from './infinigen-state.ts';
 import type { StepTrace } from '../step-trace.ts';
 import type { PolicyShape, PromptRunner, RowPolicy } from './row-policy.ts';
@@ -32,11 +32,13 @@ export class InfinigenPolicy implements RowPolicy {
     readonly state: InfinigenState,
     private readonly pool: KvPool,
     private readonly shape: PolicyShape,
+    /** [layer] the layer's scale, window, soft-cap where not the defaults, for the speculator's attention and recall */
+    attention: readonly (AttentionArgs | undefined)[] = [],
   ) {
     const s: InfinigenSettings = state.settings;
     this.denseLayers = s.denseLayers;
     this.inlineThreads = speculatorInlineThreads(s.speculation, shape.threads ?? 1);
-    this.spec = createSpeculator(pool, { heads: shape.heads, alpha: s.alpha, cap: s.fetchCap, denseLayers: s.denseLayers, inlineThreads: this.inlineThreads });
+    this.spec = createSpeculator(pool, { heads: shape.heads, alpha: s.alpha, cap: s.fetchCap, denseLayers: s.denseLayers, inlineThreads: this.inlineThreads, ...(attention.some((a) => a !== undefined) ? { layerAttention: [...attention] } : {}) });
     this.queued = new Uint8Array(shape.layers);
     this.recall = new Float64Array(shape.layers).fill(NaN);
   }

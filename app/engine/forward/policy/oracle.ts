@@ -22,7 +22,7 @@ export class OraclePolicy extends ListPolicy {
     const { heads, kvHeads } = this.shape;
     const budget = this.budgetFor(N);
     const sc = this.scores.subarray(0, heads * N);
-    if (N > 0) attentionScores(this.pool, layer, q, heads, sc, N);
+    if (N > 0) attentionScores(this.pool, layer, q, heads, sc, N, this.attention[layer]);
     return oracle(sc, { heads, kvHeads, N }, { budget });
   }
 }

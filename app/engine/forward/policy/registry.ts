@@ -1,9 +1,9 @@
 // The row policies by name (ARCHITECTURE.md §6) and what each asks of the runner: the pool's partial
-// key columns, which stage graphs output a speculative query, whether it runs with an evicting pool
-// and under the device placement. A runner is made from a recipe; a policy switch keeps the pool,
+// key columns, which stage graphs output a speculative query, whether it runs with an evicting pool.
+// Every policy runs under every placement. A runner is made from a recipe; a policy switch keeps the pool,
 // the stage graphs and the cached tokens when the new recipe adopts what the runner has.
 import { UsageError } from '../../../common/errors.ts';
-import type { KvPool } from '../../../../native/index.js';
+import type { AttentionArgs, KvPool } from '../../../../native/index.js';
 import type { LoadedModel } from '../../model/types.ts';
 import { infinigenSettings, InfinigenState, type InfinigenOptions, type InfinigenSettings } from './infinigen-state.ts';
 import { createComparisonPolicy } from './comparison.ts';
@@ -43,15 +43,15 @@ export interface PolicyRecipe {
   readonly speculates: boolean[];
   /** runs with a pool under a byte budget (eviction by prefetch counters) */
   readonly evicts: boolean;
-  /** runs under the device placement (its lists are equally long on every KV head) */
-  readonly deviceRows: boolean;
+  /** The most past rows a selecting layer attends in a pool of `capacity` tokens (sizes the device's row buffer). */
+  mostRows(capacity: number): number;
   /** Whether the runner's stage graphs, pool and sequence state serve this policy as they are. */
   adopts(layout: RunnerLayout): boolean;
   /**
    * The policy over `pool`; `sequence`: the sequence state to continue (InfiniGen), else a new one.
    * Throws a UsageError for a bad knob: build before giving anything up.
    */
-  build(pool: KvPool, sequence: InfinigenState | undefined): RowPolicy;
+  build(pool: KvPool, sequence: InfinigenState | undefined, attention?: readonly (AttentionArgs | undefined)[]): RowPolicy;
 }
 
 /** The recipe of a policy for a model; a UsageError names a bad policy or knob. */
@@ -61,16 +61,16 @@ export function policyRecipe(options: RunnerPolicyOptions, shape: PolicyShape, m
   const noSpeculation = new Array<boolean>(shape.layers + 1).fill(false);
   if (name === 'infinigen') return infinigenRecipe(infinigenSettings(options.infinigen ?? {}, shape.headDim, shape.layers), shape, model);
   const sparse = options.sparse ?? {};
-  const make = name === 'full' ? (): RowPolicy => new FullPolicy(shape.layers) : (pool: KvPool): RowPolicy => createComparisonPolicy(name, sparse, { shape, pool });
+  const make = name === 'full' ? (): RowPolicy => new FullPolicy(shape.layers) : (pool: KvPool, attention?: readonly (AttentionArgs | undefined)[]): RowPolicy => createComparisonPolicy(name, sparse, { shape, pool, ...(attention ? { attention } : {}) });
   return {
     name,
     partialDim: 0,
     speculates: noSpeculation,
     evicts: name === 'full',
-    deviceRows: name === 'full',
+    mostRows: (capacity) => capacity,
     // every policy but InfiniGen runs on any stage graphs (InfiniGen's extra outputs are ignored) and ignores partial keys
     adopts: (layout) => !layout.pool.evicting || name === 'full',
-    build: (pool) => make(pool),
+    build: (pool, _sequence, attention) => make(pool, attention),
   };
 }
 
@@ -81,7 +81,8 @@ function infinigenRecipe(settings: InfinigenSettings, shape: PolicyShape, model:
     partialDim: settings.partialDim,
     speculates,
     evicts: true,
-    deviceRows: true,
+    // its n is clipped to ⌊fetchCap·N⌋, one more for rounding
+    mostRows: (capacity) => Math.ceil(settings.fetchCap * capacity) + 1,
     adopts(layout) {
       // exactly its graphs and partial keys; the sequence state (column energies, skew) holds only
       // for the same sparse layers, r and skew source
@@ -89,10 +90,10 @@ function infinigenRecipe(settings: InfinigenSettings, shape: PolicyShape, model:
       const old = layout.sequence?.settings;
       return old !== undefined && old.denseLayers === settings.denseLayers && old.partialRatio === settings.partialRatio && old.cacheDir === settings.cacheDir && !settings.recalibrate;
     },
-    build(pool, sequence) {
+    build(pool, sequence, attention) {
       const state = sequence ?? new InfinigenState(settings, { layers: shape.layers, heads: shape.heads, kvHeads: shape.kvHeads, headDim: shape.headDim }, model);
       state.settings = settings;
-      return new InfinigenPolicy(state, pool, shape);
+      return new InfinigenPolicy(state, pool, shape, attention);
     },
   };
 }

@@ -18,7 +18,7 @@
 // A policy keeps its state per layer for every layer it was made for; the lists it returns are
 // per KV head, ascending slots among 0..N−1, never the current token (the placement adds it). They
 // stay valid until the policy's next select() of that layer.
-import type { KvPool } from '../../../../native/index.js';
+import type { AttentionArgs, KvPool } from '../../../../native/index.js';
 import type { StepTrace } from '../step-trace.ts';
 
 export interface RowPolicy {
@@ -116,4 +116,6 @@ export interface PolicyShape {
 export interface PolicyContext {
   shape: PolicyShape;
   pool: KvPool;
+  /** [layer] each layer's scale, window, soft-cap where not the defaults (placement/attention-args.ts): selections that compute attention mass use them too */
+  attention?: readonly (AttentionArgs | undefined)[];
 }

@@ -11,7 +11,7 @@
 // previous one's, which the merge still reads), grown when a longer context needs it. A policy
 // that selects natively writes per-KV-head lists into output(ℓ, need) with this.offsets
 // [kvHeads + 1] and takes views(out).
-import type { KvPool } from '../../../../native/index.js';
+import type { AttentionArgs, KvPool } from '../../../../native/index.js';
 import { kvRowBytes } from '../../model/memory-estimate.ts';
 import { fractionOf } from '../../kv/topk.ts';
 import type { StepTrace } from '../step-trace.ts';
@@ -25,6 +25,8 @@ export abstract class ListPolicy implements RowPolicy {
   readonly denseLayers: number;
   readonly shape: PolicyShape;
   readonly pool: KvPool;
+  /** [layer] the layer's scale, window, soft-cap where not the defaults (the masses H2O, snapkv and oracle compute use them) */
+  protected readonly attention: readonly (AttentionArgs | undefined)[];
   /** Milliseconds spent in select() (and H2O's attended()) since construction (the bench's per-step breakdown). */
   selectMs = 0;
   /** [kvHeads + 1] where each KV head's list starts in this step's output buffer (native selections write it) */
@@ -47,6 +49,7 @@ export abstract class ListPolicy implements RowPolicy {
     const { shape, pool } = ctx;
     this.shape = shape;
     this.pool = pool;
+    this.attention = ctx.attention ?? [];
     this.settings = sparseSettings(options, shape.layers);
     this.denseLayers = this.settings.denseLayers;
     this.offsets = new Int32Array(shape.kvHeads + 1);

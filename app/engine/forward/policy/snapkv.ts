@@ -150,7 +150,7 @@ export class SnapkvPolicy extends ListPolicy {
         }
         const slots = new Int32Array(kvHeads * budget); // [kvHeads, budget]
         const off = new Int32Array(kvHeads + 1);
-        snapkvCompress(this.pool, layer, obs, heads, P, w, budget, this.settings.poolKernel, slots, off);
+        snapkvCompress(this.pool, layer, obs, heads, P, w, budget, this.settings.poolKernel, slots, off, this.attention[layer]);
         kept = Array.from({ length: kvHeads }, (_, g) => slots.slice(off[g]!, off[g + 1]!));
       }
     }
