@@ -6,7 +6,7 @@
 import { attendCausal, attendSlots, type AttentionArgs, type KvPool } from '../../../../native/index.js';
 import type { RowPolicy } from '../policy/row-policy.ts';
 import type { AttentionPlacement } from './attention-placement.ts';
-import { packSlotLists } from './slot-lists.ts';
+import { packSlotLists } from '../policy/slot-lists.ts';
 
 /** the native attention calls' most threads (native LH_MAX_ATTENTION_THREADS) */
 const MAX_ATTENTION_THREADS = 64;

@@ -25,7 +25,7 @@ import { loadGgufModel } from '../../model/gguf/gguf-model.ts';
 import type { LoadedModel } from '../../model/types.ts';
 import { haveSharedModel, KJV_HD64, STORIES_260K } from '../../../../test/support/models.ts';
 import { createModelRunner } from '../model-runner.ts';
-import { packSlotLists } from '../placement/slot-lists.ts';
+import { packSlotLists } from './slot-lists.ts';
 import type { ComparisonPolicy } from './comparison.ts';
 import { H2oPolicy } from './h2o.ts';
 import { ListPolicy } from './selection-lists.ts';

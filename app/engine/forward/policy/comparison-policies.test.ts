@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { attendReference, attendSlots, attentionScores, createKvPool, type KvPool } from '../../../../native/index.js';
 import { h2o, oracle, quest, questPageBounds, snapkv, softmaxRows, streaming } from '../../kv/policies-reference.ts';
 import { Gaussian, lists } from '../../kv/test-helpers.ts';
-import { packSlotLists } from '../placement/slot-lists.ts';
+import { packSlotLists } from './slot-lists.ts';
 import { StepTrace } from '../step-trace.ts';
 import { createComparisonPolicy, type ComparisonPolicy } from './comparison.ts';
 import { H2oPolicy } from './h2o.ts';

@@ -7,7 +7,7 @@
 // rule of h2o() in app/engine/kv/policies-reference.ts, the oracle of its tests. Default recent:
 // ⌊budget/2⌋.
 import { h2oAccumulate, selectH2o } from '../../../../native/index.js';
-import { packSlotLists } from '../placement/slot-lists.ts';
+import { packSlotLists } from './slot-lists.ts';
 import type { PolicyContext } from './row-policy.ts';
 import { ListPolicy } from './selection-lists.ts';
 import type { SparsePolicyOptions } from './selection-settings.ts';

@@ -1,4 +1,4 @@
-// The slot lists a placement attends: a row policy's per-KV-head selection with the current slot
+// The slot lists a row policy hands a placement: its per-KV-head selection with the current slot
 // appended, packed flat for the native attendSlots kernel (native/index.d.ts).
 
 /** Flat per-KV-head lists for attendSlots, each with the current slot N appended: slots, offsets [kvHeads + 1]. */
