@@ -64,11 +64,6 @@ export class InfinigenPolicy implements RowPolicy {
     return layer >= this.denseLayers;
   }
 
-  /** Stage s outputs q̃ of layer s + 1 when that layer is sparse. */
-  speculatesFor(layer: number): boolean {
-    return layer >= this.denseLayers && layer < this.shape.layers && layer > 0;
-  }
-
   prefetch(layer: number, qSpec: Float32Array): void {
     if (layer < this.denseLayers) return;
     this.spec.begin(layer, qSpec);

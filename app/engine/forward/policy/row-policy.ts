@@ -34,8 +34,6 @@ export interface RowPolicy {
   selects(layer: number): boolean;
   /** Starts choosing layer ℓ's rows from a speculative query q̃ [heads·d] (policies that speculate). */
   prefetch?(layer: number, qSpec: Float32Array): void;
-  /** The stage graphs must output layer ℓ's speculative query (asked once, at load). */
-  speculatesFor?(layer: number): boolean;
   /**
    * Waits until layer ℓ's rows are chosen; returns the ms waited. A placement that reads the lists
    * has the loop call it before the next layer's prefetch, so that the wait covers one job only.
