@@ -18,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
 import { firstLine } from '../support/serve-client.ts';
+import { CHROMIUM, CHROMIUM_ARGS, editor, haveChromium, nav, stat, VIEWPORT } from './browser.ts';
 
 // page.evaluate callbacks run in Chromium; the root tsconfig has no DOM lib.
 interface PageElement {
@@ -26,12 +27,10 @@ interface PageElement {
   dispatchEvent(event: Event): boolean;
 }
 
-const CHROMIUM = process.env.LONGHAND_CHROMIUM ?? '/usr/bin/chromium';
 const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
 const README_SET = ['writer-reuse', 'writer-restored', 'settings-snapshots', 'inspector-compare-reuse'];
-const VIEWPORT = { width: 1280, height: 800 };
 const CONTEXT_TOKENS = 4096;
 const CONTINUE_TOKENS = 24;
 /** The long draft: the summarise fixture twice (about 2,300 stories260K tokens). */
@@ -39,31 +38,8 @@ const FIXTURE = readFileSync(join(PROJECT_ROOT, 'test', 'e2e', 'fixtures', 'long
 const LONG_DRAFT = `${FIXTURE}\n\n${FIXTURE}`;
 const OTHER_DRAFT = 'Tom had a small green boat. Every day he sailed it on the pond behind his house.';
 
-const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--no-first-run',
-  '--disable-default-apps',
-  '--disable-extensions',
-  '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',
-];
+const enabled = haveChromium('prefix-reuse') && haveSharedModel();
 
-function haveChromium(): boolean {
-  if (existsSync(CHROMIUM)) return true;
-  const message = `Chromium missing at ${CHROMIUM} (install Debian's 'chromium' package, or set LONGHAND_CHROMIUM); the prefix-reuse e2e tests are skipped`;
-  if (process.env.CI) throw new Error(`${message}; CI must have it`);
-  console.warn(`SKIP: ${message}`);
-  return false;
-}
-
-const enabled = haveChromium() && haveSharedModel();
-
-const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });
-const stat = (page: Page, name: string) => page.locator(`[aria-label="Generation stats"] [data-stat="${name}"]`);
-const editor = (page: Page) => page.getByRole('textbox', { name: 'Document text' });
 
 async function screenshot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(RESULTS, `${name}.png`) });

@@ -3,20 +3,15 @@
 import * as ort from 'onnxruntime-node';
 import { describe, expect, it } from 'vitest';
 
+import { mulberry32 } from '../../../test/fixtures/rng.ts';
 import { buildAttentionGraph, type AttentionGraphShape } from './attention-graph.ts';
 import { OnnxError } from './errors.ts';
 import { sessionOptions } from './session.ts';
 
+/** Seeded values uniform on [−2, 2). */
 function values(n: number, seed: number): Float32Array {
-  const out = new Float32Array(n);
-  let s = seed >>> 0 || 1;
-  for (let i = 0; i < n; i++) {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    out[i] = ((s >>> 0) / 2 ** 32 - 0.5) * 4;
-  }
-  return out;
+  const u = mulberry32(seed);
+  return Float32Array.from({ length: n }, () => (u() - 0.5) * 4);
 }
 
 // softmax(q·k·scale (capped), sinks in the normaliser)·v over buffer rows idx[g] of each KV head
