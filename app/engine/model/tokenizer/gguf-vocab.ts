@@ -27,6 +27,11 @@ export interface GgufVocab {
   addSpacePrefix: boolean;
   /** tokenizer.ggml.pre ('' when absent). */
   pre: string;
+  /**
+   * Special tokens that swallow the whitespace after them when found in text (llama.cpp's
+   * LLAMA_TOKEN_ATTR_RSTRIP, which it sets by model name: rstripSpecials).
+   */
+  rstrip: ReadonlySet<string>;
 }
 
 const P = 'tokenizer.ggml.';
@@ -152,6 +157,7 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
     addEos: optionalBool(metadata, `${P}add_eos_token`, false),
     addSpacePrefix: optionalBool(metadata, `${P}add_space_prefix`, spm),
     pre: typeof metadata.get(`${P}pre`) === 'string' ? (metadata.get(`${P}pre`) as string) : '',
+    rstrip: rstripSpecials(metadata, tokens, types),
   };
   // llama.cpp: SentencePiece adds BOS by default, and so does the llama3 family of BPE
   const bosByDefault = spm || ['llama3', 'llama-v3', 'llama-bpe', 'falcon3'].includes(vocab.pre);
@@ -160,6 +166,31 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
   if (vocab.addEos && vocab.eos === undefined) throw invalid(`${P}add_eos_token is set but there is no EOS token`, `${P}eos_token_id`);
   return vocab;
 }
+
+/**
+ * llama.cpp's token attributes by model name (llama_vocab::impl::load, "set attributes by
+ * model/tokenizer/architecture name"): a file whose general.name contains "phi-3" or "phi3"
+ * (case-insensitive) has every control, user-defined and unknown token strip the whitespace after
+ * it, </s> included, except <unk>, <s> and <|endoftext|> — what Phi-3's tokenizer_config says of
+ * its added tokens (rstrip: true). Other files: none. (Real Phi-3.5 files named "Phi 3.5 Mini
+ * Instruct" do not match, and llama.cpp does not strip for them either.)
+ */
+function rstripSpecials(metadata: ReadonlyMap<string, unknown>, tokens: readonly string[], types: Uint8Array): ReadonlySet<string> {
+  const name = metadata.get('general.name');
+  const lower = typeof name === 'string' ? name.toLowerCase() : '';
+  if (!lower.includes('phi-3') && !lower.includes('phi3')) return new Set();
+  const out = new Set<string>();
+  for (let id = 0; id < tokens.length; id++) {
+    const t = types[id];
+    if (t === TOKEN_TYPE.control || t === TOKEN_TYPE.userDefined || t === TOKEN_TYPE.unknown) out.add(tokens[id]!);
+  }
+  out.add('</s>');
+  for (const kept of ['<unk>', '<s>', '<|endoftext|>']) out.delete(kept);
+  return out;
+}
+
+/** C's isspace in the "C" locale: the whitespace llama.cpp's RSTRIP removes. */
+const C_SPACE = new Set([' ', '\t', '\n', '\v', '\f', '\r']);
 
 /** Texts llama.cpp treats as end-of-generation when they are control/user-defined tokens. */
 const EOG_TEXTS = new Set([
@@ -187,7 +218,7 @@ export abstract class GgufTokenizerBase implements Tokenizer {
   /** text → id; for duplicate texts the last id wins, as in llama.cpp's token_to_id. */
   protected readonly ids = new Map<string, number>();
   /** Control, unknown and user-defined tokens, longest text first (llama.cpp's cache_special_tokens). */
-  private readonly specials: { id: number; text: string; control: boolean }[] = [];
+  private readonly specials: { id: number; text: string; control: boolean; rstrip: boolean }[] = [];
   private readonly eogSet: Set<number>;
   private readonly byteCache: (Uint8Array | undefined)[];
 
@@ -203,7 +234,7 @@ export abstract class GgufTokenizerBase implements Tokenizer {
       const type = vocab.types[id];
       const text = vocab.tokens[id] ?? '';
       if (text !== '' && (type === TOKEN_TYPE.control || type === TOKEN_TYPE.userDefined || type === TOKEN_TYPE.unknown)) {
-        this.specials.push({ id, text, control: type !== TOKEN_TYPE.userDefined });
+        this.specials.push({ id, text, control: type !== TOKEN_TYPE.userDefined, rstrip: vocab.rstrip.has(text) });
       }
     }
     this.specials.sort((a, b) => b.text.length - a.text.length || a.id - b.id);
@@ -255,6 +286,8 @@ export abstract class GgufTokenizerBase implements Tokenizer {
           if (at > start) next.push(fragment.slice(start, at));
           next.push(special.id);
           start = at + special.text.length;
+          // RSTRIP: the whitespace after it goes with it (llama.cpp strips the right remainder)
+          if (special.rstrip) while (start < fragment.length && C_SPACE.has(fragment[start]!)) start++;
         }
         if (start < fragment.length) next.push(fragment.slice(start));
       }
