@@ -124,6 +124,9 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
     }
   }
 
+  // llama.cpp makes every end-of-generation-looking token a control token (EOG_TEXTS)
+  for (let i = 0; i < n; i++) if (EOG_TEXTS.has(tokens[i]!)) types[i] = TOKEN_TYPE.control;
+
   let merges: string[] = [];
   if (model === 'gpt2') {
     const array = asArray(metadata.get(`${P}merges`));
@@ -192,10 +195,16 @@ function rstripSpecials(metadata: ReadonlyMap<string, unknown>, tokens: readonly
 /** C's isspace in the "C" locale: the whitespace llama.cpp's RSTRIP removes. */
 const C_SPACE = new Set([' ', '\t', '\n', '\v', '\f', '\r']);
 
-/** Texts llama.cpp treats as end-of-generation when they are control/user-defined tokens. */
+/**
+ * Texts llama.cpp treats as end-of-generation (llama_vocab::impl::load, special_eog_ids; the list of
+ * the build node-llama-cpp 3.21.1 ships). A token with one of these texts is also made a control
+ * token whatever its type in the file ("control-looking token ... its type will be overridden"):
+ * Phi-3's </s>, which the converter writes as user-defined, is control in llama.cpp (readGgufVocab).
+ */
 const EOG_TEXTS = new Set([
-  '<|eot_id|>', '<|eom_id|>', '<|im_end|>', '<|end|>', '<end_of_turn>', '<|endoftext|>', '<EOT>', '_<EOT>',
-  '<｜end▁of▁sentence｜>', '<|end_of_text|>', '<|return|>', '<|call|>',
+  '<|eot_id|>', '<|im_end|>', '<|end|>', '<|return|>', '<|call|>', '<|flush|>', '<|calls|>', '<end_of_turn>', '<|endoftext|>', '</s>',
+  '<|eom_id|>', '<EOT>', '_<EOT>', '[EOT]', '[EOS]', '<|end_of_text|>', '<end_of_utterance>', '<eos>', '<turn|>', '<|tool_response>',
+  '<｜end▁of▁sentence｜>', '[e~[',
 ]);
 
 /** A piece of input text: raw text, or a special token already recognised. */
