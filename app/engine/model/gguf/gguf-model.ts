@@ -38,6 +38,15 @@ const FAMILIES: Readonly<Record<string, Family>> = {
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
 
+/**
+ * Why a GGUF whose general.architecture is `architecture` cannot run, naming it and what Longhand
+ * runs (from the table above, so a family registered there is listed), or undefined when it can.
+ */
+export function ggufArchitectureRefusal(architecture: string): string | undefined {
+  if (Object.hasOwn(FAMILIES, architecture)) return undefined;
+  return `architecture "${architecture}" is not supported (Longhand runs ${SUPPORTED_GGUF_ARCHITECTURES.join(', ')})`;
+}
+
 /** Tensors owned together are joined across gaps up to this (a layer's norm vectors between its matrices). */
 const OWN_JOIN_GAP = 1 << 20;
 
@@ -100,9 +109,7 @@ export function ggufToLoadedModel(file: GgufFile, path: string = file.fileName, 
 export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   const family = requiredString(file, 'general.architecture');
   const spec = Object.hasOwn(FAMILIES, family) ? FAMILIES[family] : undefined;
-  if (spec === undefined) {
-    fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `architecture "${family}" is not supported (Longhand runs ${SUPPORTED_GGUF_ARCHITECTURES.join(', ')})`, 'general.architecture', { architecture: family });
-  }
+  if (spec === undefined) fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', ggufArchitectureRefusal(family)!, 'general.architecture', { architecture: family });
   const k = (suffix: string): string => `${family}.${suffix}`;
 
   const experts = optionalInt(file, k('expert_count'), 0);

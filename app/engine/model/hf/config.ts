@@ -19,6 +19,15 @@ export const SUPPORTED_ARCHITECTURES: Readonly<Record<string, string>> = {
 
 type Config = Record<string, unknown>;
 
+/**
+ * Why a folder whose config.json names class `architecture` cannot run, naming it and what
+ * Longhand runs (from SUPPORTED_ARCHITECTURES), or undefined when it can.
+ */
+export function hfArchitectureRefusal(architecture: string): string | undefined {
+  if (Object.hasOwn(SUPPORTED_ARCHITECTURES, architecture)) return undefined;
+  return `architecture ${architecture} is not supported (Longhand runs ${Object.keys(SUPPORTED_ARCHITECTURES).join(', ')})`;
+}
+
 /** Reads and maps `<folder>/config.json`. */
 export function readHfConfig(folder: string): ModelHyperparameters {
   let text: string;
@@ -47,14 +56,7 @@ export function parseHfConfig(text: string, file: string = CONFIG_FILE): ModelHy
   const architecture = Array.isArray(architectures) && typeof architectures[0] === 'string' ? architectures[0] : undefined;
   if (architecture === undefined) throw read.bad('architectures', 'a list of class names');
   const family = Object.hasOwn(SUPPORTED_ARCHITECTURES, architecture) ? SUPPORTED_ARCHITECTURES[architecture] : undefined;
-  if (family === undefined) {
-    throw new ModelFileError(
-      'MODEL_UNSUPPORTED_ARCHITECTURE',
-      file,
-      `architecture ${architecture} is not supported (Longhand runs ${Object.keys(SUPPORTED_ARCHITECTURES).join(', ')})`,
-      { architecture },
-    );
-  }
+  if (family === undefined) throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, hfArchitectureRefusal(architecture)!, { architecture });
   return family === 'opt' ? optHyper(read) : family === 'phi3' ? phi3Hyper(read) : llamaHyper(read, family);
 }
 
