@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { writePhi3Gguf, writePhi3HfFolder, type Phi3Options } from '../../../../test/fixtures/families/phi3.ts';
+import { createTokenizer } from '../tokenizer/tokenizer.ts';
 import { createModelRunner, type DenseEngine } from '../../forward/model-runner.ts';
 import { loadModel } from '../load-model.ts';
 import type { LoadedModel } from '../types.ts';
@@ -54,6 +55,32 @@ describe('Phi-3 Hugging Face folder == its GGUF', () => {
         console.log(`${name} (${dense}): max |Δ logit| folder vs GGUF over ${ids.length} positions ${max.toExponential(2)}`);
         expect(max).toBe(0);
       }
+    } finally {
+      gguf.close();
+      hf.close();
+    }
+  }, 120_000);
+});
+
+describe('Phi-3 and Phi-4-mini tokenizer.json == the GGUF vocabulary', () => {
+  const texts = [
+    'Hello world', ' leading', 'trailing ', 'a  b   c', 'x\n\n  y', '\tTab', 'camelCaseWord HTTPServer 12345678', "DON'T they're", 'ÉCOLE über 😀 世界',
+    'def f(x):\n    return x * 2\n', '<|user|>\nHi<|end|>\n<|assistant|>\n', '<|system|>S<|end|><|user|>U<|end|><|assistant|>', '<|endoftext|>', '3.14159, 1,000,000',
+  ];
+  it.each([['Phi-3', 'phi3'], ['Phi-4-mini', 'phi4-mini']] as const)('%s: the same ids from both, special tokens parsed', async (_name, vocab) => {
+    const o = { vocab, dim: 64, layers: 1, heads: 2, kvHeads: 2, ffn: 64, context: 256, seed: 5, tied: true } as const;
+    const ggufPath = join(dir, `tok-${vocab}.gguf`);
+    const folder = join(dir, `tok-${vocab}-hf`);
+    writePhi3Gguf(ggufPath, { ...o, type: 'F16' });
+    writePhi3HfFolder(folder, { ...o, dtype: 'F16' });
+    const gguf = await loadModel(ggufPath);
+    const hf = await loadModel(folder);
+    try {
+      const a = await createTokenizer(gguf.tokenizer);
+      const b = await createTokenizer(hf.tokenizer);
+      const mismatches = texts.filter((t) => JSON.stringify(a.encode(t, { addSpecial: false, parseSpecial: true })) !== JSON.stringify(b.encode(t, { addSpecial: false, parseSpecial: true })));
+      expect(mismatches).toEqual([]);
+      expect(b.eosIds).toEqual(expect.arrayContaining(a.eosIds.filter((id) => id !== 2)));
     } finally {
       gguf.close();
       hf.close();

@@ -8,7 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { PHI3_ADDED_TOKENS, PHI3_END, PHI3_EOS, writePhi3Gguf } from '../../../../test/fixtures/families/phi3.ts';
+import { PHI3_ADDED_TOKENS, PHI3_END, PHI3_EOS, PHI4_MINI_ADDED_TOKENS, PHI4_MINI_EOS, writePhi3Gguf } from '../../../../test/fixtures/families/phi3.ts';
 import { mulberry32 } from '../../../../test/fixtures/rng.ts';
 import { ChatTemplate } from '../chat-template.ts';
 import { loadGgufModel } from '../gguf/gguf-model.ts';
@@ -21,8 +21,8 @@ const path = join(dir, 'phi3-vocab-f32.gguf');
 const named = join(dir, 'phi35-vocab-f32.gguf');
 const tiny = { dim: 64, layers: 1, heads: 2, kvHeads: 2, ffn: 64, context: 4096, seed: 1, type: 'F32' as const };
 
-/** Handwritten strings, then seeded mixes of the awkward parts (≥ 500 in all). */
-function phi3Strings(): string[] {
+/** Handwritten strings, then seeded mixes of the awkward parts (≥ 500 in all); `specials`: the vocabulary's added tokens. */
+function phi3Strings(specials: readonly string[] = PHI3_ADDED_TOKENS.map((t) => t.content)): string[] {
   const fixed = [
     '', ' ', '  ', '   ', '\n', '\n\n', '\n\n\n', ' \n ', '\t', '\t\t', '\r\n', 'a', 'Hello', ' Hello', 'Hello ', 'Hello  world', 'Hello\nworld',
     'Once upon a time, in a small town by the sea, the boats left the harbor before dawn.', "it's", "don't", "We'll", 'CAPS LOCK', 'mIxEd',
@@ -39,7 +39,9 @@ function phi3Strings(): string[] {
   const parts = [
     'the', ' ', '  ', '    ', '\n', '\n\n', '\t', 'story', 'Longhand', '.', ',', '!', '?', ':', ';', '"', "'s", '(', ')', '{', '}', '=>', '==',
     '7', '42', '2026', '3.5', '世', '界', 'é', 'ß', 'Ж', '😀', '🐉', 'ü', '\u2581', '-', '_', '#', '<s>', '</s>', '<unk>',
-    ...PHI3_ADDED_TOKENS.map((t) => t.content),
+    ...specials,
+    // o200k splits letter runs where ASCII case changes, and digits by three
+    'camelCaseWord', 'HTTPServer', 'XMLHttpRequest', 'ÉCOLE', 'Ünïcödé', 'iPhone', '12345678', 'x/y/z\n', "DON'T", "they'RE",
   ];
   const random = mulberry32(30);
   const pick = (n: number): number => Math.floor(random() * n);
@@ -182,4 +184,48 @@ describe('Phi-3 vocabulary without llama.cpp\'s phi-3 name rule', () => {
       await theirs.dispose();
     }
   }, 120_000);
+});
+
+describe('Phi-4-mini vocabulary (o200k) against llama.cpp', () => {
+  const phi4 = join(dir, 'phi4-mini-vocab-f16.gguf');
+  let ours: Tokenizer;
+  let theirs: LlamaCppModel;
+  beforeAll(async () => {
+    writePhi3Gguf(phi4, { ...tiny, vocab: 'phi4-mini', tied: true, rotaryFraction: 0.75, type: 'F16', name: 'Phi 4 Mini Instruct' });
+    ours = tokenizerOf(phi4);
+    theirs = await llamaCppModel(phi4);
+  }, 180_000);
+  afterAll(async () => {
+    await theirs?.dispose();
+  });
+
+  test('200064 tokens, Phi-4-mini\'s chat tokens, <|endoftext|> and <|end|> stop', () => {
+    expect(ours.kind).toBe('bpe');
+    expect(ours.vocabSize).toBe(200064);
+    expect(ours.eos).toBe(PHI4_MINI_EOS);
+    for (const t of PHI4_MINI_ADDED_TOKENS) expect(ours.tokenId(t.content)).toBe(t.id);
+    expect(ours.eosIds).toEqual(expect.arrayContaining([199999, 200020]));
+  });
+
+  test('same ids as llama.cpp over 500+ strings, with and without special-token parsing', () => {
+    const strings = phi3Strings(PHI4_MINI_ADDED_TOKENS.map((t) => t.content));
+    expect(strings.length).toBeGreaterThanOrEqual(500);
+    const { compared, mismatches } = crossCheck(ours, theirs, strings);
+    console.log(`Phi-4-mini tokenize vs llama.cpp: ${strings.length} strings, ${compared} comparisons, ${mismatches.length} mismatches`);
+    expect(mismatches).toEqual([]);
+  });
+
+  test('the chat template renders Phi-4-mini\'s turns and tokenizes as llama.cpp does', () => {
+    const model = loadGgufModel(phi4);
+    const template = ChatTemplate.forTokenizer(model.chatTemplate, ours);
+    model.close();
+    const text = template.render([
+      { role: 'system', content: 'You are a careful writer.' },
+      { role: 'user', content: 'Write one line.' },
+    ]);
+    expect(text).toBe('<|system|>You are a careful writer.<|end|><|user|>Write one line.<|end|><|assistant|>');
+    const ids = ours.encode(text, template.encodeOptionsFor(text));
+    expect(ids).toEqual([...theirs.tokenize(text, true)].map(Number));
+    expect(ids.at(-1)).toBe(200019);
+  });
 });
