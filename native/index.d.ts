@@ -478,6 +478,8 @@ export interface DenseStageConfig {
   eps: number;
   /** 0 neox (pairs i, i + headDim/2), 1 interleaved (2i, 2i + 1) */
   ropeLayout: 0 | 1;
+  /** dimensions of each head RoPE rotates (default headDim; fewer: partial rotary, the rest pass through); even */
+  rotaryDim?: number;
   /** the dense workers a run splits its matmuls over (1..64) */
   threads: number;
   /** 'amx': avx512, with AMX-INT8 tiles in the prefill of Q4_0, Q8_0 and the K-quants (CPUs with AMX; others have no 'amx') */
@@ -504,7 +506,7 @@ export interface DenseStageInputs {
   h: Float32Array;
   /** [tokens, heads·headDim], stage > 0 */
   attn?: Float32Array;
-  /** [tokens, headDim/2] each, stage < L */
+  /** [tokens, rotaryDim/2] each, stage < L */
   ropeCos?: Float32Array;
   ropeSin?: Float32Array;
   /** stage L: the token rows to compute logits for */

@@ -55,6 +55,10 @@ export const ModelEntrySchema = z.strictObject({
   source: ModelSourceSchema,
   format: z.enum(['gguf', 'safetensors']),
   bytes: z.number().nonnegative(),
+  /** From the file's header without loading it (where the carrier can read headers): the architecture it names. */
+  architecture: z.string().optional(),
+  /** Why Longhand will refuse to load it (names the architecture and what Longhand runs). */
+  refusal: z.string().optional(),
 });
 export type ModelEntry = z.infer<typeof ModelEntrySchema>;
 

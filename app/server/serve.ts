@@ -22,7 +22,7 @@ import { readRemoteSettings } from './remote-engine.ts';
 import { Gate, newToken, sessionCookie } from './security.ts';
 import { createAppServices } from './services/app-services.ts';
 import { defaultDataDir } from './services/data-dir.ts';
-import { inspectModelFile } from './services/inspect-model.ts';
+import { inspectModelFile, probeModelFile } from './services/inspect-model.ts';
 import { acceptWebSocket, EngineRelay } from './websocket.ts';
 
 export const LOOPBACK_HOST = '127.0.0.1';
@@ -72,7 +72,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const ref: { gate?: Gate } = {};
   const sockets = new Set<Socket>();
   const relays = new Set<EngineRelay>();
-  const appServices = createAppServices({ dataDir: options.dataDir ?? defaultDataDir(), inspect: inspectModelFile });
+  const appServices = createAppServices({ dataDir: options.dataDir ?? defaultDataDir(), inspect: inspectModelFile, probe: probeModelFile });
   // Settings → Remote endpoint: the window's generations go there while it is enabled.
   session.remoteConfig = () => readRemoteSettings(appServices.settings.path);
 

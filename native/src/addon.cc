@@ -1531,7 +1531,7 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
 // DenseStage (dense_stage.h): one llama stage over the mapped file's weights, read in place
 // ---------------------------------------------------------------------------------------------
 // new DenseStage({ stage, layers, hidden, heads, kvHeads, headDim, ffn, vocab, eps, ropeLayout: 0 | 1,
-//   threads, impl?: 'auto' | 'scalar' | 'avx2' | 'avx512', norm: Float32Array [hidden],
+//   rotaryDim? (default headDim: the dimensions RoPE rotates, even), threads, impl?: 'auto' | 'scalar' | 'avx2' | 'avx512', norm: Float32Array [hidden],
 //   ffnNorm?: Float32Array [hidden], attnOutput?, ffnGate?, ffnUp?, ffnDown?, q?, k?, v?, qSpec?, lmHead?:
 //   { data: Uint8Array (the tensor's bytes in the file), type: GGML type id, rows, cols, bias?: Float32Array } })
 // run({ tokens, h, attn?, ropeCos?, ropeSin?, rows?: Uint32Array }) -> { q, k, v, qSpec?, hNext? } | { logits }
@@ -1575,6 +1575,9 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       if (!eps.IsNumber() || !(eps.As<Napi::Number>().DoubleValue() >= 0)) fail(env_, LH_BAD_ARGUMENT, "eps must be a number >= 0, got " + describe(eps));
       c.eps = static_cast<float>(eps.As<Napi::Number>().DoubleValue());
       c.rope_layout = u32_arg(env_, o.Get("ropeLayout"), "ropeLayout", 0, 1);
+      const Napi::Value rotary = o.Get("rotaryDim");
+      c.rotary_dim = rotary.IsUndefined() ? c.head_dim : u32_arg(env_, rotary, "rotaryDim", 2, c.head_dim);
+      if (c.rotary_dim % 2 != 0) fail(env_, LH_BAD_ARGUMENT, "rotaryDim must be even, got " + std::to_string(c.rotary_dim));
       c.threads = u32_arg(env_, o.Get("threads"), "threads", 1, LH_MAX_RANGE_THREADS);
       const Napi::Value impl = o.Get("impl");
       const std::string name = impl.IsString() ? impl.As<Napi::String>().Utf8Value() : impl.IsUndefined() ? "auto" : "";
@@ -1607,7 +1610,7 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       qw_ = qw;
       kvw_ = kvw;
       vocab_ = c.vocab;
-      half_ = c.head_dim / 2;
+      half_ = c.rotary_dim / 2;
       spec_ = c.q_spec.data != nullptr;
       const char* why = nullptr;
       const lh_status st = lh_dense_stage_create(&c, &stage_ptr_, &why);

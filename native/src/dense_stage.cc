@@ -184,9 +184,10 @@ void rms_norm(const float* x, const float* w, uint32_t T, uint32_t d, float eps,
   }
 }
 
-// x [T, heads·head_dim] rotated in place by cos/sin [T, head_dim/2]
-void rope(float* x, const float* cos, const float* sin, uint32_t T, uint32_t heads, uint32_t head_dim, uint32_t layout) {
-  const uint32_t half = head_dim / 2;
+// x [T, heads·head_dim]: the first `rotary` dimensions of each head rotated in place by cos/sin
+// [T, rotary/2]; the rest pass through
+void rope(float* x, const float* cos, const float* sin, uint32_t T, uint32_t heads, uint32_t head_dim, uint32_t rotary, uint32_t layout) {
+  const uint32_t half = rotary / 2;
   for (uint32_t t = 0; t < T; ++t) {
     const float* c = cos + static_cast<size_t>(t) * half;
     const float* s = sin + static_cast<size_t>(t) * half;
@@ -272,7 +273,7 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   if (c == nullptr || out == nullptr) return LH_BAD_ARGUMENT;
   const uint32_t L = c->layers, s = c->stage;
   if (L == 0 || s > L || c->hidden == 0 || c->heads == 0 || c->kv_heads == 0 || c->heads % c->kv_heads != 0 || c->head_dim == 0 ||
-      c->head_dim % 2 != 0 || c->ffn == 0 || c->vocab == 0 || !(c->eps >= 0) || c->rope_layout > LH_ROPE_INTERLEAVED || c->threads == 0 ||
+      c->head_dim % 2 != 0 || c->rotary_dim % 2 != 0 || c->rotary_dim > c->head_dim || c->ffn == 0 || c->vocab == 0 || !(c->eps >= 0) || c->rope_layout > LH_ROPE_INTERLEAVED || c->threads == 0 ||
       c->threads > LH_MAX_RANGE_THREADS)
     return LH_BAD_ARGUMENT;
   // AUTO: each matrix the best implementation its type has on this CPU (quant_dot.cc)
@@ -372,9 +373,10 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
   float* outs[] = {io->q, io->k, io->v, io->q_spec};
   const lh_status r = matmul_group(qkv, st->has_spec ? 4 : 3, sc.normed.f(), T, outs, parts);
   if (r != LH_OK) return r;
-  rope(io->q, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
-  rope(io->k, io->rope_cos, io->rope_sin, T, c.kv_heads, c.head_dim, c.rope_layout);
-  if (st->has_spec) rope(io->q_spec, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
+  const uint32_t rotary = c.rotary_dim == 0 ? c.head_dim : c.rotary_dim;
+  rope(io->q, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, rotary, c.rope_layout);
+  rope(io->k, io->rope_cos, io->rope_sin, T, c.kv_heads, c.head_dim, rotary, c.rope_layout);
+  if (st->has_spec) rope(io->q_spec, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, rotary, c.rope_layout);
   return LH_OK;
 }
 }  // namespace

@@ -16,8 +16,9 @@
 //   head:    logits[r] = normed[rows[r]]·W_outᵀ          [R, vocab]
 //
 // RMSNorm: x / sqrt(mean(x²) + eps), the mean of squares summed in double. RoPE: per head, pairs
-// (i, i + head_dim/2) ('neox') or (2i, 2i + 1) ('interleaved') rotated by the row's cos/sin
-// [T, head_dim/2] (ops.ts ropeRows: the chunk's absolute positions). SiLU: g / (1 + e^−g).
+// (i, i + r/2) ('neox') or (2i, 2i + 1) ('interleaved') of the first r = rotary_dim dimensions
+// rotated by the row's cos/sin [T, r/2] (ops.ts ropeRows: the chunk's absolute positions), the
+// other head_dim − r dimensions left as they are (partial rotary). SiLU: g / (1 + e^−g).
 //
 // Matmuls: the activations are quantized once per input and weight type (quant_dot.h quantize_act)
 // and shared by every matrix that reads them (q, k, v, q_spec; gate, up). Rows are split over the
@@ -50,6 +51,9 @@ struct lh_dense_stage_config {
   uint32_t hidden, heads, kv_heads, head_dim, ffn, vocab;
   float eps;
   uint32_t rope_layout;  // lh_rope_layout
+  // dimensions of each head that RoPE rotates (the first rotary_dim; the rest pass through: partial
+  // rotary, Phi-4-mini's 0.75·head_dim); 0 = all head_dim. Even, <= head_dim.
+  uint32_t rotary_dim;
   // post(stage − 1), stage > 0
   lh_dense_matrix attn_output;            // [hidden, heads·head_dim]
   lh_dense_matrix ffn_gate, ffn_up;       // [ffn, hidden]
@@ -81,8 +85,8 @@ struct lh_dense_stage_io {
   uint32_t tokens;          // T >= 1
   const float* h;           // [T, hidden]
   const float* attn;        // [T, heads·head_dim]  stage > 0
-  const float* rope_cos;    // [T, head_dim/2]      stage < L
-  const float* rope_sin;    // [T, head_dim/2]      stage < L
+  const float* rope_cos;    // [T, rotary_dim/2]    stage < L
+  const float* rope_sin;    // [T, rotary_dim/2]    stage < L
   const uint32_t* rows;     // [n_rows] indices < T  stage L
   uint32_t n_rows;
   // outputs (the caller's; written in full on LH_OK)

@@ -122,8 +122,8 @@ describe.skipIf(!files)('first run: npm start from a clean copy, in Chromium', (
     const row = page.getByRole('region', { name: 'Library' }).getByRole('row').filter({ hasText: 'stories260K.gguf' });
     await expect.poll(() => row.count(), { timeout: 15_000 }).toBe(1);
     const cells = await row.getByRole('cell').allTextContents();
-    // Name, Type, Size, Source; stories260K.gguf is 1,185,376 bytes
-    expect(cells).toEqual(['stories260K.gguf', 'gguf', '1.13 MiB', 'recent']);
+    // Name, Type, Architecture (read from its header), Size, Source; stories260K.gguf is 1,185,376 bytes
+    expect(cells).toEqual(['stories260K.gguf', 'gguf', 'llama', '1.13 MiB', 'recent']);
   });
 
   it('Continue writing streams text into the suggestion', async () => {

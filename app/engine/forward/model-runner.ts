@@ -410,7 +410,7 @@ class Runner implements ModelRunner {
           positions: posView ? new EmbeddingTable(posView) : undefined,
           positionOffset: positions?.offset ?? 0,
           scale: embedding.scale,
-          rope: ropeFrequencies(specs[0]!.attention as AttentionSpec),
+          rope: ropeFrequencies(specs[0]!.attention as AttentionSpec, cfg.contextLength),
         },
         layers: h.layers,
         heads: h.heads,

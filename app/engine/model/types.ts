@@ -25,14 +25,23 @@ export type RopeLayout =
 
 /** Frequency scaling of RoPE (Llama 3 style), from config.json rope_scaling or GGUF rope.* keys. */
 export interface RopeScaling {
-  kind: 'llama3' | 'linear';
+  kind: 'llama3' | 'linear' | 'longrope';
   factor: number;
   lowFreqFactor?: number;
   highFreqFactor?: number;
   originalContextLength?: number;
+  /**
+   * LongRoPE (Phi-3/Phi-4, kind 'longrope'): per rotated pair, the divisor of its frequency for a
+   * context up to originalContextLength (short) and beyond it (long): [rotaryDims/2] each. Which
+   * set a session uses follows from its context length, as llama.cpp decides it (ropeForContext).
+   */
+  shortFactors?: readonly number[];
+  longFactors?: readonly number[];
+  /** LongRoPE: multiplies cos and sin (so q·k on the rotated dimensions by its square); 1 = none. */
+  attnFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt';
+export type Architecture = 'llama' | 'opt' | 'phi3';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -52,6 +61,8 @@ export interface ModelHyperparameters {
   ropeTheta?: number;
   ropeLayout?: RopeLayout;
   ropeScaling?: RopeScaling;
+  /** Dimensions of each head that RoPE rotates, when fewer than headDim (partial rotary: Phi-4-mini). */
+  ropeDims?: number;
   /** Qwen2-style bias on q/k/v projections. */
   qkvBias: boolean;
   /** Output projection shares the token embedding. */

@@ -141,15 +141,29 @@ export interface RopeOptions {
   /** Rows of the cos/sin tables: positions 0..maxPositions−1 can be used. */
   maxPositions: number;
   scaling?: RopeScaling;
+  /**
+   * Per rotated pair, a divisor of its frequency (LongRoPE's short or long factors, [rotaryDim/2]):
+   * what llama.cpp's ggml_rope_ext takes as freq_factors.
+   */
+  freqFactors?: readonly number[];
+  /** Multiplies every cos and sin (LongRoPE's attention factor; llama.cpp's attn_factor). Default 1. */
+  attnFactor?: number;
 }
 
-/** Inverse frequencies θ^(−2i/d), i < d/2, with Llama 3 or linear scaling applied. */
-export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 'theta' | 'scaling'>): Float64Array {
+/** Inverse frequencies θ^(−2i/d), i < d/2, with Llama 3 or linear scaling applied, then divided by freqFactors. */
+export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 'theta' | 'scaling' | 'freqFactors'>): Float64Array {
   const d = opts.rotaryDim ?? opts.headDim;
   const inv = new Float64Array(d / 2);
   for (let i = 0; i < d / 2; i++) inv[i] = 1 / opts.theta ** ((2 * i) / d);
+  const factors = opts.freqFactors;
+  if (factors !== undefined) {
+    if (factors.length !== d / 2) throw new Error(`RoPE frequency factors: ${factors.length} values for ${d / 2} rotated pairs`);
+    for (let i = 0; i < d / 2; i++) inv[i]! /= factors[i]!;
+  }
   const s = opts.scaling;
   if (!s) return inv;
+  // LongRoPE's factors reach here as freqFactors (layer-spec.ts ropeFrequencies picks the set)
+  if (s.kind === 'longrope') throw new Error('LongRoPE scaling must be resolved to frequency factors for a context length first (ropeFrequencies)');
   if (s.kind === 'linear') return inv.map((f) => f / s.factor);
   // Llama 3: keep high frequencies, divide low ones by factor, blend in between.
   const low = s.lowFreqFactor ?? 1;
@@ -177,14 +191,15 @@ export type RopeFrequencies = Omit<RopeOptions, 'maxPositions'>;
 export function ropeRows(opts: RopeFrequencies, p0: number, count: number): { cos: Float32Array; sin: Float32Array } {
   const inv = ropeInvFreq(opts);
   const half = inv.length;
+  const m = opts.attnFactor ?? 1;
   const cos = new Float32Array(count * half);
   const sin = new Float32Array(count * half);
   for (let r = 0; r < count; r++) {
     const p = p0 + r;
     for (let i = 0; i < half; i++) {
       const angle = p * inv[i]!;
-      cos[r * half + i] = Math.cos(angle);
-      sin[r * half + i] = Math.sin(angle);
+      cos[r * half + i] = Math.cos(angle) * m;
+      sin[r * half + i] = Math.sin(angle) * m;
     }
   }
   return { cos, sin };

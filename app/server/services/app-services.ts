@@ -12,6 +12,8 @@ import { scanModels } from './model-library.ts';
 import { SettingsStore } from './settings.ts';
 
 export type InspectModel = (path: string, contextTokens: number | undefined) => Promise<Record<string, unknown>>;
+/** A header-only look at a model (app/engine/model/probe.ts): its architecture, and the refusal a load would give. */
+export type ProbeModel = (path: string) => Promise<{ architecture: string | null; refusal: string | null }>;
 
 export interface AppServicesOptions {
   dataDir: string;
@@ -19,6 +21,8 @@ export interface AppServicesOptions {
   home?: string;
   env?: NodeJS.ProcessEnv;
   inspect?: InspectModel;
+  /** Marks each scanned model with its architecture and refusal (passed in like `inspect`: it reads model headers). */
+  probe?: ProbeModel;
   downloads?: DownloadOptions;
 }
 
@@ -52,8 +56,17 @@ export function createAppServices(options: AppServicesOptions): AppServices {
         return settings.get();
       case 'settings.save':
         return settings.save(request.settings);
-      case 'models.scan':
-        return scanModels({ home: options.home, env: options.env, recentPath: await settings.lastModelPath() });
+      case 'models.scan': {
+        const entries = await scanModels({ home: options.home, env: options.env, recentPath: await settings.lastModelPath() });
+        const probe = options.probe;
+        if (!probe) return entries;
+        return Promise.all(
+          entries.map(async (entry) => {
+            const { architecture, refusal } = await probe(entry.path);
+            return { ...entry, ...(architecture !== null ? { architecture } : {}), ...(refusal !== null ? { refusal } : {}) };
+          }),
+        );
+      }
       case 'models.inspect':
         if (!options.inspect) throw new LonghandError('BAD_ARGUMENT', INSPECT_UNAVAILABLE, { path: request.path });
         return options.inspect(request.path, request.contextTokens);

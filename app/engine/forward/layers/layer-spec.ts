@@ -194,18 +194,38 @@ export function uniformAttention(specs: readonly LayerSpec[], fields: readonly A
 /**
  * The frequencies onnx/ops.ts's ropeRows and the stage graphs take for a layer's RoPE, or
  * undefined when the layer has none. For the llama family it is what graphs.ts stageRope(hyper)
- * gives (the same fields, so the same cos/sin bits).
+ * gives (the same fields, so the same cos/sin bits). `contextLength`: the session's, which picks
+ * LongRoPE's factor set (ropeForContext); without it a LongRoPE layer takes its short factors.
  */
-export function ropeFrequencies(attention: AttentionSpec): RopeFrequencies | undefined {
+export function ropeFrequencies(attention: AttentionSpec, contextLength?: number): RopeFrequencies | undefined {
   const rope = attention.rope;
   if (rope === undefined) return undefined;
-  return {
+  const base: RopeFrequencies = {
     headDim: attention.headDim,
     theta: rope.base,
     layout: rope.layout,
     ...(rope.dims !== attention.headDim ? { rotaryDim: rope.dims } : {}),
-    ...(rope.scaling ? { scaling: rope.scaling } : {}),
   };
+  const scaling = rope.scaling;
+  if (scaling === undefined) return base;
+  if (scaling.kind !== 'longrope') return { ...base, scaling };
+  return { ...base, ...ropeForContext(scaling, contextLength ?? 0) };
+}
+
+/**
+ * LongRoPE's frequency divisors and attention factor for a session of `contextLength` positions:
+ * the long factors when the context exceeds the trained original (originalContextLength), else the
+ * short ones — llama.cpp's rule (llama_model::get_rope_factors compares its context size n_ctx_seq
+ * with n_ctx_orig_yarn), so both engines rotate the same for the same context. (Hugging Face
+ * switches per call on the sequence length instead; a context chosen once keeps every cached key
+ * rotated one way.) The attention factor applies whichever set is picked, as in both.
+ */
+export function ropeForContext(scaling: RopeScaling, contextLength: number): { freqFactors: readonly number[]; attnFactor?: number } {
+  const original = scaling.originalContextLength ?? 0;
+  const factors = contextLength > original ? scaling.longFactors : scaling.shortFactors;
+  if (factors === undefined) throw new Error('LongRoPE scaling without its short and long factors');
+  const attn = scaling.attnFactor ?? 1;
+  return { freqFactors: factors, ...(attn !== 1 ? { attnFactor: attn } : {}) };
 }
 
 function sameValue(a: unknown, b: unknown): boolean {

@@ -67,6 +67,7 @@ export function createLlamaNativeStages(weights: ModelWeights, options: NativeSt
         vocab: hyper.vocabSize,
         eps: hyper.normEps,
         ropeLayout: (hyper.ropeLayout ?? 'neox') === 'interleaved' ? 1 : 0,
+        rotaryDim: hyper.ropeDims ?? hyper.headDim,
         threads: options.threads,
         impl: options.impl ?? 'auto',
         norm: weights.vector(s === L ? 'output_norm.weight' : blk(s, 'attn_norm.weight')),

@@ -38,9 +38,15 @@ export function stageName(s: number, L: number): string {
   return s === 0 ? 'stage0.pre0' : s === L ? `stage${s}.post${s - 1}.head` : `stage${s}.post${s - 1}.pre${s}`;
 }
 
-/** The RoPE of a llama-family model's stages (its cos/sin rows are fed per run: ropeRows). */
+/**
+ * The RoPE of a llama-family model's stages (its cos/sin rows are fed per run: ropeRows, so the
+ * graph takes only the layout and the rotated dimensions from it; LongRoPE's factors, which
+ * depend on the session's context, are left to the runner's ropeFrequencies).
+ */
 export function stageRope(hyper: ModelHyperparameters): RopeFrequencies {
-  return { headDim: hyper.headDim, theta: hyper.ropeTheta ?? 10000, layout: hyper.ropeLayout ?? 'neox', ...(hyper.ropeScaling ? { scaling: hyper.ropeScaling } : {}) };
+  const scaling = hyper.ropeScaling?.kind === 'longrope' ? undefined : hyper.ropeScaling;
+  const rotaryDim = hyper.ropeDims !== undefined && hyper.ropeDims !== hyper.headDim ? { rotaryDim: hyper.ropeDims } : {};
+  return { headDim: hyper.headDim, ...rotaryDim, theta: hyper.ropeTheta ?? 10000, layout: hyper.ropeLayout ?? 'neox', ...(scaling ? { scaling } : {}) };
 }
 
 export function stageDims(hyper: ModelHyperparameters): { d: number; qw: number; kvw: number } {

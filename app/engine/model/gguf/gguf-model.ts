@@ -2,30 +2,50 @@
 // names (already canonical), tokenizer metadata and chat template passed through.
 //
 // Families: 'llama' (which Mistral, SmolLM, TinyLlama... files also say) with interleaved RoPE,
-// and 'qwen2' with NeoX RoPE and q/k/v biases. Both run as our 'llama' Architecture. Mixture of
-// experts, partial rotary and YaRN/LongRoPE scaling are refused (MODEL_UNSUPPORTED_ARCHITECTURE).
+// and 'qwen2' with NeoX RoPE and q/k/v biases. Both run as our 'llama' Architecture; 'phi3'
+// (Phi-3, Phi-4: fused q/k/v and gate/up, NeoX, partial rotary, LongRoPE) as our 'phi3'
+// (arch/phi3.ts). Mixture of experts, partial rotary elsewhere and YaRN scaling are refused
+// (MODEL_UNSUPPORTED_ARCHITECTURE).
 // Llama 3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor of per-pair divisors;
 // it is accepted when it matches Llama 3 scaling with the usual parameters (low 1, high 4,
 // original context 8192) and reported as such.
 import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
-import { checkTensors } from '../arch/base.ts';
+import { checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
-import type { LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
+import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '../arch/phi3.ts';
+import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
 import { openGguf } from './open-gguf.ts';
 import type { GgufFile, GgufValue, ParseOptions } from './reader.ts';
 
 interface Family {
   ropeLayout: RopeLayout;
+  /** The Architecture it runs as (default 'llama') and its tensor table (default LLAMA_TENSORS). */
+  architecture?: Architecture;
+  tensors?: ArchTensorTable;
+  /** Phi-3: rope.dimension_count may be below the head size, and LongRoPE factors come as tensors. */
+  longRope?: boolean;
+  /** The tensors as the family's stages read them (phi3: views of the fused tensors' row blocks). */
+  views?: (model: LoadedModel) => LoadedModel;
 }
 
 /** general.architecture values we run, and how they differ. */
 const FAMILIES: Readonly<Record<string, Family>> = {
   llama: { ropeLayout: 'interleaved' },
   qwen2: { ropeLayout: 'neox' },
+  phi3: { ropeLayout: 'neox', architecture: 'phi3', tensors: PHI3_TENSORS, longRope: true, views: phi3Views },
 };
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
+
+/**
+ * Why a GGUF whose general.architecture is `architecture` cannot run, naming it and what Longhand
+ * runs (from the table above, so a family registered there is listed), or undefined when it can.
+ */
+export function ggufArchitectureRefusal(architecture: string): string | undefined {
+  if (Object.hasOwn(FAMILIES, architecture)) return undefined;
+  return `architecture "${architecture}" is not supported (Longhand runs ${SUPPORTED_GGUF_ARCHITECTURES.join(', ')})`;
+}
 
 /** Tensors owned together are joined across gaps up to this (a layer's norm vectors between its matrices). */
 const OWN_JOIN_GAP = 1 << 20;
@@ -34,7 +54,7 @@ const OWN_JOIN_GAP = 1 << 20;
 export function loadGgufModel(path: string, options: ParseOptions = {}): LoadedModel {
   const file = openGguf(path, options);
   try {
-    const model = ggufToLoadedModel(file, path, () => file.close());
+    const model = ggufToLoadedModel(file, path, () => file.close(), false);
     const releaseTensor = (name: string): number => {
       const info = file.tensors.get(name);
       return info === undefined ? 0 : file.release(info.absoluteOffset, info.byteSize);
@@ -48,15 +68,20 @@ export function loadGgufModel(path: string, options: ParseOptions = {}): LoadedM
       // neighbours are owned as one range: the 2 MiB pages between them are huge pages too
       return joinNearRanges(ranges, OWN_JOIN_GAP).reduce((n, [a, b]) => n + file.own(a, b - a, threads), 0);
     };
-    return { ...model, releaseTensor, ownTensors };
+    const full: LoadedModel = { ...model, releaseTensor, ownTensors };
+    return FAMILIES[model.hyper.family]?.views?.(full) ?? full;
   } catch (error) {
     file.close();
     throw error;
   }
 }
 
-/** A parsed GGUF file as a LoadedModel (checks hyperparameters and every required tensor). */
-export function ggufToLoadedModel(file: GgufFile, path: string = file.fileName, close: () => void = () => undefined): LoadedModel {
+/**
+ * A parsed GGUF file as a LoadedModel (checks hyperparameters and every required tensor). `views`
+ * false: the file's own tensors, for a caller that adds file-backed methods before the family's
+ * views (loadGgufModel).
+ */
+export function ggufToLoadedModel(file: GgufFile, path: string = file.fileName, close: () => void = () => undefined, views = true): LoadedModel {
   const hyper = ggufHyperparameters(file);
   const tensors = new Map<string, TensorView>();
   let weightBytes = 0;
@@ -64,9 +89,10 @@ export function ggufToLoadedModel(file: GgufFile, path: string = file.fileName, 
     tensors.set(info.name, file.tensorView(info.name));
     weightBytes += info.byteSize;
   }
-  checkTensors(LLAMA_TENSORS, hyper, tensors, file.fileName);
+  const spec = FAMILIES[hyper.family];
+  checkTensors(spec?.tensors ?? LLAMA_TENSORS, hyper, tensors, file.fileName);
   const chatTemplate = optionalString(file, 'tokenizer.chat_template');
-  return {
+  const model: LoadedModel = {
     format: 'gguf',
     path,
     hyper,
@@ -76,15 +102,14 @@ export function ggufToLoadedModel(file: GgufFile, path: string = file.fileName, 
     weightBytes,
     close,
   };
+  return views && spec?.views ? spec.views(model) : model;
 }
 
 /** Hyperparameters from the metadata (and the shapes of token_embd / rope_freqs). */
 export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   const family = requiredString(file, 'general.architecture');
   const spec = Object.hasOwn(FAMILIES, family) ? FAMILIES[family] : undefined;
-  if (spec === undefined) {
-    fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `architecture "${family}" is not supported (Longhand runs ${SUPPORTED_GGUF_ARCHITECTURES.join(', ')})`, 'general.architecture', { architecture: family });
-  }
+  if (spec === undefined) fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', ggufArchitectureRefusal(family)!, 'general.architecture', { architecture: family });
   const k = (suffix: string): string => `${family}.${suffix}`;
 
   const experts = optionalInt(file, k('expert_count'), 0);
@@ -112,7 +137,12 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
     fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `key length ${headDim} differs from value length ${valueLength}`, k('attention.value_length'));
   }
   const ropeDims = optionalInt(file, k('rope.dimension_count'), headDim);
-  if (ropeDims !== headDim) {
+  if (spec.longRope === true && !(ropeDims > 0 && ropeDims <= headDim && ropeDims % 2 === 0)) {
+    fail(file, 'MODEL_BAD_VALUE', `${k('rope.dimension_count')} is ${ropeDims}: not an even count of at most ${headDim} head dimensions`, k('rope.dimension_count'), { ropeDims, headDim });
+  }
+  // Phi-3's sliding_window key (Phi-3-mini: 2047) is not run: llama.cpp disables Phi SWA (its
+  // phi3 loader sets swa_type NONE, llama.cpp PR 13676), and every layer attends globally there.
+  if (ropeDims !== headDim && spec.longRope !== true) {
     fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `partial rotary embeddings (${ropeDims} of ${headDim} head dimensions) are not supported`, k('rope.dimension_count'), { ropeDims, headDim });
   }
 
@@ -122,7 +152,7 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   const vocabSize = Array.isArray(tokens) ? tokens.length : (embedding.shape[0] as number);
 
   return {
-    architecture: 'llama',
+    architecture: spec.architecture ?? 'llama',
     family,
     hiddenSize,
     layers,
@@ -135,7 +165,8 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
     normEps,
     ropeTheta,
     ropeLayout: spec.ropeLayout,
-    ropeScaling: ropeScaling(file, family, headDim, ropeTheta),
+    ropeScaling: spec.longRope === true ? longRopeScaling(file, family, ropeDims) : ropeScaling(file, family, headDim, ropeTheta),
+    ...(ropeDims !== headDim ? { ropeDims } : {}),
     qkvBias: file.tensors.has('blk.0.attn_q.bias'),
     tiedEmbeddings: !file.tensors.has('output.weight'),
   };
@@ -172,6 +203,35 @@ function ropeScaling(file: GgufFile, family: string, headDim: number, theta: num
     throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file.fileName, 'rope_freqs.weight holds frequency factors that are not Llama 3 scaling (low 1, high 4)', { tensor: 'rope_freqs.weight' }, freqs.infoOffset);
   }
   return max === 1 ? undefined : candidate;
+}
+
+/**
+ * Phi-3's LongRoPE, as convert_hf_to_gguf.py writes it for the 128k models: the short and long
+ * factor tensors [ropeDims/2], `rope.scaling.attn_factor` and the trained context
+ * `rope.scaling.original_context_length`. A file without the tensors (Phi-3-mini-4k) has plain RoPE.
+ */
+function longRopeScaling(file: GgufFile, family: string, ropeDims: number): RopeScaling | undefined {
+  const k = (suffix: string): string => `${family}.${suffix}`;
+  const type = optionalString(file, k('rope.scaling.type'));
+  if (type !== undefined && type !== 'none') fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `RoPE scaling "${type}" is not supported for ${family}`, k('rope.scaling.type'), { type });
+  const short = file.tensors.get(ROPE_FACTORS_SHORT);
+  const long = file.tensors.get(ROPE_FACTORS_LONG);
+  if (short === undefined && long === undefined) return undefined;
+  const factors = (name: string, info: typeof short): number[] => {
+    if (info === undefined) throw new ModelFileError('MODEL_MISSING_TENSOR', file.fileName, `tensor ${name} is missing (LongRoPE needs both factor sets)`, { tensor: name });
+    if (info.elements !== ropeDims / 2) throw new ModelFileError('MODEL_SHAPE_MISMATCH', file.fileName, `${name} has ${info.elements} values, expected ${ropeDims / 2} (one per rotated pair)`, { tensor: name }, info.infoOffset);
+    const values = [...file.tensorView(name).toFloat32()];
+    if (!values.every((v) => v > 0 && Number.isFinite(v))) throw new ModelFileError('MODEL_BAD_VALUE', file.fileName, `${name} holds a factor that is not a positive number`, { tensor: name }, info.infoOffset);
+    return values;
+  };
+  const shortFactors = factors(ROPE_FACTORS_SHORT, short);
+  const longFactors = factors(ROPE_FACTORS_LONG, long);
+  const original = optionalInt(file, k('rope.scaling.original_context_length'), 0);
+  if (original === 0) missing(file, k('rope.scaling.original_context_length'));
+  const attnFactor = optionalFloat(file, k('rope.scaling.attn_factor'), 1);
+  if (!(attnFactor > 0 && Number.isFinite(attnFactor))) fail(file, 'MODEL_BAD_VALUE', `${k('rope.scaling.attn_factor')} is ${attnFactor}`, k('rope.scaling.attn_factor'));
+  const contextLength = requiredInt(file, k('context_length'));
+  return { kind: 'longrope', factor: contextLength / original, originalContextLength: original, shortFactors, longFactors, attnFactor };
 }
 
 /** The per-pair frequency divisors that Llama 3 scaling implies (what convert_hf_to_gguf stores). */

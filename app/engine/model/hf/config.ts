@@ -14,9 +14,19 @@ export const SUPPORTED_ARCHITECTURES: Readonly<Record<string, string>> = {
   MistralForCausalLM: 'mistral',
   Qwen2ForCausalLM: 'qwen2',
   OPTForCausalLM: 'opt',
+  Phi3ForCausalLM: 'phi3',
 };
 
 type Config = Record<string, unknown>;
+
+/**
+ * Why a folder whose config.json names class `architecture` cannot run, naming it and what
+ * Longhand runs (from SUPPORTED_ARCHITECTURES), or undefined when it can.
+ */
+export function hfArchitectureRefusal(architecture: string): string | undefined {
+  if (Object.hasOwn(SUPPORTED_ARCHITECTURES, architecture)) return undefined;
+  return `architecture ${architecture} is not supported (Longhand runs ${Object.keys(SUPPORTED_ARCHITECTURES).join(', ')})`;
+}
 
 /** Reads and maps `<folder>/config.json`. */
 export function readHfConfig(folder: string): ModelHyperparameters {
@@ -46,15 +56,8 @@ export function parseHfConfig(text: string, file: string = CONFIG_FILE): ModelHy
   const architecture = Array.isArray(architectures) && typeof architectures[0] === 'string' ? architectures[0] : undefined;
   if (architecture === undefined) throw read.bad('architectures', 'a list of class names');
   const family = Object.hasOwn(SUPPORTED_ARCHITECTURES, architecture) ? SUPPORTED_ARCHITECTURES[architecture] : undefined;
-  if (family === undefined) {
-    throw new ModelFileError(
-      'MODEL_UNSUPPORTED_ARCHITECTURE',
-      file,
-      `architecture ${architecture} is not supported (Longhand runs ${Object.keys(SUPPORTED_ARCHITECTURES).join(', ')})`,
-      { architecture },
-    );
-  }
-  return family === 'opt' ? optHyper(read) : llamaHyper(read, family);
+  if (family === undefined) throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, hfArchitectureRefusal(architecture)!, { architecture });
+  return family === 'opt' ? optHyper(read) : family === 'phi3' ? phi3Hyper(read) : llamaHyper(read, family);
 }
 
 function llamaHyper(read: ConfigReader, family: string): ModelHyperparameters {
@@ -105,6 +108,70 @@ function ropeScaling(read: ConfigReader): RopeScaling | undefined {
     highFreqFactor: scaling.positiveNumber('high_freq_factor'),
     originalContextLength: scaling.positiveInt('original_max_position_embeddings'),
   };
+}
+
+/**
+ * Phi-3 / Phi-4 (Phi3ForCausalLM), read as convert_hf_to_gguf.py reads it: rotated dimensions
+ * int(partial_rotary_factor · hidden_size) // heads; LongRoPE from rope_scaling (type 'longrope'
+ * or its old name 'su') with the converter's attention factor √(1 + ln(s)/ln(original)), s =
+ * max_position_embeddings / original_max_position_embeddings (1 when s ≤ 1). sliding_window is not
+ * run (llama.cpp disables it for phi3, arch/phi3.ts).
+ */
+function phi3Hyper(read: ConfigReader): ModelHyperparameters {
+  const hiddenSize = read.positiveInt('hidden_size');
+  const heads = read.positiveInt('num_attention_heads');
+  const kvHeads = read.positiveInt('num_key_value_heads', heads);
+  if (heads % kvHeads !== 0) throw read.bad('num_key_value_heads', `a divisor of num_attention_heads (${heads})`, kvHeads);
+  const headDim = read.divide('hidden_size', hiddenSize, heads);
+  const act = read.string('hidden_act', 'silu');
+  if (act !== 'silu') read.unsupported(`hidden_act '${act}' (Phi-3 uses silu)`);
+  const rotaryFraction = read.positiveNumber('partial_rotary_factor', 1);
+  const ropeDims = Math.floor((rotaryFraction * hiddenSize) / heads);
+  if (ropeDims % 2 !== 0 || ropeDims > headDim) throw read.bad('partial_rotary_factor', `a fraction giving an even count of at most ${headDim} rotated dimensions`, rotaryFraction);
+  const contextLength = read.positiveInt('max_position_embeddings');
+  const original = read.positiveInt('original_max_position_embeddings', contextLength);
+  const scaling = phi3LongRope(read, contextLength, original, ropeDims);
+  return {
+    architecture: 'phi3',
+    family: 'phi3',
+    hiddenSize,
+    layers: read.positiveInt('num_hidden_layers'),
+    heads,
+    kvHeads,
+    headDim,
+    ffnSize: read.positiveInt('intermediate_size'),
+    vocabSize: read.positiveInt('vocab_size'),
+    contextLength,
+    normEps: read.positiveNumber('rms_norm_eps', 1e-5),
+    ropeTheta: read.positiveNumber('rope_theta', 10000),
+    ropeLayout: 'neox',
+    ...(scaling === undefined ? {} : { ropeScaling: scaling }),
+    ...(ropeDims !== headDim ? { ropeDims } : {}),
+    qkvBias: false,
+    tiedEmbeddings: read.bool('tie_word_embeddings', false),
+  };
+}
+
+function phi3LongRope(read: ConfigReader, contextLength: number, original: number, ropeDims: number): RopeScaling | undefined {
+  const value = read.optional('rope_scaling');
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) throw read.bad('rope_scaling', 'an object or null', value);
+  const scaling = new ConfigReader(value as Config, read.file, 'rope_scaling.');
+  const kind = scaling.optional('rope_type') ?? scaling.optional('type');
+  if (kind === 'default') return undefined;
+  if (kind !== 'longrope' && kind !== 'su') return read.unsupported(`rope_scaling type ${JSON.stringify(kind)} for Phi-3 (Longhand supports longrope)`);
+  // factors and attention factor rounded to float32: what the model computes with (float32 tensors)
+  // and what its GGUF conversion stores, so a folder and its conversion rotate by the same bits
+  const factors = (key: string): number[] => {
+    const list = scaling.required(key);
+    if (!Array.isArray(list) || list.length !== ropeDims / 2 || !list.every((v) => typeof v === 'number' && v > 0 && Number.isFinite(v))) {
+      throw scaling.bad(key, `a list of ${ropeDims / 2} positive numbers (one per rotated pair)`);
+    }
+    return (list as number[]).map(Math.fround);
+  };
+  const factor = contextLength / original;
+  const attnFactor = Math.fround(factor > 1 ? Math.sqrt(1 + Math.log(factor) / Math.log(original)) : 1);
+  return { kind: 'longrope', factor, originalContextLength: original, shortFactors: factors('short_factor'), longFactors: factors('long_factor'), attnFactor };
 }
 
 function optHyper(read: ConfigReader): ModelHyperparameters {

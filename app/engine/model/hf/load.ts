@@ -7,12 +7,13 @@ import { ModelFileError } from '../../../common/errors.ts';
 import { canonicalTensors, checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { OPT_TENSORS } from '../arch/opt.ts';
+import { PHI3_TENSORS, phi3Views } from '../arch/phi3.ts';
 import { openSafetensorsCheckpoint } from '../safetensors/checkpoint.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters } from '../types.ts';
 import { readHfConfig } from './config.ts';
 import { findChatTemplate, findTokenizer } from './tokenizer-files.ts';
 
-export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS };
+export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, phi3: PHI3_TENSORS };
 
 /** Loads a Hugging Face folder (config.json + safetensors + tokenizer.json). */
 export function loadHfModel(folder: string): LoadedModel {
@@ -32,7 +33,7 @@ export function loadHfModel(folder: string): LoadedModel {
     let weightBytes = 0;
     for (const view of tensors.values()) weightBytes += view.bytes().length;
     let closed = false;
-    return {
+    const model: LoadedModel = {
       format: 'safetensors',
       path,
       hyper,
@@ -46,6 +47,8 @@ export function loadHfModel(folder: string): LoadedModel {
         checkpoint.close();
       },
     };
+    // Phi-3's fused tensors as the stages read them (views; weightBytes counted the file's tensors)
+    return hyper.architecture === 'phi3' ? phi3Views(model) : model;
   } catch (error) {
     checkpoint.close();
     throw error;

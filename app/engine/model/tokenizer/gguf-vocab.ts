@@ -27,6 +27,11 @@ export interface GgufVocab {
   addSpacePrefix: boolean;
   /** tokenizer.ggml.pre ('' when absent). */
   pre: string;
+  /**
+   * Special tokens that swallow the whitespace after them when found in text (llama.cpp's
+   * LLAMA_TOKEN_ATTR_RSTRIP, which it sets by model name: rstripSpecials).
+   */
+  rstrip: ReadonlySet<string>;
 }
 
 const P = 'tokenizer.ggml.';
@@ -119,6 +124,9 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
     }
   }
 
+  // llama.cpp makes every end-of-generation-looking token a control token (EOG_TEXTS)
+  for (let i = 0; i < n; i++) if (EOG_TEXTS.has(tokens[i]!)) types[i] = TOKEN_TYPE.control;
+
   let merges: string[] = [];
   if (model === 'gpt2') {
     const array = asArray(metadata.get(`${P}merges`));
@@ -152,6 +160,7 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
     addEos: optionalBool(metadata, `${P}add_eos_token`, false),
     addSpacePrefix: optionalBool(metadata, `${P}add_space_prefix`, spm),
     pre: typeof metadata.get(`${P}pre`) === 'string' ? (metadata.get(`${P}pre`) as string) : '',
+    rstrip: rstripSpecials(metadata, tokens, types),
   };
   // llama.cpp: SentencePiece adds BOS by default, and so does the llama3 family of BPE
   const bosByDefault = spm || ['llama3', 'llama-v3', 'llama-bpe', 'falcon3'].includes(vocab.pre);
@@ -161,10 +170,41 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
   return vocab;
 }
 
-/** Texts llama.cpp treats as end-of-generation when they are control/user-defined tokens. */
+/**
+ * llama.cpp's token attributes by model name (llama_vocab::impl::load, "set attributes by
+ * model/tokenizer/architecture name"): a file whose general.name contains "phi-3" or "phi3"
+ * (case-insensitive) has every control, user-defined and unknown token strip the whitespace after
+ * it, </s> included, except <unk>, <s> and <|endoftext|> — what Phi-3's tokenizer_config says of
+ * its added tokens (rstrip: true). Other files: none. (Real Phi-3.5 files named "Phi 3.5 Mini
+ * Instruct" do not match, and llama.cpp does not strip for them either.)
+ */
+function rstripSpecials(metadata: ReadonlyMap<string, unknown>, tokens: readonly string[], types: Uint8Array): ReadonlySet<string> {
+  const name = metadata.get('general.name');
+  const lower = typeof name === 'string' ? name.toLowerCase() : '';
+  if (!lower.includes('phi-3') && !lower.includes('phi3')) return new Set();
+  const out = new Set<string>();
+  for (let id = 0; id < tokens.length; id++) {
+    const t = types[id];
+    if (t === TOKEN_TYPE.control || t === TOKEN_TYPE.userDefined || t === TOKEN_TYPE.unknown) out.add(tokens[id]!);
+  }
+  out.add('</s>');
+  for (const kept of ['<unk>', '<s>', '<|endoftext|>']) out.delete(kept);
+  return out;
+}
+
+/** C's isspace in the "C" locale: the whitespace llama.cpp's RSTRIP removes. */
+const C_SPACE = new Set([' ', '\t', '\n', '\v', '\f', '\r']);
+
+/**
+ * Texts llama.cpp treats as end-of-generation (llama_vocab::impl::load, special_eog_ids; the list of
+ * the build node-llama-cpp 3.21.1 ships). A token with one of these texts is also made a control
+ * token whatever its type in the file ("control-looking token ... its type will be overridden"):
+ * Phi-3's </s>, which the converter writes as user-defined, is control in llama.cpp (readGgufVocab).
+ */
 const EOG_TEXTS = new Set([
-  '<|eot_id|>', '<|eom_id|>', '<|im_end|>', '<|end|>', '<end_of_turn>', '<|endoftext|>', '<EOT>', '_<EOT>',
-  '<｜end▁of▁sentence｜>', '<|end_of_text|>', '<|return|>', '<|call|>',
+  '<|eot_id|>', '<|im_end|>', '<|end|>', '<|return|>', '<|call|>', '<|flush|>', '<|calls|>', '<end_of_turn>', '<|endoftext|>', '</s>',
+  '<|eom_id|>', '<EOT>', '_<EOT>', '[EOT]', '[EOS]', '<|end_of_text|>', '<end_of_utterance>', '<eos>', '<turn|>', '<|tool_response>',
+  '<｜end▁of▁sentence｜>', '[e~[',
 ]);
 
 /** A piece of input text: raw text, or a special token already recognised. */
@@ -187,7 +227,7 @@ export abstract class GgufTokenizerBase implements Tokenizer {
   /** text → id; for duplicate texts the last id wins, as in llama.cpp's token_to_id. */
   protected readonly ids = new Map<string, number>();
   /** Control, unknown and user-defined tokens, longest text first (llama.cpp's cache_special_tokens). */
-  private readonly specials: { id: number; text: string; control: boolean }[] = [];
+  private readonly specials: { id: number; text: string; control: boolean; rstrip: boolean }[] = [];
   private readonly eogSet: Set<number>;
   private readonly byteCache: (Uint8Array | undefined)[];
 
@@ -203,7 +243,7 @@ export abstract class GgufTokenizerBase implements Tokenizer {
       const type = vocab.types[id];
       const text = vocab.tokens[id] ?? '';
       if (text !== '' && (type === TOKEN_TYPE.control || type === TOKEN_TYPE.userDefined || type === TOKEN_TYPE.unknown)) {
-        this.specials.push({ id, text, control: type !== TOKEN_TYPE.userDefined });
+        this.specials.push({ id, text, control: type !== TOKEN_TYPE.userDefined, rstrip: vocab.rstrip.has(text) });
       }
     }
     this.specials.sort((a, b) => b.text.length - a.text.length || a.id - b.id);
@@ -255,6 +295,8 @@ export abstract class GgufTokenizerBase implements Tokenizer {
           if (at > start) next.push(fragment.slice(start, at));
           next.push(special.id);
           start = at + special.text.length;
+          // RSTRIP: the whitespace after it goes with it (llama.cpp strips the right remainder)
+          if (special.rstrip) while (start < fragment.length && C_SPACE.has(fragment[start]!)) start++;
         }
         if (start < fragment.length) next.push(fragment.slice(start));
       }

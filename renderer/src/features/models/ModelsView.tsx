@@ -36,6 +36,8 @@ export function ModelsView() {
   // The recent model comes from models.scan itself (it reads settings.lastModelPath and the file's
   // size); the store scans again after a load that changed it.
   const entries = m.library;
+  // The library's header probe (models.scan) says before any load when Longhand cannot run a model.
+  const refused = entries.find((e) => e.path === m.path && e.refusal !== undefined);
 
   return (
     <section className="view models" aria-label="Models">
@@ -58,10 +60,11 @@ export function ModelsView() {
             <input type="number" min={1} step={256} value={Number.isFinite(m.contextTokens) ? m.contextTokens : ''} onChange={(e) => m.setContextTokens(Number(e.target.value))} />
           </label>
           <button type="submit" disabled={!m.path.trim() || m.inspecting}>{m.inspecting ? 'Inspecting…' : 'Inspect'}</button>
-          <button type="button" className="primary" onClick={() => void m.load()} disabled={!m.path.trim() || m.loading || !engineUp}>
+          <button type="button" className="primary" onClick={() => void m.load()} disabled={!m.path.trim() || m.loading || !engineUp || refused !== undefined}>
             {m.loading ? 'Loading…' : 'Load'}
           </button>
         </form>
+        {refused && <p className="error" role="alert" aria-label="Unsupported model">Longhand cannot run this model: {refused.refusal}</p>}
         {m.loading && <LoadProgressBar progress={m.loadProgress} />}
         {m.inspectError && <p className="error" role="alert">Inspect failed: {m.inspectError}</p>}
         {m.loadError && <p className="error" role="alert">Load failed: {m.loadError}</p>}
@@ -99,12 +102,16 @@ export function ModelsView() {
           <p className="muted">No models found yet: type a path above or download one.</p>
         ) : (
           <table className="library">
-            <thead><tr><th>Name</th><th>Type</th><th>Size</th><th>Source</th></tr></thead>
+            <thead><tr><th>Name</th><th>Type</th><th>Architecture</th><th>Size</th><th>Source</th></tr></thead>
             <tbody>
               {entries.map((e) => (
-                <tr key={`${e.source}:${e.path}`} className={e.path === m.path ? 'selected' : undefined}>
-                  <td><button type="button" className="link" title={e.path} onClick={() => m.setPath(e.path)}>{e.name}</button></td>
+                <tr key={`${e.source}:${e.path}`} className={[e.path === m.path ? 'selected' : '', e.refusal !== undefined ? 'refused' : ''].join(' ').trim() || undefined}>
+                  <td>
+                    <button type="button" className="link" title={e.path} onClick={() => m.setPath(e.path)}>{e.name}</button>
+                    {e.refusal !== undefined && <p className="error refusal" role="note">Not supported: {e.refusal}</p>}
+                  </td>
                   <td>{e.format}</td>
+                  <td>{e.architecture ?? ''}</td>
                   <td>{formatBytes(e.bytes)}</td>
                   <td>{e.source}</td>
                 </tr>

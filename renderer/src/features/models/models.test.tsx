@@ -82,6 +82,28 @@ describe('models view', () => {
     await waitFor(() => expect(api.calls('settings.save').at(-1)?.settings).toMatchObject({ lastModelPath: '/models/a.gguf' }));
   });
 
+  it('shows the refusal of a model Longhand does not run before loading it, and keeps Load off', async () => {
+    const refusal = 'architecture "mamba" is not supported (Longhand runs llama, qwen2, phi3)';
+    api.on('models.scan', () => [
+      { path: '/models/a.gguf', name: 'a.gguf', source: 'lmstudio', format: 'gguf', bytes: 1.5 * GiB, architecture: 'llama' },
+      { path: '/models/m.gguf', name: 'falcon-mamba.gguf', source: 'lmstudio', format: 'gguf', bytes: 4 * GiB, architecture: 'mamba', refusal },
+    ]);
+    render(<ModelsView />);
+    const library = await screen.findByRole('table');
+    const row = within(library).getByText('falcon-mamba.gguf').closest('tr')!;
+    expect(within(row).getByRole('note').textContent).toBe(`Not supported: ${refusal}`);
+    expect(row.textContent).toContain('mamba');
+    expect(within(within(library).getByText('a.gguf').closest('tr')!).queryByRole('note')).toBeNull();
+
+    fireEvent.click(within(library).getByText('falcon-mamba.gguf'));
+    expect(screen.getByRole('alert', { name: 'Unsupported model' }).textContent).toBe(`Longhand cannot run this model: ${refusal}`);
+    expect(screen.getByRole('button', { name: 'Load' })).toHaveProperty('disabled', true);
+    // a model it runs: no refusal, Load on
+    fireEvent.click(within(library).getByText('a.gguf'));
+    expect(screen.queryByRole('alert', { name: 'Unsupported model' })).toBeNull();
+    expect(screen.getByRole('button', { name: 'Load' })).toHaveProperty('disabled', false);
+  });
+
   it('starts from the last model path in settings, listed with its size', async () => {
     resetSettingsStore();
     api.on('settings.get', () => ({ settings: { ...defaultSettings(), lastModelPath: '/old/b.gguf' }, warning: null }));
