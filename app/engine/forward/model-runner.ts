@@ -33,7 +33,7 @@ import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import type { StageGraph } from './graphs.ts';
 import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
-import { ropeFrequencies, uniformAttention, type AttentionSpec, type LayerSpec } from './layers/layer-spec.ts';
+import { ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
 import { layerAttentionArgs } from './placement/attention-args.ts';
 import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './policy/infinigen-state.ts';
 import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
@@ -236,9 +236,9 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const limit = family.contextLimit(hyper);
   if (limit !== undefined && contextLength > limit) throw contextOverflow(0, contextLength, limit); // e.g. learned positions end there
   const specs = family.layers(hyper);
-  // one pool row width and one RoPE table per chunk for every layer; a layer's scale, window and
-  // soft-cap go to the kernels with it (attention-args.ts); sink logits are not read from files yet
-  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim', 'rope']);
+  // one pool row width for every layer; a layer's RoPE goes to its stage (step.ts ChunkInput.ropes),
+  // its scale, window and soft-cap to the kernels (attention-args.ts); sink logits are not read from files yet
+  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim']);
   if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one attention shape for every layer`, { field: 'model' });
   if (specs.some((spec) => spec.attention.kind === 'attention' && spec.attention.sinks)) throw new UsageError(`${family.name}: attention sinks are not run yet`, { field: 'model' });
   const attention = layerAttentionArgs(specs);
@@ -410,7 +410,7 @@ class Runner implements ModelRunner {
           positions: posView ? new EmbeddingTable(posView) : undefined,
           positionOffset: positions?.offset ?? 0,
           scale: embedding.scale,
-          rope: ropeFrequencies(specs[0]!.attention as AttentionSpec),
+          ropes: specs.map((spec) => (spec.attention.kind === 'attention' ? ropeFrequencies(spec.attention) : undefined)),
         },
         layers: h.layers,
         heads: h.heads,
