@@ -250,7 +250,8 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const providers = options.device !== undefined && options.device !== 'cpu' ? [options.device] : undefined;
   const threads = options.threads ?? 1;
   const kvType = options.kvType ?? 'fp16';
-  const shape: PolicyShape = { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength, threads };
+  const sliding = specs.map((spec) => spec.attention.kind === 'attention' && spec.attention.window !== undefined);
+  const shape: PolicyShape = { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength, threads, ...(sliding.some(Boolean) ? { sliding } : {}) };
   const recipe = policyRecipe(options, shape, model);
   const policy = recipe.name;
   assertPolicySupported(hyper, policy);
