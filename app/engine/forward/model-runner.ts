@@ -33,7 +33,7 @@ import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import type { StageGraph } from './graphs.ts';
 import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
-import { ropeFrequencies, uniformAttention, type AttentionSpec, type LayerSpec } from './layers/layer-spec.ts';
+import { ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
 import { layerAttentionArgs } from './placement/attention-args.ts';
 import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './policy/infinigen-state.ts';
 import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
@@ -236,9 +236,9 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const limit = family.contextLimit(hyper);
   if (limit !== undefined && contextLength > limit) throw contextOverflow(0, contextLength, limit); // e.g. learned positions end there
   const specs = family.layers(hyper);
-  // one pool row width and one RoPE table per chunk for every layer; a layer's scale, window and
-  // soft-cap go to the kernels with it (attention-args.ts); sink logits are not read from files yet
-  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim', 'rope']);
+  // one pool row width for every layer; a layer's RoPE goes to its stage (step.ts ChunkInput.ropes),
+  // its scale, window and soft-cap to the kernels (attention-args.ts); sink logits are not read from files yet
+  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim']);
   if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one attention shape for every layer`, { field: 'model' });
   if (specs.some((spec) => spec.attention.kind === 'attention' && spec.attention.sinks)) throw new UsageError(`${family.name}: attention sinks are not run yet`, { field: 'model' });
   const attention = layerAttentionArgs(specs);
@@ -250,7 +250,8 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const providers = options.device !== undefined && options.device !== 'cpu' ? [options.device] : undefined;
   const threads = options.threads ?? 1;
   const kvType = options.kvType ?? 'fp16';
-  const shape: PolicyShape = { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength, threads };
+  const sliding = specs.map((spec) => spec.attention.kind === 'attention' && spec.attention.window !== undefined);
+  const shape: PolicyShape = { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength, threads, ...(sliding.some(Boolean) ? { sliding } : {}) };
   const recipe = policyRecipe(options, shape, model);
   const policy = recipe.name;
   assertPolicySupported(hyper, policy);
@@ -410,7 +411,7 @@ class Runner implements ModelRunner {
           positions: posView ? new EmbeddingTable(posView) : undefined,
           positionOffset: positions?.offset ?? 0,
           scale: embedding.scale,
-          rope: ropeFrequencies(specs[0]!.attention as AttentionSpec, cfg.contextLength),
+          ropes: specs.map((spec) => (spec.attention.kind === 'attention' ? ropeFrequencies(spec.attention, cfg.contextLength) : undefined)),
         },
         layers: h.layers,
         heads: h.heads,

@@ -75,7 +75,9 @@ export function policyRecipe(options: RunnerPolicyOptions, shape: PolicyShape, m
 }
 
 function infinigenRecipe(settings: InfinigenSettings, shape: PolicyShape, model: LoadedModel): PolicyRecipe {
-  const speculates = Array.from({ length: shape.layers + 1 }, (_, s) => s + 1 >= settings.denseLayers && s + 1 < shape.layers);
+  // stage s speculates for layer s+1 when that layer selects rows: not a dense one, not past the
+  // last, not a sliding-window layer (it attends its window; the stage before a global layer still does)
+  const speculates = Array.from({ length: shape.layers + 1 }, (_, s) => s + 1 >= settings.denseLayers && s + 1 < shape.layers && shape.sliding?.[s + 1] !== true);
   return {
     name: 'infinigen',
     partialDim: settings.partialDim,

@@ -108,6 +108,11 @@ export interface PolicyShape {
   contextLength: number;
   /** the runner's threads: native selections split their KV heads over them (default 1) */
   threads?: number;
+  /**
+   * [layer] true where the layer attends a sliding window (plan.ts gives it 'window' whatever was
+   * picked): no stage speculates a query for it (default: none slides)
+   */
+  sliding?: readonly boolean[];
 }
 
 /** Context a policy is made with. */

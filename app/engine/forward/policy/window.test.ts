@@ -18,6 +18,7 @@ import { StepTrace } from '../step-trace.ts';
 import { createComparisonPolicy } from './comparison.ts';
 import { FullPolicy } from './full.ts';
 import { planLayers } from './plan.ts';
+import { policyRecipe } from './registry.ts';
 import { WindowPolicy } from './window.ts';
 
 const have = haveSharedModel(); // skips with a message when the model is missing; fails under CI
@@ -147,5 +148,18 @@ describe.skipIf(!have)("policy 'window' in the forward pass on stories260K", () 
     const full = await greedy(await runner({ policy: 'full' }), 30);
     expect(wide.ids).toEqual(full.ids);
     for (let s = 0; s < full.logits.length; s++) expect(wide.logits[s]).toEqual(full.logits[s]);
+  });
+});
+
+describe('InfiniGen over sliding-window layers', () => {
+  it("InfiniGen speculates no query for a sliding-window layer (it attends its window); the stage before a global layer still does", () => {
+    const sliding = [true, true, false, true, true, false];
+    const shape = { layers: 6, heads: 4, kvHeads: 2, headDim: 8, contextLength: 64, sliding };
+    // the recipe reads the model only when it builds the policy
+    const recipe = policyRecipe({ policy: 'infinigen', infinigen: { denseLayers: 1 } }, shape, {} as LoadedModel);
+    // stage s outputs layer s+1's q̃: stage 1 for layer 2 and stage 4 for layer 5, the global ones
+    expect(recipe.speculates).toEqual([false, true, false, false, true, false, false]);
+    const uniform = policyRecipe({ policy: 'infinigen', infinigen: { denseLayers: 1 } }, { ...shape, sliding: undefined }, {} as LoadedModel);
+    expect(uniform.speculates).toEqual([true, true, true, true, true, false, false]);
   });
 });

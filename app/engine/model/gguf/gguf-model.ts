@@ -11,9 +11,11 @@
 // original context 8192) and reported as such.
 import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
 import { checkTensors, type ArchTensorTable } from '../arch/base.ts';
+import { GEMMA2_TENSORS, GEMMA3_TENSORS } from '../arch/gemma.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '../arch/phi3.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
+import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
 import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
 import { openGguf } from './open-gguf.ts';
 import type { GgufFile, GgufValue, ParseOptions } from './reader.ts';
@@ -27,6 +29,8 @@ interface Family {
   longRope?: boolean;
   /** The tensors as the family's stages read them (phi3: views of the fused tensors' row blocks). */
   views?: (model: LoadedModel) => LoadedModel;
+  /** What the family's own keys add (gemma-keys.ts). */
+  extra?: (keys: GgufKeys, base: ModelHyperparameters) => Partial<ModelHyperparameters>;
 }
 
 /** general.architecture values we run, and how they differ. */
@@ -34,6 +38,8 @@ const FAMILIES: Readonly<Record<string, Family>> = {
   llama: { ropeLayout: 'interleaved' },
   qwen2: { ropeLayout: 'neox' },
   phi3: { ropeLayout: 'neox', architecture: 'phi3', tensors: PHI3_TENSORS, longRope: true, views: phi3Views },
+  gemma2: { ropeLayout: 'neox', architecture: 'gemma2', tensors: GEMMA2_TENSORS, extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma2', base) }) },
+  gemma3: { ropeLayout: 'neox', architecture: 'gemma3', tensors: GEMMA3_TENSORS, extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma3', base) }) },
 };
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
@@ -151,7 +157,7 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   const tokens = file.metadata.get('tokenizer.ggml.tokens');
   const vocabSize = Array.isArray(tokens) ? tokens.length : (embedding.shape[0] as number);
 
-  return {
+  const base: ModelHyperparameters = {
     architecture: spec.architecture ?? 'llama',
     family,
     hiddenSize,
@@ -169,6 +175,20 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
     ...(ropeDims !== headDim ? { ropeDims } : {}),
     qkvBias: file.tensors.has('blk.0.attn_q.bias'),
     tiedEmbeddings: !file.tensors.has('output.weight'),
+  };
+  return spec.extra ? { ...base, ...spec.extra(ggufKeys(file), base) } : base;
+}
+
+/** The checked readers a family's own keys go through (gemma-keys.ts). */
+function ggufKeys(file: GgufFile): GgufKeys {
+  return {
+    float: (key, fallback) => {
+      const value = file.metadata.get(key);
+      return typeof value === 'bigint' ? Number(value) : value === undefined || typeof value !== 'number' ? optionalFloat(file, key, fallback) : value;
+    },
+    int: (key, fallback) => optionalInt(file, key, fallback),
+    raw: (key) => file.metadata.get(key),
+    bad: (key, message) => fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" should be ${message}`, key),
   };
 }
 

@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
 import type { ModelHyperparameters, RopeScaling } from '../types.ts';
+import { gemmaHfHyper } from './gemma-config.ts';
 
 export const CONFIG_FILE = 'config.json';
 
@@ -15,6 +16,8 @@ export const SUPPORTED_ARCHITECTURES: Readonly<Record<string, string>> = {
   Qwen2ForCausalLM: 'qwen2',
   OPTForCausalLM: 'opt',
   Phi3ForCausalLM: 'phi3',
+  Gemma2ForCausalLM: 'gemma2',
+  Gemma3ForCausalLM: 'gemma3',
 };
 
 type Config = Record<string, unknown>;
@@ -57,6 +60,7 @@ export function parseHfConfig(text: string, file: string = CONFIG_FILE): ModelHy
   if (architecture === undefined) throw read.bad('architectures', 'a list of class names');
   const family = Object.hasOwn(SUPPORTED_ARCHITECTURES, architecture) ? SUPPORTED_ARCHITECTURES[architecture] : undefined;
   if (family === undefined) throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, hfArchitectureRefusal(architecture)!, { architecture });
+  if (family === 'gemma2' || family === 'gemma3') return gemmaHfHyper(read, family);
   return family === 'opt' ? optHyper(read) : family === 'phi3' ? phi3Hyper(read) : llamaHyper(read, family);
 }
 
@@ -91,7 +95,7 @@ function llamaHyper(read: ConfigReader, family: string): ModelHyperparameters {
   };
 }
 
-function ropeScaling(read: ConfigReader): RopeScaling | undefined {
+export function ropeScaling(read: ConfigReader): RopeScaling | undefined {
   const value = read.optional('rope_scaling');
   if (value === undefined || value === null) return undefined;
   if (typeof value !== 'object' || Array.isArray(value)) throw read.bad('rope_scaling', 'an object or null', value);
@@ -204,7 +208,7 @@ function optHyper(read: ConfigReader): ModelHyperparameters {
 }
 
 /** Typed access to config keys with errors that name the key. */
-class ConfigReader {
+export class ConfigReader {
   constructor(
     private readonly config: Config,
     readonly file: string,
