@@ -7,19 +7,21 @@
 //     at or before the edit (reusedTokens says how many were really kept), an edit inside the
 //     rings' slack keeps the whole common prefix, and either continues token for token as a fresh run;
 //   - a snapshot restored into a fresh runner continues token for token as the saved one;
-//   - the memory estimate's per-layer figures match the pool's bytes after a 16K-token fill within 2%.
+//   - `longhand inspect`'s per-layer estimate (layer pattern, kinds) matches the pool's bytes after a
+//     16K-token fill within 2%.
 import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModel } from '../model/load-model.ts';
 import { estimateMemory } from '../model/memory-estimate.ts';
+import { inspectModel } from '../model/inspect.ts';
+import { formatKvLayers } from '../../cli/commands/inspect.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { writeLlamaGguf } from '../../../test/fixtures/index.ts';
 import { withWindowLayers } from '../../../test/support/window-layers.ts';
 import { CachedSequence } from './cached-sequence.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './model-runner.ts';
-import { familyOf } from './layers/families.ts';
 import { restoreSequenceSnapshot, saveSequenceSnapshot, type SnapshotIdentity } from './sequence-snapshot.ts';
 
 const dir = join(tmpdir(), 'longhand-window-rings');
@@ -165,19 +167,23 @@ describe('sliding-window layers as rings', () => {
     await fresh.dispose();
   });
 
-  it("the memory estimate's per-layer figures == the pool's bytes after a 16K-token fill, within 2%", async () => {
+  it("`longhand inspect`'s per-layer estimate == the pool's bytes after a 16K-token fill, within 2%", async () => {
     const contextLength = 16384;
-    const r = await make({ contextLength, kvType: 'fp16' });
+    // inspect assumes the runner's defaults (prefill chunk 128: rings of 15 + 256 slots)
+    const r = await make({ contextLength, kvType: 'fp16', prefillChunk: 128 });
     r.appendRandomContextForBenchmark(contextLength, 9);
-    const specs = familyOf(model.hyper).layers(model.hyper);
-    const est = estimateMemory(model.hyper, { bytesByType: {}, storedBytes: 0 }, contextLength, { kvType: 'fp16', layers: specs, prefillChunk: CHUNK });
+    const report = inspectModel(model, { contextTokens: contextLength, kvType: 'fp16' });
+    const est = report.memory;
+    const text = formatKvLayers(est).join('\n');
+    console.log(text);
+    expect(text).toContain('layer pattern             WWWWWG  (W: sliding window 16, as a ring; G: global)');
     const pool = r.poolBytes + r.ringCheckpointBytes;
     const figures = r.kvLayers();
     expect(est.kvLayers.map((l) => [l.kind, l.slots, l.poolBytes])).toEqual(figures.map((l) => [l.kind, l.capacityTokens, l.bytes]));
     const gap = Math.abs(est.kvPoolBytes - pool) / pool;
     const allRows = estimateMemory(model.hyper, { bytesByType: {}, storedBytes: 0 }, contextLength, { kvType: 'fp16' }).kvPoolBytes;
     const byKind = (k: string): number => figures.filter((l) => l.kind === k).reduce((s, l) => s + l.bytes, 0);
-    console.log(`16K fill: estimate ${est.kvPoolBytes} B, pool ${r.poolBytes} B + checkpoints ${r.ringCheckpointBytes} B (gap ${(gap * 100).toFixed(3)}%); window rows ${byKind('window')} B, global rows ${byKind('global')} B; every layer keeping every row would be ${allRows} B`);
+    console.log(`16K fill: inspect ${est.kvPoolBytes} B, pool ${r.poolBytes} B + checkpoints ${r.ringCheckpointBytes} B (gap ${(gap * 100).toFixed(3)}%); window rows ${byKind('window')} B, global rows ${byKind('global')} B; every layer keeping every row would be ${allRows} B`);
     expect(gap).toBeLessThan(0.02);
     expect(figures.every((l) => l.tokens === Math.min(contextLength, l.capacityTokens))).toBe(true);
     await r.dispose();
