@@ -7,6 +7,7 @@
 //     at or before the edit (reusedTokens says how many were really kept), an edit inside the
 //     rings' slack keeps the whole common prefix, and either continues token for token as a fresh run;
 //   - a snapshot restored into a fresh runner continues token for token as the saved one;
+//   - the step metrics and /metrics split the KV bytes by layer kind;
 //   - `longhand inspect`'s per-layer estimate (layer pattern, kinds) matches the pool's bytes after a
 //     16K-token fill within 2%.
 import { mkdirSync } from 'node:fs';
@@ -23,6 +24,9 @@ import { withWindowLayers } from '../../../test/support/window-layers.ts';
 import { CachedSequence } from './cached-sequence.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './model-runner.ts';
 import { restoreSequenceSnapshot, saveSequenceSnapshot, type SnapshotIdentity } from './sequence-snapshot.ts';
+import { ModelInfoSchema, StepMetricsSchema, type ModelInfo } from '../../common/protocol.ts';
+import { StepMetricsSampler } from '../metrics/step-metrics.ts';
+import { kvPoolBytes, ServerMetrics } from '../../server/metrics.ts';
 
 const dir = join(tmpdir(), 'longhand-window-rings');
 mkdirSync(dir, { recursive: true });
@@ -186,6 +190,32 @@ describe('sliding-window layers as rings', () => {
     console.log(`16K fill: inspect ${est.kvPoolBytes} B, pool ${r.poolBytes} B + checkpoints ${r.ringCheckpointBytes} B (gap ${(gap * 100).toFixed(3)}%); window rows ${byKind('window')} B, global rows ${byKind('global')} B; every layer keeping every row would be ${allRows} B`);
     expect(gap).toBeLessThan(0.02);
     expect(figures.every((l) => l.tokens === Math.min(contextLength, l.capacityTokens))).toBe(true);
+    await r.dispose();
+  });
+
+  it('the step metrics and /metrics split KV bytes by layer kind (rings, their checkpoints, global rows)', async () => {
+    const r = await make({ ringCheckpoints: { every: 64, max: 2 } });
+    await run(r, prompt(150), 4);
+    const sampler = new StepMetricsSampler(r, model.hyper, 'full');
+    const step = StepMetricsSchema.parse(sampler.snapshot(4));
+    const row = 2 * 2 * 16 * 4; // K + V of 2 KV heads × 16 dims, fp32
+    // 5 rings of 63 slots hold their last 63 tokens; the global layer all 154; checkpoints at 72 and 144, 15 rows each
+    expect(step.memory.kvByKind).toEqual({ window: 5 * 63 * row, global: 154 * row, checkpoints: 2 * 5 * 15 * row });
+    expect(step.memory.kvUsedBytes).toBe(5 * 63 * row + 154 * row);
+    const info = ModelInfoSchema.parse({
+      path: path, format: 'gguf', architecture: 'llama', family: 'llama', layers: 6, heads: 4, kvHeads: 2, headDim: 16, hiddenSize: 64, vocabSize: 400, trainedContext: 16384,
+      contextLength: 512, device: 'cpu', threads: 1, kvType: 'fp32', policy: 'full', chatTemplate: false, loadMs: 1,
+      kvLayers: r.kvLayers().map(({ tokens: _t, ...l }) => l), ringCheckpointBytes: r.ringCheckpointBytes,
+    }) satisfies ModelInfo;
+    expect(kvPoolBytes(info)).toBe(r.kvLayers().reduce((a, l) => a + l.bytes, 0) + r.ringCheckpointBytes);
+    const metrics = new ServerMetrics(() => ({ model: info, queueWaiting: 0, generating: false }));
+    metrics.observeStep(step);
+    const text = metrics.render();
+    const windowPool = r.kvLayers().filter((l) => l.kind === 'window').reduce((a, l) => a + l.bytes, 0);
+    expect(text).toContain(`longhand_kv_pool_layer_bytes{layer_kind="window"} ${windowPool}`);
+    expect(text).toContain('longhand_kv_layers{layer_kind="window"} 5');
+    expect(text).toContain(`longhand_kv_used_layer_bytes{layer_kind="global"} ${154 * row}`);
+    expect(text).toContain(`longhand_kv_used_layer_bytes{layer_kind="window_checkpoints"} ${2 * 5 * 15 * row}`);
     await r.dispose();
   });
 });
