@@ -74,9 +74,12 @@ describe('sliding-window layers as rings', () => {
     await full.dispose();
   });
 
-  for (const policy of ['full', 'streaming'] as const) {
+  const policyOptions = (policy: 'full' | 'streaming' | 'infinigen'): ModelRunnerOptions =>
+    policy === 'full' ? {} : policy === 'infinigen' ? { policy, infinigen: { cacheDir: dir, fetchCap: 0.3 } } : { policy, sparse: { budget: 24, sinks: 2 } };
+
+  for (const policy of ['full', 'streaming', 'infinigen'] as const) {
     it(`'${policy}': ring logits == every-row logits bit for bit (prompt of 10 windows, chunks across the wrap, 40 greedy steps)`, async () => {
-      const o: ModelRunnerOptions = policy === 'full' ? {} : { policy, sparse: { budget: 24, sinks: 2 } };
+      const o = policyOptions(policy);
       const ring = await make(o);
       const full = await make({ ...o, windowRings: false });
       const a = await run(ring, prompt(160), 40);
@@ -86,13 +89,19 @@ describe('sliding-window layers as rings', () => {
       console.log(`${policy}: ${same}/${a.length} steps bit-identical; ring layer 0 holds ${ring.kvLayers()[0]!.tokens} of ${ring.position} tokens`);
       expect(same).toBe(a.length);
       expect(ring.kvLayers()[0]!.tokens).toBe(63);
+      // the window layers attend their window (15 past tokens); the global layer what the policy picks
+      const stats = ring.lastStepStats()!.layers;
+      expect(stats.slice(0, 5).map((l) => l.selected)).toEqual([15, 15, 15, 15, 15]);
+      if (policy !== 'full') expect(stats[5]!.selected).toBeLessThan(stats[5]!.candidates);
+      else expect(stats[5]!.selected).toBe(stats[5]!.candidates);
       await ring.dispose();
       await full.dispose();
     });
   }
 
-  it('prefix reuse: an edit in the middle resumes at the newest checkpoint before it, one inside the slack keeps the whole prefix; both == a fresh run', async () => {
-    const r = await make({ ringCheckpoints: { every: 64, max: 3 } });
+  for (const policy of ['full', 'infinigen'] as const)
+  it(`'${policy}', prefix reuse: an edit in the middle resumes at the newest checkpoint before it, one inside the slack keeps the whole prefix; both == a fresh run`, async () => {
+    const r = await make({ ...policyOptions(policy), ringCheckpoints: { every: 64, max: 3 } });
     const seq = new CachedSequence(r);
     const draft = prompt(400);
     seq.reuse(draft, true);
@@ -116,18 +125,23 @@ describe('sliding-window layers as rings', () => {
     for (let i = 0; i < 20; i++) a.push(await seq.decode(argmax(a.at(-1)!)));
 
     // an edit 10 tokens before the end: inside the rings' slack, the whole common prefix is kept
+    // ('full' only: a token decoded under a sparse policy is recomputed, cached-sequence.ts)
     const late = seq.tokens.slice(); // the edited draft and its 20 generated tokens
     late.push(...prompt(20, 3));
     late[410] = (late[410]! % 396) + 2;
-    const cached = seq.tokens.length;
-    const plan2 = seq.reuse(late, true);
-    console.log(`edit at 410 of ${cached} cached: reusedTokens ${plan2.reused}`);
-    expect(plan2.reused).toBe(410);
-    const c = [await seq.prefill(late)];
-    for (let i = 0; i < 20; i++) c.push(await seq.decode(argmax(c.at(-1)!)));
+    const checks: [number[], Float32Array[]][] = [[edited, a]];
+    if (policy === 'full') {
+      const cached = seq.tokens.length;
+      const plan2 = seq.reuse(late, true);
+      console.log(`edit at 410 of ${cached} cached: reusedTokens ${plan2.reused}`);
+      expect(plan2.reused).toBe(410);
+      const c = [await seq.prefill(late)];
+      for (let i = 0; i < 20; i++) c.push(await seq.decode(argmax(c.at(-1)!)));
+      checks.push([late, c]);
+    }
 
-    for (const [ids, got] of [[edited, a], [late, c]] as const) {
-      const fresh = await make();
+    for (const [ids, got] of checks) {
+      const fresh = await make(policyOptions(policy));
       const want = await run(fresh, ids, 20);
       expect(got.map(argmax)).toEqual(want.map(argmax));
       for (let i = 0; i < got.length; i++) expect(Array.from(got[i]!)).toEqual(Array.from(want[i]!));
