@@ -111,7 +111,7 @@ export interface ModelRunnerOptions {
    * is held against.
    */
   windowRings?: boolean;
-  /** Checkpoints of the rings for prefix reuse and snapshots (kv/ring-checkpoints.ts; default every 1024 tokens, at most 8). */
+  /** Checkpoints of the rings for prefix reuse and snapshots (kv/ring-checkpoints.ts; default every 1024 tokens, ringCheckpointCount of them). */
   ringCheckpoints?: RingCheckpointOptions;
 }
 
@@ -335,7 +335,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     ...(p > 0 ? { partialDim: p } : {}),
     ...(layerCapacity ? { layerCapacity, ringLayers: layerCapacity.map((_, l) => ringOf.has(l)) } : {}),
   });
-  const ringCheckpoints = new RingCheckpoints(pool, rings, options.ringCheckpoints);
+  const ringCheckpoints = new RingCheckpoints(pool, rings, contextLength, options.ringCheckpoints);
   let rowPolicy: RowPolicy | undefined;
   let placement: AttentionPlacement;
   try {

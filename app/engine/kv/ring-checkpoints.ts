@@ -18,6 +18,13 @@
 // restores that checkpoint into the emptied rings, and re-prefills p .. n: `reusedTokens` is p, the
 // tokens that are really not recomputed. The checkpoints' bytes count in every KV figure
 // (the memory estimate, inspect, /metrics) as part of the window layers' memory.
+//
+// How many. A checkpoint costs w − 1 rows of each window layer, so M of them over a context of C
+// tokens cost what keeping every row would when M·(w − 1) = C: they only pay while they are few and
+// far apart. The default keeps them to a quarter of that, M = ⌊C / (4·(w − 1))⌋ with the largest
+// window, at most 8 (ringCheckpointCount): Gemma-3-like, window 1024, 8 at 32K (one per ~4K tokens,
+// 1/4 of the window layers' full rows), 4 at 16K, 1 at 4K, none below (a cut past the rings' slack
+// there re-prefills from 0, which costs less than 4 windows).
 import type { KvPool } from '../../../native/index.js';
 
 /** A window layer of the model and its window in tokens. */
@@ -29,11 +36,16 @@ export interface RingLayer {
 export interface RingCheckpointOptions {
   /** tokens between checkpoints (default 1024) */
   every?: number;
-  /** checkpoints kept at most (default 8; 0: none, a cut past the rings' slack re-prefills from 0) */
+  /** checkpoints kept at most (default ringCheckpointCount; 0: none, a cut past the rings' slack re-prefills from 0) */
   max?: number;
 }
 
-export const RING_CHECKPOINT_DEFAULTS: Required<RingCheckpointOptions> = { every: 1024, max: 8 };
+export const RING_CHECKPOINT_DEFAULTS = { every: 1024, most: 8 } as const;
+
+/** The default number of checkpoints for a context of `contextLength` tokens and the largest window (see the file comment). */
+export function ringCheckpointCount(contextLength: number, largestWindow: number): number {
+  return Math.min(RING_CHECKPOINT_DEFAULTS.most, Math.floor(contextLength / (4 * Math.max(1, largestWindow - 1))));
+}
 
 /** Slots of the ring of a window layer (see the file comment). */
 export function ringSlots(window: number, prefillChunk: number, contextLength: number): number {
@@ -67,9 +79,10 @@ export class RingCheckpoints {
   constructor(
     private readonly pool: KvPool,
     readonly rings: readonly RingLayer[],
+    contextLength: number,
     options: RingCheckpointOptions = {},
   ) {
-    const o = { ...RING_CHECKPOINT_DEFAULTS, ...options };
+    const o = { every: options.every ?? RING_CHECKPOINT_DEFAULTS.every, max: options.max ?? ringCheckpointCount(contextLength, Math.max(0, ...rings.map((r) => r.window))) };
     if (!Number.isInteger(o.every) || o.every < 1) throw new RangeError(`ring checkpoints: every must be a positive integer, got ${o.every}`);
     if (!Number.isInteger(o.max) || o.max < 0) throw new RangeError(`ring checkpoints: max must be an integer >= 0, got ${o.max}`);
     this.every = o.every;

@@ -4,7 +4,7 @@
 import { freemem, totalmem } from 'node:os';
 import { LonghandError } from '../../common/errors.ts';
 import type { LayerSpec } from '../forward/layers/layer-spec.ts';
-import { RING_CHECKPOINT_DEFAULTS, ringSlots, type RingCheckpointOptions } from '../kv/ring-checkpoints.ts';
+import { ringCheckpointCount, ringSlots, type RingCheckpointOptions } from '../kv/ring-checkpoints.ts';
 import type { ModelHyperparameters, TensorDType } from './types.ts';
 
 /** InfiniGen's defaults (ARCHITECTURE.md §4): partial-key ratio r and the fetch cap per step. */
@@ -122,15 +122,23 @@ export function kvLayerEstimates(
 ): KvLayerEstimate[] {
   const kvType = options.kvType ?? 'fp16';
   const chunk = options.prefillChunk ?? 128;
-  const max = options.ringCheckpoints?.max ?? RING_CHECKPOINT_DEFAULTS.max;
   const partialDim = options.partialDim ?? 0;
-  return kvLayerShapes(hyper, options.layers).map(({ layer, kvHeads, headDim }) => {
+  // the runner's rule (model-runner.ts): rings only where they are smaller than the context
+  const ringWindow = (layer: number): number | undefined => {
+    const spec = options.layers?.[layer]?.attention;
+    const w = spec?.kind === 'attention' ? spec.window : undefined;
+    return w !== undefined && options.windowRings !== false && ringSlots(w, chunk, contextTokens) < contextTokens ? w : undefined;
+  };
+  const shapes = kvLayerShapes(hyper, options.layers);
+  const largest = Math.max(0, ...shapes.map(({ layer }) => ringWindow(layer) ?? 0));
+  const max = options.ringCheckpoints?.max ?? ringCheckpointCount(contextTokens, largest);
+  return shapes.map(({ layer, kvHeads, headDim }) => {
     const spec = options.layers?.[layer]?.attention;
     const window = spec?.kind === 'attention' ? spec.window : undefined;
-    const ring = window !== undefined && options.windowRings !== false && ringSlots(window, chunk, contextTokens) < contextTokens;
-    const slots = ring ? ringSlots(window, chunk, contextTokens) : contextTokens;
+    const ring = ringWindow(layer) !== undefined;
+    const slots = ring ? ringSlots(window!, chunk, contextTokens) : contextTokens;
     // a checkpoint section: (w − 1) rows of K and V, int8 scales, one position each (kv_pool.h snapshots)
-    const checkpointBytes = ring ? max * (window - 1) * (kvHeads * 2 * kvRowBytes(kvType, headDim) + 4) : 0;
+    const checkpointBytes = ring ? max * (window! - 1) * (kvHeads * 2 * kvRowBytes(kvType, headDim) + 4) : 0;
     return {
       layer,
       kind: window !== undefined ? 'window' : 'global',
@@ -203,7 +211,7 @@ export function estimateMemory(
     layers?: readonly LayerSpec[];
     /** the runner's prefill chunk (a ring's size depends on it; default 128) */
     prefillChunk?: number;
-    /** the rings' checkpoints (default every 1024 tokens, at most 8) */
+    /** the rings' checkpoints (default every 1024 tokens, ringCheckpointCount of them) */
     ringCheckpoints?: RingCheckpointOptions;
   } = {},
 ): MemoryEstimate {
