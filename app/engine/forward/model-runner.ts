@@ -842,7 +842,7 @@ class Runner implements ModelRunner {
 
   /**
    * pool.truncate(n), and the rings' rule: a ring that no longer holds n's window gets the checkpoint
-   * at n back (n is a resumePoint; a rollback of one chunk or step always stays inside a ring's slack).
+   * at n back (n is a resumePoint; a rollback of one chunk or step always finds the window in the ring).
    */
   private cutPool(n: number): void {
     const covered = this.cfg.rings.covers(n);

@@ -150,6 +150,24 @@ describe('sliding-window layers as rings', () => {
     await r.dispose();
   });
 
+  it('an abort in the middle of a chunk (some rings already took it) rolls back exactly: resuming == an unaborted run, bit for bit', async () => {
+    const r = await make();
+    const ids = prompt(160, 9);
+    // the runner reads `aborted` once on entry and once per layer: abort at layer 3 of the 4th chunk
+    let reads = 0;
+    const signal = { get aborted() { return ++reads > 1 + 6 * 3 + 3; }, reason: new Error('test abort') } as unknown as AbortSignal;
+    const error = await r.prefill(ids, signal).catch((e: unknown) => e);
+    expect((error as Error).name).toBe('AbortError');
+    expect(r.position).toBe(72); // three whole chunks of 24
+    const a = [await r.prefill(ids.slice(72))];
+    for (let i = 0; i < 20; i++) a.push(await r.decode(argmax(a.at(-1)!)));
+    const fresh = await make();
+    const b = await run(fresh, ids, 20);
+    expect(a.every((x, i) => x.every((v, j) => Object.is(v, b[i]![j])))).toBe(true);
+    await r.dispose();
+    await fresh.dispose();
+  });
+
   it('a snapshot (rings from a checkpoint) restores into a fresh runner and continues token for token', async () => {
     const r = await make({ ringCheckpoints: { every: 64, max: 4 } });
     const seq = new CachedSequence(r);

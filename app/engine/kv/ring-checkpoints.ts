@@ -3,8 +3,10 @@
 //
 // A window layer with window w needs, to run the token at position t, the rows of positions
 // t − w + 1 .. t. Its ring (native/src/kv_pool.h "Rings") holds
-//   w − 1 + prefillChunk   rows: a prompt chunk's queries see their whole windows, and
-//   + prefillChunk         rows of slack: an abort in the middle of a chunk rolls back exactly,
+//   w − 1 + prefillChunk   rows: a prompt chunk's queries see their whole windows (and an abort in
+//                          the middle of a chunk still rolls back to its start exactly), and
+//   + prefillChunk         rows of slack: a cut back by up to a chunk (regenerate, an edit near the
+//                          end of the text) needs no checkpoint,
 // so ringSlots() = min(contextLength, w − 1 + 2·prefillChunk), whatever the context length.
 //
 // The reuse rule. A cut back to n (an edit in the middle of a draft, a snapshot of the first n
