@@ -92,6 +92,8 @@ describe('sliding-window layers as rings', () => {
       // the window layers attend their window (15 past tokens); the global layer what the policy picks
       const stats = ring.lastStepStats()!.layers;
       expect(stats.slice(0, 5).map((l) => l.selected)).toEqual([15, 15, 15, 15, 15]);
+      // the window slides by one a step: per KV head (2) 14 of its 15 rows were in the previous list (the ring wrapping included)
+      expect(stats.slice(0, 5).map((l) => [l.hits, l.misses])).toEqual(Array.from({ length: 5 }, () => [28, 2]));
       if (policy !== 'full') expect(stats[5]!.selected).toBeLessThan(stats[5]!.candidates);
       else expect(stats[5]!.selected).toBe(stats[5]!.candidates);
       await ring.dispose();

@@ -166,8 +166,21 @@ export abstract class ListPolicy implements RowPolicy {
   }
 }
 
-/** The list itself when ascending (every policy's but a ring's window), else a sorted copy. */
+/**
+ * The list itself when ascending (every policy's but a ring's window), else an ascending copy: a
+ * ring's window list is one ascending run that wraps (rotated back in O(n)), anything else is sorted.
+ */
 function ascending(list: Int32Array): Int32Array {
-  for (let i = 1; i < list.length; i++) if (list[i]! < list[i - 1]!) return list.slice().sort();
-  return list;
+  let wrap = -1;
+  for (let i = 1; i < list.length; i++) {
+    if (list[i]! >= list[i - 1]!) continue;
+    if (wrap >= 0) return list.slice().sort();
+    wrap = i;
+  }
+  if (wrap < 0) return list;
+  if (list[list.length - 1]! > list[0]!) return list.slice().sort();
+  const out = new Int32Array(list.length);
+  out.set(list.subarray(wrap));
+  out.set(list.subarray(0, wrap), list.length - wrap);
+  return out;
 }
