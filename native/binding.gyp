@@ -62,7 +62,7 @@
       "type": "executable",
       "dependencies": ["longhand_core"],
       "cflags_cc": ["-fno-exceptions"],
-      "sources": ["test/native_tests.cc", "test/quant_dot_sweep.cc", "test/quant_dot_bench.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc", "test/dense_stage_tests.cc", "test/attention_params_tests.cc", "test/kv_layer_capacity_tests.cc"],
+      "sources": ["test/native_tests.cc", "test/quant_dot_sweep.cc", "test/quant_dot_bench.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc", "test/dense_stage_tests.cc", "test/attention_params_tests.cc", "test/kv_layer_capacity_tests.cc", "test/kv_ring_tests.cc"],
     },
   ],
 }

@@ -134,11 +134,18 @@ export interface KvPoolOptions {
    * leaves after the fixed layers equally among the 0 entries. Left out: every layer the same capacity,
    * and byteLength, bytesPerToken and the snapshot layout exactly as without this option. Each layer
    * follows the pool's rules on its own: full without `eviction` is NATIVE_OUT_OF_MEMORY, with it the
-   * layer evicts (each layer's capacity must exceed sinks + recent). A window layer is not a ring yet: it
-   * fills from slot 0 and is then full (or evicts). NATIVE_BAD_ARGUMENT when the fixed layers (plus one
-   * token in every shared layer) do not fit budgetBytes.
+   * layer evicts (each layer's capacity must exceed sinks + recent); a ring (ringLayers) wraps instead.
+   * NATIVE_BAD_ARGUMENT when the fixed layers (plus one token in every shared layer) do not fit budgetBytes.
    */
   layerCapacity?: number[];
+  /**
+   * One flag per layer: true makes the layer a ring (a sliding-window layer, native/src/kv_pool.h
+   * "Rings"): once it holds its layerCapacity entry of tokens (which must be > 0), each append
+   * overwrites its oldest token, so it keeps its newest tokens only; every slot keeps its position and
+   * attention walks the ring oldest first (the same bits as over every token). Not with `eviction`.
+   * A ring's rows: row 0 is the oldest token held, in slot (ringStart(layer) + row) % layerCapacityTokens(layer).
+   */
+  ringLayers?: boolean[];
   /**
    * Default true: on Linux a pool of 2 MiB or more starts on a 2 MiB boundary and is advised
    * madvise(MADV_HUGEPAGE), so with transparent huge pages in 'madvise' (or 'always') mode its rows sit
@@ -159,6 +166,17 @@ export interface KvPool {
   readonly capacityTokens: number;
   /** Slots of `layer` (capacityTokens for every layer without layerCapacity). */
   layerCapacityTokens(layer: number): number;
+  /** Whether `layer` is a ring (ringLayers). */
+  isRing(layer: number): boolean;
+  /** Slot of a ring's row 0 (its oldest token); 0 for a plain layer. */
+  ringStart(layer: number): number;
+  /** Empties one layer (its memory stays): a ring's checkpoint is imported into it. Not on evicting pools. */
+  clearLayer(layer: number): void;
+  /**
+   * exportLayer() for rows [first, first + tokens) of `layer` (a ring's rows are in position order from
+   * its oldest): `out` is snapshotLayerBytes(tokens) bytes. A ring's checkpoint and snapshot section.
+   */
+  exportRows(layer: number, first: number, tokens: number, out: Uint8Array): void;
   /** Bytes of the allocation (<= budgetBytes). */
   readonly byteLength: number;
   /** Bytes one token costs over all layers and KV heads. */

@@ -762,3 +762,31 @@ describe('KvPool layerCapacity', () => {
     pool.free();
   });
 });
+
+describe('KvPool ringLayers (sliding-window layers, native/src/kv_pool.h "Rings")', () => {
+  const shape = { layers: 2, kvHeads: 1, headDim: 4, kvType: 'fp32' as const };
+  it('a ring wraps, keeps positions, exports its newest rows and empties alone; bad options are refused with the field', () => {
+    const p = createKvPool({ budgetBytes: 1 << 16, ...shape, layerCapacity: [32, 5], ringLayers: [false, true] });
+    expect([p.isRing(0), p.isRing(1)]).toEqual([false, true]);
+    const rows = (n: number, from: number) => new Float32Array(n * 4).map((_, i) => from + Math.floor(i / 4));
+    p.appendBatch(1, rows(7, 0), rows(7, 0), 0); // 7 tokens into 5 slots: positions 2..6 stay
+    expect(p.length(1)).toBe(5);
+    expect(p.ringStart(1)).toBe(2);
+    expect(Array.from({ length: 5 }, (_, r) => p.position(1, (p.ringStart(1) + r) % 5))).toEqual([2, 3, 4, 5, 6]);
+    const out = new Uint8Array(p.snapshotLayerBytes(3));
+    p.exportRows(1, 2, 3, out); // rows 2..4: positions 4, 5, 6
+    expect(Array.from(new Int32Array(out.slice(out.length - 12).buffer))).toEqual([4, 5, 6]);
+    expectNativeError(() => p.exportRows(1, 3, 3, out), 'NATIVE_BAD_ARGUMENT');
+    p.clearLayer(1);
+    expect([p.length(1), p.ringStart(1)]).toEqual([0, 0]);
+    p.free();
+    const bad: [object, RegExp][] = [
+      [{ layerCapacity: [32, 5], ringLayers: [true] }, /ringLayers must have one entry per layer/],
+      [{ layerCapacity: [32, 5], ringLayers: [false, 1] }, /ringLayers\[1\] must be a boolean/],
+      [{ ringLayers: [false, true] }, /ringLayers\[1\]: a ring needs its own layerCapacity entry/],
+      [{ layerCapacity: [32, 0], ringLayers: [false, true] }, /ringLayers\[1\]: a ring needs/],
+      [{ layerCapacity: [32, 16], ringLayers: [false, true], eviction: { sinks: 1, recent: 2, ageEvery: 4 } }, /a pool without eviction/],
+    ];
+    for (const [o, message] of bad) expect(() => createKvPool({ budgetBytes: 1 << 16, ...shape, ...o })).toThrow(message);
+  });
+});

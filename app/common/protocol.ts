@@ -177,6 +177,18 @@ export type LoadOptions = z.infer<typeof LoadOptionsSchema>;
 /** Load options as a client writes them (defaults may be left out). */
 export type LoadOptionsInput = z.input<typeof LoadOptionsSchema>;
 
+/** One layer's KV as the pool holds it: a global layer every token, a sliding-window layer its ring. */
+export const KvLayerInfoSchema = z.strictObject({
+  kind: z.enum(['global', 'window']),
+  /** the sliding window in tokens (window layers) */
+  window: positiveInt.optional(),
+  /** slots the pool gives the layer (a ring's capacity, or the context) */
+  capacityTokens: z.int().nonnegative(),
+  /** bytes of its slots in the pool, allocated at load */
+  bytes: z.number().nonnegative(),
+});
+export type KvLayerInfo = z.infer<typeof KvLayerInfoSchema>;
+
 export const ModelInfoSchema = z.strictObject({
   path: z.string(),
   format: z.enum(['gguf', 'safetensors']),
@@ -202,6 +214,10 @@ export const ModelInfoSchema = z.strictObject({
   rowBufferBytes: z.number().nonnegative().optional(),
   /** Who runs the dense stages: 'native (avx512)' and the like, or 'onnxruntime' (with why not native). */
   dense: z.string().optional(),
+  /** Per layer: its kind (window / global) and its pool slots and bytes (absent: every layer global, the context). */
+  kvLayers: z.array(KvLayerInfoSchema).optional(),
+  /** Bytes of the window layers' ring checkpoints (prefix reuse), apart from the pool. */
+  ringCheckpointBytes: z.number().nonnegative().optional(),
 });
 export type ModelInfo = z.infer<typeof ModelInfoSchema>;
 
@@ -367,6 +383,11 @@ export const StepMetricsSchema = z.strictObject({
     rssBytes: z.number().nonnegative(),
     /** Offload mode only: the device-side row buffer (K and V rows of every layer), apart from the pool. */
     rowBufferBytes: z.number().nonnegative().optional(),
+    /**
+     * kvUsedBytes split by layer kind (models with sliding-window layers): K/V bytes in the window
+     * layers' rings (+ their checkpoints' bytes in use) and in the global layers.
+     */
+    kvByKind: z.strictObject({ window: z.number().nonnegative(), global: z.number().nonnegative(), checkpoints: z.number().nonnegative() }).optional(),
   }),
   layers: z.array(LayerMetricsSchema),
   /** What a remote OpenAI-compatible server reports about its own cache (vLLM, llama.cpp server). */

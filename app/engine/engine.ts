@@ -35,7 +35,7 @@ import { ChatTemplate } from './model/chat-template.ts';
 import { StepMetricsSampler } from './metrics/step-metrics.ts';
 import { LogitTap } from './metrics/logit-tap.ts';
 import { promptPieces } from './metrics/prompt-pieces.ts';
-import { summariseWeights } from './model/inspect.ts';
+import { familyLayers, summariseWeights } from './model/inspect.ts';
 import { assertFits, estimateMemory } from './model/memory-estimate.ts';
 import { loadModel } from './model/load-model.ts';
 import { createTokenizer, type Tokenizer } from './model/tokenizer/tokenizer.ts';
@@ -301,7 +301,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         const chat = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
         const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
         // Refuse before building anything when weights + KV at this context cannot fit.
-        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType }), basename(model.path), options.poolBudgetBytes);
+        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType, layers: familyLayers(model.hyper) }), basename(model.path), options.poolBudgetBytes);
         const threads = options.threads ?? availableParallelism();
         const stageCache = stageCacheOptions();
         const base: Loaded['base'] = {
@@ -348,6 +348,10 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           loadMs: performance.now() - started,
           ...(options.offload === true ? { offload: true, rowBufferBytes: runner.rowBufferBytes ?? 0 } : {}),
           dense: runner.dense.engine === 'native' ? `native (${runner.dense.kernel})` : `onnxruntime${runner.dense.whyNotNative ? ` (${runner.dense.whyNotNative})` : ''}`,
+          // window layers keep rings: their kinds and sizes go to the Memory view, the token map and /metrics
+          ...(runner.kvLayers().some((l) => l.kind === 'window')
+            ? { kvLayers: runner.kvLayers().map(({ tokens: _tokens, ...l }) => l), ringCheckpointBytes: runner.ringCheckpointBytes }
+            : {}),
         };
         loaded = { model, tokenizer, chat, runner, sequence: new CachedSequence(runner), info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect, ...(sha !== undefined ? { sha: Promise.resolve(sha) } : {}) };
         return info;

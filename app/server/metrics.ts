@@ -9,7 +9,9 @@ import type { ModelInfo, StepMetrics, StopReason } from '../common/protocol.ts';
  * plus a 4-byte scale per row).
  * layers · kvHeads · (headDim · bytesPerValue + scale) · 2 (K and V) · contextLength.
  */
-export function kvPoolBytes(model: Pick<ModelInfo, 'layers' | 'kvHeads' | 'headDim' | 'kvType' | 'contextLength'>): number {
+export function kvPoolBytes(model: Pick<ModelInfo, 'layers' | 'kvHeads' | 'headDim' | 'kvType' | 'contextLength' | 'kvLayers' | 'ringCheckpointBytes'>): number {
+  // sliding-window layers keep rings: the engine reported each layer's pool bytes
+  if (model.kvLayers) return model.kvLayers.reduce((a, l) => a + l.bytes, 0) + (model.ringCheckpointBytes ?? 0);
   const bytesPerValue = model.kvType === 'fp32' ? 4 : model.kvType === 'int8' ? 1 : 2;
   const rowBytes = model.headDim * bytesPerValue + (model.kvType === 'int8' ? 4 : 0);
   return model.layers * model.kvHeads * rowBytes * 2 * model.contextLength;
@@ -89,6 +91,19 @@ export class ServerMetrics {
         'Size of the KV pool allocated for the context window: layers*kvHeads*headDim*2*bytes(kvType)*contextLength.',
         [[`{kv_type="${model.kvType}"}`, kvPoolBytes(model)]],
       );
+      const kinds = model.kvLayers;
+      if (kinds) {
+        const bytes = (kind: string): number => kinds.filter((l) => l.kind === kind).reduce((a, l) => a + l.bytes, 0);
+        metric('longhand_kv_pool_layer_bytes', 'gauge', 'KV pool bytes by layer kind: window layers keep rings (their checkpoints counted apart), global layers every token.', [
+          ['{layer_kind="window"}', bytes('window')],
+          ['{layer_kind="global"}', bytes('global')],
+          ['{layer_kind="window_checkpoints"}', model.ringCheckpointBytes ?? 0],
+        ]);
+        metric('longhand_kv_layers', 'gauge', 'Layers with KV, by kind.', [
+          ['{layer_kind="window"}', kinds.filter((l) => l.kind === 'window').length],
+          ['{layer_kind="global"}', kinds.filter((l) => l.kind === 'global').length],
+        ]);
+      }
     }
     const step = this.lastStep;
     if (step) {
@@ -100,6 +115,14 @@ export class ServerMetrics {
       metric('longhand_kv_evictions', 'gauge', 'Evictions the engine reported in its last metric event.', [[policy, step.evictions]]);
       metric('longhand_kv_context_tokens', 'gauge', 'Tokens in the cache at the last reported step.', [['', step.contextTokens]]);
       metric('longhand_kv_used_bytes', 'gauge', 'K/V bytes in use in the pool at the last reported step.', [['', step.memory.kvUsedBytes]]);
+      const byKind = step.memory.kvByKind;
+      if (byKind) {
+        metric('longhand_kv_used_layer_bytes', 'gauge', 'K/V bytes in use by layer kind at the last reported step (window: the rings; window_checkpoints: their checkpoints).', [
+          ['{layer_kind="window"}', byKind.window],
+          ['{layer_kind="global"}', byKind.global],
+          ['{layer_kind="window_checkpoints"}', byKind.checkpoints],
+        ]);
+      }
       metric('longhand_kv_pool_budget_bytes', 'gauge', 'The pool budget the engine reported.', [['', step.memory.poolBudgetBytes]]);
       metric('longhand_kv_partial_key_bytes', 'gauge', 'Bytes of the partial key rows (speculation) the engine reported.', [['', step.memory.partialKeyBytes]]);
       metric('longhand_weights_bytes', 'gauge', 'Model weight bytes the engine reported.', [['', step.memory.weightsBytes]]);

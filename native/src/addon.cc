@@ -206,6 +206,10 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
                        {
                            InstanceAccessor<&KvPool::CapacityTokens>("capacityTokens"),
                            InstanceMethod<&KvPool::LayerCapacityTokens>("layerCapacityTokens"),
+                           InstanceMethod<&KvPool::IsRing>("isRing"),
+                           InstanceMethod<&KvPool::RingStart>("ringStart"),
+                           InstanceMethod<&KvPool::ClearLayer>("clearLayer"),
+                           InstanceMethod<&KvPool::ExportRows>("exportRows"),
                            InstanceAccessor<&KvPool::ByteLength>("byteLength"),
                            InstanceAccessor<&KvPool::BytesPerToken>("bytesPerToken"),
                            InstanceAccessor<&KvPool::Layers>("layers"),
@@ -284,6 +288,25 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
           layer_capacity.push_back(u32_arg(env_, arr.Get(l), ("layerCapacity[" + std::to_string(l) + "]").c_str(), 0, LH_MAX_TOKENS));
         cfg.layer_capacity = layer_capacity.data();
       }
+      // ringLayers?: boolean[] (one per layer; true: a ring, kv_pool.h "Rings")
+      std::vector<uint32_t> layer_ring;
+      cfg.layer_ring = nullptr;
+      const Napi::Value rl = o.Get("ringLayers");
+      if (!rl.IsUndefined()) {
+        if (!rl.IsArray()) fail(env_, LH_BAD_ARGUMENT, "ringLayers must be an array of one boolean per layer, got " + describe(rl));
+        const Napi::Array arr = rl.As<Napi::Array>();
+        if (arr.Length() != cfg.layers)
+          fail(env_, LH_BAD_ARGUMENT, "ringLayers must have one entry per layer (" + std::to_string(cfg.layers) + "), has " + std::to_string(arr.Length()));
+        for (uint32_t l = 0; l < cfg.layers; ++l) {
+          const Napi::Value x = arr.Get(l);
+          if (!x.IsBoolean()) fail(env_, LH_BAD_ARGUMENT, "ringLayers[" + std::to_string(l) + "] must be a boolean, got " + describe(x));
+          const bool ring = x.As<Napi::Boolean>().Value();
+          if (ring && (cfg.evict != 0 || cfg.layer_capacity == nullptr || cfg.layer_capacity[l] == 0))
+            fail(env_, LH_BAD_ARGUMENT, "ringLayers[" + std::to_string(l) + "]: a ring needs its own layerCapacity entry (> 0) and a pool without eviction");
+          layer_ring.push_back(ring ? 1u : 0u);
+        }
+        cfg.layer_ring = layer_ring.data();
+      }
       cfg.no_huge_pages = 0;
       const Napi::Value hp = o.Get("hugePages");
       if (!hp.IsUndefined()) {
@@ -347,6 +370,48 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       return Napi::Number::New(env_, lh_kv_pool_layer_capacity(p, layer));
     });
   }
+  // isRing(layer) -> whether the layer is a ring (kv_pool.h "Rings")
+  Napi::Value IsRing(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      return Napi::Boolean::New(env_, lh_kv_pool_is_ring(p, layer));
+    });
+  }
+  // ringStart(layer) -> slot of row 0 (the oldest token held); 0 for a plain layer
+  Napi::Value RingStart(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = Live();
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      return Napi::Number::New(env_, p->ring_start[layer]);
+    });
+  }
+  // clearLayer(layer): the layer holds no token (memory stays); non-evicting pools
+  Napi::Value ClearLayer(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = SnapshotPool("clearLayer");
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const lh_status st = lh_kv_pool_clear_layer(p, layer);
+      if (st != LH_OK) fail(env_, st, "clearLayer failed");
+      return env_.Undefined();
+    });
+  }
+  // exportRows(layer, first, tokens, out: Uint8Array (snapshotLayerBytes(tokens))): packs rows [first, first + tokens)
+  Napi::Value ExportRows(const Napi::CallbackInfo& info) {
+    return guarded(env_, [&]() -> Napi::Value {
+      lh_kv_pool* p = SnapshotPool("exportRows");
+      const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
+      const uint32_t len = lh_kv_pool_length(p, layer);
+      const uint32_t first = u32_arg(env_, info[1], "first", 0, len);
+      const uint32_t tokens = u32_arg(env_, info[2], "tokens", 0, len - first);
+      lh_kv_snapshot_layout sl;
+      if (lh_kv_pool_snapshot_layout(p, tokens, &sl) != LH_OK) fail(env_, LH_INTERNAL, "snapshot layout refused checked arguments");
+      Napi::Uint8Array out = bytes_arg(info[3], "exportRows", "out", sl.total, tokens);
+      const lh_status st = lh_kv_pool_export_rows(p, layer, first, tokens, out.Data(), out.ByteLength());
+      if (st != LH_OK) fail(env_, st, "exportRows failed");
+      return env_.Undefined();
+    });
+  }
   Napi::Value ByteLength(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, static_cast<double>(pool_.byte_length)); }
   Napi::Value BytesPerToken(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, static_cast<double>(pool_.bytes_per_token)); }
   Napi::Value Layers(const Napi::CallbackInfo& info) { return Napi::Number::New(env_, pool_.layers); }
@@ -381,7 +446,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       const uint32_t head = u32_arg(env_, info[1], "kvHead", 0, p->kv_heads - 1);
       const uint32_t len = lh_kv_pool_length(p, layer);
       if (len == 0) fail(env_, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " holds no token");
-      const uint32_t slot = u32_arg(env_, info[2], "slot", 0, len - 1);
+      const uint32_t slot = u32_arg(env_, info[2], "slot", 0, SlotLimit(p, layer, len));
       Napi::Float32Array out = Napi::Float32Array::New(env_, p->partial_dim);
       const lh_status st = lh_kv_pool_read_partial(p, layer, head, slot, out.Data());
       if (st != LH_OK) fail(env_, st, "readPartialK failed");
@@ -459,7 +524,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       const uint32_t head = u32_arg(env_, info[1], "kvHead", 0, p->kv_heads - 1);
       const uint32_t len = lh_kv_pool_length(p, layer);
       if (len == 0) fail(env_, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " holds no token");
-      const uint32_t slot = u32_arg(env_, info[2], "slot", 0, len - 1);
+      const uint32_t slot = u32_arg(env_, info[2], "slot", 0, SlotLimit(p, layer, len));
       Napi::Float32Array out = Napi::Float32Array::New(env_, p->head_dim);  // (head_dim)
       const lh_status st = lh_kv_pool_read(p, part, layer, head, slot, out.Data(), nullptr);
       if (st != LH_OK) fail(env_, st, "KV pool read failed");
@@ -520,7 +585,7 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       const uint32_t layer = u32_arg(env_, info[0], "layer", 0, p->layers - 1);
       const uint32_t len = lh_kv_pool_length(p, layer);
       if (len == 0) fail(env_, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " holds no token");
-      const uint32_t slot = u32_arg(env_, info[1], "slot", 0, len - 1);
+      const uint32_t slot = u32_arg(env_, info[1], "slot", 0, SlotLimit(p, layer, len));
       float row[LH_MAX_HEAD_DIM];
       int32_t pos = 0;
       const lh_status st = lh_kv_pool_read(p, LH_KV_KEY, layer, 0, slot, row, &pos);
@@ -535,6 +600,12 @@ class KvPool : public Napi::ObjectWrap<KvPool> {
       if (st != LH_OK) fail(env_, st, "KV pool reset failed");
       return env_.Undefined();
     });
+  }
+
+  // The largest slot a read may name: length − 1, or a ring's capacity − 1 (its rows wrap; the
+  // core refuses a slot that holds no token).
+  static uint32_t SlotLimit(const lh_kv_pool* p, uint32_t layer, uint32_t len) {
+    return lh_kv_pool_is_ring(p, layer) ? lh_kv_pool_layer_capacity(p, layer) - 1 : len - 1;
   }
 
   // ---- snapshots (kv_pool.h "snapshots": the section layout) ----
@@ -861,6 +932,12 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
       // each at its own slot's position (the kernel reads those)
       a.positions = lh_kv_pool_positions(p, layer);  // (kv_head, capacity), indexed like the rows
       a.query_position = a.positions[queries == 1 ? lh_kv_pool_last_slot(p, layer) : static_cast<int32_t>(tokens - 1)];
+    }
+    if (lh_kv_pool_is_ring(p, layer)) {
+      // a ring's rows oldest first (attention.h "ring"); a ring layer is a window layer
+      if (a.window == 0) fail(env, LH_BAD_ARGUMENT, "layer " + std::to_string(layer) + " is a ring: attention over it needs its window");
+      a.ring_start = p->ring_start[layer];
+      a.ring_slots = lh_kv_pool_layer_capacity(p, layer);
     }
     // attendCausal's optional 6th argument: threads for the chunk's queries, or for one query's KV
     // heads (default 1)

@@ -725,7 +725,7 @@ inline __attribute__((always_inline)) void decode_online_ext(const lh_attention_
     for (;;) {
       uint32_t n = 0;
       while (n < kTile && src < a->tokens) {
-        const size_t r = kIndexed ? static_cast<size_t>(rows[src]) : src;
+        const size_t r = kIndexed ? static_cast<size_t>(rows[src]) : lh_attention_token_row(a, src);
         ++src;
         if (pg != nullptr && (pg[r] <= oldest || pg[r] > newest)) continue;
         vis[n++] = r;
@@ -928,7 +928,7 @@ inline __attribute__((always_inline)) void decode_grouped_ext(const lh_attention
       for (;;) {
         uint32_t n = 0;
         while (n < kRowTile && src < a->tokens) {
-          const size_t r = kIndexed ? static_cast<size_t>(rows[src]) : src;
+          const size_t r = kIndexed ? static_cast<size_t>(rows[src]) : lh_attention_token_row(a, src);
           ++src;
           if (pg != nullptr && (pg[r] <= oldest || pg[r] > newest)) continue;
           vis[n++] = r;
@@ -1227,6 +1227,11 @@ static lh_status check_queries(const lh_attention_args* a, uint32_t queries) {
       }
     kv_elems = static_cast<size_t>(a->kv_heads) * a->head_stride;
   }
+  if (a->ring_slots != 0) {
+    // a ring is walked by the window kernels only; its slots lie inside each head's stride
+    if (a->window == 0 || a->ring_start >= a->ring_slots || a->tokens > a->ring_slots || a->ring_slots > a->head_stride / a->head_dim) return LH_BAD_ARGUMENT;
+    if (a->rows == nullptr) kv_elems = static_cast<size_t>(a->kv_heads - 1) * a->head_stride + static_cast<size_t>(a->ring_slots) * a->head_dim;
+  }
   const size_t qo_bytes = static_cast<size_t>(queries) * a->heads * a->head_dim * sizeof(float);
   const size_t kv_bytes = kv_elems * lh_kv_type_bytes(a->kv_type);
   if (overlaps(a->out, qo_bytes, a->q, qo_bytes) || overlaps(a->out, qo_bytes, a->k, kv_bytes) ||
@@ -1442,7 +1447,7 @@ void prefill_queries(const lh_attention_args* a, uint32_t queries, uint32_t firs
     one.q = a->q + i * width;
     one.out = a->out + i * width;
     one.tokens = a->tokens - queries + i + 1;
-    if (a->window != 0) one.query_position = a->positions[one.tokens - 1];  // the query's own row (KV head 0's)
+    if (a->window != 0) one.query_position = a->positions[lh_attention_token_row(a, one.tokens - 1)];  // the query's own row (KV head 0's)
     run_impl(&one, impl);
   }
 }

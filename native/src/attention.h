@@ -35,6 +35,11 @@
 //             int32 gives each row's position, indexed like the rows and the int8 scales (head_stride
 //             must then be a multiple of head_dim). Prefill: query i is at its own row's position,
 //             positions[tokens − queries + i] (KV head 0's; query_position is not read).
+//   ring    : ring_slots > 0 (a window layer's ring, kv_pool.h "Rings"; window must be set): without a
+//             row list, token t is the row in slot (ring_start + t) % ring_slots, so the tokens are
+//             walked oldest first, in position order, as over the full sequence (the same tiles, the
+//             same bits); tokens <= ring_slots <= head_stride / head_dim, ring_start < ring_slots.
+//             A row list is read as given (its entries are slots).
 // Without window and softcap the kernels run exactly today's code; sinks only change each head's
 // final normalisation. The window runs as a filtered row list (each tile takes the next visible rows),
 // softcap as a capped score step in the same tiles; a windowed prefill is one decode per query.
@@ -73,7 +78,16 @@ struct lh_attention_args {
   uint32_t window;           // 0: none
   const int32_t* positions;  // window > 0: (kv_heads, head_stride / head_dim) position of each row
   int32_t query_position;    // window > 0, decode: position of the query (prefill: each query's own row's)
+  uint32_t ring_start;       // ring_slots > 0: slot of token 0 (the oldest row)
+  uint32_t ring_slots;       // 0: token t is row t; else the ring's capacity (see "ring" above)
 };
+
+// Row (slot) of token t without a row list: t, or its slot in a ring.
+inline size_t lh_attention_token_row(const lh_attention_args* a, uint32_t t) {
+  if (a->ring_slots == 0) return t;
+  const uint64_t s = static_cast<uint64_t>(a->ring_start) + t;
+  return static_cast<size_t>(s % a->ring_slots);
+}
 
 // Copies a parameter block's scale, sinks, softcap and window into args (positions and query_position
 // stay the caller's: they come from where the rows live).

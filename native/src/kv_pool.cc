@@ -98,6 +98,9 @@ lh_status plan_caps(const lh_kv_pool_config* cfg, uint64_t* caps) {
   }
   for (uint32_t l = 0; l < cfg->layers; ++l)
     if (cfg->evict != 0 && caps[l] <= static_cast<uint64_t>(cfg->sinks) + cfg->recent) return LH_BAD_ARGUMENT;  // nothing evictable
+  if (cfg->layer_ring != nullptr)
+    for (uint32_t l = 0; l < cfg->layers; ++l)
+      if (cfg->layer_ring[l] != 0 && (cfg->evict != 0 || cfg->layer_capacity == nullptr || cfg->layer_capacity[l] == 0)) return LH_BAD_ARGUMENT;  // a ring: fixed, no eviction
   return LH_OK;
 }
 
@@ -174,6 +177,7 @@ lh_status lh_kv_pool_init(lh_kv_pool* pool, const lh_kv_pool_config* cfg) {
     pool->layer_cap[i] = caps32[i];
     pool->layer_row0[i] = row0;
     pool->layer_prow0[i] = prow0;
+    pool->ring[i] = cfg->layer_ring != nullptr && cfg->layer_ring[i] != 0 ? 1 : 0;
     row0 += caps32[i];
     prow0 += (caps32[i] + 7ull) & ~7ull;
   }
@@ -225,6 +229,7 @@ void lh_kv_pool_free(lh_kv_pool* pool) {
 lh_status lh_kv_pool_reset(lh_kv_pool* pool) {
   if (!lh_kv_pool_live(pool)) return LH_BAD_ARGUMENT;
   std::memset(pool->length, 0, pool->layers * sizeof(uint32_t));
+  std::memset(pool->ring_start, 0, sizeof pool->ring_start);
   if (pool->evict != 0) {
     for (uint32_t l = 0; l < pool->layers; ++l) pool->ev[l] = lh_kv_evict_layer{0, 0, -1, -1, -1, 0, 0, 0};
   }
@@ -285,7 +290,7 @@ void store_partial(lh_kv_pool* pool, uint32_t layer, uint32_t g, uint32_t s) {
 // the projection is set, and after a snapshot import wrote the key rows directly.
 void rebuild_partials(lh_kv_pool* pool, uint32_t layer) {
   for (uint32_t g = 0; g < pool->kv_heads; ++g)
-    for (uint32_t s = 0; s < pool->length[layer]; ++s) store_partial(pool, layer, g, s);
+    for (uint32_t r = 0; r < pool->length[layer]; ++r) store_partial(pool, layer, g, lh_kv_pool_row_slot(pool, layer, r));
 }
 
 // fp32 -> fp16 of one row. F16C converts 8 values per instruction with the bits of
@@ -344,6 +349,29 @@ inline int32_t slot_pos(const lh_kv_pool* pool, uint32_t layer, uint32_t s) {
   return pool->pos[lh_kv_pool_slot_index(pool, layer, 0, s)];  // KV head 0
 }
 
+// The slot a ring's next token goes to: a new row while the ring has room, else its oldest row's
+// slot, which becomes the newest row (the ring start moves on). Updates length / ring_start.
+uint32_t ring_take(lh_kv_pool* pool, uint32_t layer) {
+  const uint32_t cap = pool->layer_cap[layer];
+  uint32_t& len = pool->length[layer];
+  if (len < cap) {
+    const uint32_t s = lh_kv_pool_row_slot(pool, layer, len);
+    len += 1;
+    return s;
+  }
+  const uint32_t s = pool->ring_start[layer];
+  pool->ring_start[layer] = s + 1 == cap ? 0 : s + 1;
+  return s;
+}
+
+bool slot_live(const lh_kv_pool* pool, uint32_t layer, uint32_t s) {
+  const uint32_t cap = pool->layer_cap[layer];
+  if (pool->ring[layer] == 0) return s < pool->length[layer];
+  if (s >= cap) return false;
+  const uint32_t r = s >= pool->ring_start[layer] ? s - pool->ring_start[layer] : s + cap - pool->ring_start[layer];
+  return r < pool->length[layer];
+}
+
 // The victim of a full layer by the rule of kv_pool.h, or -1 if every slot is protected. O(capacity).
 int64_t choose_victim(const lh_kv_pool* pool, uint32_t layer) {
   const int64_t newest = pool->ev[layer].newest;
@@ -396,7 +424,9 @@ lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, co
     return LH_BAD_ARGUMENT;
   uint32_t s = pool->length[layer];
   int32_t evicted = -1;
-  if (s >= pool->layer_cap[layer]) {
+  if (lh_kv_pool_is_ring(pool, layer)) {
+    s = ring_take(pool, layer);
+  } else if (s >= pool->layer_cap[layer]) {
     if (pool->evict == 0) return LH_POOL_FULL;
     const lh_status st = lh_kv_pool_reserve_victim(pool, layer);
     if (st != LH_OK) return st;
@@ -417,6 +447,16 @@ lh_status lh_kv_pool_append_batch(lh_kv_pool* pool, uint32_t layer, const float*
   if (!lh_kv_pool_live(pool) || layer >= pool->layers || k == nullptr || v == nullptr || tokens == 0 ||
       first_position < 0 || static_cast<uint64_t>(first_position) + tokens - 1 > 0x7fffffffull)
     return LH_BAD_ARGUMENT;
+  if (lh_kv_pool_is_ring(pool, layer)) {
+    // every token takes the next row; past the capacity it overwrites the oldest (no eviction on a ring)
+    const size_t width = static_cast<size_t>(pool->kv_heads) * pool->head_dim;  // floats per token
+    for (uint32_t t = 0; t < tokens; ++t) {
+      const uint32_t s = ring_take(pool, layer);
+      store_token(pool, layer, s, k + t * width, v + t * width, first_position + static_cast<int32_t>(t));
+      if (t == 0 && first_slot != nullptr) *first_slot = s;
+    }
+    return LH_OK;
+  }
   const uint32_t s0 = pool->length[layer];
   if (pool->evict != 0 && tokens == 1 && s0 >= pool->layer_cap[layer]) return lh_kv_pool_append(pool, layer, k, v, first_position, first_slot);
   if (tokens > pool->layer_cap[layer] - s0) return LH_POOL_FULL;
@@ -454,6 +494,15 @@ void move_slot(lh_kv_pool* pool, uint32_t layer, uint32_t from, uint32_t to) {
 
 }  // namespace
 
+bool lh_kv_pool_slot_live(const lh_kv_pool* pool, uint32_t layer, uint32_t s) { return slot_live(pool, layer, s); }
+
+lh_status lh_kv_pool_clear_layer(lh_kv_pool* pool, uint32_t layer) {
+  if (!lh_kv_pool_live(pool) || pool->evict != 0 || layer >= pool->layers) return LH_BAD_ARGUMENT;
+  pool->length[layer] = 0;
+  pool->ring_start[layer] = 0;
+  return LH_OK;
+}
+
 lh_status lh_kv_pool_truncate(lh_kv_pool* pool, uint32_t tokens) {
   if (!lh_kv_pool_live(pool)) return LH_BAD_ARGUMENT;
   if (pool->evict != 0) {
@@ -477,8 +526,16 @@ lh_status lh_kv_pool_truncate(lh_kv_pool* pool, uint32_t tokens) {
     }
     return LH_OK;
   }
-  for (uint32_t l = 0; l < pool->layers; ++l)
-    if (pool->length[l] > tokens) pool->length[l] = tokens;
+  for (uint32_t l = 0; l < pool->layers; ++l) {
+    uint32_t& len = pool->length[l];
+    if (lh_kv_pool_is_ring(pool, l)) {
+      // a ring's rows are in position order: forget the newest while they are >= tokens
+      while (len > 0 && slot_pos(pool, l, lh_kv_pool_row_slot(pool, l, len - 1)) >= static_cast<int64_t>(tokens)) --len;
+      if (len == 0) pool->ring_start[l] = 0;
+    } else if (len > tokens) {
+      len = tokens;
+    }
+  }
   return LH_OK;
 }
 
@@ -515,7 +572,7 @@ const int32_t* lh_kv_pool_positions(const lh_kv_pool* pool, uint32_t layer) {
 lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
                           uint32_t slot, float* out, int32_t* position) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers || kv_head >= pool->kv_heads || out == nullptr ||
-      slot >= pool->length[layer] || (part != LH_KV_KEY && part != LH_KV_VALUE))
+      !slot_live(pool, layer, slot) || (part != LH_KV_KEY && part != LH_KV_VALUE))
     return LH_BAD_ARGUMENT;
   const size_t si = lh_kv_pool_slot_index(pool, layer, kv_head, slot);
   const void* rows = part == LH_KV_KEY ? pool->k : pool->v;
@@ -543,7 +600,7 @@ const uint16_t* lh_kv_pool_partial_rows(const lh_kv_pool* pool, uint32_t layer) 
 
 lh_status lh_kv_pool_read_partial(const lh_kv_pool* pool, uint32_t layer, uint32_t kv_head, uint32_t slot, float* out) {
   if (!lh_kv_pool_live(pool) || pool->partial_dim == 0 || layer >= pool->layers || kv_head >= pool->kv_heads ||
-      out == nullptr || slot >= pool->length[layer])
+      out == nullptr || !slot_live(pool, layer, slot))
     return LH_BAD_ARGUMENT;
   for (uint32_t i = 0; i < pool->partial_dim; ++i) out[i] = lh_fp16_to_fp32(pool->kp[lh_kv_pool_partial_at(pool, layer, kv_head, slot, i)]);
   return LH_OK;
@@ -602,7 +659,8 @@ const lh_kv_evict_layer* lh_kv_pool_evict_state(const lh_kv_pool* pool, uint32_t
 int32_t lh_kv_pool_last_slot(const lh_kv_pool* pool, uint32_t layer) {
   if (!lh_kv_pool_live(pool) || layer >= pool->layers) return -1;
   if (pool->evict != 0) return pool->ev[layer].last_slot;
-  return static_cast<int32_t>(pool->length[layer]) - 1;
+  if (pool->length[layer] == 0) return -1;
+  return static_cast<int32_t>(lh_kv_pool_row_slot(pool, layer, pool->length[layer] - 1));
 }
 
 // ---- snapshots ----
@@ -636,27 +694,37 @@ int64_t lh_kv_snapshot_bad_position(const void* pos, uint32_t tokens) {
 }
 
 lh_status lh_kv_pool_export_layer(const lh_kv_pool* pool, uint32_t layer, uint32_t tokens, void* out, size_t out_bytes) {
+  return lh_kv_pool_export_rows(pool, layer, 0, tokens, out, out_bytes);
+}
+
+lh_status lh_kv_pool_export_rows(const lh_kv_pool* pool, uint32_t layer, uint32_t first, uint32_t tokens, void* out, size_t out_bytes) {
   lh_kv_snapshot_layout sl;
-  if (!lh_kv_pool_live(pool) || pool->evict != 0 || layer >= pool->layers || tokens > pool->length[layer] ||
+  if (!lh_kv_pool_live(pool) || pool->evict != 0 || layer >= pool->layers || first > pool->length[layer] || tokens > pool->length[layer] - first ||
       lh_kv_pool_snapshot_layout(pool, tokens, &sl) != LH_OK || out_bytes != sl.total || (out == nullptr && out_bytes > 0))
     return LH_BAD_ARGUMENT;
   if (tokens == 0) return LH_OK;
   char* o = static_cast<char*>(out);
-  const size_t row_run = static_cast<size_t>(tokens) * pool->head_dim * pool->elem_bytes;  // one head's rows, contiguous
-  const size_t elem_row = static_cast<size_t>(pool->head_dim) * pool->elem_bytes;          // bytes of one slot's row
-  for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-    const size_t at = lh_kv_pool_slot_index(pool, layer, g, 0);  // slot 0 of (layer, g)
-    std::memcpy(o + sl.k + g * row_run, static_cast<const char*>(pool->k) + at * elem_row, row_run);
-    std::memcpy(o + sl.v + g * row_run, static_cast<const char*>(pool->v) + at * elem_row, row_run);
-  }
-  if (pool->kv_type == LH_KV_I8) {
-    const size_t run = static_cast<size_t>(tokens) * sizeof(float);
+  const size_t elem_row = static_cast<size_t>(pool->head_dim) * pool->elem_bytes;  // bytes of one slot's row
+  // the rows are at most two runs of slots: [s0, s0 + n0) and (a ring that wraps) [0, tokens − n0)
+  const uint32_t s0 = lh_kv_pool_row_slot(pool, layer, first);
+  const uint32_t n0 = std::min(tokens, pool->layer_cap[layer] - s0);
+  const uint32_t runs[2][3] = {{s0, 0, n0}, {0, n0, tokens - n0}};  // (first slot, first packed row, rows)
+  for (const auto& run : runs) {
+    if (run[2] == 0) continue;
     for (uint32_t g = 0; g < pool->kv_heads; ++g) {
-      std::memcpy(o + sl.ks + g * run, pool->ks + lh_kv_pool_slot_index(pool, layer, g, 0), run);
-      std::memcpy(o + sl.vs + g * run, pool->vs + lh_kv_pool_slot_index(pool, layer, g, 0), run);
+      const size_t at = lh_kv_pool_slot_index(pool, layer, g, run[0]);
+      const size_t to = (static_cast<size_t>(g) * tokens + run[1]) * elem_row;  // packed (kv_head, tokens, head_dim)
+      std::memcpy(o + sl.k + to, static_cast<const char*>(pool->k) + at * elem_row, run[2] * elem_row);
+      std::memcpy(o + sl.v + to, static_cast<const char*>(pool->v) + at * elem_row, run[2] * elem_row);
+      if (pool->kv_type == LH_KV_I8) {
+        const size_t sto = (static_cast<size_t>(g) * tokens + run[1]) * sizeof(float);
+        std::memcpy(o + sl.ks + sto, pool->ks + at, run[2] * sizeof(float));
+        std::memcpy(o + sl.vs + sto, pool->vs + at, run[2] * sizeof(float));
+      }
     }
+    // KV head 0's positions: all heads agree
+    std::memcpy(o + sl.pos + run[1] * sizeof(int32_t), pool->pos + lh_kv_pool_slot_index(pool, layer, 0, run[0]), run[2] * sizeof(int32_t));
   }
-  std::memcpy(o + sl.pos, pool->pos + lh_kv_pool_slot_index(pool, layer, 0, 0), static_cast<size_t>(tokens) * sizeof(int32_t));  // KV head 0's: all heads agree
   return LH_OK;
 }
 
@@ -713,6 +781,7 @@ lh_status lh_kv_pool_import_layer(lh_kv_pool* pool, uint32_t layer, uint32_t tok
     }
   }
   pool->length[layer] = tokens;
+  pool->ring_start[layer] = 0;
   if (pool->partial_dim > 0 && pool->proj_set[layer] != 0) rebuild_partials(pool, layer);  // as lh_kv_pool_set_projection does
   return LH_OK;
 }

@@ -35,9 +35,17 @@
 // Per-layer capacity (layer_capacity): a sliding-window layer needs only its window (plus what prefix
 // reuse needs), so it can be given fewer slots than a global layer, in the same one allocation. Each
 // layer follows the pool's rules on its own: without evict, appending past capacity(l) is LH_POOL_FULL;
-// with evict, a full layer evicts (capacity(l) must exceed sinks + recent). A window layer is NOT a
-// ring yet: its slots fill from 0 like any layer's, and once full it is full (or evicts); a ring that
-// overwrites the oldest position is future work (ARCHITECTURE.md §5).
+// with evict, a full layer evicts (capacity(l) must exceed sinks + recent).
+//
+// Rings (layer_ring, ARCHITECTURE.md §5). A ring layer never fills: once it holds capacity(l) tokens,
+// each append overwrites the slot of its OLDEST token. Its tokens are ROWS in position order: row 0 is
+// the oldest token held, row length−1 the newest, and row r lives in slot (ring_start + r) % capacity
+// (lh_kv_pool_row_slot); a plain layer's row r is slot r. Every slot keeps its token's position, so a
+// windowed attention over a ring's rows (attention.h: ring_start / ring_slots walk the rows in position
+// order) reads the same rows in the same order as over the full sequence: the same bits. A ring layer
+// needs a fixed capacity and a pool without evict. truncate() forgets a ring's newest rows (positions
+// >= n) and the oldest rows it overwrote stay gone: what a cut back to n needs (the window before n) is
+// still there only while n − window >= the position of row 0 (the runner checks, kv/ring-checkpoints).
 //
 // Eviction (evict = 1). A token is PROTECTED while it is a sink (position < sinks) or in the recent
 // window (one of the `recent` newest positions stored in the layer). When a layer holds `capacity`
@@ -112,6 +120,9 @@ struct lh_kv_pool_config {
                                    // (layers): > 0 that layer's slots exactly (<= LH_MAX_TOKENS); 0: the
                                    // layer shares what the budget leaves after the fixed ones, equally
                                    // with the other 0 entries. Read during init only.
+  const uint32_t* layer_ring;      // null (default): no ring. Else (layers): nonzero makes that layer a ring
+                                   // (see "Rings"); it needs layer_capacity > 0 for the layer and evict 0.
+                                   // Read during init only.
 };
 
 // Per-layer eviction bookkeeping (in the pool's allocation).
@@ -135,6 +146,8 @@ struct lh_kv_pool {
   uint32_t layer_cap[LH_MAX_LAYERS];    // (layer) capacity(l), slots of each layer
   uint64_t layer_row0[LH_MAX_LAYERS];   // (layer) sum of capacity(i) for i < l: where layer l's slots start (per KV head block)
   uint64_t layer_prow0[LH_MAX_LAYERS];  // (layer) sum of capacity8(i) for i < l: the same in the partial-row tiles
+  uint8_t ring[LH_MAX_LAYERS];          // (layer) 1: the layer is a ring
+  uint32_t ring_start[LH_MAX_LAYERS];   // (layer) slot of row 0 (the oldest token held) of a ring; 0 otherwise
   uint32_t kv_type;           // lh_kv_type of the rows
   uint32_t elem_bytes;        // 2 (fp16), 4 (fp32) or 1 (int8)
   uint64_t bytes_per_token;   // bytes one token costs across all layers and heads (scales included)
@@ -185,7 +198,8 @@ lh_status lh_kv_pool_reset(lh_kv_pool* pool);
 // Appends one token to `layer`: k and v are fp32 (kv_head, head_dim), stored as the pool's type
 // (fp16: round to nearest even; int8: per-row scale, see "int8 rows"). `position` >= 0 is the
 // token's position in the text. *slot (if not null)
-// receives the slot used. LH_POOL_FULL when the layer has `capacity` tokens: nothing changes.
+// receives the slot used. LH_POOL_FULL when the layer has `capacity` tokens: nothing changes (a ring:
+// the token overwrites its oldest row's slot instead).
 // With evict: a full layer evicts (the reserved victim if any, else the rule above) and the token takes
 // the victim's slot; LH_POOL_FULL if every slot is protected (the capacity check at init makes this
 // impossible for increasing positions; positions that do not increase, which JS can pass, can reach it).
@@ -194,7 +208,9 @@ lh_status lh_kv_pool_append(lh_kv_pool* pool, uint32_t layer, const float* k, co
 
 // Appends `tokens` consecutive tokens to `layer` in one call: k and v are fp32
 // (tokens, kv_head, head_dim); token i gets position first_position + i. All or nothing:
-// LH_POOL_FULL (nothing changes) when fewer than `tokens` slots are free (with evict, tokens == 1
+// LH_POOL_FULL (nothing changes) when fewer than `tokens` slots are free (a ring never: each token
+// past its capacity overwrites the oldest row, so a batch longer than the ring keeps its last
+// capacity tokens; with evict, tokens == 1
 // on a full layer evicts like lh_kv_pool_append; a batch of more never evicts). *first_slot (if not
 // null) receives the slot of token 0. LH_BAD_ARGUMENT: tokens == 0, a null pointer, a layer out of
 // range, a negative position or first_position + tokens - 1 past INT32_MAX.
@@ -202,7 +218,8 @@ lh_status lh_kv_pool_append_batch(lh_kv_pool* pool, uint32_t layer, const float*
                                   uint32_t tokens, int32_t first_position, uint32_t* first_slot);
 
 // Keeps the first `tokens` slots of every layer and forgets the rest (layers holding fewer keep
-// theirs). The memory stays mapped. LH_BAD_ARGUMENT if freed.
+// theirs); a ring forgets its rows holding positions >= tokens. The memory stays mapped.
+// LH_BAD_ARGUMENT if freed.
 // With evict: forgets every slot holding a position >= tokens instead (the last slot moves into each
 // hole, so slot order is no longer position order; tokens evicted earlier stay gone); a reserved
 // victim is released. Not on the token path (rollback, edits).
@@ -213,6 +230,25 @@ uint32_t lh_kv_pool_length(const lh_kv_pool* pool, uint32_t layer);
 
 // Slots of `layer` (no checks: layer < layers of a live pool).
 inline uint32_t lh_kv_pool_layer_capacity(const lh_kv_pool* pool, uint32_t layer) { return pool->layer_cap[layer]; }
+
+// True when `layer` is a ring (no checks).
+inline bool lh_kv_pool_is_ring(const lh_kv_pool* pool, uint32_t layer) { return pool->ring[layer] != 0; }
+
+// Slot of row r (r < length: 0 the oldest token held) of `layer`: r itself for a plain layer. No checks.
+inline uint32_t lh_kv_pool_row_slot(const lh_kv_pool* pool, uint32_t layer, uint32_t r) {
+  if (pool->ring[layer] == 0) return r;
+  const uint64_t s = static_cast<uint64_t>(pool->ring_start[layer]) + r;
+  return static_cast<uint32_t>(s % pool->layer_cap[layer]);
+}
+
+// Whether slot s of `layer` holds a token: s < length, or (a ring) s is the slot of one of its rows. No
+// checks on the pool or layer.
+bool lh_kv_pool_slot_live(const lh_kv_pool* pool, uint32_t layer, uint32_t s);
+
+// Empties one layer (non-evicting pools): its length and ring start go to 0, the memory stays. The
+// runner restores a ring's checkpoint into it (lh_kv_pool_import_layer needs an empty layer).
+// LH_BAD_ARGUMENT: freed or evicting pool, layer out of range.
+lh_status lh_kv_pool_clear_layer(lh_kv_pool* pool, uint32_t layer);
 
 // Index of slot s of (layer, kv_head) in the per-slot regions (pos, ks, vs); times head_dim, of its
 // first element in k and v. No checks.
@@ -247,7 +283,8 @@ inline size_t lh_kv_pool_row_bytes(const lh_kv_pool* pool) { return static_cast<
 
 enum lh_kv_part { LH_KV_KEY = 0, LH_KV_VALUE = 1 };
 
-// Reads one stored row back as fp32: out is (head_dim); int8 rows are dequantised (scale * q_i). `slot` must be < length(layer).
+// Reads one stored row back as fp32: out is (head_dim); int8 rows are dequantised (scale * q_i). `slot` must
+// hold a token: < length(layer), or a ring's slot of one of its rows.
 // *position (if not null) receives the slot's token position.
 lh_status lh_kv_pool_read(const lh_kv_pool* pool, lh_kv_part part, uint32_t layer, uint32_t kv_head,
                           uint32_t slot, float* out, int32_t* position);
@@ -328,13 +365,18 @@ struct lh_kv_snapshot_layout {
 // is freed, tokens > capacity (the largest layer's), or out is null.
 lh_status lh_kv_pool_snapshot_layout(const lh_kv_pool* pool, uint32_t tokens, lh_kv_snapshot_layout* out);
 
-// Packs slots [0, tokens) of `layer` into out (exactly out_bytes == layout.total bytes; any
-// alignment). LH_BAD_ARGUMENT (nothing written): freed or evicting pool, layer out of range,
+// Packs rows [0, tokens) of `layer` into out (exactly out_bytes == layout.total bytes; any
+// alignment): a plain layer's slots [0, tokens), a ring's oldest `tokens` rows in position order.
+// LH_BAD_ARGUMENT (nothing written): freed or evicting pool, layer out of range,
 // tokens > length(layer), out null with out_bytes > 0, or out_bytes != the section's size.
 lh_status lh_kv_pool_export_layer(const lh_kv_pool* pool, uint32_t layer, uint32_t tokens, void* out, size_t out_bytes);
 
+// The same for rows [first, first + tokens) (a ring's newest rows: its checkpoint, its snapshot).
+// LH_BAD_ARGUMENT also when first + tokens > length(layer).
+lh_status lh_kv_pool_export_rows(const lh_kv_pool* pool, uint32_t layer, uint32_t first, uint32_t tokens, void* out, size_t out_bytes);
+
 // The inverse into an EMPTY layer: copies the section's rows (and int8 scales) into slots
-// [0, tokens), writes every KV head's positions, sets length(layer) = tokens and, when the layer's
+// [0, tokens) (a ring: rows [0, tokens), ring start 0), writes every KV head's positions, sets length(layer) = tokens and, when the layer's
 // projection is set, rebuilds the partial rows of those slots from the imported key rows.
 // LH_BAD_ARGUMENT (the pool is unchanged): freed or evicting pool, layer out of range, length(layer)
 // != 0, tokens > capacity(layer), data null with bytes > 0, bytes != the section's size, or positions that

@@ -74,12 +74,11 @@ lh_status lh_attention_slots(const lh_kv_pool* pool, uint32_t layer, const float
   if (lh_attention_params_check(attn, heads) != LH_OK) return LH_BAD_ARGUMENT;
   if (threads == 0 || threads > LH_MAX_ATTENTION_THREADS) return LH_BAD_ARGUMENT;
   const uint32_t kvh = pool->kv_heads;
-  const uint32_t len = lh_kv_pool_length(pool, layer);
   if (offsets[0] != 0) return LH_BAD_ARGUMENT;
   for (uint32_t g = 0; g < kvh; ++g) {
     if (offsets[g + 1] <= offsets[g]) return LH_BAD_ARGUMENT;
     for (uint32_t i = offsets[g]; i < offsets[g + 1]; ++i)
-      if (slots[i] < 0 || static_cast<uint32_t>(slots[i]) >= len) return LH_BAD_ARGUMENT;
+      if (slots[i] < 0 || static_cast<uint32_t>(slots[i]) >= lh_kv_pool_layer_capacity(pool, layer) || !lh_kv_pool_slot_live(pool, layer, static_cast<uint32_t>(slots[i]))) return LH_BAD_ARGUMENT;
   }
   const int32_t last = lh_kv_pool_last_slot(pool, layer);
   const int32_t query_position = last >= 0 ? lh_kv_pool_positions(pool, layer)[last] : 0;  // KV head 0's: every head holds the same token

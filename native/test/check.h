@@ -17,3 +17,5 @@ void bench_quant_dot(int reps);
 void test_attention_params();
 // kv_layer_capacity_tests.cc: per-layer capacities of the KV pool (one allocation, layers of their own sizes).
 void test_kv_layer_capacity();
+// kv_ring_tests.cc: window layers as rings (the oldest token overwritten), held against layers that keep every token.
+void test_kv_ring();

@@ -3521,6 +3521,7 @@ int main(int argc, char** argv) {
   test_kv_snapshot();
   test_attention_params();
   test_kv_layer_capacity();
+  test_kv_ring();
   if (!(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0)) bench_attention();
   std::printf("native: %d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -49,6 +49,30 @@ export function formatBytes(bytes: number): string {
   return `${value.toFixed(unit === 0 ? 0 : 1)} ${units[unit]}`;
 }
 
+/**
+ * The layer pattern (W: sliding window, G: global) and each layer's KV pool bytes at the context:
+ * a global layer every token, a window layer its ring (+ its share of the ring checkpoints).
+ */
+export function formatKvLayers(m: ModelReport['memory']): string[] {
+  const layers = m.kvLayers;
+  if (layers.length === 0) return [];
+  const windows = [...new Set(layers.filter((l) => l.kind === 'window').map((l) => l.window))];
+  const pattern = layers.map((l) => (l.kind === 'window' ? 'W' : 'G')).join('');
+  const sum = (kind: string, f: (l: (typeof layers)[number]) => number): number => layers.filter((l) => l.kind === kind).reduce((s, l) => s + f(l), 0);
+  const lines = [
+    `  layer pattern             ${pattern}${windows.length > 0 ? `  (W: sliding window ${windows.join('/')}, as a ring; G: global)` : '  (G: global)'}`,
+    `  KV pool per layer (rows + positions; window layers: ring slots + checkpoints):`,
+  ];
+  for (const l of layers) {
+    const kind = l.kind === 'window' ? `window ${l.window}` : 'global';
+    const extra = l.checkpointBytes > 0 ? ` + ${formatBytes(l.checkpointBytes)} checkpoints` : '';
+    lines.push(`    layer ${String(l.layer).padStart(3)}  ${kind.padEnd(12)} ${String(l.slots).padStart(8)} slots  ${formatBytes(l.poolBytes)}${extra}`);
+  }
+  const windowBytes = sum('window', (l) => l.poolBytes + l.checkpointBytes);
+  lines.push(`  KV pool total             ${formatBytes(m.kvPoolBytes)} (window layers ${formatBytes(windowBytes)}, global layers ${formatBytes(sum('global', (l) => l.poolBytes))})`);
+  return lines;
+}
+
 function formatReport(r: ModelReport): string {
   const m = r.memory;
   const types = Object.entries(r.weightTypes)
@@ -68,6 +92,7 @@ function formatReport(r: ModelReport): string {
     `memory at ${m.contextTokens} tokens of context (KV ${m.kvType}):`,
     `  weights in RAM            ${formatBytes(m.weightsBytes)}`,
     `  KV cache (full)           ${formatBytes(m.kvFullBytes)}`,
+    ...formatKvLayers(m),
     `  partial keys (InfiniGen)  ${formatBytes(m.partialKeyBytes)}`,
     `  staged rows (InfiniGen)   ${formatBytes(m.stagedKvBytes)}`,
     `  total, full cache         ${formatBytes(m.totalFullBytes)}  ${verdict(m.fitsFull)}`,

@@ -35,6 +35,8 @@ import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
 import { ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
 import { layerAttentionArgs } from './placement/attention-args.ts';
+import { RingCheckpoints, ringKeepRows, ringSlots, type RingCheckpointOptions, type RingLayer } from '../kv/ring-checkpoints.ts';
+import { poolLayerBytes } from '../model/memory-estimate.ts';
 import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './policy/infinigen-state.ts';
 import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
 import { OffloadAttention, type OffloadStepStats } from './placement/offload-attention.ts';
@@ -103,6 +105,27 @@ export interface ModelRunnerOptions {
    * UsageError naming why.
    */
   dense?: DenseEngine;
+  /**
+   * Sliding-window layers keep only their window, as rings (default true; kv/ring-checkpoints.ts).
+   * false: they keep every row like a global layer (llama.cpp's --swa-full), the reference a ring
+   * is held against.
+   */
+  windowRings?: boolean;
+  /** Checkpoints of the rings for prefix reuse and snapshots (kv/ring-checkpoints.ts; default every 1024 tokens, ringCheckpointCount of them). */
+  ringCheckpoints?: RingCheckpointOptions;
+}
+
+/** What one layer's KV is: its kind, its slots and the pool bytes of its rows (figures per layer kind). */
+export interface KvLayerFigure {
+  kind: 'global' | 'window';
+  /** the sliding window (window layers) */
+  window?: number;
+  /** slots the layer holds at most (a ring's capacity, or the pool's) */
+  capacityTokens: number;
+  /** tokens it holds now */
+  tokens: number;
+  /** bytes of its slots in the pool (K, V, positions, partial rows; int8 scales), allocated at load */
+  bytes: number;
 }
 
 export type DenseEngine = 'auto' | 'native' | 'onnx';
@@ -173,10 +196,19 @@ export interface ModelRunner extends TokenRunner {
    * rebuilt from the pool. Returns false, changing nothing, when the layouts differ.
    */
   tryAdoptPolicy(options: RunnerPolicyOptions): boolean;
-  /** Bytes of one layer's snapshot section for `tokens` tokens (native pool export layout). */
-  snapshotLayerBytes(tokens: number): number;
-  /** Packs the first `tokens` tokens of a layer (K, V rows, int8 scales, positions) into `out`. */
+  /**
+   * Bytes of a layer's snapshot section for a cut at `tokens` (native pool export layout): every token
+   * for a global layer, the window before it (w − 1 rows) for a ring.
+   */
+  snapshotLayerBytes(tokens: number, layer?: number): number;
+  /** Packs a layer's rows for a cut at `tokens` (a resumePoint; K, V rows, int8 scales, positions) into `out`. */
   exportLayer(layer: number, tokens: number, out: Uint8Array): void;
+  /** Per layer: its kind, capacity, tokens and pool bytes (the Memory view, /metrics, inspect). */
+  kvLayers(): KvLayerFigure[];
+  /** Bytes of the window layers' checkpoint buffers (0 without window layers); part of the KV memory. */
+  readonly ringCheckpointBytes: number;
+  /** Positions of the ring checkpoints held (ascending; empty without window layers). */
+  ringCheckpointPositions(): number[];
   /** Offload mode: the latest decode step's bytes crossed, hits and misses per layer (undefined otherwise or before one). */
   lastOffloadStep?(): OffloadStepStats | undefined;
   /** Offload mode: bytes of the device-side row buffer (0 otherwise). */
@@ -283,6 +315,17 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * kvRowBytes(kvType, hyper.headDim) + 4 + 2 * p);
   const projBytes = p > 0 ? hyper.layers * hyper.kvHeads * hyper.headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
   const scalePadding = kvType === 'int8' ? 2 * 64 : 0; // the int8 scale regions start on their own lines
+  // a sliding-window layer keeps its window as a ring (kv/ring-checkpoints.ts says how many slots)
+  const rings: RingLayer[] = [];
+  if (options.windowRings !== false) {
+    specs.forEach((spec, layer) => {
+      const a = spec.attention;
+      if (a.kind === 'attention' && a.window !== undefined && ringSlots(a.window, prefillChunk, contextLength) < contextLength) rings.push({ layer, window: a.window });
+    });
+  }
+  if (rings.length > 0 && budget !== undefined) throw new UsageError(`poolBudgetBytes (eviction) with sliding-window layers: a ring and eviction in one pool are not built yet; load without a budget, or with windowRings false`, { field: 'poolBudgetBytes' });
+  const ringOf = new Map(rings.map((r) => [r.layer, r.window]));
+  const layerCapacity = rings.length > 0 ? Array.from({ length: hyper.layers }, (_, l) => (ringOf.has(l) ? ringSlots(ringOf.get(l)!, prefillChunk, contextLength) : contextLength)) : undefined;
   const pool = createKvPool({
     budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes + scalePadding,
     ...(budget !== undefined ? { eviction } : {}),
@@ -291,12 +334,15 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     headDim: hyper.headDim,
     kvType,
     ...(p > 0 ? { partialDim: p } : {}),
+    ...(layerCapacity ? { layerCapacity, ringLayers: layerCapacity.map((_, l) => ringOf.has(l)) } : {}),
   });
+  const ringCheckpoints = new RingCheckpoints(pool, rings, contextLength, options.ringCheckpoints);
   let rowPolicy: RowPolicy | undefined;
   let placement: AttentionPlacement;
   try {
     rowPolicy = recipe.build(pool, undefined, attention);
     placement = new InPlaceAttention(pool, hyper.heads, threads, attention);
+    if (options.offload === true && rings.length > 0) throw new UsageError(`offload: ${family.name} has sliding-window layers (rings), which run in place only`, { field: 'offload' });
     if (options.offload === true) {
       // the device graph runs one scale, no window and no soft-cap for every layer
       if (attention.some((a) => a !== undefined)) throw new UsageError(`offload: ${family.name} layers with their own attention scale, window or soft-cap run in place only`, { field: 'offload' });
@@ -322,6 +368,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     stageCache,
     dense,
     shape,
+    rings: ringCheckpoints,
   });
 }
 
@@ -336,6 +383,8 @@ interface RunnerConfig {
   stageCache: StageCacheStats | undefined;
   dense: RunnerDense;
   shape: PolicyShape;
+  /** the window layers' rings and their checkpoints (no rings: an empty set) */
+  rings: RingCheckpoints;
 }
 
 class Runner implements ModelRunner {
@@ -481,8 +530,33 @@ class Runner implements ModelRunner {
   }
 
   partialKeyBytes(): number {
-    const tokens = Math.min(this.pos, this.pool.capacityTokens);
-    return this.pool.partialDim * 2 * this.pool.kvHeads * this.layers * tokens;
+    let tokens = 0; // over layers: a ring holds at most its window's slots
+    for (let l = 0; l < this.layers; l++) tokens += this.pool.length(l);
+    return this.pool.partialDim * 2 * this.pool.kvHeads * tokens;
+  }
+
+  kvLayers(): KvLayerFigure[] {
+    const { kvHeads, headDim, partialDim } = this.pool;
+    return Array.from({ length: this.layers }, (_, l) => {
+      const a = this.specs[l]!.attention;
+      const window = a.kind === 'attention' ? a.window : undefined;
+      const capacityTokens = this.pool.layerCapacityTokens(l);
+      return {
+        kind: window !== undefined ? 'window' : 'global',
+        ...(window !== undefined ? { window } : {}),
+        capacityTokens,
+        tokens: this.pool.length(l),
+        bytes: poolLayerBytes(kvHeads, headDim, this.kvType, capacityTokens, partialDim),
+      };
+    });
+  }
+
+  get ringCheckpointBytes(): number {
+    return this.cfg.rings.bytes;
+  }
+
+  ringCheckpointPositions(): number[] {
+    return this.cfg.rings.positions();
   }
 
   async prefill(ids: readonly number[], signal?: AbortSignal, opts: PrefillOptions = {}): Promise<Float32Array> {
@@ -553,6 +627,7 @@ class Runner implements ModelRunner {
       this.pool.reset();
       this.step.forgetEvictions();
       this.pos = 0;
+      this.cfg.rings.reset();
     }
   }
 
@@ -563,13 +638,14 @@ class Runner implements ModelRunner {
     this.step.forgetEvictions();
     this.forgetFrom(0);
     this.sequence?.clearSequence();
+    this.cfg.rings.reset();
   }
 
   truncate(n: number): void {
     this.live();
     if (!Number.isInteger(n) || n < 0 || n > this.pos) throw new RangeError(`truncate(${n}): the cache holds ${this.pos} tokens`);
     this.drainPolicies();
-    this.pool.truncate(n);
+    this.cutPool(n);
     this.forgetFrom(n);
     this.sequence?.truncate(n);
   }
@@ -577,8 +653,15 @@ class Runner implements ModelRunner {
   resumePoint(n: number): number {
     if (!Number.isInteger(n) || n < 0 || n > this.pos) throw new RangeError(`resumePoint(${n}): the cache holds ${this.pos} tokens`);
     if (this.pool.evicting && this.pool.evictionsTotal() > 0) return 0;
-    // a dormant sequence state counts too: cutting it between checkpoints would cost a switch back its exactness
-    return this.sequence ? this.sequence.resumePoint(n) : n;
+    // a dormant sequence state counts too: cutting it between checkpoints would cost a switch back its
+    // exactness; the rings hold a window only where they still do, or where a checkpoint was taken
+    // (kv/ring-checkpoints.ts). Each rule's point is <= the other's input: repeat until both agree.
+    let at = n;
+    for (;;) {
+      const next = this.cfg.rings.resumePoint(this.sequence ? this.sequence.resumePoint(at) : at);
+      if (next === at) return at;
+      at = next;
+    }
   }
 
   tryAdoptPolicy(options: RunnerPolicyOptions): boolean {
@@ -603,14 +686,17 @@ class Runner implements ModelRunner {
     return true;
   }
 
-  snapshotLayerBytes(tokens: number): number {
-    return this.pool.snapshotLayerBytes(tokens);
+  snapshotLayerBytes(tokens: number, layer?: number): number {
+    const ring = layer === undefined ? -1 : this.ringIndex(layer);
+    return ring >= 0 ? this.cfg.rings.sectionBytes(ring, tokens) : this.pool.snapshotLayerBytes(tokens);
   }
 
   exportLayer(layer: number, tokens: number, out: Uint8Array): void {
     this.live();
     this.drainPolicies();
-    this.pool.exportLayer(layer, tokens, out);
+    const ring = this.ringIndex(layer);
+    if (ring >= 0) this.cfg.rings.exportSection(ring, tokens, out);
+    else this.pool.exportLayer(layer, tokens, out);
   }
 
   exportInfinigen(tokens: number): InfinigenSequenceState | undefined {
@@ -641,8 +727,15 @@ class Runner implements ModelRunner {
       }
       const section = new Uint8Array(this.pool.snapshotLayerBytes(tokens)); // one layer's packed rows, reused
       for (let l = 0; l < this.layers; l++) {
-        await readLayer(l, section);
-        this.pool.importLayer(l, tokens, section);
+        // a ring's section holds the window before `tokens` (ringKeepRows), which must end there
+        const ring = this.ringIndex(l);
+        const rows = ring >= 0 ? ringKeepRows(this.cfg.rings.rings[ring]!.window, tokens) : tokens;
+        const into = section.subarray(0, this.pool.snapshotLayerBytes(rows));
+        await readLayer(l, into);
+        this.pool.importLayer(l, rows, into);
+        if (rows > 0 && this.pool.position(l, this.pool.lastSlot(l)) !== tokens - 1) {
+          throw new RangeError(`importSequence: layer ${l}'s rows end at position ${this.pool.position(l, this.pool.lastSlot(l))}, not at ${tokens - 1}`);
+        }
       }
       this.pos = tokens;
     } catch (error) {
@@ -743,9 +836,24 @@ class Runner implements ModelRunner {
   private rollback(start: number): void {
     if (this.disposed) return;
     this.drainPolicies();
-    this.pool.truncate(start);
+    this.cutPool(start);
     this.forgetFrom(start);
     this.sequence?.truncate(start);
+  }
+
+  /**
+   * pool.truncate(n), and the rings' rule: a ring that no longer holds n's window gets the checkpoint
+   * at n back (n is a resumePoint; a rollback of one chunk or step always finds the window in the ring).
+   */
+  private cutPool(n: number): void {
+    const covered = this.cfg.rings.covers(n);
+    this.pool.truncate(n);
+    this.cfg.rings.cutTo(n, covered);
+  }
+
+  /** The index of `layer` among the rings, or −1 for a layer that keeps every token. */
+  private ringIndex(layer: number): number {
+    return this.cfg.rings.rings.findIndex((r) => r.layer === layer);
   }
 
   private checkIds(ids: readonly number[]): void {
@@ -758,6 +866,7 @@ class Runner implements ModelRunner {
     this.checkIds(ids);
     const logits = await this.step.run(ids, this.pos, o);
     this.pos += ids.length;
+    if (!o.detached) this.cfg.rings.noteEnd(this.pos);
     if (ids.length === 1 && !o.prompt && !o.detached) this.stepReported = this.step.trace.sparse;
     return logits;
   }

@@ -4,8 +4,10 @@
 //
 //   save: n = the exact prefix (tokens a prefill of the same text would compute too, cut back to a
 //         point where every policy state is exact) ─► sections 'ids' (int32 [n]), 'layer.ℓ' (the
-//         pool's packed rows of layer ℓ, one layer in memory at a time), 'infinigen' (float64
-//         energies, under InfiniGen) ─► written atomically
+//         pool's packed rows of layer ℓ, one layer in memory at a time: every token of a global
+//         layer, the window before n of a sliding-window layer's ring, from the ring or from its
+//         checkpoint at n, kv/ring-checkpoints.ts), 'infinigen' (float64 energies, under InfiniGen)
+//         ─► written atomically
 //   restore: open (bounds, version) ─► the meta must fit the loaded model: file sha256, shape,
 //         vocabulary, KV type; under InfiniGen also its sparse layers, r and the skew ─► ids checked
 //         against the vocabulary ─► each layer's section read (sha256 checked) straight into the
@@ -41,16 +43,17 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
   const ids = Int32Array.from(sequence.tokens.slice(0, n)); // [n]
   const skew = await runner.skewId();
   const ig = runner.exportInfinigen(n);
-  const layerBytes = runner.snapshotLayerBytes(n);
-  const buffer = new Uint8Array(layerBytes); // one layer's packed rows, reused for every layer
+  const buffer = new Uint8Array(runner.snapshotLayerBytes(n)); // one layer's packed rows, reused for every layer
   const sections: SectionSource[] = [{ name: 'ids', bytes: ids.byteLength, read: () => new Uint8Array(ids.buffer) }];
   for (let l = 0; l < identity.layers; l++) {
+    const layerBytes = runner.snapshotLayerBytes(n, l); // a ring's section is its window's
     sections.push({
       name: `layer.${l}`,
       bytes: layerBytes,
       read: () => {
-        runner.exportLayer(l, n, buffer);
-        return buffer;
+        const out = buffer.subarray(0, layerBytes);
+        runner.exportLayer(l, n, out);
+        return out;
       },
     });
   }
@@ -80,8 +83,8 @@ export async function restoreSequenceSnapshot(path: string, sequence: CachedSequ
   try {
     const ids = await checkedIds(reader, identity, await runner.skewId());
     const n = ids.length;
-    const want = runner.snapshotLayerBytes(n);
     for (let l = 0; l < identity.layers; l++) {
+      const want = runner.snapshotLayerBytes(n, l);
       const found = reader.sections.find((s) => s.name === `layer.${l}`);
       if (!found || found.bytes !== want) throw corrupt(path, `section layer.${l} has ${found?.bytes ?? 'no'} bytes, ${want} expected for ${n} tokens`);
     }

@@ -7,7 +7,7 @@
 // snapshot after it, with that step's recall and the oracle's recall at the same size per sparse
 // layer (app/engine/metrics/step-probe.ts). One measured step per snapshot bounds the cost.
 import type { LayerMetrics, StepMetrics } from '../../common/protocol.ts';
-import type { ForwardTimings, StepStats } from '../forward/model-runner.ts';
+import type { ForwardTimings, KvLayerFigure, StepStats } from '../forward/model-runner.ts';
 import type { OffloadStepStats } from '../forward/placement/offload-attention.ts';
 import type { ModelHyperparameters } from '../model/types.ts';
 import { kvRowBytes, type KvElementType } from '../model/memory-estimate.ts';
@@ -37,6 +37,10 @@ export interface MetricsSource {
   lastOffloadStep?(): OffloadStepStats | undefined;
   /** Offload mode: bytes of the device-side row buffer. */
   readonly rowBufferBytes?: number;
+  /** Per layer: its kind, capacity and the tokens it holds (a window layer's ring holds its window only). */
+  kvLayers?(): readonly KvLayerFigure[];
+  /** Positions of the window layers' ring checkpoints held. */
+  ringCheckpointPositions?(): number[];
 }
 
 /**
@@ -152,7 +156,17 @@ export class StepMetricsSampler {
       attentionMs: delta.calls > 0 ? delta.attention / delta.calls / hyper.layers : 0,
     }));
     const perCall = (ms: number) => (delta.calls > 0 ? ms / delta.calls : 0);
-    const kvUsedBytes = pooledTokens * rowBytes * hyper.layers;
+    // a window layer's ring holds its window only: per layer, the tokens it holds
+    const kvLayers = source.kvLayers?.();
+    const windowLayers = kvLayers?.filter((l) => l.kind === 'window') ?? [];
+    let kvByKind: StepMetrics['memory']['kvByKind'];
+    if (kvLayers && windowLayers.length > 0) {
+      const used = (kind: string): number => kvLayers.filter((l) => l.kind === kind).reduce((a, l) => a + l.tokens * rowBytes, 0);
+      // a checkpoint holds w − 1 rows of every window layer
+      const checkpoints = (source.ringCheckpointPositions?.() ?? []).reduce((a, at) => a + windowLayers.reduce((b, l) => b + Math.min(at, (l.window ?? 1) - 1) * rowBytes, 0), 0);
+      kvByKind = { window: used('window'), global: used('global'), checkpoints };
+    }
+    const kvUsedBytes = kvByKind ? kvByKind.window + kvByKind.global : pooledTokens * rowBytes * hyper.layers;
     const sparse = source.lastStepStats?.();
     const probed = this.probe?.take();
     const evicted = this.probe?.takeEvictions() ?? [];
@@ -237,6 +251,7 @@ export class StepMetricsSampler {
         stagedBytes: sparse ? sparse.layers.reduce((a, l) => a + (l.dense ? 0 : l.selected * rowBytes), 0) : 0,
         rssBytes: this.rss(),
         ...(offload ? { rowBufferBytes: source.rowBufferBytes ?? 0 } : {}),
+        ...(kvByKind ? { kvByKind } : {}),
       },
       layers,
     };

@@ -1,4 +1,6 @@
 // `longhand inspect`: what a model file is and what it will cost, without running it.
+import { FAMILIES } from '../forward/layers/families.ts';
+import type { LayerSpec } from '../forward/layers/layer-spec.ts';
 import { estimateMemory, type KvElementType, type MemoryEstimate, type WeightSummary } from './memory-estimate.ts';
 import type { LoadedModel, ModelHyperparameters, TensorDType } from './types.ts';
 
@@ -70,6 +72,12 @@ export function inspectModel(
     qkvBias: hyper.qkvBias,
     weightTypes: types,
     chatTemplate: model.chatTemplate !== undefined && model.chatTemplate.length > 0,
-    memory: estimateMemory(hyper, summary, contextTokens, options),
+    memory: estimateMemory(hyper, summary, contextTokens, { ...options, layers: familyLayers(hyper) }),
   };
+}
+
+/** The family's layer specs (window layers, KV heads per layer), or undefined for an architecture no family runs. */
+export function familyLayers(hyper: ModelHyperparameters): LayerSpec[] | undefined {
+  const family = Object.hasOwn(FAMILIES, hyper.architecture) ? FAMILIES[hyper.architecture] : undefined;
+  return family?.layers(hyper);
 }

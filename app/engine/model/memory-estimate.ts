@@ -4,6 +4,7 @@
 import { freemem, totalmem } from 'node:os';
 import { LonghandError } from '../../common/errors.ts';
 import type { LayerSpec } from '../forward/layers/layer-spec.ts';
+import { ringCheckpointCount, ringSlots, type RingCheckpointOptions } from '../kv/ring-checkpoints.ts';
 import type { ModelHyperparameters, TensorDType } from './types.ts';
 
 /** InfiniGen's defaults (ARCHITECTURE.md §4): partial-key ratio r and the fetch cap per step. */
@@ -40,8 +41,15 @@ export interface MemoryEstimate {
   kvType: KvElementType;
   /** Weights as the CPU engine holds them. */
   weightsBytes: number;
-  /** Full K and V rows for every layer with KV and each of its KV heads at `contextTokens`. */
+  /**
+   * Full K and V rows for every layer with KV and each of its KV heads at `contextTokens`; a
+   * sliding-window layer only its ring's (kv/ring-checkpoints.ts).
+   */
   kvFullBytes: number;
+  /** Per layer with KV: its kind and what the pool gives it (the pool's own arithmetic, see kvLayerEstimates). */
+  kvLayers: KvLayerEstimate[];
+  /** The KV memory the engine takes under 'full': every layer's pool bytes + the rings' checkpoints. */
+  kvPoolBytes: number;
   /** InfiniGen keeps the full KV in RAM, plus one partial key row per token (⌊r·d⌋ columns). */
   partialKeyBytes: number;
   /** Rows staged for the compute device: the fetch cap's share of the context, all layers. */
@@ -76,6 +84,73 @@ export interface OffloadMemory {
   /** host: the KV pool (full rows; InfiniGen adds the partial keys, which stay on the host) */
   hostKvBytes: number;
   hostKvInfinigenBytes: number;
+}
+
+/** One layer's KV as the pool will hold it. */
+export interface KvLayerEstimate {
+  layer: number;
+  /** 'window': a sliding-window layer, kept as a ring; 'global': every token */
+  kind: 'global' | 'window';
+  window?: number;
+  kvHeads: number;
+  headDim: number;
+  /** slots the pool gives the layer (the context, or the ring's) */
+  slots: number;
+  /** K and V rows of those slots (int8 scales included) */
+  rowBytes: number;
+  /** the layer's pool bytes: rows + the position of every slot (+ partial key rows when asked) */
+  poolBytes: number;
+  /** the layer's share of the ring checkpoints (window layers; kv/ring-checkpoints.ts) */
+  checkpointBytes: number;
+}
+
+/** Bytes the KV pool gives one layer of `slots` slots (native/src/kv_pool.h layout, alignment padding aside). */
+export function poolLayerBytes(kvHeads: number, headDim: number, kvType: KvElementType, slots: number, partialDim = 0): number {
+  const slots8 = Math.ceil(slots / 8) * 8; // partial rows come in tiles of 8 slots
+  return kvHeads * (slots * (2 * kvRowBytes(kvType, headDim) + 4) + slots8 * 2 * partialDim);
+}
+
+/**
+ * Per layer with KV, what the pool holds at a context of `contextTokens` (forward/model-runner.ts
+ * builds the pool by the same rule): a global layer every token, a sliding-window layer its ring,
+ * and its share of the ring checkpoints (w − 1 rows each, at most `max` of them).
+ */
+export function kvLayerEstimates(
+  hyper: ModelHyperparameters,
+  contextTokens: number,
+  options: { kvType?: KvElementType; layers?: readonly LayerSpec[]; prefillChunk?: number; windowRings?: boolean; ringCheckpoints?: RingCheckpointOptions; partialDim?: number } = {},
+): KvLayerEstimate[] {
+  const kvType = options.kvType ?? 'fp16';
+  const chunk = options.prefillChunk ?? 128;
+  const partialDim = options.partialDim ?? 0;
+  // the runner's rule (model-runner.ts): rings only where they are smaller than the context
+  const ringWindow = (layer: number): number | undefined => {
+    const spec = options.layers?.[layer]?.attention;
+    const w = spec?.kind === 'attention' ? spec.window : undefined;
+    return w !== undefined && options.windowRings !== false && ringSlots(w, chunk, contextTokens) < contextTokens ? w : undefined;
+  };
+  const shapes = kvLayerShapes(hyper, options.layers);
+  const largest = Math.max(0, ...shapes.map(({ layer }) => ringWindow(layer) ?? 0));
+  const max = options.ringCheckpoints?.max ?? ringCheckpointCount(contextTokens, largest);
+  return shapes.map(({ layer, kvHeads, headDim }) => {
+    const spec = options.layers?.[layer]?.attention;
+    const window = spec?.kind === 'attention' ? spec.window : undefined;
+    const ring = ringWindow(layer) !== undefined;
+    const slots = ring ? ringSlots(window!, chunk, contextTokens) : contextTokens;
+    // a checkpoint section: (w − 1) rows of K and V, int8 scales, one position each (kv_pool.h snapshots)
+    const checkpointBytes = ring ? max * (window! - 1) * (kvHeads * 2 * kvRowBytes(kvType, headDim) + 4) : 0;
+    return {
+      layer,
+      kind: window !== undefined ? 'window' : 'global',
+      ...(window !== undefined ? { window } : {}),
+      kvHeads,
+      headDim,
+      slots,
+      rowBytes: slots * kvHeads * 2 * kvRowBytes(kvType, headDim),
+      poolBytes: poolLayerBytes(kvHeads, headDim, kvType, slots, partialDim),
+      checkpointBytes,
+    };
+  });
 }
 
 /** The KV rows of one layer that keeps them: its KV heads and their width. */
@@ -134,6 +209,10 @@ export function estimateMemory(
     denseLayers?: number;
     /** The family's layer specs (forward/layers familyOf(hyper).layers(hyper)); default: every layer has hyper's KV heads. */
     layers?: readonly LayerSpec[];
+    /** the runner's prefill chunk (a ring's size depends on it; default 128) */
+    prefillChunk?: number;
+    /** the rings' checkpoints (default every 1024 tokens, ringCheckpointCount of them) */
+    ringCheckpoints?: RingCheckpointOptions;
   } = {},
 ): MemoryEstimate {
   const kvType = options.kvType ?? 'fp16';
@@ -147,7 +226,11 @@ export function estimateMemory(
   const partialPerToken = partialKeyBytesPerToken(hyper, partialRatio, options.layers);
   const stagedPerToken = kvPerToken * fetchCap;
 
-  const kvFullBytes = kvPerToken * contextTokens;
+  const kvLayers = kvLayerEstimates(hyper, contextTokens, { kvType, layers: options.layers, prefillChunk: options.prefillChunk, ringCheckpoints: options.ringCheckpoints });
+  const rings = kvLayers.some((l) => l.slots < contextTokens);
+  // without rings every layer holds the context: the per-token figure, exactly as before
+  const kvFullBytes = rings ? kvLayers.reduce((s, l) => s + l.rowBytes + l.checkpointBytes, 0) : kvPerToken * contextTokens;
+  const kvPoolBytes = kvLayers.reduce((s, l) => s + l.poolBytes + l.checkpointBytes, 0);
   const partialKeyBytes = partialPerToken * contextTokens;
   const stagedKvBytes = Math.ceil(stagedPerToken * contextTokens);
   const totalFullBytes = weightsBytes + kvFullBytes;
@@ -178,6 +261,8 @@ export function estimateMemory(
     kvType,
     weightsBytes,
     kvFullBytes,
+    kvLayers,
+    kvPoolBytes,
     partialKeyBytes,
     stagedKvBytes,
     totalFullBytes,

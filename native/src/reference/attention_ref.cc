@@ -30,7 +30,7 @@ void decode_one(const lh_attention_args* a) {
     const size_t kv0 = g * a->head_stride;                // first element of (tokens, head_dim)
     float* out = a->out + h * d;                         // (head_dim)
     // row of token t: listed rows when given, else t
-    auto row = [a, g](uint32_t t) -> size_t { return a->rows != nullptr ? static_cast<size_t>(a->rows[g * a->rows_stride + t]) : t; };
+    auto row = [a, g](uint32_t t) -> size_t { return a->rows != nullptr ? static_cast<size_t>(a->rows[g * a->rows_stride + t]) : lh_attention_token_row(a, t); };
     // whether token t lies inside the window (always, without one)
     auto visible = [&](uint32_t t) {
       if (a->window == 0) return true;
@@ -86,7 +86,7 @@ lh_status lh_attention_prefill_ref(const lh_attention_args* a, uint32_t queries)
     one.q = a->q + i * width;
     one.out = a->out + i * width;
     one.tokens = a->tokens - queries + i + 1;
-    if (a->window != 0) one.query_position = a->positions[one.tokens - 1];  // the query's own row (KV head 0's)
+    if (a->window != 0) one.query_position = a->positions[lh_attention_token_row(a, one.tokens - 1)];  // the query's own row (KV head 0's)
     decode_one(&one);
   }
   return LH_OK;

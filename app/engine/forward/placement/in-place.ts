@@ -16,6 +16,8 @@ export class InPlaceAttention implements AttentionPlacement {
   readonly bufferBytes = 0;
   /** native attention threads: a prefill chunk's queries, or one decode query's KV heads, are spread over them */
   private readonly threads: number;
+  /** [layer] the layer is a ring (a sliding-window layer, native kv_pool.h "Rings") */
+  private readonly rings: boolean[];
 
   constructor(
     private readonly pool: KvPool,
@@ -25,6 +27,7 @@ export class InPlaceAttention implements AttentionPlacement {
     private readonly args: readonly (AttentionArgs | undefined)[] = [],
   ) {
     this.threads = Math.min(threads, MAX_ATTENTION_THREADS);
+    this.rings = Array.from({ length: pool.layers }, (_, l) => pool.isRing(l));
   }
 
   appended(): void {}
@@ -42,7 +45,8 @@ export class InPlaceAttention implements AttentionPlacement {
       policy.attendInPlace(layer, q, out, this.threads);
       return;
     }
-    const { slots, offsets } = packSlotLists(policy.select(layer, q, N), N);
+    // the current token's slot: its position, or where a ring (a window layer) put it
+    const { slots, offsets } = packSlotLists(policy.select(layer, q, N), this.rings[layer] ? this.pool.lastSlot(layer) : N);
     attendSlots(this.pool, layer, q, this.heads, slots, offsets, out, this.threads, this.args[layer]);
   }
 

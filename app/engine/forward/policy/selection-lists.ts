@@ -141,15 +141,16 @@ export abstract class ListPolicy implements RowPolicy {
     let total = 0;
     const prev = this.previous[layer]!;
     for (let g = 0; g < lists.length; g++) {
-      // both ascending: a merge counts the slots in both
+      // both ascending (a ring's window list wraps: sorted copies): a merge counts the slots in both
       const a = lists[g]!;
-      const b = prev[g]!;
-      for (let i = 0, k = 0; i < a.length && k < b.length; ) {
-        if (a[i]! === b[k]!) {
+      const b = ascending(prev[g]!);
+      const a2 = ascending(a);
+      for (let i = 0, k = 0; i < a2.length && k < b.length; ) {
+        if (a2[i]! === b[k]!) {
           hits++;
           i++;
           k++;
-        } else if (a[i]! < b[k]!) i++;
+        } else if (a2[i]! < b[k]!) i++;
         else k++;
       }
       total += a.length;
@@ -163,4 +164,23 @@ export abstract class ListPolicy implements RowPolicy {
   private noLists(): Int32Array[] {
     return Array.from({ length: this.shape.kvHeads }, () => new Int32Array(0));
   }
+}
+
+/**
+ * The list itself when ascending (every policy's but a ring's window), else an ascending copy: a
+ * ring's window list is one ascending run that wraps (rotated back in O(n)), anything else is sorted.
+ */
+function ascending(list: Int32Array): Int32Array {
+  let wrap = -1;
+  for (let i = 1; i < list.length; i++) {
+    if (list[i]! >= list[i - 1]!) continue;
+    if (wrap >= 0) return list.slice().sort();
+    wrap = i;
+  }
+  if (wrap < 0) return list;
+  if (list[list.length - 1]! > list[0]!) return list.slice().sort();
+  const out = new Int32Array(list.length);
+  out.set(list.subarray(wrap));
+  out.set(list.subarray(0, wrap), list.length - wrap);
+  return out;
 }

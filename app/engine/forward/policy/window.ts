@@ -7,7 +7,9 @@
 // policies, so they compare at the same fetch ratio.
 //
 // The slots are the positions while nothing is evicted (this policy never runs with an evicting
-// pool: registry.ts).
+// pool: registry.ts), except on a ring (a model's window layer, native kv_pool.h "Rings"): there
+// the newest rows are slots (ringStart + row) % capacity, listed oldest first, so attention reads
+// them in position order as over the full rows (the same bits).
 import { ListPolicy } from './selection-lists.ts';
 
 export class WindowPolicy extends ListPolicy {
@@ -22,7 +24,14 @@ export class WindowPolicy extends ListPolicy {
   protected choose(layer: number, _q: Float32Array, N: number): Int32Array[] {
     const past = this.pastTokens(N);
     const out = this.output(layer, past);
-    for (let i = 0; i < past; i++) out[i] = N - past + i;
+    if (this.pool.isRing(layer)) {
+      // the ring holds the current token as its newest row (length − 1), the past ones before it
+      const rows = this.pool.length(layer);
+      const start = this.pool.ringStart(layer);
+      const cap = this.pool.layerCapacityTokens(layer);
+      if (rows - 1 < past) throw new RangeError(`window: layer ${layer}'s ring holds ${rows - 1} past tokens, ${past} needed`);
+      for (let i = 0; i < past; i++) out[i] = (start + rows - 1 - past + i) % cap;
+    } else for (let i = 0; i < past; i++) out[i] = N - past + i;
     const one = out.subarray(0, past);
     return Array.from({ length: this.shape.kvHeads }, () => one);
   }

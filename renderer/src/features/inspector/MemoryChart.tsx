@@ -1,4 +1,5 @@
-// Memory over a run: a stacked area of weights, KV rows in RAM, partial keys, staged rows and the
+// Memory over a run: a stacked area of weights, KV rows in RAM (a model with sliding-window layers:
+// the global layers' rows, and the window layers' rings + checkpoints apart), partial keys, staged rows and the
 // rest of the process (RSS minus those), the KV pool's budget as a dashed line above the weights,
 // and a red mark at every sampled step where the pool evicted tokens.
 import { useMemo } from 'react';
@@ -7,16 +8,18 @@ import { formatBytes } from '../../ui/format.ts';
 import { MEMORY_PARTS, memorySeries, stackParts, type MemoryPart, type Run } from './runs.ts';
 import { UChart } from './UChart.tsx';
 
-const PART_LABEL: Record<MemoryPart, string> = { weights: 'Weights', kv: 'KV rows in RAM', partial: 'Partial keys', staged: 'Staged rows', other: 'Other' };
-const PART_COLOUR: Record<MemoryPart, string> = { weights: '#4e79a7', kv: '#59a14f', partial: '#edc948', staged: '#f28e2b', other: '#8c8c96' };
+const PART_LABEL: Record<MemoryPart, string> = { weights: 'Weights', kv: 'KV rows in RAM', window: 'KV rows, window layers (rings + checkpoints)', partial: 'Partial keys', staged: 'Staged rows', other: 'Other' };
+const PART_COLOUR: Record<MemoryPart, string> = { weights: '#4e79a7', kv: '#59a14f', window: '#a0cbe8', partial: '#edc948', staged: '#f28e2b', other: '#8c8c96' };
 
 export function MemoryChart({ run, rev = 0 }: { run: Run; rev?: number }) {
   const series = useMemo(() => memorySeries(run), [run, rev]);
   const stacked = useMemo(() => stackParts(series), [series]);
   const hasBudget = series.budgetLine.some((b, i) => b > (series.parts.weights[i] ?? 0));
   // draw the tallest edge first: each later (lower) area covers the one before it
-  const order = [...MEMORY_PARTS.keys()].reverse();
-  const data = useMemo(() => [series.steps, ...order.map((i) => stacked[i]!), ...(hasBudget ? [series.budgetLine] : [])] as uPlot.AlignedData, [series, stacked, hasBudget]);
+  // the window layers' part only for a model that has them
+  const hasWindow = series.parts.window.some((b) => b > 0);
+  const order = [...MEMORY_PARTS.keys()].filter((i) => hasWindow || MEMORY_PARTS[i] !== 'window').reverse();
+  const data = useMemo(() => [series.steps, ...order.map((i) => stacked[i]!), ...(hasBudget ? [series.budgetLine] : [])] as uPlot.AlignedData, [series, stacked, hasBudget, hasWindow]);
   const options = useMemo<Omit<uPlot.Options, 'width'>>(
     () => ({
       height: 260,
@@ -51,22 +54,23 @@ export function MemoryChart({ run, rev = 0 }: { run: Run; rev?: number }) {
         ],
       },
     }),
-    [series, hasBudget],
+    [series, hasBudget, hasWindow],
   );
 
   if (series.steps.length === 0) return <p className="muted">No samples in this run.</p>;
   const last = series.steps.length - 1;
   const evicted = series.evictions.reduce((a, e) => a + e.count, 0);
+  const shownParts = MEMORY_PARTS.filter((p) => hasWindow || p !== 'window');
   return (
     <div aria-label="Memory over time">
-      <UChart options={options} data={data} label={`Memory over ${series.steps.length} samples, ${evicted} evictions marked`} optionsKey={`${run.requestId}:${hasBudget}:${series.steps.length > 0}`} />
+      <UChart options={options} data={data} label={`Memory over ${series.steps.length} samples, ${evicted} evictions marked`} optionsKey={`${run.requestId}:${hasBudget}:${hasWindow}:${series.steps.length > 0}`} />
       <table className="library" aria-label="Memory at the last sample">
         <thead>
-          <tr>{MEMORY_PARTS.map((p) => <th key={p}><span className="swatch" style={{ background: PART_COLOUR[p] }} /> {PART_LABEL[p]}</th>)}<th>Pool budget</th><th>Evictions</th></tr>
+          <tr>{shownParts.map((p) => <th key={p}><span className="swatch" style={{ background: PART_COLOUR[p] }} /> {PART_LABEL[p]}</th>)}<th>Pool budget</th><th>Evictions</th></tr>
         </thead>
         <tbody>
           <tr>
-            {MEMORY_PARTS.map((p) => <td key={p} data-part={p}>{formatBytes(series.parts[p][last]!)}</td>)}
+            {shownParts.map((p) => <td key={p} data-part={p}>{formatBytes(series.parts[p][last]!)}</td>)}
             <td>{hasBudget ? formatBytes(series.budgetLine[last]! - series.parts.weights[last]!) : 'none set'}</td>
             <td data-part="evictions">{evicted.toLocaleString('en-US')} at {series.evictions.length} sampled steps</td>
           </tr>

@@ -4,7 +4,7 @@
 // the step each metrics sample reports (one measured step per sample).
 import { useMemo, useState } from 'react';
 import type uPlot from 'uplot';
-import { recallSeries, recallTable, type Run } from './runs.ts';
+import { layerKind, layerLabel, layerPattern, recallSeries, recallTable, type Run } from './runs.ts';
 import { UChart } from './UChart.tsx';
 
 export const LAYER_COLOURS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
@@ -27,13 +27,13 @@ export function RecallChart({ run, rev = 0 }: { run: Run; rev?: number }) {
         ...layers.flatMap((l) => {
           const colour = LAYER_COLOURS[l.layer % LAYER_COLOURS.length]!;
           return [
-            { label: `layer ${l.layer} selected`, stroke: colour, width: 2, spanGaps: true, value: (_u: uPlot, v: number | null) => pct(v) },
-            { label: `layer ${l.layer} oracle`, stroke: colour, width: 1, dash: [6, 4], spanGaps: true, value: (_u: uPlot, v: number | null) => pct(v) },
+            { label: `${layerLabel(run, l.layer)} selected`, stroke: colour, width: 2, spanGaps: true, value: (_u: uPlot, v: number | null) => pct(v) },
+            { label: `${layerLabel(run, l.layer)} oracle`, stroke: colour, width: 1, dash: [6, 4], spanGaps: true, value: (_u: uPlot, v: number | null) => pct(v) },
           ];
         }),
       ],
     }),
-    [layers],
+    [layers, run],
   );
 
   if (series.steps.length === 0) return <p className="muted">No recall in these samples: the policy selects nothing (full, dense layers) or the run has no sampled decode steps.</p>;
@@ -44,20 +44,23 @@ export function RecallChart({ run, rev = 0 }: { run: Run; rev?: number }) {
           <span className="field-label">Layers</span>
           <select aria-label="Recall layers" value={String(only)} onChange={(e) => setOnly(e.target.value === 'all' ? 'all' : Number(e.target.value))}>
             <option value="all">All sparse layers</option>
-            {series.layers.map((l) => <option key={l.layer} value={l.layer}>Layer {l.layer}</option>)}
+            {series.layers.map((l) => <option key={l.layer} value={l.layer}>{layerLabel(run, l.layer).replace(/^layer/, 'Layer')}</option>)}
           </select>
         </label>
-        <span className="muted grow">solid: the {run.policy} selection · dashed: the oracle&apos;s set of the same size (the most true attention mass) · {series.steps.length} sampled steps</span>
+        <span className="muted grow">
+          solid: the {run.policy} selection · dashed: the oracle&apos;s set of the same size (the most true attention mass) · {series.steps.length} sampled steps
+          {layerPattern(run) && ` · ${layerPattern(run)}: window layers attend their window (the model's own rule), global layers the policy's selection`}
+        </span>
       </div>
       <UChart options={options} data={data} label={`Recall of ${run.policy} and of the oracle per layer over ${series.steps.length} sampled steps`} optionsKey={`${run.requestId}:${only}:${layers.length}`} />
       <table className="library recall-table" aria-label="Recall averages">
         <thead>
-          <tr><th>Layer</th><th>Samples</th><th>Recall ({run.policy})</th><th>Oracle, same size</th><th>Gap</th></tr>
+          <tr><th>Layer</th>{run.kvLayers && <th>Kind</th>}<th>Samples</th><th>Recall ({run.policy})</th><th>Oracle, same size</th><th>Gap</th></tr>
         </thead>
         <tbody>
           {table.map((r) => (
-            <tr key={r.layer} aria-label={`Recall layer ${r.layer}`}>
-              <td>{r.layer}</td><td>{r.samples}</td><td>{pct(r.recall)}</td><td>{pct(r.oracle)}</td><td>{r.gap === null ? '–' : `${(r.gap * 100).toFixed(1)} pt`}</td>
+            <tr key={r.layer} aria-label={`Recall layer ${r.layer}`} data-kind={run.kvLayers?.[r.layer]?.kind}>
+              <td>{r.layer}</td>{run.kvLayers && <td>{layerKind(run, r.layer)}</td>}<td>{r.samples}</td><td>{pct(r.recall)}</td><td>{pct(r.oracle)}</td><td>{r.gap === null ? '–' : `${(r.gap * 100).toFixed(1)} pt`}</td>
             </tr>
           ))}
         </tbody>

@@ -7,7 +7,7 @@
 import { memo, useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { sanitiseText } from '../../ui/SafeText.tsx';
 import { heatColor } from './data.ts';
-import { bucketRange, contextTokens, fetchFrequency, fetchStats, mapGrid, tokenInfo, type ContextToken, type FetchStats, type MapMode, type Run, type TokenInfo } from './runs.ts';
+import { bucketRange, contextTokens, fetchFrequency, fetchStats, layerLabel, layerPattern, mapGrid, tokenInfo, type ContextToken, type FetchStats, type MapMode, type Run, type TokenInfo } from './runs.ts';
 
 /** Tokens of text shown at once around the focus. */
 export const TEXT_WINDOW = 480;
@@ -78,17 +78,20 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
           <select aria-label="Token map rows" value={mode.kind === 'steps' ? String(mode.layer) : mode.kind} onChange={(e) => setMode(e.target.value === 'layers' || e.target.value === 'attention' ? { kind: e.target.value } : { kind: 'steps', layer: Number(e.target.value) })}>
             <option value="layers">Sparse layers (fetch frequency over the run)</option>
             {stats.attentionSamples.some((n) => n > 0) && <option value="attention">Sparse layers (true attention mass, mean over sampled steps)</option>}
-            {stats.layers.map((l) => <option key={l} value={l}>Layer {l} by sampled step</option>)}
+            {stats.layers.map((l) => <option key={l} value={l}>{layerLabel(run, l).replace(/^layer/, 'Layer')} by sampled step</option>)}
           </select>
         </label>
         <span className="muted grow" aria-label="Token map summary">
           {run.policy || 'policy ?'} · {P.toLocaleString('en-US')} positions in {grid.columns.toLocaleString('en-US')} columns · {stats.samples[0] ?? 0} sampled steps
           {stats.layers.length === 0 && ' · no selected positions in these samples (policy full, or dense layers only)'}
+          {layerPattern(run) && ` · ${layerPattern(run)}: a window layer attends its window only (its ring), whatever the policy`}
         </span>
       </div>
       <div className="heat-with-labels">
-      <div className="heat-labels muted" aria-hidden="true" style={{ height: `${Math.min(320, Math.max(96, grid.rows * 24))}px` }}>
-        {grid.rows <= 16 ? grid.rowLabels.map((l) => <span key={l}>{l}</span>) : [grid.rowLabels[0], grid.rowLabels.at(-1)].map((l, i) => <span key={i}>{l}</span>)}
+      <div className="heat-labels muted" aria-label="Token map layers" style={{ height: `${Math.min(320, Math.max(96, grid.rows * 24))}px` }}>
+        {grid.rows <= 16
+          ? grid.rowLabels.map((l) => <span key={l} data-kind={rowKind(l)} className={rowKind(l) === 'window' ? 'layer-window' : undefined}>{l}</span>)
+          : [grid.rowLabels[0], grid.rowLabels.at(-1)].map((l, i) => <span key={i} data-kind={rowKind(l ?? '')}>{l}</span>)}
       </div>
       <canvas
         ref={canvas}
@@ -128,6 +131,11 @@ export function TokenMap({ run, rev = 0 }: { run: Run; rev?: number }) {
       {hover && <TokenTooltip info={hover} />}
     </div>
   );
+}
+
+/** 'window' / 'global' from a row label made by layerLabel ('layer 3 · window 16'), '' for other rows. */
+function rowKind(label: string): string {
+  return / · window /.test(label) ? 'window' : / · global$/.test(label) ? 'global' : '';
 }
 
 /** Positions shown one per cell in each close-up. */
@@ -181,7 +189,7 @@ export function TokenTooltip({ info }: { info: TokenInfo }) {
         <tbody>
           {info.layers.map((l) => (
             <tr key={l.layer} data-layer={l.layer}>
-              <th>layer {l.layer}</th>
+              <th data-kind={l.kind?.startsWith('window') ? 'window' : l.kind}>layer {l.layer}{l.kind ? ` · ${l.kind}` : ''}</th>
               <td>
                 fetched <span data-field="fetched">{l.fetched}</span> of <span data-field="of">{l.of}</span> sampled steps
               </td>

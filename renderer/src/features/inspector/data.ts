@@ -141,18 +141,27 @@ export function sparkSegments(values: readonly (number | null)[], width: number,
 const round = (v: number): number => Math.round(v * 10) / 10;
 
 export interface MemorySegment {
-  key: 'weights' | 'kv' | 'staged' | 'partial' | 'other';
+  key: 'weights' | 'kv' | 'kv-window' | 'kv-checkpoints' | 'staged' | 'partial' | 'other';
   label: string;
   bytes: number;
 }
 
 /** Weights, KV in RAM, staged KV, partial keys and the rest of the process (RSS − those, ≥ 0). */
 export function memoryStack(m: StepMetrics['memory']): { segments: MemorySegment[]; total: number; poolBudgetBytes: number; kvInPool: number } {
-  const known = m.weightsBytes + m.kvUsedBytes + m.stagedBytes + m.partialKeyBytes;
+  const checkpoints = m.kvByKind?.checkpoints ?? 0;
+  const known = m.weightsBytes + m.kvUsedBytes + checkpoints + m.stagedBytes + m.partialKeyBytes;
   const other = Math.max(0, m.rssBytes - known);
+  // a model with sliding-window layers: their rows (rings of the window) apart from the global layers'
+  const kv: MemorySegment[] = m.kvByKind
+    ? [
+        { key: 'kv', label: 'KV, global layers', bytes: m.kvByKind.global },
+        { key: 'kv-window', label: 'KV, window layers (rings)', bytes: m.kvByKind.window },
+        { key: 'kv-checkpoints', label: 'Ring checkpoints', bytes: checkpoints },
+      ]
+    : [{ key: 'kv', label: 'KV in RAM', bytes: m.kvUsedBytes }];
   const segments: MemorySegment[] = [
     { key: 'weights', label: 'Weights', bytes: m.weightsBytes },
-    { key: 'kv', label: 'KV in RAM', bytes: m.kvUsedBytes },
+    ...kv,
     { key: 'staged', label: 'Staged KV', bytes: m.stagedBytes },
     { key: 'partial', label: 'Partial keys', bytes: m.partialKeyBytes },
     { key: 'other', label: 'Other', bytes: other },

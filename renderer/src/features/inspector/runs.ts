@@ -4,7 +4,7 @@
 // fetch counts over the sampled steps (token map and tooltip), recall vs the oracle per layer over
 // the generation, the memory stack over time, and the A/B figures of two runs over the same prompt.
 // Runs are exported as JSON lines (a "run" line, then its samples) and loaded back from them.
-import type { StepMetrics } from '../../../../app/common/protocol.ts';
+import type { KvLayerInfo, StepMetrics } from '../../../../app/common/protocol.ts';
 
 export type TopLogprobs = [number, number][];
 
@@ -26,6 +26,32 @@ export interface Run {
   samples: StepMetrics[];
   /** Loaded from a file rather than seen live. */
   loaded?: boolean;
+  /**
+   * Per layer, its kind as the loaded model's pool holds it (sliding-window layers keep a ring of
+   * their window; global layers every token). Absent: every layer global (a model without window layers).
+   */
+  kvLayers?: Pick<KvLayerInfo, 'kind' | 'window'>[];
+}
+
+/** 'window 512' or 'global' for a layer of a model with window layers; '' otherwise. */
+export function layerKind(run: Run, layer: number): string {
+  const l = run.kvLayers?.[layer];
+  if (!l) return '';
+  return l.kind === 'window' ? `window ${l.window ?? '?'}` : 'global';
+}
+
+/** 'layer 3' with its kind where the model has window layers: 'layer 3 · window 512'. */
+export function layerLabel(run: Run, layer: number): string {
+  const kind = layerKind(run, layer);
+  return kind ? `layer ${layer} · ${kind}` : `layer ${layer}`;
+}
+
+/** '5 window (512) + 1 global layers', or '' for a model without window layers. */
+export function layerPattern(run: Run): string {
+  const kinds = run.kvLayers;
+  if (!kinds || !kinds.some((l) => l.kind === 'window')) return '';
+  const windows = [...new Set(kinds.filter((l) => l.kind === 'window').map((l) => l.window))].join('/');
+  return `${kinds.filter((l) => l.kind === 'window').length} window (${windows}) + ${kinds.filter((l) => l.kind === 'global').length} global layers`;
 }
 
 /** A run's context as positions: prompt tokens, then generated ones (position = index). */
@@ -134,7 +160,7 @@ export interface TokenInfo {
   text: string;
   generated: boolean;
   /** Per sparse layer: times selected of the sampled steps it existed in. */
-  layers: { layer: number; fetched: number; of: number; evictedAt: number | null; attention: number | null }[];
+  layers: { layer: number; fetched: number; of: number; evictedAt: number | null; attention: number | null; kind?: string }[];
   counter: number | null;
 }
 
@@ -143,7 +169,7 @@ export function tokenInfo(run: Run, stats: FetchStats, position: number): TokenI
   if (!token) return null;
   return {
     ...token,
-    layers: stats.layers.map((layer, i) => ({ layer, fetched: stats.counts[i]![position] ?? 0, of: stats.seen[i]![position] ?? 0, evictedAt: (stats.evictedAt[i]![position] ?? -1) >= 0 ? stats.evictedAt[i]![position]! : null, attention: stats.attentionSamples[i]! > 0 ? stats.attention[i]![position]! / stats.attentionSamples[i]! : null })),
+    layers: stats.layers.map((layer, i) => ({ ...(layerKind(run, layer) ? { kind: layerKind(run, layer) } : {}), layer, fetched: stats.counts[i]![position] ?? 0, of: stats.seen[i]![position] ?? 0, evictedAt: (stats.evictedAt[i]![position] ?? -1) >= 0 ? stats.evictedAt[i]![position]! : null, attention: stats.attentionSamples[i]! > 0 ? stats.attention[i]![position]! / stats.attentionSamples[i]! : null })),
     counter: (stats.counter[position] ?? -1) >= 0 ? stats.counter[position]! : null,
   };
 }
@@ -208,7 +234,7 @@ export function mapGrid(run: Run, stats: FetchStats, mode: MapMode, range: [numb
       const top = stats.attention[r]!.reduce((m, v) => (v > m ? v : m), 0) / n;
       cells.set(means.map((v) => (top > 0 ? Math.sqrt(v / top) : 0)), r * columns);
     });
-    return { rows, columns, cells, rowLabels: stats.layers.map((l) => `layer ${l}`) };
+    return { rows, columns, cells, rowLabels: stats.layers.map((l) => layerLabel(run, l)) };
   }
   if (mode.kind === 'layers') {
     const rows = Math.max(1, stats.layers.length);
@@ -219,7 +245,7 @@ export function mapGrid(run: Run, stats: FetchStats, mode: MapMode, range: [numb
       for (let p = 0; p < freq.length; p++) if (ev[p]! >= 0) freq[p] = -1;
       cells.set(bucketMeansSigned(freq.subarray(lo, hi), columns), r * columns);
     });
-    return { rows, columns, cells, rowLabels: stats.layers.map((l) => `layer ${l}`) };
+    return { rows, columns, cells, rowLabels: stats.layers.map((l) => layerLabel(run, l)) };
   }
   const samples = run.samples.filter((s) => s.layers.some((l) => l.layer === mode.layer && l.positions));
   const rows = Math.max(1, samples.length);
@@ -303,7 +329,8 @@ export function recallTable(series: RecallSeries): RecallRow[] {
 
 // ── memory over time ────────────────────────────────────────────────────────────────────────
 
-export const MEMORY_PARTS = ['weights', 'kv', 'partial', 'staged', 'other'] as const;
+/** 'window': the sliding-window layers' rings and their checkpoints (0 for a model without window layers; 'kv' is then every row). */
+export const MEMORY_PARTS = ['weights', 'kv', 'window', 'partial', 'staged', 'other'] as const;
 export type MemoryPart = (typeof MEMORY_PARTS)[number];
 
 export interface MemorySeries {
@@ -316,16 +343,18 @@ export interface MemorySeries {
 }
 
 export function memorySeries(run: Run): MemorySeries {
-  const parts: Record<MemoryPart, number[]> = { weights: [], kv: [], partial: [], staged: [], other: [] };
+  const parts: Record<MemoryPart, number[]> = { weights: [], kv: [], window: [], partial: [], staged: [], other: [] };
   const evictions: { step: number; count: number }[] = [];
   let before = 0;
   for (const s of run.samples) {
     const m = s.memory;
     parts.weights.push(m.weightsBytes);
-    parts.kv.push(m.kvUsedBytes);
+    const window = m.kvByKind ? m.kvByKind.window + m.kvByKind.checkpoints : 0;
+    parts.kv.push(m.kvByKind ? m.kvByKind.global : m.kvUsedBytes);
+    parts.window.push(window);
     parts.partial.push(m.partialKeyBytes);
     parts.staged.push(m.stagedBytes);
-    parts.other.push(Math.max(0, m.rssBytes - m.weightsBytes - m.kvUsedBytes - m.partialKeyBytes - m.stagedBytes));
+    parts.other.push(Math.max(0, m.rssBytes - m.weightsBytes - parts.kv.at(-1)! - window - m.partialKeyBytes - m.stagedBytes));
     if (s.evictions > before) evictions.push({ step: s.step, count: s.evictions - before });
     before = s.evictions;
   }
@@ -472,7 +501,7 @@ export const RUN_RECORD = 'longhand.run/1';
 export function runsToJsonl(runs: readonly Run[]): string {
   const lines: string[] = [];
   for (const r of runs) {
-    lines.push(JSON.stringify({ record: RUN_RECORD, requestId: r.requestId, policy: r.policy, contextLength: r.contextLength, promptIds: r.promptIds, pieces: r.pieces, tokens: r.tokens.map((t) => (t.top ? [t.id, t.text, t.top] : [t.id, t.text])) }));
+    lines.push(JSON.stringify({ record: RUN_RECORD, requestId: r.requestId, policy: r.policy, contextLength: r.contextLength, promptIds: r.promptIds, pieces: r.pieces, tokens: r.tokens.map((t) => (t.top ? [t.id, t.text, t.top] : [t.id, t.text])), ...(r.kvLayers ? { kvLayers: r.kvLayers } : {}) }));
     for (const s of r.samples) lines.push(JSON.stringify({ requestId: r.requestId, ...s }));
   }
   return lines.length > 0 ? lines.join('\n') + '\n' : '';
@@ -547,7 +576,10 @@ export function parseRunsJsonl(text: string): Run[] {
         if (top !== undefined && !(Array.isArray(top) && top.every((x) => Array.isArray(x) && isInt(x[0]) && isNum(x[1])))) throw new JsonlError(line, `tokens[${k}] has a bad top list`);
         return top !== undefined ? { id: t[0], text: t[1], top: top as TopLogprobs } : { id: t[0], text: t[1] };
       });
-      runs.set(o.requestId, { requestId: o.requestId, policy: typeof o.policy === 'string' ? o.policy : '', contextLength: isInt(o.contextLength) ? o.contextLength : 0, promptIds: o.promptIds as number[], pieces: o.pieces as string[], tokens, samples: [], loaded: true });
+      const kvLayers = o.kvLayers as unknown;
+      if (kvLayers !== undefined && !(Array.isArray(kvLayers) && kvLayers.every((l) => typeof l === 'object' && l !== null && ((l as { kind?: unknown }).kind === 'global' || ((l as { kind?: unknown }).kind === 'window' && isInt((l as { window?: unknown }).window))))))
+        throw new JsonlError(line, 'kvLayers is not a list of { kind: "global" } / { kind: "window", window }');
+      runs.set(o.requestId, { requestId: o.requestId, policy: typeof o.policy === 'string' ? o.policy : '', contextLength: isInt(o.contextLength) ? o.contextLength : 0, promptIds: o.promptIds as number[], pieces: o.pieces as string[], tokens, samples: [], loaded: true, ...(kvLayers !== undefined ? { kvLayers: kvLayers as Run['kvLayers'] } : {}) });
       return;
     }
     const sample = parseSample(o, line);

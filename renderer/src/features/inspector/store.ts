@@ -237,7 +237,9 @@ function attach(client: EngineClient): void {
     if (event.kind === 'prompt') {
       // a live generation replaces what a loaded file showed
       if ([...runMap.values()].some((r) => r.loaded)) runMap.clear();
-      runMap.set(event.requestId, { requestId: event.requestId, policy: '', contextLength: event.contextLength, promptIds: event.ids, pieces: event.pieces ?? [], tokens: [], samples: [] });
+      // the loaded model's layer kinds (window layers keep rings) mark the token map's and recall's layers
+      const kvLayers = useEngineStore.getState().model?.kvLayers?.map((l) => (l.kind === 'window' ? { kind: l.kind, window: l.window } : { kind: l.kind }));
+      runMap.set(event.requestId, { requestId: event.requestId, policy: '', contextLength: event.contextLength, promptIds: event.ids, pieces: event.pieces ?? [], tokens: [], samples: [], ...(kvLayers ? { kvLayers } : {}) });
       while (runMap.size > RUN_CAPACITY) runMap.delete(runMap.keys().next().value!);
       touchRuns();
       useInspectorStore.setState((s) => (s.running.includes(event.requestId) ? {} : { running: [...s.running, event.requestId] }));

@@ -5,8 +5,12 @@
 export interface MemoryFigures {
   contextTokens: number;
   weightsBytes: number;
-  /** Full K and V rows at the context. */
+  /** Full K and V rows at the context (a sliding-window layer: its ring and checkpoints only). */
   kvFullBytes: number;
+  /** The part of kvFullBytes in sliding-window layers (their rings + checkpoints); 0 without them. */
+  kvWindowBytes: number;
+  /** Layers of each kind (window / global) from the report's per-layer estimate; null when it has none. */
+  layerKinds: { window: number; global: number; windows: number[] } | null;
   partialKeyBytes: number;
   stagedKvBytes: number;
   freeBytes: number;
@@ -15,7 +19,7 @@ export interface MemoryFigures {
 }
 
 export interface MemorySegment {
-  key: 'weights' | 'kv' | 'partial' | 'staged';
+  key: 'weights' | 'kv' | 'kv-window' | 'partial' | 'staged';
   label: string;
   bytes: number;
 }
@@ -30,10 +34,17 @@ export function readMemory(report: Record<string, unknown> | null | undefined): 
   const kvFullBytes = num(m.kvFullBytes);
   const freeBytes = num(m.freeBytes);
   if (weightsBytes === undefined || kvFullBytes === undefined || freeBytes === undefined) return null;
+  // the per-layer estimate (memory-estimate.ts kvLayers): window layers keep rings of their window
+  const layers = Array.isArray(m.kvLayers) ? (m.kvLayers as Record<string, unknown>[]).filter((l) => typeof l === 'object' && l !== null) : [];
+  const windowLayers = layers.filter((l) => l.kind === 'window');
+  const kvWindowBytes = Math.min(kvFullBytes, windowLayers.reduce((a, l) => a + (num(l.rowBytes) ?? 0) + (num(l.checkpointBytes) ?? 0), 0));
+  const layerKinds = layers.length > 0 ? { window: windowLayers.length, global: layers.length - windowLayers.length, windows: [...new Set(windowLayers.map((l) => num(l.window) ?? 0))] } : null;
   return {
     contextTokens: num(m.contextTokens) ?? 0,
     weightsBytes,
     kvFullBytes,
+    kvWindowBytes,
+    layerKinds,
     partialKeyBytes: num(m.partialKeyBytes) ?? 0,
     stagedKvBytes: num(m.stagedKvBytes) ?? 0,
     freeBytes,
@@ -43,9 +54,18 @@ export function readMemory(report: Record<string, unknown> | null | undefined): 
 }
 
 export function memorySegments(m: MemoryFigures): MemorySegment[] {
+  const at = m.contextTokens.toLocaleString('en-US');
+  // a model with sliding-window layers: their rings apart from the global layers' rows
+  const kv: MemorySegment[] =
+    m.kvWindowBytes > 0 && m.layerKinds
+      ? [
+          { key: 'kv', label: `KV cache at ${at} tokens, ${m.layerKinds.global} global layers`, bytes: m.kvFullBytes - m.kvWindowBytes },
+          { key: 'kv-window', label: `KV of ${m.layerKinds.window} window layers (window ${m.layerKinds.windows.join('/')}: rings + checkpoints)`, bytes: m.kvWindowBytes },
+        ]
+      : [{ key: 'kv', label: `KV cache at ${at} tokens`, bytes: m.kvFullBytes }];
   return [
     { key: 'weights', label: 'Weights', bytes: m.weightsBytes },
-    { key: 'kv', label: `KV cache at ${m.contextTokens.toLocaleString('en-US')} tokens`, bytes: m.kvFullBytes },
+    ...kv,
     { key: 'partial', label: 'Partial keys', bytes: m.partialKeyBytes },
     { key: 'staged', label: 'Staged rows', bytes: m.stagedKvBytes },
   ];

@@ -54,6 +54,21 @@ describe('memory bar', () => {
     expect(screen.getByText(/KV cache at 4,096 tokens: 512 MiB/)).toBeTruthy();
   });
 
+  it('a model with sliding-window layers: their rings + checkpoints are their own segment, named with the layer pattern', () => {
+    const r = report(8 * GiB);
+    const kvLayers = [
+      ...Array.from({ length: 5 }, (_, layer) => ({ layer, kind: 'window', window: 1024, slots: 1279, rowBytes: 10 * MiB, poolBytes: 11 * MiB, checkpointBytes: 8 * MiB })),
+      { layer: 5, kind: 'global', slots: 4096, rowBytes: 422 * MiB, poolBytes: 430 * MiB, checkpointBytes: 0 },
+    ];
+    const memory = readMemory({ ...r, memory: { ...(r.memory as object), kvLayers } })!;
+    expect(memory.kvWindowBytes).toBe(90 * MiB);
+    expect(memory.layerKinds).toEqual({ window: 5, global: 1, windows: [1024] });
+    render(<MemoryBar memory={memory} />);
+    expect(document.querySelectorAll('.memory-seg')).toHaveLength(5);
+    expect(screen.getByText(/KV cache at 4,096 tokens, 1 global layers: 422 MiB/)).toBeTruthy();
+    expect(screen.getByText(/KV of 5 window layers \(window 1024: rings \+ checkpoints\): 90.0 MiB/)).toBeTruthy();
+  });
+
   it('reads no figures from a report without a memory estimate', () => {
     expect(readMemory({ path: 'x' })).toBeNull();
     expect(readMemory({ memory: { weightsBytes: 'lots' } })).toBeNull();
