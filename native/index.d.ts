@@ -495,6 +495,11 @@ export interface DenseStageConfig {
   v?: DenseStageMatrix;
   /** layer stage + 1's attn_q (InfiniGen's speculative query) */
   qSpec?: DenseStageMatrix;
+  /** [headDim], stage < L: per-head RMSNorm weights of q and k before RoPE (Qwen3); both or neither */
+  qNorm?: Float32Array;
+  kNorm?: Float32Array;
+  /** [headDim]: layer stage + 1's q norm, required with qNorm when the stage has qSpec */
+  qSpecNorm?: Float32Array;
   lmHead?: DenseStageMatrix;
 }
 

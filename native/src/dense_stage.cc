@@ -227,6 +227,9 @@ struct lh_dense_stage {
   Linear attn_output, gate, up, down, q, k, v, q_spec, head;
   float* ffn_norm = nullptr;  // [hidden]
   float* norm = nullptr;      // [hidden]
+  float* q_norm = nullptr;       // [head_dim] or null (no per-head q/k norm)
+  float* k_norm = nullptr;       // [head_dim] or null
+  float* q_spec_norm = nullptr;  // [head_dim] or null
   bool has_spec = false;
   lh_qdot_impl impl_used = LH_QDOT_SCALAR;  // the least of its matrices' implementations
 };
@@ -243,6 +246,9 @@ void free_stage(lh_dense_stage* s) {
   for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head}) std::free(L->bias);
   std::free(s->ffn_norm);
   std::free(s->norm);
+  std::free(s->q_norm);
+  std::free(s->k_norm);
+  std::free(s->q_spec_norm);
   delete s;
 }
 
@@ -304,6 +310,19 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   }
   if (r == LH_OK && s > 0 && (st->ffn_norm = copy_floats(c->ffn_norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK && (st->norm = copy_floats(c->norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
+  // per-head q/k norm: both or neither; a speculating stage norms q_spec as its layer norms q
+  if (r == LH_OK && s < L && c->q_norm != nullptr) {
+    if (c->k_norm == nullptr || (st->has_spec && c->q_spec_norm == nullptr)) {
+      *why = "q_norm needs k_norm (and q_spec_norm when the stage has q_spec)";
+      r = LH_BAD_ARGUMENT;
+    } else if ((st->q_norm = copy_floats(c->q_norm, c->head_dim)) == nullptr || (st->k_norm = copy_floats(c->k_norm, c->head_dim)) == nullptr ||
+               (st->has_spec && (st->q_spec_norm = copy_floats(c->q_spec_norm, c->head_dim)) == nullptr)) {
+      r = LH_OUT_OF_MEMORY;
+    }
+  } else if (r == LH_OK && s < L && (c->k_norm != nullptr || c->q_spec_norm != nullptr)) {
+    *why = "k_norm or q_spec_norm without q_norm";
+    r = LH_BAD_ARGUMENT;
+  }
   if (r == LH_OK) {
     r = lh_shared_pool_reserve(c->threads);
   }
@@ -314,6 +333,9 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   }
   st->cfg.ffn_norm = st->ffn_norm;
   st->cfg.norm = st->norm;
+  st->cfg.q_norm = st->q_norm;
+  st->cfg.k_norm = st->k_norm;
+  st->cfg.q_spec_norm = st->q_spec_norm;
   st->impl_used = LH_QDOT_AMX;
   for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head})
     if (m->data != nullptr && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;
@@ -372,6 +394,12 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
   float* outs[] = {io->q, io->k, io->v, io->q_spec};
   const lh_status r = matmul_group(qkv, st->has_spec ? 4 : 3, sc.normed.f(), T, outs, parts);
   if (r != LH_OK) return r;
+  if (st->q_norm != nullptr) {
+    // Qwen3: every head row (T·heads of q, T·kv_heads of k) normed on its own, in place, before RoPE
+    rms_norm(io->q, st->q_norm, T * c.heads, c.head_dim, c.eps, io->q);
+    rms_norm(io->k, st->k_norm, T * c.kv_heads, c.head_dim, c.eps, io->k);
+    if (st->has_spec) rms_norm(io->q_spec, st->q_spec_norm, T * c.heads, c.head_dim, c.eps, io->q_spec);
+  }
   rope(io->q, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
   rope(io->k, io->rope_cos, io->rope_sin, T, c.kv_heads, c.head_dim, c.rope_layout);
   if (st->has_spec) rope(io->q_spec, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
