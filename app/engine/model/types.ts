@@ -32,7 +32,7 @@ export interface RopeScaling {
   originalContextLength?: number;
 }
 
-export type Architecture = 'llama' | 'opt';
+export type Architecture = 'llama' | 'opt' | 'qwen3';
 
 export interface ModelHyperparameters {
   architecture: Architecture;

@@ -5,6 +5,7 @@ import type { Architecture, ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
 import { LLAMA_FAMILY } from './llama.ts';
 import { OPT_FAMILY } from './opt.ts';
+import { QWEN3_FAMILY } from './qwen3.ts';
 
 export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts';
 
@@ -12,6 +13,7 @@ export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts
 export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   llama: LLAMA_FAMILY,
   opt: OPT_FAMILY,
+  qwen3: QWEN3_FAMILY,
 };
 
 /**

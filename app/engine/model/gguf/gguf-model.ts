@@ -2,27 +2,33 @@
 // names (already canonical), tokenizer metadata and chat template passed through.
 //
 // Families: 'llama' (which Mistral, SmolLM, TinyLlama... files also say) with interleaved RoPE,
-// and 'qwen2' with NeoX RoPE and q/k/v biases. Both run as our 'llama' Architecture. Mixture of
+// and 'qwen2' with NeoX RoPE and q/k/v biases. Both run as our 'llama' Architecture; 'qwen3' (NeoX,
+// per-head q/k RMSNorm, its own head size) as our 'qwen3' (arch/qwen3.ts). Mixture of
 // experts, partial rotary and YaRN/LongRoPE scaling are refused (MODEL_UNSUPPORTED_ARCHITECTURE).
 // Llama 3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor of per-pair divisors;
 // it is accepted when it matches Llama 3 scaling with the usual parameters (low 1, high 4,
 // original context 8192) and reported as such.
 import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
-import { checkTensors } from '../arch/base.ts';
+import { checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
-import type { LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
+import { QWEN3_TENSORS } from '../arch/qwen3.ts';
+import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
 import { openGguf } from './open-gguf.ts';
 import type { GgufFile, GgufValue, ParseOptions } from './reader.ts';
 
 interface Family {
   ropeLayout: RopeLayout;
+  /** The Architecture it runs as (default 'llama') and its tensor table (default LLAMA_TENSORS). */
+  architecture?: Architecture;
+  tensors?: ArchTensorTable;
 }
 
 /** general.architecture values we run, and how they differ. */
 const FAMILIES: Readonly<Record<string, Family>> = {
   llama: { ropeLayout: 'interleaved' },
   qwen2: { ropeLayout: 'neox' },
+  qwen3: { ropeLayout: 'neox', architecture: 'qwen3', tensors: QWEN3_TENSORS },
 };
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
@@ -64,7 +70,7 @@ export function ggufToLoadedModel(file: GgufFile, path: string = file.fileName, 
     tensors.set(info.name, file.tensorView(info.name));
     weightBytes += info.byteSize;
   }
-  checkTensors(LLAMA_TENSORS, hyper, tensors, file.fileName);
+  checkTensors(FAMILIES[hyper.family]?.tensors ?? LLAMA_TENSORS, hyper, tensors, file.fileName);
   const chatTemplate = optionalString(file, 'tokenizer.chat_template');
   return {
     format: 'gguf',
@@ -122,7 +128,7 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   const vocabSize = Array.isArray(tokens) ? tokens.length : (embedding.shape[0] as number);
 
   return {
-    architecture: 'llama',
+    architecture: spec.architecture ?? 'llama',
     family,
     hiddenSize,
     layers,

@@ -7,12 +7,13 @@ import { ModelFileError } from '../../../common/errors.ts';
 import { canonicalTensors, checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { OPT_TENSORS } from '../arch/opt.ts';
+import { QWEN3_TENSORS } from '../arch/qwen3.ts';
 import { openSafetensorsCheckpoint } from '../safetensors/checkpoint.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters } from '../types.ts';
 import { readHfConfig } from './config.ts';
 import { findChatTemplate, findTokenizer } from './tokenizer-files.ts';
 
-export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS };
+export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, qwen3: QWEN3_TENSORS };
 
 /** Loads a Hugging Face folder (config.json + safetensors + tokenizer.json). */
 export function loadHfModel(folder: string): LoadedModel {
