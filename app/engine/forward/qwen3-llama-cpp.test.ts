@@ -5,11 +5,11 @@
 //   - greedy: 200 greedy tokens from three chat prompts on the F32 file with the native stages (what
 //     'auto' picks), then llama.cpp teacher-forced over prompt + those tokens: its greedy token at
 //     every step must be ours (so its own greedy run is ours), and top-5 log-probs within the F32
-//     bound of llama-cpp.test.ts at 14 of the steps (the first 4, then every 20th);
+//     bound of llama-cpp.test.ts at 6 of the steps (the first 2, then every 50th);
 //   - next-token distributions over 64 teacher-forced tokens on F32, F16, Q8_0, Q4_K_M and Q6_K
-//     files, both dense engines, mean KL and top-5 gaps held per type (bounds below) at 16 of the
-//     positions (every 4th: node-llama-cpp hands each distribution over as a 151936-entry Map, which
-//     costs more than the forward pass);
+//     files, both dense engines, mean KL and top-5 gaps held per type (bounds below) at 8 of the
+//     positions (every 8th: node-llama-cpp hands each distribution over as a 151936-entry Map, which
+//     costs more than the forward pass, and the suite has ~90 s for this family);
 //   - the Hugging Face folder of the same weights gives the logits of the F32 GGUF.
 import { afterAll, describe, expect, it } from 'vitest';
 import { qwen3GgufFixture, qwen3HfFixture, type Qwen3FixtureType } from '../../../test/fixtures/families/qwen3.ts';
@@ -23,28 +23,32 @@ import { createModelRunner } from './model-runner.ts';
 
 afterAll(() => disposeLlamaCpp());
 
-// Bounds per file type, ~3x above what was measured on this fixture (2026-12-07, native / onnx):
-// F32 KL 4.0e-13 / 7.6e-13, top-5 5.5e-6 / 4.9e-6, held to the F32 bounds of llama-cpp.test.ts.
-// The quantized files sit ~3x above the llama fixture's figures for the same types because this
-// model's layers carry more of the output (matrix std 0.05 against 0.02, so that greedy decoding
-// follows the context instead of repeating its input token through the tied head): a rounding in a
-// weight reaches the logits with more weight. F16 1.8e-7 / 1.8e-7, Q8_0 1.0e-4 / 1.0e-4. The K-quant
-// files are mostly Q4_K / Q6_K (the LM head, tied, is Q6_K in both): the native stages quantize
-// activations as llama.cpp does (q8_K) and land near Q8_0 (Q4_K_M 1.6e-5, Q6_K 3.5e-5), while
-// MatMulNBits (accuracy level 4) rounds them its own way (Q4_K_M 3.8e-4, Q6_K 3.2e-4). Each case
-// prints its figures.
+// Bounds per file type, ~3x above what was measured on this fixture (2026-12-07, fixture version 3,
+// the 8 positions below, native / onnx): F32 KL 2.1e-13 / 3.4e-13, top-5 2.3e-6 / 3.2e-6, held to the
+// F32 bounds of llama-cpp.test.ts. F16 6.6e-8 / 6.6e-8 (top-5 9.3e-4), Q8_0 3.5e-5 / 3.6e-5 (top-5
+// 1.5e-2 / 1.7e-2): both engines alike, so the gap is llama.cpp's own rounding of activations (to
+// fp16 for F16 weights, to q8_0 for Q8_0), which lands 6-7x above the llama fixture's figures (F16
+// 9e-9, Q8_0 6.2e-6) because this model's layers carry more of the output (matrices
+// N(0, (0.8/√cols)²) against 0.02, so that greedy decoding follows the context instead of repeating
+// its input token through the tied head): a rounding reaches the logits with more weight. The
+// K-quant files are mostly Q4_K / Q6_K (the LM head, tied, is Q6_K in both): the native stages
+// quantize activations to q8_K and take integer dot products as llama.cpp does, so they stay close
+// (Q4_K_M 2.8e-6, top-5 1.0e-2; Q6_K 6.4e-6, top-5 8.8e-3: what is left comes from a float
+// difference upstream that moves an activation to the other q8 step now and then; on the previous
+// fixture Q6_K agreed to 6e-14), while MatMulNBits (accuracy level 4) rounds activations its own
+// way (Q4_K_M 1.4e-4, Q6_K 1.2e-4, top-5 4.3e-2 / 3.0e-2). Each case prints its figures.
 const BOUNDS: Record<Qwen3FixtureType, { kl: number; top5: number }> = {
   F32: { kl: 1e-9, top5: 1e-5 },
-  F16: { kl: 1e-6, top5: 5e-3 },
-  Q8_0: { kl: 3e-4, top5: 1e-1 },
-  Q4_K_M: { kl: 1e-3, top5: 2e-1 },
-  Q6_K: { kl: 1e-3, top5: 2e-1 },
+  F16: { kl: 2e-7, top5: 3e-3 },
+  Q8_0: { kl: 1e-4, top5: 5e-2 },
+  Q4_K_M: { kl: 5e-4, top5: 1.5e-1 },
+  Q6_K: { kl: 4e-4, top5: 1e-1 },
 };
 
 const TOKENS = 64;
 // a fixed walk through the whole vocabulary (ordinary tokens, CJK, specials near the end)
 const ids = Array.from({ length: TOKENS }, (_, i) => (i * 7919 + 13) % 151669);
-const POSITIONS = Array.from({ length: TOKENS / 4 }, (_, j) => 4 * j + 3);
+const POSITIONS = Array.from({ length: TOKENS / 8 }, (_, j) => 8 * j + 7);
 
 describe('Qwen3 vs llama.cpp: greedy on the F32 fixture', () => {
   const prompts = [
@@ -67,7 +71,7 @@ describe('Qwen3 vs llama.cpp: greedy on the F32 fixture', () => {
         runner.reset();
         let logits = await runner.prefill(prompt);
         const generated: number[] = [];
-        const steps = [0, 1, 2, 3, ...Array.from({ length: 10 }, (_, j) => 20 * (j + 1) - 1)];
+        const steps = [0, 1, 49, 99, 149, 199];
         const ours: Float64Array[] = [];
         for (let i = 0; i < 200; i++) {
           if (steps.includes(i)) ours.push(logSoftmax(logits));
@@ -84,6 +88,8 @@ describe('Qwen3 vs llama.cpp: greedy on the F32 fixture', () => {
         console.log(`qwen3 F32 greedy (native) ${JSON.stringify(messages.at(-1)!.content.slice(0, 24))}: ${matched}/200 ids match llama.cpp, max top-5 |Δ log p| ${top5.toExponential(2)}, distinct ids ${new Set(generated).size}`);
         expect(matched).toBe(200);
         expect(top5).toBeLessThan(BOUNDS.F32.top5);
+        // a model that only repeats a token would agree with llama.cpp and test nothing (measured: 44 to 100 distinct ids)
+        expect(new Set(generated).size).toBeGreaterThanOrEqual(20);
       }
     } finally {
       await runner.dispose();
