@@ -515,14 +515,15 @@ export interface DenseStageConfig {
   v?: DenseStageMatrix;
   /** layer stage + 1's attn_q (InfiniGen's speculative query) */
   qSpec?: DenseStageMatrix;
+  /** [headDim], stage < L: per-head RMSNorm weights of q and k before RoPE (Qwen3, Gemma 3); both or neither */
+  qNorm?: Float32Array;
+  kNorm?: Float32Array;
+  /** [headDim]: layer stage + 1's q norm, required with qNorm when the stage has qSpec */
+  qSpecNorm?: Float32Array;
   lmHead?: DenseStageMatrix;
   /** Gemma-style layers (dense_stage.h): [hidden] norms of the attention's and the MLP's outputs, stage > 0 */
   attnPostNorm?: Float32Array;
   ffnPostNorm?: Float32Array;
-  /** [headDim] per-head RMSNorm of q and k before RoPE, stage < L; qSpecNorm: layer stage + 1's, with qSpec */
-  qNorm?: Float32Array;
-  kNorm?: Float32Array;
-  qSpecNorm?: Float32Array;
   /** the MLP gate's nonlinearity (default 'silu'); 'gelu_tanh': GeGLU */
   activation?: 'silu' | 'gelu_tanh';
   /** stage L: logits ← c·tanh(logits / c); 0 or absent: none */

@@ -1609,7 +1609,8 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
 // ---------------------------------------------------------------------------------------------
 // new DenseStage({ stage, layers, hidden, heads, kvHeads, headDim, ffn, vocab, eps, ropeLayout: 0 | 1,
 //   rotaryDim? (default headDim: the dimensions RoPE rotates, even), threads, impl?: 'auto' | 'scalar' | 'avx2' | 'avx512', norm: Float32Array [hidden],
-//   ffnNorm?: Float32Array [hidden], attnOutput?, ffnGate?, ffnUp?, ffnDown?, q?, k?, v?, qSpec?, lmHead?:
+//   ffnNorm?: Float32Array [hidden], qNorm?, kNorm?, qSpecNorm?: Float32Array [headDim] (per-head norms: Qwen3, Gemma 3),
+//   attnOutput?, ffnGate?, ffnUp?, ffnDown?, q?, k?, v?, qSpec?, lmHead?:
 //   { data: Uint8Array (the tensor's bytes in the file), type: GGML type id, rows, cols, bias?: Float32Array } })
 // run({ tokens, h, attn?, ropeCos?, ropeSin?, rows?: Uint32Array }) -> { q, k, v, qSpec?, hNext? } | { logits }
 // The weights' Uint8Arrays are held (so their ArrayBuffer outlives the stage) and checked before each
@@ -1681,9 +1682,6 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       };
       c.attn_post_norm = optional_vector("attnPostNorm", c.hidden);
       c.ffn_post_norm = optional_vector("ffnPostNorm", c.hidden);
-      c.q_norm = optional_vector("qNorm", c.head_dim);
-      c.k_norm = optional_vector("kNorm", c.head_dim);
-      c.q_spec_norm = optional_vector("qSpecNorm", c.head_dim);
       const Napi::Value act = o.Get("activation");
       const std::string act_name = act.IsString() ? act.As<Napi::String>().Utf8Value() : act.IsUndefined() ? "silu" : "";
       if (act_name == "silu") c.activation = LH_ACT_SILU;
@@ -1703,6 +1701,10 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       c.k = Matrix(o, "k", pre, kvw);
       c.v = Matrix(o, "v", pre, kvw);
       c.q_spec = Matrix(o, "qSpec", pre && !o.Get("qSpec").IsUndefined(), qw);
+      // optional per-head q/k norm [headDim] (Qwen3, Gemma 3); the stage checks they come together
+      c.q_norm = HeadNorm(o, "qNorm", pre, q_norm_, c.head_dim);
+      c.k_norm = HeadNorm(o, "kNorm", pre, k_norm_, c.head_dim);
+      c.q_spec_norm = HeadNorm(o, "qSpecNorm", pre, q_spec_norm_, c.head_dim);
       c.lm_head = Matrix(o, "lmHead", !pre, c.vocab);
       layers_ = c.layers;
       stage_ = c.stage;
@@ -1717,6 +1719,9 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       if (st != LH_OK) fail(env_, st, std::string("cannot create dense stage ") + std::to_string(c.stage) + ": " + (why ? why : "?") +
                                           (st == LH_BAD_ARGUMENT ? " (a shape, byte size or type without kernels)" : ""));
       biases_.clear();  // copied by the stage
+      q_norm_.Reset();
+      k_norm_.Reset();
+      q_spec_norm_.Reset();
     });
   }
   ~DenseStage() override { lh_dense_stage_free(stage_ptr_); }
@@ -1745,6 +1750,13 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
     weights_.push_back(Napi::Persistent(bytes));
     weight_bytes_.push_back(m.bytes);
     return m;
+  }
+
+  // an optional [head_dim] vector, held in `ref` until the stage has copied it
+  const float* HeadNorm(const Napi::Object& o, const char* name, bool wanted, Napi::Reference<Napi::Float32Array>& ref, uint32_t head_dim) {
+    if (!wanted || o.Get(name).IsUndefined()) return nullptr;
+    ref = Napi::Persistent(f32_arg(env_, o.Get(name), name, head_dim));
+    return ref.Value().Data();
   }
 
   lh_dense_stage* Live() {
@@ -1836,6 +1848,7 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
   std::vector<size_t> weight_bytes_;
   std::vector<Napi::Float32Array> biases_;  // only during the constructor (the stage copies them)
   Napi::Reference<Napi::Float32Array> norm_, ffn_norm_;
+  Napi::Reference<Napi::Float32Array> q_norm_, k_norm_, q_spec_norm_;  // only during the constructor
   uint32_t layers_ = 0, stage_ = 0, hidden_ = 0, qw_ = 0, kvw_ = 0, vocab_ = 0, half_ = 0;
   bool spec_ = false;
 };

@@ -337,25 +337,34 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   }
   if (r == LH_OK && s > 0 && (st->ffn_norm = copy_floats(c->ffn_norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK && (st->norm = copy_floats(c->norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
-  // the optional Gemma-style vectors: copied where given (copy_floats(null) is null)
+  // the optional Gemma-style post norms: copied where given (copy_floats(null) is null)
   const struct {
     const float* src;
     size_t n;
     bool allowed;
     float** dst;
-  } optional[] = {{c->attn_post_norm, d, s > 0, &st->attn_post_norm},
-                  {c->ffn_post_norm, d, s > 0, &st->ffn_post_norm},
-                  {c->q_norm, c->head_dim, s < L, &st->q_norm},
-                  {c->k_norm, c->head_dim, s < L, &st->k_norm},
-                  {c->q_spec_norm, c->head_dim, s < L && st->has_spec, &st->q_spec_norm}};
+  } optional[] = {{c->attn_post_norm, d, s > 0, &st->attn_post_norm}, {c->ffn_post_norm, d, s > 0, &st->ffn_post_norm}};
   for (const auto& o : optional) {
     if (r != LH_OK || o.src == nullptr) continue;
     if (!o.allowed) {
-      *why = "a norm vector this stage has no use for (post norms need stage > 0, q/k norms stage < L, the q_spec norm a q_spec)";
+      *why = "a post norm at stage 0 (post norms need stage > 0)";
       r = LH_BAD_ARGUMENT;
     } else if ((*o.dst = copy_floats(o.src, o.n)) == nullptr) {
       r = LH_OUT_OF_MEMORY;
     }
+  }
+  // per-head q/k norm (Qwen3, Gemma 3): both or neither; a speculating stage norms q_spec as its layer norms q
+  if (r == LH_OK && s < L && c->q_norm != nullptr) {
+    if (c->k_norm == nullptr || (st->has_spec && c->q_spec_norm == nullptr)) {
+      *why = "q_norm needs k_norm (and q_spec_norm when the stage has q_spec)";
+      r = LH_BAD_ARGUMENT;
+    } else if ((st->q_norm = copy_floats(c->q_norm, c->head_dim)) == nullptr || (st->k_norm = copy_floats(c->k_norm, c->head_dim)) == nullptr ||
+               (st->has_spec && (st->q_spec_norm = copy_floats(c->q_spec_norm, c->head_dim)) == nullptr)) {
+      r = LH_OUT_OF_MEMORY;
+    }
+  } else if (r == LH_OK && s < L && (c->k_norm != nullptr || c->q_spec_norm != nullptr)) {
+    *why = "k_norm or q_spec_norm without q_norm";
+    r = LH_BAD_ARGUMENT;
   }
   if (r == LH_OK) {
     r = lh_shared_pool_reserve(c->threads);
@@ -367,6 +376,9 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   }
   st->cfg.ffn_norm = st->ffn_norm;
   st->cfg.norm = st->norm;
+  st->cfg.q_norm = st->q_norm;
+  st->cfg.k_norm = st->k_norm;
+  st->cfg.q_spec_norm = st->q_spec_norm;
   st->impl_used = LH_QDOT_AMX;
   for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head})
     if (m->data != nullptr && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;

@@ -13,6 +13,8 @@
 //   pre(s):  q = RoPE(normed·W_qᵀ + b_q)  [T, heads·head_dim]     k = RoPE(normed·W_kᵀ + b_k)  [T, kv_heads·head_dim]
 //            v = normed·W_vᵀ + b_v         [T, kv_heads·head_dim]
 //            q_spec = RoPE(normed·W_q^{(s+1)ᵀ} + b)  when the stage speculates (InfiniGen, graphs.ts speculateNext)
+//            with q_norm / k_norm (Qwen3): each head row of q and k is RMSNormed (·q_norm, ·k_norm [head_dim])
+//            before its RoPE, and q_spec by layer s+1's q_norm (q_spec_norm), as layer s+1 computes its q
 //   head:    logits[r] = normed[rows[r]]·W_outᵀ          [R, vocab]
 //
 // Gemma-style layers (Gemma 2/3: every field below optional, null/0 keep the llama stage above):
@@ -74,6 +76,11 @@ struct lh_dense_stage_config {
   lh_dense_matrix q;                      // [heads·head_dim, hidden]
   lh_dense_matrix k, v;                   // [kv_heads·head_dim, hidden]
   lh_dense_matrix q_spec;                 // [heads·head_dim, hidden] layer stage+1's W_q, or data null
+  // per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3), or null: both or neither; q_spec_norm
+  // (layer stage+1's q_norm) is required with them when the stage has q_spec
+  const float* q_norm;                    // [head_dim]
+  const float* k_norm;                    // [head_dim]
+  const float* q_spec_norm;               // [head_dim]
   // stage L
   lh_dense_matrix lm_head;                // [vocab, hidden]
   uint32_t threads;                       // dense workers used by this stage's runs (1..LH_MAX_RANGE_THREADS)
@@ -81,9 +88,6 @@ struct lh_dense_stage_config {
   // Gemma-style layers (see the top); null / 0: absent
   const float* attn_post_norm;            // [hidden] stage > 0
   const float* ffn_post_norm;             // [hidden] stage > 0
-  const float* q_norm;                    // [head_dim] stage < L
-  const float* k_norm;                    // [head_dim] stage < L
-  const float* q_spec_norm;               // [head_dim] stage < L with q_spec: layer stage+1's q norm
   uint32_t activation;                    // lh_ffn_activation
   float final_softcap;                    // stage L: > 0 caps the logits; 0 none
 };

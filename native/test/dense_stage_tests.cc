@@ -74,6 +74,7 @@ Weight make_weight(Rng& rng, uint32_t rows, uint32_t cols, uint32_t type, bool w
 struct Layer {
   Weight q, k, v, o, gate, up, down;
   std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> q_norm, k_norm;  // [kHd]: Qwen3's per-head norms, used by the qk-norm runs
 };
 
 struct Model {
@@ -90,6 +91,7 @@ std::vector<float> norm_vector(Rng& rng) {
 
 Model make_model(uint32_t type, uint64_t seed, bool bias) {
   Rng rng(seed);
+  Rng head_rng(seed + 1000);  // the per-head norm vectors draw apart, so the other weights stay what they were
   Model m;
   for (uint32_t l = 0; l < kLayers; ++l) {
     Layer L;
@@ -102,6 +104,10 @@ Model make_model(uint32_t type, uint64_t seed, bool bias) {
     L.down = make_weight(rng, kD, kFfn, type, false);
     L.attn_norm = norm_vector(rng);
     L.ffn_norm = norm_vector(rng);
+    for (std::vector<float>* v : {&L.q_norm, &L.k_norm}) {
+      v->resize(kHd);
+      for (float& x : *v) x = 1.0f + 0.3f * head_rng.normal();
+    }
     m.layers.push_back(L);
   }
   m.output_norm = norm_vector(rng);
@@ -109,7 +115,7 @@ Model make_model(uint32_t type, uint64_t seed, bool bias) {
   return m;
 }
 
-lh_dense_stage_config config_for(const Model& m, uint32_t s, bool spec, uint32_t threads, uint32_t layout) {
+lh_dense_stage_config config_for(const Model& m, uint32_t s, bool spec, uint32_t threads, uint32_t layout, bool qk_norm = false) {
   lh_dense_stage_config c{};
   c.stage = s;
   c.layers = kLayers;
@@ -137,6 +143,11 @@ lh_dense_stage_config config_for(const Model& m, uint32_t s, bool spec, uint32_t
     c.k = m.layers[s].k.matrix();
     c.v = m.layers[s].v.matrix();
     if (spec && s + 1 < kLayers) c.q_spec = m.layers[s + 1].q.matrix();
+    if (qk_norm) {
+      c.q_norm = m.layers[s].q_norm.data();
+      c.k_norm = m.layers[s].k_norm.data();
+      if (spec && s + 1 < kLayers) c.q_spec_norm = m.layers[s + 1].q_norm.data();
+    }
   } else {
     c.lm_head = m.head.matrix();
   }
@@ -168,6 +179,16 @@ Vec rms_ref(const Vec& x, const std::vector<float>& w, uint32_t T) {
   return y;
 }
 
+// every head row of x [rows, kHd] RMSNormed on its own (Qwen3's q/k norm), in place
+void head_rms_ref(Vec& x, uint32_t rows, const std::vector<float>& w) {
+  for (uint32_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (uint32_t i = 0; i < kHd; ++i) ss += x[r * kHd + i] * x[r * kHd + i];
+    const double inv = 1.0 / std::sqrt(ss / kHd + 1e-5);
+    for (uint32_t i = 0; i < kHd; ++i) x[r * kHd + i] *= inv * w[i];
+  }
+}
+
 void rope_ref(Vec& x, uint32_t T, uint32_t heads, const std::vector<float>& cos, const std::vector<float>& sin, uint32_t layout) {
   const uint32_t half = kHd / 2;
   for (uint32_t t = 0; t < T; ++t)
@@ -186,7 +207,7 @@ struct Outputs {
 };
 
 Outputs stage_ref(const Model& m, uint32_t s, bool spec, const Vec& h, const Vec& attn, const std::vector<float>& cos, const std::vector<float>& sin,
-                  const std::vector<uint32_t>& rows, uint32_t T, uint32_t layout) {
+                  const std::vector<uint32_t>& rows, uint32_t T, uint32_t layout, bool qk_norm = false) {
   Outputs out;
   Vec normed;
   if (s == 0) {
@@ -213,10 +234,15 @@ Outputs stage_ref(const Model& m, uint32_t s, bool spec, const Vec& h, const Vec
   out.q = linear_ref(m.layers[s].q, normed, T);
   out.k = linear_ref(m.layers[s].k, normed, T);
   out.v = linear_ref(m.layers[s].v, normed, T);
+  if (qk_norm) {
+    head_rms_ref(out.q, T * kHeads, m.layers[s].q_norm);
+    head_rms_ref(out.k, T * kKv, m.layers[s].k_norm);
+  }
   rope_ref(out.q, T, kHeads, cos, sin, layout);
   rope_ref(out.k, T, kKv, cos, sin, layout);
   if (spec && s + 1 < kLayers) {
     out.q_spec = linear_ref(m.layers[s + 1].q, normed, T);
+    if (qk_norm) head_rms_ref(out.q_spec, T * kHeads, m.layers[s + 1].q_norm);  // layer s+1's q, as layer s+1 computes it
     rope_ref(out.q_spec, T, kHeads, cos, sin, layout);
   }
   return out;
@@ -295,7 +321,7 @@ void rope_rows(uint32_t p0, uint32_t T, std::vector<float>* cos, std::vector<flo
     }
 }
 
-void check_against_reference(uint32_t type, const char* tname, double bound) {
+void check_against_reference(uint32_t type, const char* tname, double bound, bool qk_norm = false) {
   lh_qdot_kernels probe{};
   if (!lh_qdot_kernels_for(type, LH_QDOT_AUTO, &probe)) {
     check(false, "dense stage: kernels for the test's weight type", "type %s has none", tname);
@@ -312,14 +338,14 @@ void check_against_reference(uint32_t type, const char* tname, double bound) {
       const bool spec = s % 2 == 0;
       const std::vector<float> h = random_floats(rng, static_cast<size_t>(T) * kD, 1.0f), attn = random_floats(rng, static_cast<size_t>(T) * kQw, 0.5f);
       const Vec hd(h.begin(), h.end()), ad(attn.begin(), attn.end());
-      const Outputs want = stage_ref(m, s, spec, hd, ad, cos, sin, rows, T, layout);
-      lh_dense_stage_config c = config_for(m, s, spec, 2, layout);
+      const Outputs want = stage_ref(m, s, spec, hd, ad, cos, sin, rows, T, layout, qk_norm);
+      lh_dense_stage_config c = config_for(m, s, spec, 2, layout, qk_norm);
       lh_dense_stage* st = nullptr;
       const char* why = nullptr;
       const lh_status cs = lh_dense_stage_create(&c, &st, &why);
       char name[160];
-      std::snprintf(name, sizeof name, "dense stage %s %s: stage %u of %u%s vs float64 (bound %.0e)", tname, layout ? "interleaved" : "neox", s, kLayers,
-                    spec && s + 1 < kLayers ? " + q_spec" : "", bound);
+      std::snprintf(name, sizeof name, "dense stage %s %s%s: stage %u of %u%s vs float64 (bound %.0e)", tname, layout ? "interleaved" : "neox",
+                    qk_norm ? " q/k norm" : "", s, kLayers, spec && s + 1 < kLayers ? " + q_spec" : "", bound);
       if (cs != LH_OK) {
         check(false, name, "create: %s (%s)", lh_status_name(cs), why ? why : "?");
         continue;
@@ -402,6 +428,18 @@ void check_refusals() {
   c.ffn_up.bytes -= 4;
   s = lh_dense_stage_create(&c, &st, &why);
   check(s == LH_BAD_ARGUMENT && why != nullptr && std::strcmp(why, "ffn_up") == 0, "dense stage: a byte size that does not match the shape is refused");
+  c = config_for(m, 1, true, 1, LH_ROPE_NEOX, true);
+  c.k_norm = nullptr;
+  s = lh_dense_stage_create(&c, &st, &why);
+  check(s == LH_BAD_ARGUMENT && st == nullptr, "dense stage: a q norm without a k norm is refused", "%s / %s", lh_status_name(s), why ? why : "null");
+  c = config_for(m, 1, true, 1, LH_ROPE_NEOX, true);
+  c.q_spec_norm = nullptr;
+  s = lh_dense_stage_create(&c, &st, &why);
+  check(s == LH_BAD_ARGUMENT && st == nullptr, "dense stage: q/k norms with a q_spec but no q_spec norm are refused (the speculation would skip a norm its layer applies)");
+  c = config_for(m, 1, false, 1, LH_ROPE_NEOX);
+  c.k_norm = m.layers[1].k_norm.data();
+  s = lh_dense_stage_create(&c, &st, &why);
+  check(s == LH_BAD_ARGUMENT && st == nullptr, "dense stage: a k norm without a q norm is refused");
   c = config_for(m, kLayers, false, 1, LH_ROPE_NEOX);
   if (lh_dense_stage_create(&c, &st, nullptr) == LH_OK) {
     std::vector<float> h(2 * kD, 0.5f), attn(2 * kQw, 0.1f), logits(kVocab);
@@ -464,6 +502,8 @@ void test_dense_stage() {
   check_worker_pool();
   check_against_reference(LH_QDOT_F32, "F32", 1e-5);
   check_against_reference(LH_QDOT_Q8_0, "Q8_0", 3e-2);
+  check_against_reference(LH_QDOT_F32, "F32", 1e-5, true);
+  check_against_reference(LH_QDOT_Q8_0, "Q8_0", 3e-2, true);
   check_threads_and_chunks();
   check_refusals();
 }

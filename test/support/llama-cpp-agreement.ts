@@ -20,11 +20,11 @@ export interface Agreement {
 
 /**
  * The agreement of our forward pass with llama.cpp, once per dense engine asked for (llama.cpp's
- * side is computed once): 'auto' is what a user gets; 'native' and 'onnx' force one (a model the
+ * side is computed once), over every position or only `positions` (large vocabularies): 'auto' is what a user gets; 'native' and 'onnx' force one (a model the
  * native stages cannot run makes 'native' throw, naming why).
  */
-export async function llamaCppAgreements(path: string, ids: readonly number[], engines: readonly DenseEngine[]): Promise<Agreement[]> {
-  const reference = await llamaCppLogProbs(path, [...ids], { kvType: 'f32', threads: 1 });
+export async function llamaCppAgreements(path: string, ids: readonly number[], engines: readonly DenseEngine[], positions?: readonly number[]): Promise<Agreement[]> {
+  const reference = await llamaCppLogProbs(path, [...ids], { kvType: 'f32', threads: 1, ...(positions ? { positions } : {}) });
   const model = await loadModel(path);
   try {
     const results: Agreement[] = [];
@@ -34,7 +34,7 @@ export async function llamaCppAgreements(path: string, ids: readonly number[], e
       const engine = runner.dense.engine;
       await runner.dispose();
       const V = model.hyper.vocabSize;
-      const ours = ids.map((_, t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
+      const ours = reference.positions.map((t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
       const dtypes = [...new Set([...model.tensors.values()].map((t) => t.dtype))].sort();
       results.push({ kl: meanKl(reference.logProbs, ours), top5: maxAbsLogProbDiffTopK(reference.logProbs, ours, 5), dtypes, dense: engine });
     }

@@ -29,6 +29,14 @@ export interface LlamaCppLogProbsOptions {
   contextSize?: number;
   /** KV cache element type (default 'f32'). */
   kvType?: 'f32' | 'f16';
+  /**
+   * Only these positions' distributions (ascending; default every position). Every id is still
+   * evaluated; a full-vocabulary distribution costs node-llama-cpp a Map of vocabSize entries, so
+   * a 152K vocabulary asks for a few positions, not all of them.
+   */
+  positions?: readonly number[];
+  /** Also return llama.cpp's greedy next token (temperature 0) at every position (cheap). */
+  greedy?: boolean;
 }
 
 export interface LlamaCppLogProbs {
@@ -37,6 +45,10 @@ export interface LlamaCppLogProbs {
   vocabSize: number;
   /** How many (position, token) probabilities underflowed to 0 in float32 (now −Infinity). */
   underflowed: number;
+  /** The positions of logProbs (options.positions, or every position). */
+  positions: number[];
+  /** With options.greedy: llama.cpp's greedy next token after ids[0..t], for every t. */
+  greedy?: number[];
 }
 
 let llamaPromise: Promise<Llama> | undefined;
@@ -102,15 +114,23 @@ export async function llamaCppLogProbs(modelPath: string, ids: readonly number[]
         throw new Error(`llamaCppLogProbs: the context (${context.contextSize}) ran out of space for ${ids.length} ids`);
       },
     };
+    const positions = options.positions === undefined ? ids.map((_, t) => t) : [...options.positions];
+    if (positions.some((t, i) => !Number.isInteger(t) || t < 0 || t >= ids.length || (i > 0 && t <= positions[i - 1]!))) {
+      throw new Error(`llamaCppLogProbs: positions must ascend within 0..${ids.length - 1}`);
+    }
+    const wanted = new Set(positions);
+    const greedy = options.greedy === true;
     const results = await sequence.controlledEvaluate(
-      ids.map((id): ControlledEvaluateInputItem => [id as Token, { generateNext: { probabilities: true, options: { temperature: 0 } } }]),
+      ids.map((id, t): ControlledEvaluateInputItem =>
+        wanted.has(t) || greedy ? [id as Token, { generateNext: { ...(wanted.has(t) ? { probabilities: true } : {}), ...(greedy ? { token: true } : {}), options: { temperature: 0 } } }] : (id as Token),
+      ),
       { contextShift },
     );
 
     let vocabSize = declared ?? 0;
     let underflowed = 0;
     const logProbs: Float32Array[] = [];
-    for (let t = 0; t < ids.length; t++) {
+    for (const t of positions) {
       const probabilities = results[t]?.next.probabilities;
       if (probabilities === undefined) throw new Error(`llamaCppLogProbs: llama.cpp returned no probabilities at position ${t}`);
       if (vocabSize === 0) vocabSize = probabilities.size;
@@ -127,7 +147,8 @@ export async function llamaCppLogProbs(modelPath: string, ids: readonly number[]
       if (row.some(Number.isNaN)) throw new Error(`llamaCppLogProbs: some token ids are missing at position ${t}`);
       logProbs.push(row);
     }
-    return { logProbs, vocabSize, underflowed };
+    const next = greedy ? ids.map((_, t) => Number(results[t]?.next.token ?? -1)) : undefined;
+    return { logProbs, vocabSize, underflowed, positions, ...(next ? { greedy: next } : {}) };
   } finally {
     await context.dispose();
   }

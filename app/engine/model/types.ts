@@ -41,7 +41,7 @@ export interface RopeScaling {
   attnFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3';
+export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'qwen3';
 
 export interface ModelHyperparameters {
   architecture: Architecture;

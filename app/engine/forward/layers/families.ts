@@ -7,6 +7,7 @@ import { GEMMA2_FAMILY, GEMMA3_FAMILY } from './gemma.ts';
 import { LLAMA_FAMILY } from './llama.ts';
 import { OPT_FAMILY } from './opt.ts';
 import { PHI3_FAMILY } from './phi3.ts';
+import { QWEN3_FAMILY } from './qwen3.ts';
 
 export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts';
 
@@ -17,6 +18,7 @@ export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   phi3: PHI3_FAMILY,
   gemma2: GEMMA2_FAMILY,
   gemma3: GEMMA3_FAMILY,
+  qwen3: QWEN3_FAMILY,
 };
 
 /**

@@ -22,8 +22,11 @@ export function llamaLinearNames(model: LoadedModel): string[] {
 
 const NO_BYTES = new Uint8Array(0);
 
+/** What a family built on the llama stages adds to stage s's config (Qwen3: its per-head q/k norms). */
+export type StageConfigExtra = (s: number, speculates: boolean) => Partial<Parameters<typeof createDenseStage>[0]>;
+
 /** L + 1 native stages over `weights`' mapped file. The file must stay open while they live (runs check). */
-export function createLlamaNativeStages(weights: ModelWeights, options: NativeStageOptions): NativeStages {
+export function createLlamaNativeStages(weights: ModelWeights, options: NativeStageOptions, extra?: StageConfigExtra): NativeStages {
   const model = weights.model;
   const hyper = model.hyper;
   const L = hyper.layers;
@@ -96,6 +99,7 @@ export function createLlamaNativeStages(weights: ModelWeights, options: NativeSt
         inputs.push('rows');
         config.lmHead = matrix(model.tensors.has('output.weight') ? 'output.weight' : 'token_embd.weight', undefined);
       }
+      if (extra !== undefined) Object.assign(config, extra(s, config.qSpec !== undefined));
       const stage = createDenseStage(config);
       sessions.push(new NativeStage(stage, s, hyper.heads * hyper.headDim, hyper.kvHeads * hyper.headDim, hyper.hiddenSize, hyper.vocabSize));
       if (rank[stage.impl] < rank[kernel]) kernel = stage.impl;

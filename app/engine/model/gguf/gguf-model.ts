@@ -4,8 +4,9 @@
 // Families: 'llama' (which Mistral, SmolLM, TinyLlama... files also say) with interleaved RoPE,
 // and 'qwen2' with NeoX RoPE and q/k/v biases. Both run as our 'llama' Architecture; 'phi3'
 // (Phi-3, Phi-4: fused q/k/v and gate/up, NeoX, partial rotary, LongRoPE) as our 'phi3'
-// (arch/phi3.ts). Mixture of experts, partial rotary elsewhere and YaRN scaling are refused
-// (MODEL_UNSUPPORTED_ARCHITECTURE).
+// (arch/phi3.ts); 'qwen3' (NeoX, per-head q/k RMSNorm, its own head size) as our 'qwen3'
+// (arch/qwen3.ts); 'gemma2' and 'gemma3' as theirs (gemma-keys.ts). Mixture of experts, partial
+// rotary elsewhere and YaRN scaling are refused (MODEL_UNSUPPORTED_ARCHITECTURE).
 // Llama 3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor of per-pair divisors;
 // it is accepted when it matches Llama 3 scaling with the usual parameters (low 1, high 4,
 // original context 8192) and reported as such.
@@ -14,6 +15,7 @@ import { checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { GEMMA2_TENSORS, GEMMA3_TENSORS } from '../arch/gemma.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '../arch/phi3.ts';
+import { QWEN3_TENSORS } from '../arch/qwen3.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
 import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
@@ -40,6 +42,7 @@ const FAMILIES: Readonly<Record<string, Family>> = {
   phi3: { ropeLayout: 'neox', architecture: 'phi3', tensors: PHI3_TENSORS, longRope: true, views: phi3Views },
   gemma2: { ropeLayout: 'neox', architecture: 'gemma2', tensors: GEMMA2_TENSORS, extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma2', base) }) },
   gemma3: { ropeLayout: 'neox', architecture: 'gemma3', tensors: GEMMA3_TENSORS, extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma3', base) }) },
+  qwen3: { ropeLayout: 'neox', architecture: 'qwen3', tensors: QWEN3_TENSORS },
 };
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);

@@ -1,6 +1,7 @@
 // config.json of a Hugging Face model folder → ModelHyperparameters.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (llama family, HF rotate_half
-// RoPE → ropeLayout 'neox') and OPTForCausalLM (pre-LayerNorm, ReLU, learned positions offset by 2).
+// RoPE → ropeLayout 'neox'), Qwen3ForCausalLM (the same keys, run as Architecture 'qwen3': per-head
+// q/k norm, head_dim as stated) and OPTForCausalLM (pre-LayerNorm, ReLU, learned positions offset by 2).
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
@@ -14,6 +15,7 @@ export const SUPPORTED_ARCHITECTURES: Readonly<Record<string, string>> = {
   LlamaForCausalLM: 'llama',
   MistralForCausalLM: 'mistral',
   Qwen2ForCausalLM: 'qwen2',
+  Qwen3ForCausalLM: 'qwen3',
   OPTForCausalLM: 'opt',
   Phi3ForCausalLM: 'phi3',
   Gemma2ForCausalLM: 'gemma2',
@@ -76,7 +78,7 @@ function llamaHyper(read: ConfigReader, family: string): ModelHyperparameters {
   if (read.bool('mlp_bias', false)) read.unsupported('mlp_bias: true');
   const scaling = ropeScaling(read);
   return {
-    architecture: 'llama',
+    architecture: family === 'qwen3' ? 'qwen3' : 'llama',
     family,
     hiddenSize,
     layers: read.positiveInt('num_hidden_layers'),

@@ -9,12 +9,13 @@ import { GEMMA2_TENSORS, GEMMA3_TENSORS, shiftedNorms } from '../arch/gemma.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { OPT_TENSORS } from '../arch/opt.ts';
 import { PHI3_TENSORS, phi3Views } from '../arch/phi3.ts';
+import { QWEN3_TENSORS } from '../arch/qwen3.ts';
 import { openSafetensorsCheckpoint } from '../safetensors/checkpoint.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters } from '../types.ts';
 import { readHfConfig } from './config.ts';
 import { findChatTemplate, findTokenizer } from './tokenizer-files.ts';
 
-export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, phi3: PHI3_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS };
+export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, phi3: PHI3_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS, qwen3: QWEN3_TENSORS };
 
 /** Loads a Hugging Face folder (config.json + safetensors + tokenizer.json). */
 export function loadHfModel(folder: string): LoadedModel {

@@ -341,7 +341,7 @@ export abstract class GgufTokenizerBase implements Tokenizer {
       all.set(part, offset);
       offset += part.length;
     }
-    return new TextDecoder('utf-8', { fatal: false }).decode(all);
+    return new TextDecoder('utf-8', { fatal: false, ignoreBOM: true }).decode(all);
   }
 
   tokenPiece(id: number): string {

@@ -71,7 +71,7 @@ export class StreamDecoder {
   private readonly skipSpecial: boolean;
   private readonly continuation: boolean;
   // byte path (GGUF tokenizers)
-  private readonly utf8 = new TextDecoder('utf-8', { fatal: false });
+  private readonly utf8 = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true }); // a U+FEFF the model wrote is text (llama.cpp keeps it)
   private count = 0;
   // text-diff path (tokenizer.json): the offsets scheme of text-generation-inference
   private readonly ids: number[] = [];
