@@ -756,6 +756,7 @@ async function parentGemma() {
   const mem = [];
   mem.push('| engine | what | layers | slots (cells) per layer | MiB |');
   mem.push('|---|---|---|---|---|');
+  // the first policy's pool (--policies full,...: full's; InfiniGen's adds its partial key rows)
   const ours = report.runs.find((r) => r.engine === 'longhand' && !r.error);
   const kv = ours?.rows[ours.rows.length - 1]?.kv;
   let ourTotal;
@@ -764,7 +765,7 @@ async function parentGemma() {
     mem.push(`| Longhand | window layers' rings | ${kv.windowLayers} | ${kv.ringSlots ?? '—'} | ${fmt(kv.ringBytes / 2 ** 20, 2)} |`);
     mem.push(`| Longhand | global layers' rows | ${kv.globalLayers} | ${kv.globalSlots ?? '—'} | ${fmt(kv.globalBytes / 2 ** 20, 2)} |`);
     mem.push(`| Longhand | ring checkpoints (${kv.checkpoints} held after the last N) | — | — | ${fmt(kv.checkpointBytes / 2 ** 20, 2)} |`);
-    mem.push(`| Longhand | **KV total** (rings + global rows + checkpoints; whole pool buffer ${fmt(kv.poolBytes / 2 ** 20, 2)} MiB) | ${h.layers} | — | **${fmt(ourTotal / 2 ** 20, 2)}** |`);
+    mem.push(`| Longhand | **KV total** (policy ${ours.policy}: rings + global rows + checkpoints; whole pool buffer ${fmt(kv.poolBytes / 2 ** 20, 2)} MiB) | ${h.layers} | — | **${fmt(ourTotal / 2 ** 20, 2)}** |`);
   }
   const lr = report.runs.find((r) => r.engine === 'llama.cpp' && !r.error);
   let llamaTotal;
