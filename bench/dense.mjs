@@ -1,8 +1,32 @@
 // Dense decoding benchmark: Longhand's engine against llama.cpp (node-llama-cpp) on the same GGUF
 // file, same threads, in one run. Not part of `npm test`.
 //
-//   node --import tsx bench/dense.mjs [--types Q8_0,Q4_0] [--threads 1,2] [--kv-heads 32]
-//        [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--dense auto|native|onnx]
+//   node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0]
+//        [--layers N] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE]
+//        [--dir DIR] [--dense auto|native|onnx]
+//
+// --family (issue 30): llama (default: the shape below), or a family at a realistic shape written
+// by its own fixture writer with its real tokenizer (test/fixtures/cli.ts → families/*.ts):
+//   qwen3  Qwen3-4B-like: hidden 2560, 36 layers, 32 heads / 8 KV heads, head_dim 128, ffn 9728,
+//          vocab 151936, tied (preset qwen3-4b)
+//   gemma3 Gemma-3-4B-like: hidden 2560, 34 layers (5 window layers : 1 global, window 1024),
+//          8 heads / 4 KV heads, head_dim 256, ffn 10240, vocab 262144, tied (preset gemma3-4b)
+//   phi3   Phi-4-mini-like: hidden 3072, 32 layers, 24 heads / 8 KV heads, partial RoPE 0.75,
+//          LongRoPE, ffn 8192, vocab 200064, tied (preset phi-4-mini)
+// Their default types are Q4_K_M,Q8_0 (gemma3: F32, F16, Q8_0, Q4_K_M, Q6_K). --layers N cuts the
+// depth (any family; the table header says so in capitals); --quick is a tiny shape of the same
+// pattern (qwen3: hidden 512, 4 layers, 4/2 heads; gemma3: the test preset, hidden 256, 8 layers,
+// window 16; phi3: phi-4-mini-small, hidden 256, 4 layers), the real vocabulary kept. The decode
+// rows add the greedy ids of each engine compared from the first step (same prompt, each feeding
+// its own argmax), and the bound counts a window layer's KV rows as at most its window.
+// Smoke runs (each ~1 min on 2 busy cores):
+//   node --import tsx bench/dense.mjs --family qwen3 --quick --types Q4_K_M,Q8_0 --threads 1 --steps 8
+//   node --import tsx bench/dense.mjs --family gemma3 --quick --types Q4_K_M,Q8_0 --threads 1 --steps 8
+//   node --import tsx bench/dense.mjs --family phi3 --quick --types Q4_K_M,Q8_0 --threads 1 --steps 8
+// Full tables (bench/README.md gives the times):
+//   node --import tsx bench/dense.mjs --family qwen3 --json qwen3.json
+//   node --import tsx bench/dense.mjs --family gemma3 --json gemma3.json
+//   node --import tsx bench/dense.mjs --family phi3 --json phi3.json
 //
 // --dense: who runs our dense stages (model-runner.ts): 'auto' (default: the native C++ stages over
 // the file's blocks where every type has kernels, else onnxruntime), or one forced; each table says
@@ -55,11 +79,64 @@ const SEED = 20240611;
 const CHILD_TIMEOUT_MS = 20 * 60 * 1000;
 const TYPES = ['Q8_0', 'Q4_0', 'Q4_K', 'F16', 'F32', 'Q4_K_M', 'Q5_K_M', 'Q6_K'];
 
+/**
+ * The model families, each written by its own fixture writer through test/fixtures/cli.ts with the
+ * family's real tokenizer (qwen3, gemma3, phi3) and a realistic shape; `quick` is a tiny shape of the
+ * same pattern for smoke runs. `writerArgs(type, layers)` are cli.ts's arguments after the output path
+ * (layers: the --layers override, or undefined); `layers` is the realistic shape's depth (the header
+ * says when --layers cut it).
+ */
+const FAMILIES = {
+  llama: {
+    label: 'Llama-style (dim 2048, 16 layers, 32 heads, ffn 5632, vocab 32000)',
+    quickLabel: 'Llama-style quick (dim 512, 4 layers, 8 heads, ffn 1408, vocab 4000)',
+    types: TYPES,
+    layers: 16,
+    quickLayers: 4,
+    defaultTypes: 'Q8_0,Q4_0',
+  },
+  qwen3: {
+    label: 'Qwen3-4B-like (hidden 2560, 36 layers, 32 heads / 8 KV heads, head_dim 128, ffn 9728, vocab 151936, tied)',
+    quickLabel: 'Qwen3 quick (hidden 512, 4 layers, 4 heads / 2 KV heads, head_dim 128, ffn 1536, vocab 151936, tied)',
+    types: ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q4_K_M', 'Q5_K_M', 'Q6_K'],
+    defaultTypes: 'Q4_K_M,Q8_0',
+    layers: 36,
+    quickLayers: 4,
+    writerArgs: (type, layers, quick) => [
+      '--arch', 'qwen3', '--type', type,
+      ...(quick ? ['--preset', 'qwen3-tiny', '--dim', '512', '--layers', '4', '--heads', '4', '--kv-heads', '2', '--head-dim', '128', '--ffn', '1536'] : ['--preset', 'qwen3-4b']),
+      ...(layers ? ['--layers', `${layers}`] : []),
+    ],
+  },
+  gemma3: {
+    label: 'Gemma-3-4B-like (hidden 2560, 34 layers: 5 local (window 1024) : 1 global, 8 heads / 4 KV heads, head_dim 256, ffn 10240, vocab 262144, tied)',
+    quickLabel: 'Gemma 3 quick (hidden 256, 8 layers: 5 local (window 16) : 1 global, 4 heads / 2 KV heads, head_dim 64, ffn 512, vocab 262144, tied)',
+    types: ['F32', 'F16', 'Q8_0', 'Q4_K_M', 'Q6_K'],
+    defaultTypes: 'Q4_K_M,Q8_0',
+    layers: 34,
+    quickLayers: 8,
+    // the quick preset states context 1024; the runs need 2,112 positions (both engines accept more than the file's context)
+    writerArgs: (type, layers, quick) => ['--type', type, '--preset', quick ? 'gemma3' : 'gemma3-4b', '--context', '32768', ...(layers ? ['--layers', `${layers}`] : [])],
+    command: 'gemma',
+  },
+  phi3: {
+    label: 'Phi-4-mini-like (hidden 3072, 32 layers, 24 heads / 8 KV heads, head_dim 128, partial RoPE 0.75, LongRoPE, ffn 8192, vocab 200064, tied)',
+    quickLabel: 'Phi-4-mini quick (phi-4-mini-small: hidden 256, 4 layers, 4 heads / 2 KV heads, ffn 512, vocab 200064, tied)',
+    types: ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q4_K_M', 'Q5_K_M', 'Q6_K'],
+    defaultTypes: 'Q4_K_M,Q8_0',
+    layers: 32,
+    quickLayers: 4,
+    writerArgs: (type, layers, quick) => ['--arch', 'phi3', '--type', type, '--preset', quick ? 'phi-4-mini-small' : 'phi-4-mini', ...(layers ? ['--layers', `${layers}`] : [])],
+  },
+};
+
 const { values: opts } = parseArgs({
   options: {
-    types: { type: 'string', default: 'Q8_0,Q4_0' },
+    family: { type: 'string', default: 'llama' },
+    types: { type: 'string' },
     threads: { type: 'string', default: '1,2' },
-    'kv-heads': { type: 'string', default: '32' },
+    'kv-heads': { type: 'string' },
+    layers: { type: 'string' },
     steps: { type: 'string' },
     quick: { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
@@ -111,6 +188,21 @@ function argmax(logits) {
   return best;
 }
 
+/** The k largest logits as [id, logit] pairs, largest first. */
+function topK(logits, k) {
+  const top = [];
+  for (let j = 0; j < logits.length; j++) {
+    if (top.length === k && logits[j] <= top[k - 1][1]) continue;
+    let i = Math.min(top.length, k - 1);
+    top[i] = [j, logits[j]];
+    while (i > 0 && top[i][1] > top[i - 1][1]) {
+      [top[i], top[i - 1]] = [top[i - 1], top[i]];
+      i--;
+    }
+  }
+  return top;
+}
+
 function positiveInt(text, name) {
   const n = Number(text);
   if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${text}`);
@@ -152,6 +244,10 @@ async function childInspect(path) {
     const bosMeta = model.tokenizer.kind === 'gguf' ? model.tokenizer.metadata.get('tokenizer.ggml.bos_token_id') : undefined;
     result({
       hyper: { dim: h.hiddenSize, layers: h.layers, heads: h.heads, kvHeads: h.kvHeads, headDim: h.headDim, ffn: h.ffnSize, vocab: h.vocabSize },
+      architecture: h.architecture,
+      // sliding-window layers (Gemma): they read at most `window` rows a decode step
+      window: h.gemma?.window,
+      slidingLayers: h.gemma?.slidingLayers,
       fileWeightBytes: model.weightBytes,
       parameters,
       dtypes,
@@ -199,14 +295,22 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
   const decodeRun = async (logits) => {
     runner.resetTimings();
     const stepMs = [];
+    const ids = []; // the greedy id fed at each step (compared with llama.cpp's)
+    const top5 = []; // our 5 best [id, logit] at each step: how close llama.cpp's id was where they differ
     const a = performance.now();
+    let untimed = 0;
     for (let i = 0; i < steps; i++) {
+      const u = performance.now();
+      top5.push(topK(logits, 5)); // outside the step's time (and the run's)
+      untimed += performance.now() - u;
       const s = performance.now();
-      logits = await runner.decode(argmax(logits));
+      const id = argmax(logits);
+      ids.push(id);
+      logits = await runner.decode(id);
       stepMs.push(performance.now() - s);
     }
-    const ms = performance.now() - a;
-    return { logits, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), p10Tps: 1000 / p10(stepMs), stepMs, breakdown: perCall(runner.timings()) };
+    const ms = performance.now() - a - untimed;
+    return { logits, ids, top5, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), p10Tps: 1000 / p10(stepMs), stepMs, breakdown: perCall(runner.timings()) };
   };
 
   runner.resetTimings();
@@ -238,11 +342,15 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
     decode512MedianTps: d512.medianTps,
     decode512P10Tps: d512.p10Tps,
     decode512StepMs: d512.stepMs,
+    decode512Ids: d512.ids,
+    decode512Top5: d512.top5,
     decode512Breakdown: d512.breakdown,
     decode2048Tps: d2048.tps,
     decode2048MedianTps: d2048.medianTps,
     decode2048P10Tps: d2048.p10Tps,
     decode2048StepMs: d2048.stepMs,
+    decode2048Ids: d2048.ids,
+    decode2048Top5: d2048.top5,
     decode2048Breakdown: d2048.breakdown,
     finalPosition: runner.position,
   };
@@ -282,14 +390,16 @@ async function childLlama(path, threads, vocab, bos, steps) {
   };
   const decodeRun = async (tok) => {
     const stepMs = [];
+    const ids = [];
     const a = performance.now();
     for (let i = 0; i < steps; i++) {
       const s = performance.now();
+      ids.push(tok);
       tok = await evaluate([tok]);
       stepMs.push(performance.now() - s);
     }
     const ms = performance.now() - a;
-    return { tok, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), p10Tps: 1000 / p10(stepMs), stepMs };
+    return { tok, ids, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), p10Tps: 1000 / p10(stepMs), stepMs };
   };
   // warm-up
   let tok = await evaluate(ids.slice(0, 16));
@@ -322,10 +432,12 @@ async function childLlama(path, threads, vocab, bos, steps) {
     decode512MedianTps: d512.medianTps,
     decode512P10Tps: d512.p10Tps,
     decode512StepMs: d512.stepMs,
+    decode512Ids: d512.ids,
     decode2048Tps: d2048.tps,
     decode2048MedianTps: d2048.medianTps,
     decode2048P10Tps: d2048.p10Tps,
     decode2048StepMs: d2048.stepMs,
+    decode2048Ids: d2048.ids,
     finalPosition: sequence.nextTokenIndex,
   };
   await context.dispose();
@@ -375,10 +487,30 @@ const dtypeMix = (dtypes) => {
     .join(', ');
 };
 
-function table(type, info, runs, bounds) {
+/**
+ * How many of our greedy ids `a` and llama.cpp's `b` agree from the start: "32/32", or "7/32 (step
+ * 7: 123 vs 456, which our logits rank #2, 0.031 below)" from our top-5 at that step (`top5`):
+ * a near-tie there is two correct engines breaking it differently, a wide gap is a difference.
+ */
+function agreement(a, b, top5) {
+  if (!Array.isArray(a) || !Array.isArray(b)) return '—';
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  if (i === n) return `${i}/${n}`;
+  const top = top5?.[i];
+  const rank = top ? top.findIndex(([id]) => id === b[i]) : -1;
+  const where = !top ? '' : rank < 0 ? ', not in our top 5' : `, which our logits rank #${rank + 1}, ${(top[0][1] - top[rank][1]).toFixed(3)} below`;
+  return `${i}/${n} (step ${i}: ${a[i]} vs ${b[i]}${where})`;
+}
+
+function table(type, info, runs, bounds, shape) {
   const lines = [];
   const h = info.hyper;
-  lines.push(`### ${type} — dim ${h.dim}, ${h.layers} layers, ${h.heads} heads / ${h.kvHeads} KV heads, ffn ${h.ffn}, vocab ${h.vocab}; ${(info.parameters / 1e6).toFixed(0)} M params, file weights ${mib(info.fileWeightBytes)} (${dtypeMix(info.dtypes)}), read per decode token ${mib(info.weightBytesPerToken)} weights + KV`);
+  const windows = info.slidingLayers ? `, ${info.slidingLayers.filter(Boolean).length} window layers (window ${info.window}) + ${info.slidingLayers.filter((x) => !x).length} global` : '';
+  lines.push(`### ${shape.family} ${type} — ${shape.label}${shape.layersCut ? ` CUT TO ${h.layers} OF ${shape.layersCut} LAYERS (--layers)` : ''}`);
+  lines.push('');
+  lines.push(`File (${info.architecture}): dim ${h.dim}, ${h.layers} layers${windows}, ${h.heads} heads / ${h.kvHeads} KV heads, head_dim ${h.headDim}, ffn ${h.ffn}, vocab ${h.vocab}; ${(info.parameters / 1e6).toFixed(0)} M params, file weights ${mib(info.fileWeightBytes)} (${dtypeMix(info.dtypes)}), read per decode token ${mib(info.weightBytesPerToken)} weights + KV`);
   lines.push('');
   const engines = [...new Set(runs.map((r) => (r.ours.dense ? (r.ours.dense.engine === 'native' ? `native (${r.ours.dense.kernel})` : `onnxruntime${r.ours.dense.whyNotNative ? ` (${r.ours.dense.whyNotNative})` : ''}`) : '?')))];
   lines.push(`Longhand's dense stages: ${engines.join(', ')}`);
@@ -397,6 +529,8 @@ function table(type, info, runs, bounds) {
     lines.push(`| decode @512, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode512P10Tps, 2)}${pct(o.decode512P10Tps, b.at512)} | ${fmt(l.decode512P10Tps, 2)}${pct(l.decode512P10Tps, b.at512)} | ${ratio(o.decode512P10Tps, l.decode512P10Tps)} | ${fmt(b.at512, 2)} |`);
     lines.push(`| decode @2048, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode2048P10Tps, 2)}${pct(o.decode2048P10Tps, b.at2048)} | ${fmt(l.decode2048P10Tps, 2)}${pct(l.decode2048P10Tps, b.at2048)} | ${ratio(o.decode2048P10Tps, l.decode2048P10Tps)} | ${fmt(b.at2048, 2)} |`);
     lines.push(`| fill ${o.fillTokens ?? l.fillTokens ?? '?'} tokens to 2048 (tok/s) | ${r.threads} | ${fmt(o.fillTps)} | ${fmt(l.fillTps)} | ${ratio(o.fillTps, l.fillTps)} | — |`);
+    lines.push(`| greedy ids equal to llama.cpp's, decode @512 | ${r.threads} | ${agreement(o.decode512Ids, l.decode512Ids, o.decode512Top5)} | | | — |`);
+    lines.push(`| greedy ids equal to llama.cpp's, decode @2048 | ${r.threads} | ${agreement(o.decode2048Ids, l.decode2048Ids, o.decode2048Top5)} | | | — |`);
     lines.push(`| peak RSS | ${r.threads} | ${mib(o.peakRssBytes)} | ${mib(l.peakRssBytes)} | ${ratio(o.peakRssBytes, l.peakRssBytes)} | — |`);
     lines.push(`| load (s) | ${r.threads} | ${fmt(o.loadSeconds)} | ${fmt(l.loadSeconds)} | ${ratio(o.loadSeconds, l.loadSeconds)} | — |`);
     lines.push(`| load CPU (s, all threads) | ${r.threads} | ${fmt(o.loadCpuSeconds)} | ${fmt(l.loadCpuSeconds)} | ${ratio(o.loadCpuSeconds, l.loadCpuSeconds)} | — |`);
@@ -424,25 +558,32 @@ function table(type, info, runs, bounds) {
 
 async function parent() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/dense.mjs [--types Q8_0,Q4_0 (any of ' + TYPES.join(', ') + ')] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx]');
+    console.log('usage: node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0 (llama: any of ' + TYPES.join(', ') + '; default llama Q8_0,Q4_0, the others Q4_K_M,Q8_0)] [--layers N] [--threads 1,2] [--kv-heads 32 (llama)] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx]');
     return;
   }
-  const types = opts.types.split(',').map((s) => s.trim());
-  for (const t of types) if (!TYPES.includes(t)) throw new Error(`unknown type ${t}; known: ${TYPES.join(', ')}`);
+  const familyName = opts.family;
+  if (!Object.hasOwn(FAMILIES, familyName)) throw new Error(`unknown --family ${familyName}; known: ${Object.keys(FAMILIES).join(', ')}`);
+  const family = FAMILIES[familyName];
+  const types = (opts.types ?? family.defaultTypes).split(',').map((s) => s.trim());
+  for (const t of types) if (!family.types.includes(t)) throw new Error(`unknown type ${t} for ${familyName}; known: ${family.types.join(', ')}`);
   const threadList = opts.threads.split(',').map((s) => positiveInt(s, '--threads'));
-  const kvHeadsArg = positiveInt(opts['kv-heads'], '--kv-heads');
+  if (opts['kv-heads'] !== undefined && familyName !== 'llama') throw new Error(`--kv-heads is for --family llama; ${familyName} has its model's KV heads`);
+  const kvHeadsArg = positiveInt(opts['kv-heads'] ?? '32', '--kv-heads');
+  const layersArg = opts.layers === undefined ? undefined : positiveInt(opts.layers, '--layers');
   const steps = positiveInt(opts.steps ?? (opts.quick ? '16' : '32'), '--steps');
   if (LONG + steps + 1 >= CONTEXT) throw new Error(`--steps ${steps}: the context (${CONTEXT}) must exceed ${LONG} + steps + 1`);
   const bwMib = positiveInt(opts['bandwidth-mib'], '--bandwidth-mib');
-  const sizes = opts.quick
-    ? { dim: 512, layers: 4, heads: 8, kvHeads: Math.min(kvHeadsArg, 8), ffn: 1408, vocab: 4000 }
-    : { dim: 2048, layers: 16, heads: 32, kvHeads: kvHeadsArg, ffn: 5632, vocab: 32000 };
-  if (sizes.heads % sizes.kvHeads !== 0) throw new Error(`--kv-heads ${sizes.kvHeads} must divide ${sizes.heads} heads`);
+  const sizes = familyName !== 'llama'
+    ? { family: familyName, preset: opts.quick ? family.quickLabel : family.label, ...(layersArg ? { layers: layersArg } : {}) }
+    : opts.quick
+      ? { dim: 512, layers: layersArg ?? 4, heads: 8, kvHeads: Math.min(kvHeadsArg, 8), ffn: 1408, vocab: 4000 }
+      : { dim: 2048, layers: layersArg ?? 16, heads: 32, kvHeads: kvHeadsArg, ffn: 5632, vocab: 32000 };
+  if (familyName === 'llama' && sizes.heads % sizes.kvHeads !== 0) throw new Error(`--kv-heads ${sizes.kvHeads} must divide ${sizes.heads} heads`);
 
   const native = await import('../native/index.js');
   const started = new Date();
   const loadBefore = loadavg();
-  console.log(`dense bench ${started.toISOString()}: types ${types.join(',')}, threads ${threadList.join(',')}, ${opts.quick ? 'QUICK ' : ''}shape ${JSON.stringify(sizes)}, ${steps} decode steps, load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
+  console.log(`dense bench ${started.toISOString()}: family ${familyName}, types ${types.join(',')}, threads ${threadList.join(',')}, ${opts.quick ? 'QUICK ' : ''}shape ${JSON.stringify(sizes)}, ${steps} decode steps, load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
   const bwThreads = [...new Set([1, ...threadList])].sort((a, b) => a - b);
   const bwBefore = measureBandwidth(native, bwThreads, bwMib);
   console.log(`read bandwidth before (GB/s, ${bwMib} MiB, best of 5): ${bwThreads.map((t) => `${t} thread(s) ${fmt(bwBefore[t], 2)}`).join(', ')}`);
@@ -452,10 +593,16 @@ async function parent() {
   const sections = [];
   try {
     for (const type of types) {
-      const path = join(dir, `dense-${opts.quick ? 'quick' : 'full'}-${type}-kv${sizes.kvHeads}.gguf`);
+      const layersTag = layersArg ? `-L${layersArg}` : '';
+      const path = familyName === 'llama'
+        ? join(dir, `dense-${opts.quick ? 'quick' : 'full'}-${type}-kv${sizes.kvHeads}${layersTag}.gguf`)
+        : join(dir, `dense-${familyName}-${opts.quick ? 'quick' : 'full'}-${type}${layersTag}.gguf`);
+      const writerArgs = familyName === 'llama'
+        ? ['gguf', path, '--type', type, '--dim', `${sizes.dim}`, '--layers', `${sizes.layers}`, '--heads', `${sizes.heads}`, '--kv-heads', `${sizes.kvHeads}`, '--ffn', `${sizes.ffn}`, '--vocab', `${sizes.vocab}`, '--context', '4096']
+        : [family.command ?? 'gguf', path, ...family.writerArgs(type, layersArg, opts.quick)];
       const w0 = performance.now();
-      // a fixture kept in --dir by an earlier run (same shape and type: the name says so) is reused
-      const write = opts.dir !== undefined && existsSync(path) ? { status: 0, reused: true } : spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/cli.ts'), 'gguf', path, '--type', type, '--dim', `${sizes.dim}`, '--layers', `${sizes.layers}`, '--heads', `${sizes.heads}`, '--kv-heads', `${sizes.kvHeads}`, '--ffn', `${sizes.ffn}`, '--vocab', `${sizes.vocab}`, '--context', '4096'], { cwd: ROOT, encoding: 'utf8', maxBuffer: 1 << 24 });
+      // a fixture kept in --dir by an earlier run (same family, shape and type: the name says so) is reused
+      const write = opts.dir !== undefined && existsSync(path) ? { status: 0, reused: true } : spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/cli.ts'), ...writerArgs], { cwd: ROOT, encoding: 'utf8', maxBuffer: 1 << 24 });
       if (write.status !== 0) throw new Error(`writing the ${type} fixture failed: ${write.stderr}`);
       console.log(write.reused ? `${type}: reusing ${path}` : `${type}: wrote ${path} in ${((performance.now() - w0) / 1000).toFixed(0)} s`);
       const info = await runChild(['inspect', '--model', path]);
@@ -484,16 +631,23 @@ async function parent() {
   report.bandwidth.used = Object.fromEntries(threadList.map((t) => [t, bandwidthFor(t)]));
   for (const [type, m] of Object.entries(report.models)) {
     const h = m.info.hyper;
-    const kvPerToken = h.layers * h.kvHeads * h.headDim * 2 * 2;
+    // fp16 K and V rows a decode step reads at `ctx` tokens: every row in a global layer, the window in a window layer
+    const kvBytesAt = (ctx) => {
+      const rowBytes = h.kvHeads * h.headDim * 2 * 2;
+      let rows = 0;
+      for (let l = 0; l < h.layers; l++) rows += m.info.slidingLayers?.[l] ? Math.min(ctx, m.info.window) : ctx;
+      return rows * rowBytes;
+    };
     const bounds = {};
     for (const t of threadList) {
       const bw = bandwidthFor(t) * 1e9;
-      const b512 = m.info.weightBytesPerToken + kvPerToken * PROMPT;
-      const b2048 = m.info.weightBytesPerToken + kvPerToken * LONG;
+      const b512 = m.info.weightBytesPerToken + kvBytesAt(PROMPT);
+      const b2048 = m.info.weightBytesPerToken + kvBytesAt(LONG);
       bounds[t] = { bandwidthGBs: bw / 1e9, bytesPerToken512: b512, bytesPerToken2048: b2048, at512: bw / b512, at2048: bw / b2048 };
     }
     m.bounds = bounds;
-    sections.push(table(type, m.info, m.runs, bounds));
+    const fullDepth = opts.quick ? family.quickLayers : family.layers;
+    sections.push(table(type, m.info, m.runs, bounds, { family: familyName, label: opts.quick ? family.quickLabel : family.label, layersCut: layersArg !== undefined && layersArg !== fullDepth ? fullDepth : undefined }));
   }
   const loadAfter = loadavg();
   report.loadAfter = loadAfter;

@@ -7,6 +7,21 @@
 //        infinigen picks it: side thread with a spare core, else inline on the run's threads)
 //        [--type Q8_0] [--dir DIR] [--keep] [--json FILE] [--bandwidth-mib 512]
 //        [--fill random|prefill] [--llama-contexts 2048,8192] [--offload]
+//   node --import tsx bench/long-context.mjs --family gemma3 [--contexts 8192,16384,32768]
+//        [--threads 1] [--policies full] [--layers 12] [--window 1024] [--type Q8_0] [--steps 16]
+//
+// --family gemma3 (issue 30): a Gemma-3-like fixture (families/gemma.ts through cli.ts: Gemma 3's
+// real layer pattern, 5 window layers : 1 global, window 1024, q/k and sandwich norms, GeGLU,
+// per-layer RoPE, the real 262,144-piece vocabulary, tied) at hidden 512, 12 layers, 4 heads / 2 KV
+// heads, head_dim 128, ffn 2048, so that real prefills to 32K finish in minutes. Both engines, in
+// one run, in a fresh child each per threads (and policy): prefill the same seeded random ids up to
+// each N in turn (timed: prefill tok/s), then `steps` greedy decode steps (decode tok/s, and the
+// greedy ids compared). Then the KV memory of both: Longhand's rings + global rows + ring
+// checkpoints (runner.kvLayers(), runner.ringCheckpointBytes) against llama.cpp's non-SWA + SWA
+// caches as llama.cpp logs them when the context is made (captured through node-llama-cpp's
+// logger), and what every layer at full length would take. No state files, no random rows.
+// Smoke run (~1 min): node --import tsx bench/long-context.mjs --family gemma3 --contexts 2048,4096 --layers 6 --window 512 --threads 1 --steps 4
+// Full table:         node --import tsx bench/long-context.mjs --family gemma3 --threads 1,2 --json long-gemma3.json
 //
 // --offload (issue 14): full and infinigen run a second time in offload mode (decode attention in an
 // onnxruntime graph over the device-side row buffer, only its misses copied from the pool), and a
@@ -65,10 +80,13 @@ const CHILD_TIMEOUT_MS = 60 * 60 * 1000;
 
 const { values: opts } = parseArgs({
   options: {
-    'kv-heads': { type: 'string', default: '32' },
-    contexts: { type: 'string', default: '2048,8192' },
+    family: { type: 'string', default: 'llama' },
+    layers: { type: 'string' },
+    window: { type: 'string' },
+    'kv-heads': { type: 'string' },
+    contexts: { type: 'string' },
     threads: { type: 'string', default: '1' },
-    policies: { type: 'string', default: 'full,infinigen,streaming,h2o,quest' },
+    policies: { type: 'string' },
     cap: { type: 'string', default: '0.1' },
     llama: { type: 'boolean', default: false },
     steps: { type: 'string', default: '16' },
@@ -77,7 +95,7 @@ const { values: opts } = parseArgs({
     keep: { type: 'boolean', default: false },
     json: { type: 'string' },
     'bandwidth-mib': { type: 'string', default: '512' },
-    fill: { type: 'string', default: 'random' },
+    fill: { type: 'string' },
     'llama-contexts': { type: 'string' },
     child: { type: 'string' },
     model: { type: 'string' },
@@ -150,6 +168,29 @@ async function childInspect(path) {
   }
 }
 
+/**
+ * The KV memory the runner holds (allocated at load for its context): the window layers' rings, the
+ * global layers' rows (runner.kvLayers(): slots · row bytes per layer) and the ring checkpoints
+ * (runner.ringCheckpointBytes); `pool` is the whole pool buffer (runner.poolBytes, small headers included).
+ */
+function kvMemory(runner) {
+  const layers = runner.kvLayers();
+  const sum = (kind) => layers.filter((l) => l.kind === kind).reduce((acc, l) => acc + l.bytes, 0);
+  const window = layers.find((l) => l.kind === 'window');
+  return {
+    windowLayers: layers.filter((l) => l.kind === 'window').length,
+    globalLayers: layers.filter((l) => l.kind === 'global').length,
+    ringSlots: window?.capacityTokens,
+    globalSlots: layers.find((l) => l.kind === 'global')?.capacityTokens,
+    ringBytes: sum('window'),
+    globalBytes: sum('global'),
+    checkpointBytes: runner.ringCheckpointBytes,
+    checkpoints: runner.ringCheckpointPositions().length,
+    poolBytes: runner.poolBytes,
+    tokensHeld: layers.map((l) => l.tokens),
+  };
+}
+
 const REAL_PREFIX = 512; // --fill random: tokens prefilled for real before the random rows
 
 async function childOurs(path, policyName, threads, contexts, steps, cap, cacheDir, vocab, bos, fill, offload = false) {
@@ -195,6 +236,7 @@ async function childOurs(path, policyName, threads, contexts, steps, cap, cacheD
     const N0 = runner.position;
     runner.resetTimings();
     const stepMs = [];
+    const stepIds = []; // the greedy id fed at each step (compared with llama.cpp's under --family gemma3)
     let fetched = 0;
     let stepsWithStats = 0;
     let crossed = 0;
@@ -207,7 +249,9 @@ async function childOurs(path, policyName, threads, contexts, steps, cap, cacheD
     const a = performance.now();
     for (let i = 0; i < steps; i++) {
       const s = performance.now();
-      logits = await runner.decode(argmax(logits));
+      const id = argmax(logits);
+      stepIds.push(id);
+      logits = await runner.decode(id);
       stepMs.push(performance.now() - s);
       if (offload) crossed += runner.lastOffloadStep().crossedBytes;
       const st = runner.lastStepStats();
@@ -257,6 +301,7 @@ async function childOurs(path, policyName, threads, contexts, steps, cap, cacheD
       tps: (steps * 1000) / ms,
       medianTps: 1000 / median(stepMs),
       stepMs,
+      ids: stepIds,
       fetchRatio: last?.fetchRatio ?? 1,
       fetchedBytesPerToken: fetchedPerToken,
       selectionBytesPerToken: selectionPerToken,
@@ -265,6 +310,7 @@ async function childOurs(path, policyName, threads, contexts, steps, cap, cacheD
       perStep: { layerGraphs: t.layerGraphs / t.calls, headGraph: t.headGraph / t.calls, append: t.append / t.calls, attention: t.attention / t.calls, other: t.other / t.calls, total: t.total / t.calls },
       skewSource: runner.skewSource,
       ...(offload ? { crossedBytesPerToken: crossed / steps, firstStep, rowBufferBytes: runner.rowBufferBytes } : {}),
+      kv: kvMemory(runner),
     });
   }
   await runner.dispose();
@@ -284,9 +330,24 @@ async function llamaEvaluate(sequence, tokens) {
   return next;
 }
 
+/**
+ * llama.cpp's KV caches as it logs them when the context is made ("llama_kv_cache: size = X MiB
+ * (C cells, L layers, ...), K (f16): ..., V (f16): ..."): with sliding-window layers there are two,
+ * the non-SWA one (global layers, context-size cells) and the SWA one (window layers,
+ * pad256(n_swa + n_ubatch) cells unless swa_full: src/llama-kv-cache-iswa.cpp).
+ */
+const KV_LOG = /llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers/;
+
 async function llamaOpen(path, threads, contextSize) {
   const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
-  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  const kvCaches = [];
+  // info level for the KV cache lines only; everything at warn and above still goes to stderr
+  const logger = (level, message) => {
+    const m = KV_LOG.exec(message);
+    if (m) kvCaches.push({ bytes: Number(m[1]) * 2 ** 20, cells: Number(m[2]), layers: Number(m[3]) });
+    else if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) process.stderr.write(`llama.cpp: ${message}\n`);
+  };
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.info, logger });
   const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
   const context = await model.createContext({ contextSize, threads, batchSize: 512, flashAttention: false });
   if (context.contextSize < contextSize) throw new Error(`llama.cpp made a context of ${context.contextSize}, asked ${contextSize}`);
@@ -295,7 +356,7 @@ async function llamaOpen(path, threads, contextSize) {
     await model.dispose();
     await llama.dispose();
   };
-  return { context, sequence: context.getSequence(), close };
+  return { context, sequence: context.getSequence(), close, kvCaches };
 }
 
 const MIN_FREE_BYTES = 2 * 2 ** 30;
@@ -382,6 +443,42 @@ async function childLlama(path, threads, contexts, steps, stateDir) {
   result(out);
 }
 
+/**
+ * --family gemma3: llama.cpp prefills seeded random ids up to each N in turn (timed: the prefill
+ * figures), then decodes `steps` greedy steps; its KV caches from its log, its state size after each N.
+ */
+async function childLlamaPrefill(path, threads, contexts, steps, vocab, bos) {
+  const maxN = contexts[contexts.length - 1];
+  const ids = promptIds(maxN, vocab, bos);
+  const { context, sequence, close, kvCaches } = await llamaOpen(path, threads, maxN + steps + 64);
+  const out = { engine: 'llama.cpp', policy: 'llama.cpp (full)', threads, contextSize: context.contextSize, kvCaches, rows: [] };
+  try {
+    for (const N of contexts) {
+      const from = sequence.nextTokenIndex;
+      const f0 = performance.now();
+      let tok = await llamaEvaluate(sequence, ids.slice(from, N));
+      const fillMs = performance.now() - f0;
+      const N0 = sequence.nextTokenIndex;
+      if (N0 !== N) throw new Error(`llama.cpp: ${N0} tokens after the fill to ${N}`);
+      const stepMs = [];
+      const stepIds = [];
+      const a = performance.now();
+      for (let i = 0; i < steps; i++) {
+        const s = performance.now();
+        stepIds.push(tok);
+        tok = await llamaEvaluate(sequence, [tok]);
+        stepMs.push(performance.now() - s);
+      }
+      const ms = performance.now() - a;
+      out.rows.push({ N, startPosition: N0, fillTokens: N0 - from, fillTps: ((N0 - from) * 1000) / fillMs, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), stepMs, ids: stepIds, fetchRatio: 1, stateSize: context.stateSize });
+    }
+  } finally {
+    await close();
+  }
+  out.peakRssBytes = peakRss();
+  result(out);
+}
+
 // ─── parent ──────────────────────────────────────────────────────────────────────────────────
 
 function runChild(args, { tsx = true } = {}) {
@@ -415,13 +512,17 @@ const mib = (b) => (Number.isFinite(b) ? `${(b / 2 ** 20).toFixed(0)}` : '—');
 
 async function parent() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/long-context.mjs [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1] [--policies full,infinigen,streaming,h2o,quest] (infinigen@side-thread / infinigen@inline: that speculation placement) [--cap 0.1] [--llama] [--steps 16] [--type Q8_0] [--dir DIR] [--keep] [--json FILE]');
+    console.log('usage: node --import tsx bench/long-context.mjs [--family llama|gemma3 (gemma3: [--layers 12] [--window 1024], contexts 8192,16384,32768, policies full, by prefill, with llama.cpp)] [--kv-heads 32|4] [--contexts 2048,8192] [--threads 1] [--policies full,infinigen,streaming,h2o,quest] (infinigen@side-thread / infinigen@inline: that speculation placement) [--cap 0.1] [--llama] [--steps 16] [--type Q8_0] [--dir DIR] [--keep] [--json FILE]');
     return;
   }
-  const kvHeads = positiveInt(opts['kv-heads'], '--kv-heads');
-  const contexts = opts.contexts.split(',').map((s) => positiveInt(s, '--contexts')).sort((a, b) => a - b);
+  const gemma = opts.family === 'gemma3';
+  if (!gemma && opts.family !== 'llama') throw new Error(`--family must be llama or gemma3, got ${opts.family}`);
+  if (gemma) return parentGemma();
+  if (opts.layers !== undefined || opts.window !== undefined) throw new Error('--layers and --window are for --family gemma3');
+  const kvHeads = positiveInt(opts['kv-heads'] ?? '32', '--kv-heads');
+  const contexts = (opts.contexts ?? '2048,8192').split(',').map((s) => positiveInt(s, '--contexts')).sort((a, b) => a - b);
   const threadList = opts.threads.split(',').map((s) => positiveInt(s, '--threads'));
-  const policies = opts.policies.split(',').map((s) => s.trim()).filter(Boolean);
+  const policies = (opts.policies ?? 'full,infinigen,streaming,h2o,quest').split(',').map((s) => s.trim()).filter(Boolean);
   const cap = Number(opts.cap);
   if (!(cap > 0 && cap <= 1)) throw new Error(`--cap must be in (0, 1], got ${opts.cap}`);
   const steps = positiveInt(opts.steps, '--steps');
@@ -429,6 +530,7 @@ async function parent() {
   const sizes = { dim: 2048, layers: 16, heads: 32, kvHeads, ffn: 5632, vocab: 32000 };
   if (sizes.heads % kvHeads !== 0) throw new Error(`--kv-heads ${kvHeads} must divide 32`);
   const maxN = contexts[contexts.length - 1];
+  opts.fill ??= 'random';
   if (opts.fill !== 'random' && opts.fill !== 'prefill') throw new Error(`--fill must be random or prefill, got ${opts.fill}`);
   const llamaContexts = opts['llama-contexts'] ? opts['llama-contexts'].split(',').map((s) => positiveInt(s, '--llama-contexts')).sort((a, b) => a - b) : contexts;
 
@@ -567,6 +669,134 @@ async function parent() {
   }
 }
 
+// ─── --family gemma3 ─────────────────────────────────────────────────────────────────────────
+
+/**
+ * Gemma-3-like shape for long contexts: Gemma 3's real layer pattern (5 window layers : 1 global,
+ * window 1024 as the 4B's, q/k norms, sandwich norms, GeGLU, per-layer RoPE, tied 262,144 vocabulary)
+ * at a width where a real prefill of 32,768 tokens takes minutes on 2 cores, not an hour.
+ */
+const GEMMA_LONG = { dim: 512, layers: 12, heads: 4, kvHeads: 2, headDim: 128, ffn: 2048, window: 1024 };
+
+/** "7/16" ids equal from the start (with the first difference), or — when either is missing. */
+function agreement(a, b) {
+  if (!Array.isArray(a) || !Array.isArray(b)) return '—';
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i === n ? `${i}/${n}` : `${i}/${n} (step ${i}: ${a[i]} vs ${b[i]})`;
+}
+
+async function parentGemma() {
+  if (opts['kv-heads'] !== undefined || opts.offload) throw new Error('--family gemma3: --kv-heads and --offload are for the llama family');
+  if (opts.fill !== undefined && opts.fill !== 'prefill') throw new Error('--family gemma3 fills by prefill only (the prefill speed at each N is what its table reports)');
+  const shape = { ...GEMMA_LONG, layers: positiveInt(opts.layers ?? `${GEMMA_LONG.layers}`, '--layers'), window: positiveInt(opts.window ?? `${GEMMA_LONG.window}`, '--window') };
+  const contexts = (opts.contexts ?? '8192,16384,32768').split(',').map((s) => positiveInt(s, '--contexts')).sort((a, b) => a - b);
+  const threadList = opts.threads.split(',').map((s) => positiveInt(s, '--threads'));
+  const policies = (opts.policies ?? 'full').split(',').map((s) => s.trim()).filter(Boolean);
+  const cap = Number(opts.cap);
+  if (!(cap > 0 && cap <= 1)) throw new Error(`--cap must be in (0, 1], got ${opts.cap}`);
+  const steps = positiveInt(opts.steps, '--steps');
+  const maxN = contexts[contexts.length - 1];
+  const started = new Date();
+  const loadBefore = loadavg();
+  console.log(`long-context bench (gemma3) ${started.toISOString()}: ${opts.type}, shape ${JSON.stringify(shape)}, contexts ${contexts.join(',')}, threads ${threadList.join(',')}, policies ${policies.join(',')} + llama.cpp, ${steps} steps; load average ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
+  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'longhand-long-gemma-'));
+  const cacheDir = mkdtempSync(join(tmpdir(), 'longhand-long-skew-'));
+  const report = { started: started.toISOString(), family: 'gemma3', shape, contexts, cap, steps, runs: [] };
+  try {
+    const path = join(dir, `long-gemma3-${opts.type}-d${shape.dim}-L${shape.layers}-w${shape.window}.gguf`);
+    const w0 = performance.now();
+    const args = ['gemma', path, '--preset', 'gemma3-4b', '--type', opts.type, '--dim', `${shape.dim}`, '--layers', `${shape.layers}`, '--heads', `${shape.heads}`, '--kv-heads', `${shape.kvHeads}`, '--head-dim', `${shape.headDim}`, '--ffn', `${shape.ffn}`, '--window', `${shape.window}`, '--context', `${Math.max(32768, maxN + steps + 64)}`];
+    const write = opts.dir !== undefined && existsSync(path) ? { status: 0, reused: true } : spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'test/fixtures/cli.ts'), ...args], { cwd: ROOT, encoding: 'utf8', maxBuffer: 1 << 24 });
+    if (write.status !== 0) throw new Error(`writing the fixture failed: ${write.stderr}`);
+    console.log(write.reused ? `reusing ${path}` : `wrote ${path} in ${((performance.now() - w0) / 1000).toFixed(0)} s`);
+    const info = await runChild(['inspect', '--model', path]);
+    if (info.error) throw new Error(`inspect: ${info.error}`);
+    report.info = info;
+    for (const threads of threadList) {
+      const common = ['--model', path, '--threads', `${threads}`, '--contexts', contexts.join(','), '--steps', `${steps}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`];
+      for (const policy of policies) {
+        const r = await runChild(['ours', ...common, '--policy', policy, '--cap', `${cap}`, '--cache-dir', cacheDir, '--fill', 'prefill']);
+        if (r.error) r.policy = policy;
+        r.threads = threads;
+        console.log(`${policy} ${threads}t: ${r.error ?? r.rows.map((x) => `N=${x.N} prefill ${fmt(x.fillTps)} tok/s, decode ${fmt(x.tps, 2)} tok/s`).join('; ')}`);
+        report.runs.push(r);
+      }
+      const l = await runChild(['llama-prefill', ...common], { tsx: false });
+      if (l.error) l.policy = 'llama.cpp (full)';
+      l.threads = threads;
+      console.log(`llama.cpp ${threads}t: ${l.error ?? l.rows.map((x) => `N=${x.N} prefill ${fmt(x.fillTps)} tok/s, decode ${fmt(x.tps, 2)} tok/s`).join('; ')}`);
+      report.runs.push(l);
+    }
+  } finally {
+    rmSync(cacheDir, { recursive: true, force: true });
+    if (!opts.keep && opts.dir === undefined) rmSync(dir, { recursive: true, force: true });
+    else console.log(`kept the fixture in ${dir}`);
+  }
+
+  const h = report.info.hyper;
+  const llamaRun = (threads) => report.runs.find((r) => r.engine === 'llama.cpp' && r.threads === threads && !r.error);
+  const lines = [];
+  lines.push('| engine / policy | threads | N | prefill: tokens | prefill tok/s | vs llama.cpp | decode tok/s | median-step tok/s | vs llama.cpp (median) | greedy ids = llama.cpp | peak RSS MiB |');
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|');
+  for (const r of report.runs) {
+    if (r.error) {
+      lines.push(`| ${r.policy} | ${r.threads} | — | **failed**: ${r.error.replaceAll('|', '/')} | | | | | | | |`);
+      continue;
+    }
+    const ref = r.engine === 'llama.cpp' ? undefined : llamaRun(r.threads);
+    for (const x of r.rows) {
+      const y = ref?.rows.find((z) => z.N === x.N);
+      lines.push(`| ${r.engine === 'llama.cpp' ? 'llama.cpp' : `Longhand ${r.policy}`} | ${r.threads} | ${x.N} | ${x.fillTokens} | ${fmt(x.fillTps)} | ${y ? `${fmt(x.fillTps / y.fillTps, 2)}x` : '—'} | ${fmt(x.tps, 2)} | ${fmt(x.medianTps, 2)} | ${y ? `${fmt(x.medianTps / y.medianTps, 2)}x` : '—'} | ${y ? agreement(x.ids, y.ids) : '—'} | ${mib(r.peakRssBytes)} |`);
+    }
+  }
+  // KV memory, both allocated when the context is made (for the largest N + steps)
+  const rowBytes = h.kvHeads * h.headDim * 2 * 2; // fp16 K and V, one token, one layer
+  const mem = [];
+  mem.push('| engine | what | layers | slots (cells) per layer | MiB |');
+  mem.push('|---|---|---|---|---|');
+  // the first policy's pool (--policies full,...: full's; InfiniGen's adds its partial key rows)
+  const ours = report.runs.find((r) => r.engine === 'longhand' && !r.error);
+  const kv = ours?.rows[ours.rows.length - 1]?.kv;
+  let ourTotal;
+  if (kv) {
+    ourTotal = kv.ringBytes + kv.globalBytes + kv.checkpointBytes;
+    mem.push(`| Longhand | window layers' rings | ${kv.windowLayers} | ${kv.ringSlots ?? '—'} | ${fmt(kv.ringBytes / 2 ** 20, 2)} |`);
+    mem.push(`| Longhand | global layers' rows | ${kv.globalLayers} | ${kv.globalSlots ?? '—'} | ${fmt(kv.globalBytes / 2 ** 20, 2)} |`);
+    mem.push(`| Longhand | ring checkpoints (${kv.checkpoints} held after the last N) | — | — | ${fmt(kv.checkpointBytes / 2 ** 20, 2)} |`);
+    mem.push(`| Longhand | **KV total** (policy ${ours.policy}: rings + global rows + checkpoints; whole pool buffer ${fmt(kv.poolBytes / 2 ** 20, 2)} MiB) | ${h.layers} | — | **${fmt(ourTotal / 2 ** 20, 2)}** |`);
+  }
+  const lr = report.runs.find((r) => r.engine === 'llama.cpp' && !r.error);
+  let llamaTotal;
+  if (lr) {
+    const caches = [...lr.kvCaches].sort((a, b) => b.cells - a.cells);
+    llamaTotal = caches.reduce((acc, c) => acc + c.bytes, 0);
+    caches.forEach((c, i) => mem.push(`| llama.cpp | ${caches.length > 1 ? (i === 0 ? 'non-SWA cache (global layers)' : 'SWA cache (window layers)') : 'KV cache'} | ${c.layers} | ${c.cells} | ${fmt(c.bytes / 2 ** 20, 2)} |`));
+    mem.push(`| llama.cpp | **KV total** (context ${lr.contextSize}; state size after each N: ${lr.rows.map((x) => `${x.N}: ${mib(x.stateSize)} MiB`).join(', ')}) | ${caches.reduce((acc, c) => acc + c.layers, 0)} | — | **${fmt(llamaTotal / 2 ** 20, 2)}** |`);
+    if (caches.length === 0) mem.push('| llama.cpp | (no KV cache line in its log) | | | |');
+  }
+  const context = lr?.contextSize ?? maxN + steps + 64;
+  mem.push(`| either | every layer full (no rings; llama.cpp --swa-full) at ${context} tokens | ${h.layers} | ${context} | ${fmt((h.layers * context * rowBytes) / 2 ** 20, 2)} |`);
+  const loadAfter = loadavg();
+  console.log('');
+  console.log(`### long context, Gemma-3-like — ${opts.type}, dim ${h.dim}, ${h.layers} layers (5 window : 1 global, window ${shape.window}), ${h.heads} heads / ${h.kvHeads} KV heads, head_dim ${h.headDim}, ffn ${h.ffn}, vocab ${h.vocab}; ${steps} decode steps per N`);
+  console.log('');
+  console.log(lines.join('\n'));
+  console.log('');
+  console.log('KV memory (allocated when the context is made, for the largest N + the steps):');
+  console.log('');
+  console.log(mem.join('\n'));
+  console.log('');
+  if (ourTotal !== undefined && llamaTotal) console.log(`Longhand's KV / llama.cpp's: ${fmt(ourTotal / llamaTotal, 3)}x`);
+  console.log(`How: both engines prefill the same seeded random ids to each N in turn (the prefill column: the tokens from the previous N + steps up to this N), then decode ${steps} greedy steps, each feeding its own argmax (ids compared from the start of each N's steps). Longhand: createModelRunner(context ${maxN + steps + 8}, fp16 KV, prefill chunk 128); its KV figures from runner.kvLayers() (slots · bytes per row per layer, by kind) and runner.ringCheckpointBytes. llama.cpp: node-llama-cpp, context ${context}, batch 512, no flash attention, f16 KV, swaFullCache false (its default); its KV figures are the "llama_kv_cache: size = … MiB (… cells, … layers …)" lines llama.cpp logs when the context is made (captured through node-llama-cpp's logger): the non-SWA cache holds the context's cells for the global layers, the SWA cache pad256(window + n_ubatch) cells for the window layers (src/llama-kv-cache-iswa.cpp); "state size" is LlamaContext.stateSize (llama_state_get_size: the serialized state, the cells in use plus logits).`);
+  console.log(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}; ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s in all`);
+  if (opts.json) {
+    writeFileSync(opts.json, `${JSON.stringify(report, null, 2)}\n`);
+    console.log(`wrote ${opts.json}`);
+  }
+}
+
 async function child() {
   const path = opts.model;
   if (!path) throw new Error('--model is required in child mode');
@@ -579,6 +809,7 @@ async function child() {
   if (opts.child === 'ours') return childOurs(path, opts.policy, threads, contexts, steps, Number(opts.cap), opts['cache-dir'], vocab, bos, opts.fill, opts.offload);
   if (opts.child === 'llama-fill') return childLlamaFill(path, threads, contexts, steps, vocab, bos, opts['state-dir'], positiveInt(opts['bytes-per-token'], '--bytes-per-token'));
   if (opts.child === 'llama') return childLlama(path, threads, contexts, steps, opts['state-dir']);
+  if (opts.child === 'llama-prefill') return childLlamaPrefill(path, threads, contexts, steps, vocab, bos);
   throw new Error(`unknown child ${opts.child}`);
 }
 
