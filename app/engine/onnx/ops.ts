@@ -141,13 +141,18 @@ export interface RopeOptions {
   /** Rows of the cos/sin tables: positions 0..maxPositions−1 can be used. */
   maxPositions: number;
   scaling?: RopeScaling;
+  /** [rotaryDim/2] divisors of each pair's frequency (llama.cpp's rope_freqs; Gemma 4's proportional RoPE); default all 1. */
+  freqFactors?: readonly number[];
 }
 
 /** Inverse frequencies θ^(−2i/d), i < d/2, with Llama 3 or linear scaling applied. */
-export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 'theta' | 'scaling'>): Float64Array {
+export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 'theta' | 'scaling' | 'freqFactors'>): Float64Array {
   const d = opts.rotaryDim ?? opts.headDim;
   const inv = new Float64Array(d / 2);
-  for (let i = 0; i < d / 2; i++) inv[i] = 1 / opts.theta ** ((2 * i) / d);
+  const ff = opts.freqFactors;
+  if (ff !== undefined && ff.length !== d / 2) throw new RangeError(`${ff.length} RoPE frequency factors for ${d / 2} pairs`);
+  // a factor divides θ^(−2i/d) as llama.cpp's ggml_rope_ext does (its theta / freq_factor)
+  for (let i = 0; i < d / 2; i++) inv[i] = 1 / opts.theta ** ((2 * i) / d) / (ff?.[i] ?? 1);
   const s = opts.scaling;
   if (!s) return inv;
   if (s.kind === 'linear') return inv.map((f) => f / s.factor);
