@@ -26,14 +26,15 @@ import type { LoadProgress } from '../../common/protocol.ts';
 import type { TokenRunner } from '../generate/loop.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { kvRowBytes } from '../model/memory-estimate.ts';
-import { createKvPool, type AttentionArgs, type KvPool, type KvType } from '../../../native/index.js';
+import { createKvPool, createLayeredKvPool, type AttentionArgs, type KvPool, type KvType } from '../../../native/index.js';
 import type { StepProbe } from '../metrics/step-probe.ts';
 import { EmbeddingTable } from './embedding.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import type { StageGraph } from './graphs.ts';
 import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
-import { ropeFrequencies, uniformAttention, type AttentionSpec, type LayerSpec } from './layers/layer-spec.ts';
+import { checkLayerSpecs, kvOwner, ownsKv, ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
+import type { RopeFrequencies } from '../onnx/ops.ts';
 import { layerAttentionArgs } from './placement/attention-args.ts';
 import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './policy/infinigen-state.ts';
 import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
@@ -45,7 +46,7 @@ import { createComparisonPolicy } from './policy/comparison.ts';
 import { InfinigenPolicy } from './policy/infinigen.ts';
 import { planLayers } from './policy/plan.ts';
 import { policyRecipe, RUNNER_POLICIES, type PolicyRecipe, type RunnerPolicy, type RunnerPolicyOptions } from './policy/registry.ts';
-import type { PolicyShape, RowPolicy } from './policy/row-policy.ts';
+import type { LayerRowShape, PolicyShape, RowPolicy } from './policy/row-policy.ts';
 import type { SparsePolicyOptions } from './policy/selection-settings.ts';
 import { createStageSessions, type StageCacheOptions } from './stage-sessions.ts';
 import type { StageCacheStats } from './stage-cache.ts';
@@ -173,8 +174,12 @@ export interface ModelRunner extends TokenRunner {
    * rebuilt from the pool. Returns false, changing nothing, when the layouts differ.
    */
   tryAdoptPolicy(options: RunnerPolicyOptions): boolean;
-  /** Bytes of one layer's snapshot section for `tokens` tokens (native pool export layout). */
-  snapshotLayerBytes(tokens: number): number;
+  /**
+   * Bytes of a layer's snapshot section for `tokens` tokens (native pool export layout). Layers may
+   * differ (Gemma 4's window and global rows; 0 for a KV-shared layer): without `layer`, the one size
+   * every layer has, or a NATIVE_BAD_ARGUMENT when they differ.
+   */
+  snapshotLayerBytes(tokens: number, layer?: number): number;
   /** Packs the first `tokens` tokens of a layer (K, V rows, int8 scales, positions) into `out`. */
   exportLayer(layer: number, tokens: number, out: Uint8Array): void;
   /** Offload mode: the latest decode step's bytes crossed, hits and misses per layer (undefined otherwise or before one). */
@@ -236,11 +241,21 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const limit = family.contextLimit(hyper);
   if (limit !== undefined && contextLength > limit) throw contextOverflow(0, contextLength, limit); // e.g. learned positions end there
   const specs = family.layers(hyper);
-  // one pool row width and one RoPE table per chunk for every layer; a layer's scale, window and
-  // soft-cap go to the kernels with it (attention-args.ts); sink logits are not read from files yet
-  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim', 'rope']);
-  if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one attention shape for every layer`, { field: 'model' });
+  try {
+    checkLayerSpecs(specs);
+  } catch (error) {
+    throw new UsageError(`${family.name}: ${(error as Error).message}`, { field: 'model' });
+  }
+  // Layers may differ in KV heads, head dim and RoPE (Gemma 4): the pool then holds one native pool
+  // per row shape (createLayeredKvPool), the step feeds each stage its layer's RoPE rows and widths.
+  // The query heads stay one number for every layer (the placements and policies take one); a
+  // layer's scale, window and soft-cap go to the kernels with it (attention-args.ts); sink logits
+  // are not read from files yet.
+  const uniform = uniformAttention(specs, ['heads']);
+  if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one query-head count for every layer`, { field: 'model' });
   if (specs.some((spec) => spec.attention.kind === 'attention' && spec.attention.sinks)) throw new UsageError(`${family.name}: attention sinks are not run yet`, { field: 'model' });
+  const rows = layerRowShapes(specs);
+  const mixedRows = rows.some((r) => r.kvHeads !== rows[0]!.kvHeads || r.headDim !== rows[0]!.headDim) || specs.some((spec) => !ownsKv(spec));
   const attention = layerAttentionArgs(specs);
   const prefillChunk = options.prefillChunk ?? 128;
   if (!Number.isInteger(prefillChunk) || prefillChunk < 1) throw new RangeError(`prefillChunk must be a positive integer, got ${prefillChunk}`);
@@ -250,10 +265,15 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const providers = options.device !== undefined && options.device !== 'cpu' ? [options.device] : undefined;
   const threads = options.threads ?? 1;
   const kvType = options.kvType ?? 'fp16';
-  const shape: PolicyShape = { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength, threads };
+  const heads = uniform.shape.heads;
+  const shape: PolicyShape = mixedRows
+    ? { layers: hyper.layers, heads, kvHeads: Math.max(...rows.map((r) => r.kvHeads)), headDim: Math.max(...rows.map((r) => r.headDim)), perLayer: rows, contextLength, threads }
+    : { layers: hyper.layers, heads, kvHeads: rows[0]!.kvHeads, headDim: rows[0]!.headDim, contextLength, threads };
   const recipe = policyRecipe(options, shape, model);
   const policy = recipe.name;
   assertPolicySupported(hyper, policy);
+  // InfiniGen's skew, column energies and partial rows are one shape for every layer still (infinigen-state.ts)
+  if (mixedRows && recipe.partialDim > 0) throw new UsageError(`${family.name}: policy '${policy}' needs one KV-head and head-dim shape for every layer; these layers differ (or read another layer's K/V)`, { field: 'policy', policy });
   const budget = options.poolBudgetBytes;
   if (budget !== undefined) {
     if (!Number.isSafeInteger(budget) || budget < 1) throw new UsageError(`poolBudgetBytes must be a positive integer, got ${String(budget)}`, { field: 'poolBudgetBytes' });
@@ -279,31 +299,43 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
       });
   const dense: RunnerDense = native ? { engine: 'native', kernel: native.kernel } : { engine: 'onnx', ...(nativeWhyNot !== undefined ? { whyNotNative: nativeWhyNot } : {}) };
   const p = recipe.partialDim;
-  const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * kvRowBytes(kvType, hyper.headDim) + 4 + 2 * p);
-  const projBytes = p > 0 ? hyper.layers * hyper.kvHeads * hyper.headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
-  const scalePadding = kvType === 'int8' ? 2 * 64 : 0; // the int8 scale regions start on their own lines
-  const pool = createKvPool({
-    budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes + scalePadding,
-    ...(budget !== undefined ? { eviction } : {}),
-    layers: hyper.layers,
-    kvHeads: hyper.kvHeads,
-    headDim: hyper.headDim,
-    kvType,
-    ...(p > 0 ? { partialDim: p } : {}),
-  });
+  let pool: KvPool;
+  if (mixedRows) {
+    // one native pool per row shape; a KV-shared layer keeps no rows (native/kv-pool-layers.js)
+    pool = createLayeredKvPool({
+      layerShapes: specs.map((spec, l) => (ownsKv(spec) ? rows[l]! : { kvSource: kvOwner(specs, l)! })),
+      ...(budget !== undefined ? { budgetBytes: budget, eviction } : { tokens: contextLength }),
+      kvType,
+    });
+  } else {
+    const { kvHeads, headDim } = rows[0]!;
+    const bytesPerToken = hyper.layers * kvHeads * (2 * kvRowBytes(kvType, headDim) + 4 + 2 * p);
+    const projBytes = p > 0 ? hyper.layers * kvHeads * headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
+    const scalePadding = kvType === 'int8' ? 2 * 64 : 0; // the int8 scale regions start on their own lines
+    pool = createKvPool({
+      budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes + scalePadding,
+      ...(budget !== undefined ? { eviction } : {}),
+      layers: hyper.layers,
+      kvHeads,
+      headDim,
+      kvType,
+      ...(p > 0 ? { partialDim: p } : {}),
+    });
+  }
   let rowPolicy: RowPolicy | undefined;
   let placement: AttentionPlacement;
   try {
     rowPolicy = recipe.build(pool, undefined, attention);
-    placement = new InPlaceAttention(pool, hyper.heads, threads, attention);
+    placement = new InPlaceAttention(pool, heads, threads, attention);
     if (options.offload === true) {
+      if (mixedRows) throw new UsageError(`offload: ${family.name} layers differ in KV heads or head dim (or share K/V); they run in place only`, { field: 'offload' });
       // the device graph runs one scale, no window and no soft-cap for every layer
       if (attention.some((a) => a !== undefined)) throw new UsageError(`offload: ${family.name} layers with their own attention scale, window or soft-cap run in place only`, { field: 'offload' });
       // a sparse layer's lists are at most the recipe's bound + the current token; the buffer grows if a list is longer
       const sparseRows = Math.min(pool.capacityTokens, recipe.mostRows(pool.capacityTokens) + 1);
       const initialRowsPerHead = Array.from({ length: hyper.layers }, (_, l) => (rowPolicy!.selects(l) ? sparseRows : pool.capacityTokens));
-      const offload = await OffloadAttention.create(pool, { heads: hyper.heads, threads, initialRowsPerHead, ...(providers ? { providers } : {}), ...(options.offloadRowUpdate ? { rowUpdate: options.offloadRowUpdate } : {}) });
-      placement = new DeviceRowsAttention(pool, hyper.heads, threads, offload, attention);
+      const offload = await OffloadAttention.create(pool, { heads, threads, initialRowsPerHead, ...(providers ? { providers } : {}), ...(options.offloadRowUpdate ? { rowUpdate: options.offloadRowUpdate } : {}) });
+      placement = new DeviceRowsAttention(pool, heads, threads, offload, attention);
     }
   } catch (error) {
     rowPolicy?.free?.();
@@ -410,12 +442,17 @@ class Runner implements ModelRunner {
           positions: posView ? new EmbeddingTable(posView) : undefined,
           positionOffset: positions?.offset ?? 0,
           scale: embedding.scale,
-          rope: ropeFrequencies(specs[0]!.attention as AttentionSpec),
+          ropes: layerRopes(specs),
         },
         layers: h.layers,
-        heads: h.heads,
+        heads: cfg.shape.heads,
         d: h.hiddenSize,
-        tokenRowBytes: h.kvHeads * 2 * kvRowBytes(cfg.kvType, h.headDim),
+        headDims: specs.map((spec) => (spec.attention.kind === 'attention' ? spec.attention.headDim : 0)),
+        ownsKv: specs.map(ownsKv),
+        tokenRowBytes: specs.map((_, l) => {
+          const r = layerRowShapes(specs)[l]!;
+          return r.kvHeads * 2 * kvRowBytes(cfg.kvType, r.headDim);
+        }),
       },
       this.planFor(policy),
       placement,
@@ -481,7 +518,9 @@ class Runner implements ModelRunner {
 
   partialKeyBytes(): number {
     const tokens = Math.min(this.pos, this.pool.capacityTokens);
-    return this.pool.partialDim * 2 * this.pool.kvHeads * this.layers * tokens;
+    let bytes = 0;
+    for (let l = 0; l < this.layers; l++) if (this.pool.owns(l)) bytes += this.pool.layerPartialDim(l) * 2 * this.pool.layerKvHeads(l) * tokens;
+    return bytes;
   }
 
   async prefill(ids: readonly number[], signal?: AbortSignal, opts: PrefillOptions = {}): Promise<Float32Array> {
@@ -602,8 +641,8 @@ class Runner implements ModelRunner {
     return true;
   }
 
-  snapshotLayerBytes(tokens: number): number {
-    return this.pool.snapshotLayerBytes(tokens);
+  snapshotLayerBytes(tokens: number, layer?: number): number {
+    return this.pool.snapshotLayerBytes(tokens, layer);
   }
 
   exportLayer(layer: number, tokens: number, out: Uint8Array): void {
@@ -638,10 +677,12 @@ class Runner implements ModelRunner {
         ig.importSequence(infinigen);
         ig.choosePartialColumns(this.pool);
       }
-      const section = new Uint8Array(this.pool.snapshotLayerBytes(tokens)); // one layer's packed rows, reused
+      const sizes = Array.from({ length: this.layers }, (_, l) => this.pool.snapshotLayerBytes(tokens, l)); // layers may differ
+      const section = new Uint8Array(Math.max(0, ...sizes)); // one layer's packed rows, reused
       for (let l = 0; l < this.layers; l++) {
-        await readLayer(l, section);
-        this.pool.importLayer(l, tokens, section);
+        const into = section.subarray(0, sizes[l]);
+        await readLayer(l, into);
+        this.pool.importLayer(l, tokens, into);
       }
       this.pos = tokens;
     } catch (error) {
@@ -659,10 +700,12 @@ class Runner implements ModelRunner {
     }
     if (this.pool.evicting) throw new RangeError('appendRandomContextForBenchmark: not with a pool budget (eviction)');
     this.drainPolicies();
-    const width = this.pool.kvHeads * this.pool.headDim;
+    const widthOf = (l: number): number => this.pool.layerKvHeads(l) * this.pool.layerHeadDim(l);
+    let widest = 0;
+    for (let l = 0; l < this.layers; l++) widest = Math.max(widest, widthOf(l));
     const chunk = 256;
-    const k = new Float32Array(chunk * width); // [chunk, kvHeads·headDim]
-    const v = new Float32Array(chunk * width);
+    const k = new Float32Array(chunk * widest); // [chunk, kvHeads·headDim] of the widest layer
+    const v = new Float32Array(chunk * widest);
     // xorshift32, uniform on [−√3, √3) (unit variance): seeded, so every policy gets the same rows,
     // and cheap enough for 32,768 tokens × 16 layers × 4,096 values × 2
     let s = seed >>> 0 || 1;
@@ -677,6 +720,8 @@ class Runner implements ModelRunner {
     for (let t0 = 0; t0 < tokens; t0 += chunk) {
       const T = Math.min(chunk, tokens - t0);
       for (let l = 0; l < this.layers; l++) {
+        if (!this.pool.owns(l)) continue; // a KV-shared layer reads its source's rows
+        const width = widthOf(l);
         for (let i = 0; i < T * width; i++) {
           k[i] = uniform();
           v[i] = uniform();
@@ -775,4 +820,32 @@ function argmax(x: Float32Array): number {
   let best = 0;
   for (let i = 1; i < x.length; i++) if (x[i]! > x[best]!) best = i;
   return best;
+}
+
+/**
+ * [layer] the rows each layer attends: its own kvHeads × headDim, or its kvSource's. A layer without
+ * attention is refused (the step loop runs attention layers only; plan.ts says so too).
+ */
+function layerRowShapes(specs: readonly LayerSpec[]): LayerRowShape[] {
+  return specs.map((_, l) => {
+    const owner = kvOwner(specs, l);
+    const a = owner === undefined ? undefined : specs[owner]!.attention;
+    if (a === undefined || a.kind !== 'attention') throw new UsageError(`layer ${l} has no attention (no KV rows): the forward pass runs attention layers only`, { field: 'model', layer: l });
+    return { kvHeads: a.kvHeads, headDim: a.headDim };
+  });
+}
+
+/** [layer] each layer's RoPE for the step's feeds; layers with equal RoPE share one object (one set of rows per chunk). */
+function layerRopes(specs: readonly LayerSpec[]): (RopeFrequencies | undefined)[] {
+  const seen = new Map<string, RopeFrequencies>();
+  return specs.map((spec) => {
+    if (spec.attention.kind !== 'attention') return undefined;
+    const r = ropeFrequencies(spec.attention);
+    if (r === undefined) return undefined;
+    const key = JSON.stringify(r);
+    const same = seen.get(key);
+    if (same) return same;
+    seen.set(key, r);
+    return r;
+  });
 }

@@ -41,16 +41,19 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
   const ids = Int32Array.from(sequence.tokens.slice(0, n)); // [n]
   const skew = await runner.skewId();
   const ig = runner.exportInfinigen(n);
-  const layerBytes = runner.snapshotLayerBytes(n);
-  const buffer = new Uint8Array(layerBytes); // one layer's packed rows, reused for every layer
+  // layers may differ in row shape (Gemma 4), and a KV-shared layer's section is empty
+  const layerBytes = Array.from({ length: identity.layers }, (_, l) => runner.snapshotLayerBytes(n, l));
+  const buffer = new Uint8Array(Math.max(0, ...layerBytes)); // one layer's packed rows, reused for every layer
   const sections: SectionSource[] = [{ name: 'ids', bytes: ids.byteLength, read: () => new Uint8Array(ids.buffer) }];
   for (let l = 0; l < identity.layers; l++) {
+    const bytes = layerBytes[l]!;
     sections.push({
       name: `layer.${l}`,
-      bytes: layerBytes,
+      bytes,
       read: () => {
-        runner.exportLayer(l, n, buffer);
-        return buffer;
+        const into = buffer.subarray(0, bytes);
+        runner.exportLayer(l, n, into);
+        return into;
       },
     });
   }
@@ -80,8 +83,8 @@ export async function restoreSequenceSnapshot(path: string, sequence: CachedSequ
   try {
     const ids = await checkedIds(reader, identity, await runner.skewId());
     const n = ids.length;
-    const want = runner.snapshotLayerBytes(n);
     for (let l = 0; l < identity.layers; l++) {
+      const want = runner.snapshotLayerBytes(n, l);
       const found = reader.sections.find((s) => s.name === `layer.${l}`);
       if (!found || found.bytes !== want) throw corrupt(path, `section layer.${l} has ${found?.bytes ?? 'no'} bytes, ${want} expected for ${n} tokens`);
     }

@@ -55,8 +55,12 @@ export interface ChunkInput {
   positionOffset: number;
   /** multiplies every embedded row (Gemma: √d); 1: the rows are the table's bits */
   scale: number;
-  /** the stage graphs' RoPE (cos/sin rows per chunk), or none */
-  rope: RopeFrequencies | undefined;
+  /**
+   * [layer] the RoPE of layer ℓ's q and k, which stage ℓ computes (cos/sin rows fed per chunk), or
+   * undefined where the layer has none. Layers may differ (Gemma 3/4: window and global bases, Gemma
+   * 4's proportional RoPE); the rows are computed once per chunk per distinct RoPE.
+   */
+  ropes: readonly (RopeFrequencies | undefined)[];
 }
 
 /** The fixed parts of a runner the loop walks. */
@@ -66,11 +70,16 @@ export interface StepParts {
   graphs: readonly StageGraph[];
   input: ChunkInput;
   layers: number;
+  /** query heads (every layer's) */
   heads: number;
   /** hidden size */
   d: number;
-  /** K+V bytes of one token of one layer, every KV head (what a dense layer fetches per past token) */
-  tokenRowBytes: number;
+  /** [layer] elements per head of layer ℓ's q, k and v (Gemma 4: window and global layers differ) */
+  headDims: readonly number[];
+  /** [layer] false where the layer reads an earlier layer's K/V (LayerSpec kvSource): nothing is appended for it */
+  ownsKv: readonly boolean[];
+  /** [layer] K+V bytes of one token of the rows layer ℓ reads, every KV head (what a dense layer fetches per past token) */
+  tokenRowBytes: readonly number[];
 }
 
 export interface ChunkOptions {
@@ -95,7 +104,7 @@ export class StepLoop {
   probe: StepProbe | undefined;
   readonly trace: StepTrace;
   t: ForwardTimings = emptyTimings();
-  /** [heads·d] a decode step's attention output, reused */
+  /** [heads·max headDim] a decode step's attention output, reused (a layer uses its first heads·headDim(ℓ)) */
   private readonly attnOne: Float32Array;
   /** [d] scratch of the position rows */
   private readonly scratch: Float32Array;
@@ -111,7 +120,7 @@ export class StepLoop {
     this.policies = [...new Set(plan)];
     this.placement = placement;
     this.trace = new StepTrace(parts.layers);
-    this.attnOne = new Float32Array(parts.heads * (parts.pool.headDim));
+    this.attnOne = new Float32Array(parts.heads * Math.max(...parts.headDims));
     this.scratch = new Float32Array(parts.d);
     this.evictedBefore = new Array<number>(parts.layers).fill(0);
   }
@@ -142,19 +151,26 @@ export class StepLoop {
 
   /** One chunk at position p0 through every layer; returns the logits of 'last' / 'all' rows, or nothing. */
   async run(ids: readonly number[], p0: number, o: ChunkOptions): Promise<Float32Array | undefined> {
-    const { pool, layers, heads } = this.parts;
+    const { pool, layers, heads, headDims, ownsKv } = this.parts;
     const t0 = performance.now();
     const T = ids.length;
-    const qw = heads * pool.headDim;
     const h = this.embed(ids, p0); // [T, d]
     const t1 = performance.now();
     this.t.embedding += t1 - t0;
 
-    // RoPE (llama family): the cos/sin rows of positions p0..p0+T−1, read by the graphs at rows 0..T−1 (graphs.ts)
+    // RoPE: the cos/sin rows of positions p0..p0+T−1 for the layer stage s computes q/k of, read by
+    // the graphs at rows 0..T−1 (graphs.ts); layers with the same RoPE share the rows
     const pos: TensorData = { elemType: 'int64', dims: [1, T], data: BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) };
-    const rope = this.ropeFeeds(p0, T);
+    const ropeRowsOf = new Map<RopeFrequencies, Record<string, TensorData>>();
+    const rope = (layer: number): Record<string, TensorData> => {
+      const r = this.parts.input.ropes[layer];
+      if (r === undefined) return {};
+      let feeds = ropeRowsOf.get(r);
+      if (!feeds) ropeRowsOf.set(r, (feeds = this.ropeFeeds(r, p0, T)));
+      return feeds;
+    };
     const hT = f32([1, T, this.parts.d], h);
-    let out = await this.runStage(0, { h: hT, pos, ...rope });
+    let out = await this.runStage(0, { h: hT, pos, ...rope(0) });
     let residual = hT;
     let logits: Float32Array | undefined;
 
@@ -173,10 +189,11 @@ export class StepLoop {
         if (o.signal.aborted) throw new ForwardAbortedError(p0, { cause: o.signal.reason });
       }
       const q = out.q!.data as Float32Array;
-      const k = out.k!.data as Float32Array;
-      const v = out.v!.data as Float32Array;
+      // a KV-shared layer's stage outputs no k and v (ownsKv[ℓ] false)
+      const k = out.k?.data as Float32Array | undefined;
+      const v = out.v?.data as Float32Array | undefined;
       if (l > 0) residual = out.h_next!;
-      sequence?.observe(l, q, k, T);
+      if (k !== undefined) sequence?.observe(l, q, k, T);
       const policy = this.plan[l]!;
       const selects = sparse && policy.selects(l);
       // a placement that reads lists waits for layer ℓ's selection now, before layer ℓ+1's job is
@@ -190,13 +207,18 @@ export class StepLoop {
         if (l === 0) policy.prefetch?.(0, q);
       }
       let a = performance.now();
-      const slot = pool.appendBatch(l, k, v, p0);
-      placement.appended(l, slot, T);
-      if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
+      // a KV-shared layer computes no k/v: it attends the rows its source appended earlier in this chunk
+      if (ownsKv[l]) {
+        if (k === undefined || v === undefined) throw new Error(`stage ${l} output no k/v for a layer that keeps its own rows`);
+        const slot = pool.appendBatch(l, k, v, p0);
+        placement.appended(l, slot, T);
+        if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
+      }
       const b = performance.now();
       this.t.append += b - a;
 
-      const attn = T === 1 ? this.attnOne : new Float32Array(T * qw); // [T, heads·d]
+      const qw = heads * headDims[l]!;
+      const attn = T === 1 ? this.attnOne.subarray(0, qw) : new Float32Array(T * qw); // [T, heads·headDim(ℓ)]
       if (!decoding) {
         placement.attendPrompt(l, q, T, attn);
         if (o.prompt) policy.observePrompt?.(l, q, p0, T);
@@ -209,7 +231,7 @@ export class StepLoop {
         if (measure) probe!.measure(pool, l, q, heads, policy.selection(l));
       } else {
         await placement.attendAll(l, q, attn);
-        this.trace.denseLayer(l, p0, this.parts.tokenRowBytes);
+        this.trace.denseLayer(l, p0, this.parts.tokenRowBytes[l]!);
         placement.figures(l, this.trace, 0);
       }
       a = performance.now();
@@ -217,7 +239,7 @@ export class StepLoop {
 
       const feeds: Record<string, TensorData> = { h: residual, attn: f32([1, T, qw], attn) };
       const last = l === layers - 1;
-      if (!last) Object.assign(feeds, { pos, ...rope });
+      if (!last) Object.assign(feeds, { pos, ...rope(l + 1) });
       else if (o.rows === 'none') break;
       else feeds.rows = { elemType: 'int64', dims: [o.rows === 'all' ? T : 1], data: o.rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
       out = await this.runStage(l + 1, feeds);
@@ -257,9 +279,7 @@ export class StepLoop {
     return h;
   }
 
-  private ropeFeeds(p0: number, T: number): Record<string, TensorData> {
-    const rope = this.parts.input.rope;
-    if (!rope) return {};
+  private ropeFeeds(rope: RopeFrequencies, p0: number, T: number): Record<string, TensorData> {
     const { cos, sin } = ropeRows(rope, p0, T);
     return { rope_cos: f32([T, cos.length / T], cos), rope_sin: f32([T, sin.length / T], sin) };
   }

@@ -3,7 +3,7 @@
 // whether that fits in the memory this machine has free right now.
 import { freemem, totalmem } from 'node:os';
 import { LonghandError } from '../../common/errors.ts';
-import type { LayerSpec } from '../forward/layers/layer-spec.ts';
+import { ownsKv, type LayerSpec } from '../forward/layers/layer-spec.ts';
 import type { ModelHyperparameters, TensorDType } from './types.ts';
 
 /** InfiniGen's defaults (ARCHITECTURE.md §4): partial-key ratio r and the fetch cap per step. */
@@ -94,7 +94,8 @@ function kvLayerShapes(hyper: ModelHyperparameters, layers: readonly LayerSpec[]
   if (layers === undefined) return Array.from({ length: hyper.layers }, (_, layer) => ({ layer, kvHeads: hyper.kvHeads, headDim: hyper.headDim }));
   const out: KvLayerShape[] = [];
   layers.forEach((spec, layer) => {
-    if (spec.attention.kind === 'attention') out.push({ layer, kvHeads: spec.attention.kvHeads, headDim: spec.attention.headDim });
+    // a KV-shared layer (kvSource) reads another layer's rows and keeps none
+    if (ownsKv(spec)) out.push({ layer, kvHeads: spec.attention.kvHeads, headDim: spec.attention.headDim });
   });
   return out;
 }

@@ -7,6 +7,8 @@ import { ModelFileError } from '../../../common/errors.ts';
 import { gemma4ConfigFromGguf, gemma4ConfigFromHf, gemma4Layers } from './gemma4.ts';
 import { kvOwner, kvRowShapes, ownsKv, ropeFrequencies, type AttentionSpec } from './layer-spec.ts';
 import { ropeInvFreq } from '../../onnx/ops.ts';
+import { kvBytesPerToken } from '../../model/memory-estimate.ts';
+import type { ModelHyperparameters } from '../../model/types.ts';
 
 const L = 10;
 const pattern = Array.from({ length: L }, (_, l) => l % 5 !== 4); // global: 4, 9
@@ -98,5 +100,12 @@ describe('gemma4 layers', () => {
     expect(() => gemma4ConfigFromGguf('odd.gguf', meta({ 'gemma4.attention.sliding_window_pattern': wrong }), ropeFreqs)).toThrow(ModelFileError);
     expect(() => gemma4ConfigFromGguf('short.gguf', meta(), ropeFreqs.subarray(0, 8))).toThrow(/rope_freqs.weight has 8 values for 16/);
     expect(() => gemma4ConfigFromHf('config.json', { num_experts: 128 })).toThrow(/mixture-of-experts/);
+  });
+
+  it('the memory figure per token counts the layers with rows of their own only, each at its own shape', () => {
+    const specs = gemma4Layers(gemma4ConfigFromGguf('tiny.gguf', meta(), ropeFreqs));
+    const hyper = { layers: L, kvHeads: 2, headDim: 16 } as ModelHyperparameters; // not read: the specs say
+    // fp16: 4 window layers × 2 heads × 2·16·2 bytes + 1 global layer × 1 head × 2·32·2; the 5 shared layers: 0
+    expect(kvBytesPerToken(hyper, 'fp16', specs)).toBe(4 * 2 * 64 + 1 * 128);
   });
 });

@@ -130,7 +130,7 @@ export function gemma4Layers(config: Gemma4Config): LayerSpec[] {
         softcap: 0,
         ...(kvSource !== undefined ? { kvSource } : {}),
       },
-      ffn: { kind: 'dense', size: config.ffnSize[l]!, gated: true, activation: 'gelu' },
+      ffn: { kind: 'dense', size: config.ffnSize[l]!, gated: true, activation: 'gelu_tanh' },
       norm: { kind: 'rms', placement: 'sandwich', eps: config.normEps },
     });
   }

@@ -82,8 +82,12 @@ export interface NoAttentionSpec {
 // Feed-forward and norms
 // ---------------------------------------------------------------------------------------------
 
-/** The nonlinearity of a feed-forward (the gate's, when gated). */
-export type Activation = 'silu' | 'relu' | 'gelu';
+/**
+ * The nonlinearity of a feed-forward (the gate's, when gated). 'gelu': x·Φ(x) with the exact erf;
+ * 'gelu_tanh': 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), the approximation Gemma's GeGLU uses
+ * (gelu_pytorch_tanh; llama.cpp's ggml_gelu/ggml_geglu).
+ */
+export type Activation = 'silu' | 'relu' | 'gelu' | 'gelu_tanh';
 
 /** One MLP for every token. */
 export interface DenseFfnSpec {

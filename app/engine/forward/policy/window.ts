@@ -24,6 +24,6 @@ export class WindowPolicy extends ListPolicy {
     const out = this.output(layer, past);
     for (let i = 0; i < past; i++) out[i] = N - past + i;
     const one = out.subarray(0, past);
-    return Array.from({ length: this.shape.kvHeads }, () => one);
+    return Array.from({ length: this.kvHeadsOf(layer) }, () => one);
   }
 }
