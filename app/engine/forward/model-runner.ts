@@ -44,6 +44,7 @@ import { DeviceRowsAttention } from './placement/device-rows.ts';
 import { InPlaceAttention } from './placement/in-place.ts';
 import { createComparisonPolicy } from './policy/comparison.ts';
 import { InfinigenPolicy } from './policy/infinigen.ts';
+import { FullPolicy } from './policy/full.ts';
 import { planLayers } from './policy/plan.ts';
 import { policyRecipe, RUNNER_POLICIES, type PolicyRecipe, type RunnerPolicy, type RunnerPolicyOptions } from './policy/registry.ts';
 import type { LayerRowShape, PolicyShape, RowPolicy } from './policy/row-policy.ts';
@@ -272,8 +273,6 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const recipe = policyRecipe(options, shape, model);
   const policy = recipe.name;
   assertPolicySupported(hyper, policy);
-  // InfiniGen's skew, column energies and partial rows are one shape for every layer still (infinigen-state.ts)
-  if (mixedRows && recipe.partialDim > 0) throw new UsageError(`${family.name}: policy '${policy}' needs one KV-head and head-dim shape for every layer; these layers differ (or read another layer's K/V)`, { field: 'policy', policy });
   const budget = options.poolBudgetBytes;
   if (budget !== undefined) {
     if (!Number.isSafeInteger(budget) || budget < 1) throw new UsageError(`poolBudgetBytes must be a positive integer, got ${String(budget)}`, { field: 'poolBudgetBytes' });
@@ -303,7 +302,8 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   if (mixedRows) {
     // one native pool per row shape; a KV-shared layer keeps no rows (native/kv-pool-layers.js)
     pool = createLayeredKvPool({
-      layerShapes: specs.map((spec, l) => (ownsKv(spec) ? rows[l]! : { kvSource: kvOwner(specs, l)! })),
+      // InfiniGen's p follows each layer's head dim (⌊r·d_ℓ⌋)
+      layerShapes: specs.map((spec, l) => (ownsKv(spec) ? { ...rows[l]!, partialDim: recipe.partialDimFor(rows[l]!.headDim) } : { kvSource: kvOwner(specs, l)! })),
       ...(budget !== undefined ? { budgetBytes: budget, eviction } : { tokens: contextLength }),
       kvType,
     });
@@ -756,7 +756,9 @@ class Runner implements ModelRunner {
 
   /** The per-layer plan (policy/plan.ts): the chosen policy, and 'window' on a family's sliding-window layers. */
   private planFor(policy: RowPolicy): RowPolicy[] {
-    return planLayers(this.specs, policy, (window) => createComparisonPolicy('window', { window, denseLayers: 0 }, { shape: this.cfg.shape, pool: this.pool, attention: this.attention }));
+    // a KV-shared layer has no partial keys of its own: under InfiniGen it attends densely
+    const shared = policy instanceof InfinigenPolicy ? new FullPolicy(this.layers) : undefined;
+    return planLayers(this.specs, policy, (window) => createComparisonPolicy('window', { window, denseLayers: 0 }, { shape: this.cfg.shape, pool: this.pool, attention: this.attention }), shared);
   }
 
   /** Waits for what the policies have in flight (InfiniGen's queued jobs) before the pool is read or changed outside a step. */

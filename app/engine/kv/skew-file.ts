@@ -44,6 +44,8 @@ export function skewPayloadBytes(layers: number, kvHeads: number, headDim: numbe
 export function serializeSkew(m: SkewMatrices, meta: SkewMeta): Uint8Array {
   const hash = hashBytes(meta.modelSha256);
   const { layers, kvHeads, headDim: d } = m;
+  // the file's one (kvHeads, headDim) header cannot describe them; InfinigenState does not cache them
+  if (m.perLayer) throw new UsageError('serializeSkew: skew matrices with per-layer shapes have no file format yet', {});
   if (layers !== meta.layers || kvHeads !== meta.kvHeads || d !== meta.headDim) {
     throw new UsageError(`serializeSkew: matrices are ${layers}×${kvHeads}×${d}, meta says ${meta.layers}×${meta.kvHeads}×${meta.headDim}`, {});
   }
