@@ -535,6 +535,17 @@ export interface DenseStageConfig {
   /** layer stage + 1's attn_q (InfiniGen's speculative query) */
   qSpec?: DenseStageMatrix;
   lmHead?: DenseStageMatrix;
+  /** Gemma-style layers (dense_stage.h): [hidden] norms of the attention's and the MLP's outputs, stage > 0 */
+  attnPostNorm?: Float32Array;
+  ffnPostNorm?: Float32Array;
+  /** [headDim] per-head RMSNorm of q and k before RoPE, stage < L; qSpecNorm: layer stage + 1's, with qSpec */
+  qNorm?: Float32Array;
+  kNorm?: Float32Array;
+  qSpecNorm?: Float32Array;
+  /** the MLP gate's nonlinearity (default 'silu'); 'gelu_tanh': GeGLU */
+  activation?: 'silu' | 'gelu_tanh';
+  /** stage L: logits ← c·tanh(logits / c); 0 or absent: none */
+  finalSoftcap?: number;
 }
 
 export interface DenseStageInputs {
@@ -546,6 +557,9 @@ export interface DenseStageInputs {
   /** [tokens, headDim/2] each, stage < L */
   ropeCos?: Float32Array;
   ropeSin?: Float32Array;
+  /** [tokens, headDim/2] each: layer stage + 1's rows for qSpec when its RoPE differs (absent: ropeCos/ropeSin) */
+  specRopeCos?: Float32Array;
+  specRopeSin?: Float32Array;
   /** stage L: the token rows to compute logits for */
   rows?: Uint32Array;
 }

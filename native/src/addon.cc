@@ -1592,6 +1592,29 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       }
       const uint32_t qw = c.heads * c.head_dim, kvw = c.kv_heads * c.head_dim;
       const bool post = c.stage > 0, pre = c.stage < c.layers;
+      // Gemma-style layers: optional vectors (the stage copies them), activation, final soft-cap
+      const auto optional_vector = [&](const char* key, uint32_t n) -> const float* {
+        const Napi::Value v = o.Get(key);
+        if (v.IsUndefined()) return nullptr;
+        biases_.push_back(f32_arg(env_, v, key, n));
+        return biases_.back().Data();
+      };
+      c.attn_post_norm = optional_vector("attnPostNorm", c.hidden);
+      c.ffn_post_norm = optional_vector("ffnPostNorm", c.hidden);
+      c.q_norm = optional_vector("qNorm", c.head_dim);
+      c.k_norm = optional_vector("kNorm", c.head_dim);
+      c.q_spec_norm = optional_vector("qSpecNorm", c.head_dim);
+      const Napi::Value act = o.Get("activation");
+      const std::string act_name = act.IsString() ? act.As<Napi::String>().Utf8Value() : act.IsUndefined() ? "silu" : "";
+      if (act_name == "silu") c.activation = LH_ACT_SILU;
+      else if (act_name == "gelu_tanh") c.activation = LH_ACT_GELU_TANH;
+      else fail(env_, LH_BAD_ARGUMENT, "activation must be 'silu' or 'gelu_tanh', got " + describe(act));
+      const Napi::Value cap = o.Get("finalSoftcap");
+      if (!cap.IsUndefined()) {
+        if (!cap.IsNumber() || !(cap.As<Napi::Number>().DoubleValue() >= 0) || !std::isfinite(cap.As<Napi::Number>().DoubleValue()))
+          fail(env_, LH_BAD_ARGUMENT, "finalSoftcap must be a finite number >= 0, got " + describe(cap));
+        c.final_softcap = static_cast<float>(cap.As<Napi::Number>().DoubleValue());
+      }
       c.attn_output = Matrix(o, "attnOutput", post, c.hidden);
       c.ffn_gate = Matrix(o, "ffnGate", post, c.ffn);
       c.ffn_up = Matrix(o, "ffnUp", post, c.ffn);
@@ -1669,6 +1692,9 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       io.attn = Input(o, "attn", static_cast<size_t>(T) * qw_, post);
       io.rope_cos = Input(o, "ropeCos", static_cast<size_t>(T) * half_, pre);
       io.rope_sin = Input(o, "ropeSin", static_cast<size_t>(T) * half_, pre);
+      const bool own_spec_rope = pre && spec_ && !o.Get("specRopeCos").IsUndefined();
+      io.spec_rope_cos = Input(o, "specRopeCos", static_cast<size_t>(T) * half_, own_spec_rope);
+      io.spec_rope_sin = Input(o, "specRopeSin", static_cast<size_t>(T) * half_, own_spec_rope);
       Napi::Object out = Napi::Object::New(env_);
       Napi::Uint32Array rows;
       if (!pre) {

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <new>
 
+#include "fp16.h"
 #include "parallel_ranges.h"
 #include "worker_pool.h"
 
@@ -202,15 +203,40 @@ void rope(float* x, const float* cos, const float* sin, uint32_t T, uint32_t hea
   }
 }
 
+// x [T, heads·head_dim]: each head's row RMS-normalised in place, ·w [head_dim] (q/k norm)
+void head_rms_norm(float* x, const float* w, uint32_t T, uint32_t heads, uint32_t head_dim, float eps) {
+  for (size_t r = 0; r < static_cast<size_t>(T) * heads; ++r) rms_norm(x + r * head_dim, w, 1, head_dim, eps, x + r * head_dim);
+}
+
 struct GluJob {
   float* gate;
   const float* up;
   uint32_t width;
+  uint32_t activation;  // lh_ffn_activation
 };
 
-// gate[t] = silu(gate[t]) ⊙ up[t]
+// gate[t] = act(gate[t]) ⊙ up[t]
 void run_glu(void* ctx, uint32_t begin, uint32_t end) {
   const GluJob* j = static_cast<const GluJob*>(ctx);
+  if (j->activation == LH_ACT_GELU_TANH) {
+    // as llama.cpp's CPU backend computes it (ggml_vec_geglu_f32 with GGML_GELU_FP16): the gate
+    // rounded to fp16, its GELU rounded to fp16 (its lookup table), 0 below −10, the identity above 10
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoef = 0.044715f;
+    for (size_t i = static_cast<size_t>(begin) * j->width; i < static_cast<size_t>(end) * j->width; ++i) {
+      const float g = j->gate[i];
+      float act;
+      if (g <= -10.0f) {
+        act = 0.0f;
+      } else if (g >= 10.0f) {
+        act = g;
+      } else {
+        const float x = lh_fp16_to_fp32(lh_fp32_to_fp16(g));
+        act = lh_fp16_to_fp32(lh_fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)))));
+      }
+      j->gate[i] = act * j->up[i];
+    }
+    return;
+  }
   for (size_t i = static_cast<size_t>(begin) * j->width; i < static_cast<size_t>(end) * j->width; ++i) {
     const float g = j->gate[i];
     j->gate[i] = g / (1.0f + std::exp(-g)) * j->up[i];
@@ -227,6 +253,11 @@ struct lh_dense_stage {
   Linear attn_output, gate, up, down, q, k, v, q_spec, head;
   float* ffn_norm = nullptr;  // [hidden]
   float* norm = nullptr;      // [hidden]
+  float* attn_post_norm = nullptr;  // [hidden] or null
+  float* ffn_post_norm = nullptr;   // [hidden] or null
+  float* q_norm = nullptr;          // [head_dim] or null
+  float* k_norm = nullptr;          // [head_dim] or null
+  float* q_spec_norm = nullptr;     // [head_dim] or null
   bool has_spec = false;
   lh_qdot_impl impl_used = LH_QDOT_SCALAR;  // the least of its matrices' implementations
 };
@@ -243,6 +274,7 @@ void free_stage(lh_dense_stage* s) {
   for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head}) std::free(L->bias);
   std::free(s->ffn_norm);
   std::free(s->norm);
+  for (float* v : {s->attn_post_norm, s->ffn_post_norm, s->q_norm, s->k_norm, s->q_spec_norm}) std::free(v);
   delete s;
 }
 
@@ -273,7 +305,7 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   const uint32_t L = c->layers, s = c->stage;
   if (L == 0 || s > L || c->hidden == 0 || c->heads == 0 || c->kv_heads == 0 || c->heads % c->kv_heads != 0 || c->head_dim == 0 ||
       c->head_dim % 2 != 0 || c->ffn == 0 || c->vocab == 0 || !(c->eps >= 0) || c->rope_layout > LH_ROPE_INTERLEAVED || c->threads == 0 ||
-      c->threads > LH_MAX_RANGE_THREADS)
+      c->threads > LH_MAX_RANGE_THREADS || c->activation > LH_ACT_GELU_TANH || !std::isfinite(c->final_softcap) || c->final_softcap < 0)
     return LH_BAD_ARGUMENT;
   // AUTO: each matrix the best implementation its type has on this CPU (quant_dot.cc)
   const lh_qdot_impl impl = c->impl;
@@ -304,6 +336,26 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   }
   if (r == LH_OK && s > 0 && (st->ffn_norm = copy_floats(c->ffn_norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK && (st->norm = copy_floats(c->norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
+  // the optional Gemma-style vectors: copied where given (copy_floats(null) is null)
+  const struct {
+    const float* src;
+    size_t n;
+    bool allowed;
+    float** dst;
+  } optional[] = {{c->attn_post_norm, d, s > 0, &st->attn_post_norm},
+                  {c->ffn_post_norm, d, s > 0, &st->ffn_post_norm},
+                  {c->q_norm, c->head_dim, s < L, &st->q_norm},
+                  {c->k_norm, c->head_dim, s < L, &st->k_norm},
+                  {c->q_spec_norm, c->head_dim, s < L && st->has_spec, &st->q_spec_norm}};
+  for (const auto& o : optional) {
+    if (r != LH_OK || o.src == nullptr) continue;
+    if (!o.allowed) {
+      *why = "a norm vector this stage has no use for (post norms need stage > 0, q/k norms stage < L, the q_spec norm a q_spec)";
+      r = LH_BAD_ARGUMENT;
+    } else if ((*o.dst = copy_floats(o.src, o.n)) == nullptr) {
+      r = LH_OUT_OF_MEMORY;
+    }
+  }
   if (r == LH_OK) {
     r = lh_shared_pool_reserve(c->threads);
   }
@@ -350,15 +402,17 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
     float* o = sc.o.f();
     lh_status r = matmul_group(wo, 1, io->attn, T, &o, parts);
     if (r != LH_OK) return r;
+    if (st->attn_post_norm != nullptr) rms_norm(o, st->attn_post_norm, T, d, c.eps, o);  // sandwich: in place, row by row
     for (size_t i = 0; i < td; ++i) sum[i] = io->h[i] + o[i];
     rms_norm(sum, st->ffn_norm, T, d, c.eps, sc.x.f());
     const Linear* gu[] = {&st->gate, &st->up};
     float* gu_out[] = {sc.gate.f(), sc.up.f()};
     if ((r = matmul_group(gu, 2, sc.x.f(), T, gu_out, parts)) != LH_OK) return r;
-    GluJob glu{sc.gate.f(), sc.up.f(), c.ffn};
+    GluJob glu{sc.gate.f(), sc.up.f(), c.ffn, c.activation};
     lh_worker_pool_run(g_pool, T, T >= 4 ? parts : 1, run_glu, &glu);
     const Linear* dn[] = {&st->down};
     if ((r = matmul_group(dn, 1, sc.gate.f(), T, &o, parts)) != LH_OK) return r;
+    if (st->ffn_post_norm != nullptr) rms_norm(o, st->ffn_post_norm, T, d, c.eps, o);
     for (size_t i = 0; i < td; ++i) sum[i] += o[i];
     rms_norm(sum, st->norm, T, d, c.eps, sc.normed.f());
   }
@@ -366,15 +420,26 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
     if (!sc.picked.reserve(static_cast<size_t>(io->n_rows) * d * 4)) return LH_OUT_OF_MEMORY;
     for (uint32_t r = 0; r < io->n_rows; ++r) std::memcpy(sc.picked.f() + static_cast<size_t>(r) * d, sc.normed.f() + static_cast<size_t>(io->rows[r]) * d, d * 4);
     const Linear* head[] = {&st->head};
-    return matmul_group(head, 1, sc.picked.f(), io->n_rows, &io->logits, parts);
+    const lh_status r = matmul_group(head, 1, sc.picked.f(), io->n_rows, &io->logits, parts);
+    if (r != LH_OK || c.final_softcap == 0.0f) return r;
+    // llama.cpp: scale by 1/c, tanh, scale by c (fp32 throughout)
+    const float cap = c.final_softcap, inv = 1.0f / cap;
+    for (size_t i = 0; i < static_cast<size_t>(io->n_rows) * c.vocab; ++i) io->logits[i] = std::tanh(io->logits[i] * inv) * cap;
+    return LH_OK;
   }
   const Linear* qkv[] = {&st->q, &st->k, &st->v, &st->q_spec};
   float* outs[] = {io->q, io->k, io->v, io->q_spec};
   const lh_status r = matmul_group(qkv, st->has_spec ? 4 : 3, sc.normed.f(), T, outs, parts);
   if (r != LH_OK) return r;
+  if (st->q_norm != nullptr) head_rms_norm(io->q, st->q_norm, T, c.heads, c.head_dim, c.eps);
+  if (st->k_norm != nullptr) head_rms_norm(io->k, st->k_norm, T, c.kv_heads, c.head_dim, c.eps);
   rope(io->q, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
   rope(io->k, io->rope_cos, io->rope_sin, T, c.kv_heads, c.head_dim, c.rope_layout);
-  if (st->has_spec) rope(io->q_spec, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
+  if (st->has_spec) {
+    if (st->q_spec_norm != nullptr) head_rms_norm(io->q_spec, st->q_spec_norm, T, c.heads, c.head_dim, c.eps);
+    const bool own = io->spec_rope_cos != nullptr;
+    rope(io->q_spec, own ? io->spec_rope_cos : io->rope_cos, own ? io->spec_rope_sin : io->rope_sin, T, c.heads, c.head_dim, c.rope_layout);
+  }
   return LH_OK;
 }
 }  // namespace
@@ -386,6 +451,7 @@ lh_status lh_dense_stage_run(lh_dense_stage* st, const lh_dense_stage_io* io) {
   if (s > 0 && s < L && io->h_next == nullptr) return LH_BAD_ARGUMENT;
   if (s < L && (io->rope_cos == nullptr || io->rope_sin == nullptr || io->q == nullptr || io->k == nullptr || io->v == nullptr)) return LH_BAD_ARGUMENT;
   if (s < L && st->has_spec && io->q_spec == nullptr) return LH_BAD_ARGUMENT;
+  if ((io->spec_rope_cos == nullptr) != (io->spec_rope_sin == nullptr)) return LH_BAD_ARGUMENT;
   if (s == L) {
     if (io->logits == nullptr || (io->n_rows > 0 && io->rows == nullptr)) return LH_BAD_ARGUMENT;
     for (uint32_t r = 0; r < io->n_rows; ++r)

@@ -15,9 +15,17 @@
 //            q_spec = RoPE(normed·W_q^{(s+1)ᵀ} + b)  when the stage speculates (InfiniGen, graphs.ts speculateNext)
 //   head:    logits[r] = normed[rows[r]]·W_outᵀ          [R, vocab]
 //
+// Gemma-style layers (Gemma 2/3: every field below optional, null/0 keep the llama stage above):
+//   post(p): o = rmsnorm(attn·W_oᵀ)·attn_post_norm_p before the residual add (sandwich norm), the
+//            MLP's output likewise ·ffn_post_norm_p; the gate's activation GELU (tanh) instead of SiLU
+//   pre(s):  q and k RMS-normalised per head (·q_norm, ·k_norm [head_dim]) before RoPE; q_spec with
+//            layer s+1's q norm and its own cos/sin rows (spec_rope_cos/sin) when its RoPE differs
+//   head:    logits ← c·tanh(logits/c) with c = final_softcap
+//
 // RMSNorm: x / sqrt(mean(x²) + eps), the mean of squares summed in double. RoPE: per head, pairs
 // (i, i + head_dim/2) ('neox') or (2i, 2i + 1) ('interleaved') rotated by the row's cos/sin
-// [T, head_dim/2] (ops.ts ropeRows: the chunk's absolute positions). SiLU: g / (1 + e^−g).
+// [T, head_dim/2] (ops.ts ropeRows: the chunk's absolute positions). SiLU: g / (1 + e^−g). GELU (tanh):
+// 0.5·g·(1 + tanh(√(2/π)·g·(1 + 0.044715·g²))).
 //
 // Matmuls: the activations are quantized once per input and weight type (quant_dot.h quantize_act)
 // and shared by every matrix that reads them (q, k, v, q_spec; gate, up). Rows are split over the
@@ -44,6 +52,7 @@ struct lh_dense_matrix {
 };
 
 enum lh_rope_layout : uint32_t { LH_ROPE_NEOX = 0, LH_ROPE_INTERLEAVED = 1 };
+enum lh_ffn_activation : uint32_t { LH_ACT_SILU = 0, LH_ACT_GELU_TANH = 1 };
 
 struct lh_dense_stage_config {
   uint32_t stage, layers;  // stage in 0..layers
@@ -65,6 +74,14 @@ struct lh_dense_stage_config {
   lh_dense_matrix lm_head;                // [vocab, hidden]
   uint32_t threads;                       // dense workers used by this stage's runs (1..LH_MAX_RANGE_THREADS)
   lh_qdot_impl impl;                      // AUTO: per matrix, the best its type has on this CPU
+  // Gemma-style layers (see the top); null / 0: absent
+  const float* attn_post_norm;            // [hidden] stage > 0
+  const float* ffn_post_norm;             // [hidden] stage > 0
+  const float* q_norm;                    // [head_dim] stage < L
+  const float* k_norm;                    // [head_dim] stage < L
+  const float* q_spec_norm;               // [head_dim] stage < L with q_spec: layer stage+1's q norm
+  uint32_t activation;                    // lh_ffn_activation
+  float final_softcap;                    // stage L: > 0 caps the logits; 0 none
 };
 
 struct lh_dense_stage;
@@ -85,6 +102,8 @@ struct lh_dense_stage_io {
   const float* rope_sin;    // [T, head_dim/2]      stage < L
   const uint32_t* rows;     // [n_rows] indices < T  stage L
   uint32_t n_rows;
+  const float* spec_rope_cos;  // [T, head_dim/2] layer stage+1's rows for q_spec, or null: rope_cos/rope_sin
+  const float* spec_rope_sin;
   // outputs (the caller's; written in full on LH_OK)
   float* q;                 // [T, heads·head_dim]     stage < L
   float* k;                 // [T, kv_heads·head_dim]  stage < L

@@ -195,6 +195,8 @@ export async function reloadedTheSame(cold: EngineSession, staged: string, base:
     pos: { elemType: 'int64', dims: [1, T], data: BigInt64Array.of(0n, 1n) },
     rope_cos: { elemType: 'float32', dims: [T, hyper.headDim / 2], data: values((T * hyper.headDim) / 2) },
     rope_sin: { elemType: 'float32', dims: [T, hyper.headDim / 2], data: values((T * hyper.headDim) / 2) },
+    spec_rope_cos: { elemType: 'float32', dims: [T, hyper.headDim / 2], data: values((T * hyper.headDim) / 2) },
+    spec_rope_sin: { elemType: 'float32', dims: [T, hyper.headDim / 2], data: values((T * hyper.headDim) / 2) },
     rows: { elemType: 'int64', dims: [1], data: BigInt64Array.of(1n) },
   };
   const feeds: Record<string, TensorData> = {};

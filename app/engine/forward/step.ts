@@ -56,9 +56,10 @@ export interface ChunkInput {
   /** multiplies every embedded row (Gemma: √d); 1: the rows are the table's bits */
   scale: number;
   /**
-   * [layer] the RoPE of layer ℓ's q and k, which stage ℓ computes (cos/sin rows fed per chunk), or
-   * undefined where the layer has none. Layers may differ (Gemma 3/4: window and global bases, Gemma
-   * 4's proportional RoPE); the rows are computed once per chunk per distinct RoPE.
+   * [layer] the RoPE of each layer's q and k (cos/sin rows per chunk), or none. Layers may differ
+   * (Gemma 3's local and global θ, Gemma 4's proportional RoPE on global layers): stage s takes layer s's rows as rope_cos/rope_sin and layer
+   * s+1's as spec_rope_cos/spec_rope_sin (its speculative query; the stage asks for them only
+   * when they differ).
    */
   ropes: readonly (RopeFrequencies | undefined)[];
 }
@@ -110,6 +111,8 @@ export class StepLoop {
   private readonly scratch: Float32Array;
   /** [layers] evictions seen at the end of the previous step (for the per-step figure) */
   private evictedBefore: number[];
+  /** [layer] which distinct RoPE the layer has (−1: none) */
+  private readonly ropeKey: readonly number[];
 
   constructor(
     private readonly parts: StepParts,
@@ -123,6 +126,14 @@ export class StepLoop {
     this.attnOne = new Float32Array(parts.heads * Math.max(...parts.headDims));
     this.scratch = new Float32Array(parts.d);
     this.evictedBefore = new Array<number>(parts.layers).fill(0);
+    // layers with the same RoPE share one key (and one set of cos/sin rows per chunk); −1: none
+    const keys = new Map<string, number>();
+    this.ropeKey = parts.input.ropes.map((r) => {
+      if (r === undefined) return -1;
+      const text = JSON.stringify(r);
+      if (!keys.has(text)) keys.set(text, keys.size);
+      return keys.get(text)!;
+    });
   }
 
   /** A new plan (a policy switch); the latest step's figures end with it. */
@@ -158,19 +169,11 @@ export class StepLoop {
     const t1 = performance.now();
     this.t.embedding += t1 - t0;
 
-    // RoPE: the cos/sin rows of positions p0..p0+T−1 for the layer stage s computes q/k of, read by
-    // the graphs at rows 0..T−1 (graphs.ts); layers with the same RoPE share the rows
+    // RoPE: the cos/sin rows of positions p0..p0+T−1, read by the graphs at rows 0..T−1 (graphs.ts)
     const pos: TensorData = { elemType: 'int64', dims: [1, T], data: BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) };
-    const ropeRowsOf = new Map<RopeFrequencies, Record<string, TensorData>>();
-    const rope = (layer: number): Record<string, TensorData> => {
-      const r = this.parts.input.ropes[layer];
-      if (r === undefined) return {};
-      let feeds = ropeRowsOf.get(r);
-      if (!feeds) ropeRowsOf.set(r, (feeds = this.ropeFeeds(r, p0, T)));
-      return feeds;
-    };
+    const ropeRowsOf = this.ropeFeeds(p0, T);
     const hT = f32([1, T, this.parts.d], h);
-    let out = await this.runStage(0, { h: hT, pos, ...rope(0) });
+    let out = await this.runStage(0, { h: hT, pos, ...ropeRowsOf(0) });
     let residual = hT;
     let logits: Float32Array | undefined;
 
@@ -239,7 +242,7 @@ export class StepLoop {
 
       const feeds: Record<string, TensorData> = { h: residual, attn: f32([1, T, qw], attn) };
       const last = l === layers - 1;
-      if (!last) Object.assign(feeds, { pos, ...rope(l + 1) });
+      if (!last) Object.assign(feeds, { pos, ...ropeRowsOf(l + 1) });
       else if (o.rows === 'none') break;
       else feeds.rows = { elemType: 'int64', dims: [o.rows === 'all' ? T : 1], data: o.rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
       out = await this.runStage(l + 1, feeds);
@@ -279,9 +282,31 @@ export class StepLoop {
     return h;
   }
 
-  private ropeFeeds(rope: RopeFrequencies, p0: number, T: number): Record<string, TensorData> {
-    const { cos, sin } = ropeRows(rope, p0, T);
-    return { rope_cos: f32([T, cos.length / T], cos), rope_sin: f32([T, sin.length / T], sin) };
+  /**
+   * The RoPE feeds of stage s for a chunk at p0 of T tokens: layer s's rows, and layer s+1's as
+   * spec_rope_*; each distinct RoPE's rows are computed once per chunk.
+   */
+  private ropeFeeds(p0: number, T: number): (s: number) => Record<string, TensorData> {
+    const { ropes } = this.parts.input;
+    const computed = new Map<number, { cos: TensorData; sin: TensorData }>();
+    const rowsOf = (layer: number): { cos: TensorData; sin: TensorData } | undefined => {
+      const key = this.ropeKey[layer];
+      if (key === undefined || key < 0) return undefined;
+      let rows = computed.get(key);
+      if (!rows) {
+        const { cos, sin } = ropeRows(ropes[layer]!, p0, T);
+        computed.set(key, (rows = { cos: f32([T, cos.length / T], cos), sin: f32([T, sin.length / T], sin) }));
+      }
+      return rows;
+    };
+    return (s) => {
+      const own = rowsOf(s);
+      const next = rowsOf(s + 1);
+      return {
+        ...(own ? { rope_cos: own.cos, rope_sin: own.sin } : {}),
+        ...(next ? { spec_rope_cos: next.cos, spec_rope_sin: next.sin } : {}),
+      };
+    };
   }
 
   private async runStage(s: number, feeds: Record<string, TensorData>): Promise<Record<string, TensorData>> {

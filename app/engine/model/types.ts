@@ -32,7 +32,7 @@ export interface RopeScaling {
   originalContextLength?: number;
 }
 
-export type Architecture = 'llama' | 'opt';
+export type Architecture = 'llama' | 'opt' | 'gemma2' | 'gemma3';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -58,6 +58,38 @@ export interface ModelHyperparameters {
   tiedEmbeddings: boolean;
   /** OPT only: learned positions are offset by 2. */
   positionOffset?: number;
+  /** Gemma 2/3 (and families like them): what their layers add to the llama family's (GemmaHyperparameters below). */
+  gemma?: GemmaHyperparameters;
+}
+
+/**
+ * What Gemma 2 and Gemma 3 files state beyond the llama family's hyperparameters (GGUF gemma2.* /
+ * gemma3.* keys, config.json of Gemma2ForCausalLM / Gemma3ForCausalLM). forward/layers/gemma.ts
+ * turns them into per-layer LayerSpecs.
+ */
+export interface GemmaHyperparameters {
+  /** Tokens a sliding-window layer sees (its own position and the window − 1 before it). */
+  window: number;
+  /**
+   * [layer] true where the layer attends its sliding window only, false where it is global:
+   * llama.cpp's set_swa_pattern(period): layer ℓ is local iff ℓ mod period < period − 1
+   * (Gemma 2: period 2, even layers local; Gemma 3: period 6, five local then one global).
+   */
+  slidingLayers: readonly boolean[];
+  /**
+   * RoPE of the sliding-window layers; the global layers take ropeTheta and ropeScaling. Gemma 3:
+   * θ 10 000 and no scaling (the global layers: θ 1 000 000, linear ×8 on the 4B and larger);
+   * Gemma 2: the global layers' own.
+   */
+  localRope: { readonly theta: number; readonly scaling: RopeScaling | undefined };
+  /** Multiplies q·k: 1/√head_dim, or 1/√query_pre_attn_scalar where the file says so. */
+  attentionScale: number;
+  /** Attention logit soft-cap (Gemma 2: 50); 0 = none. */
+  attnSoftcap: number;
+  /** Final logit soft-cap (Gemma 2: 30); 0 = none. */
+  finalSoftcap: number;
+  /** Per-head RMSNorm of q and k before RoPE (Gemma 3). */
+  qkNorm: boolean;
 }
 
 /**

@@ -3,6 +3,7 @@
 import { LonghandError, UsageError } from '../../../common/errors.ts';
 import type { Architecture, ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
+import { GEMMA2_FAMILY, GEMMA3_FAMILY } from './gemma.ts';
 import { LLAMA_FAMILY } from './llama.ts';
 import { OPT_FAMILY } from './opt.ts';
 
@@ -12,6 +13,8 @@ export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts
 export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   llama: LLAMA_FAMILY,
   opt: OPT_FAMILY,
+  gemma2: GEMMA2_FAMILY,
+  gemma3: GEMMA3_FAMILY,
 };
 
 /**

@@ -87,6 +87,7 @@ export class NativeStage implements StageRunner {
       h: h.data as Float32Array,
       ...(feeds.attn ? { attn: feeds.attn.data as Float32Array } : {}),
       ...(feeds.rope_cos ? { ropeCos: feeds.rope_cos.data as Float32Array, ropeSin: feeds.rope_sin!.data as Float32Array } : {}),
+      ...(feeds.spec_rope_cos ? { specRopeCos: feeds.spec_rope_cos.data as Float32Array, specRopeSin: feeds.spec_rope_sin!.data as Float32Array } : {}),
       ...(rows ? { rows } : {}),
     });
     const result: Record<string, TensorData> = {};

@@ -8,7 +8,7 @@ import { linear, type RopeFrequencies } from '../../onnx/ops.ts';
 import type { ModelWeights } from '../weights.ts';
 
 /** Every input a stage graph may have (shapes: graphs.ts). */
-export const STAGE_INPUTS = ['h', 'attn', 'pos', 'rope_cos', 'rope_sin', 'rows'] as const;
+export const STAGE_INPUTS = ['h', 'attn', 'pos', 'rope_cos', 'rope_sin', 'spec_rope_cos', 'spec_rope_sin', 'rows'] as const;
 export type StageInput = (typeof STAGE_INPUTS)[number];
 
 export interface StageGraph {
@@ -24,6 +24,8 @@ export interface StageOptions {
    * InfiniGen (llama family): stage s also outputs q_spec [1, T, heads·headDim] = RoPE(x_s·W_q^{(s+1)} + b),
    * layer s+1's query computed from layer s's normalised attention input (ARCHITECTURE.md §4.4).
    * The skew A[:, C] is applied natively (it is chosen per prompt, after the graphs are built).
+   * Where layer s+1's RoPE differs from layer s's (Gemma 3's local and global θ), the stage also
+   * takes spec_rope_cos/spec_rope_sin, layer s+1's rows.
    */
   speculateNext?: boolean;
 }

@@ -9,21 +9,32 @@
 // original context 8192) and reported as such.
 import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
 import { checkTensors } from '../arch/base.ts';
+import { GEMMA2_TENSORS, GEMMA3_TENSORS } from '../arch/gemma.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
-import type { LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
+import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
+import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
 import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
 import { openGguf } from './open-gguf.ts';
 import type { GgufFile, GgufValue, ParseOptions } from './reader.ts';
 
 interface Family {
   ropeLayout: RopeLayout;
+  /** The Architecture it runs as (default 'llama'). */
+  architecture?: Architecture;
+  /** What the family's own keys add (gemma-keys.ts). */
+  extra?: (keys: GgufKeys, base: ModelHyperparameters) => Partial<ModelHyperparameters>;
 }
 
 /** general.architecture values we run, and how they differ. */
 const FAMILIES: Readonly<Record<string, Family>> = {
   llama: { ropeLayout: 'interleaved' },
   qwen2: { ropeLayout: 'neox' },
+  gemma2: { ropeLayout: 'neox', architecture: 'gemma2', extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma2', base) }) },
+  gemma3: { ropeLayout: 'neox', architecture: 'gemma3', extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma3', base) }) },
 };
+
+/** The tensor table each Architecture's files are checked against. */
+const TENSOR_TABLES = { llama: LLAMA_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS } as const;
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
 
@@ -64,7 +75,8 @@ export function ggufToLoadedModel(file: GgufFile, path: string = file.fileName, 
     tensors.set(info.name, file.tensorView(info.name));
     weightBytes += info.byteSize;
   }
-  checkTensors(LLAMA_TENSORS, hyper, tensors, file.fileName);
+  const table = Object.hasOwn(TENSOR_TABLES, hyper.architecture) ? TENSOR_TABLES[hyper.architecture as keyof typeof TENSOR_TABLES] : LLAMA_TENSORS;
+  checkTensors(table, hyper, tensors, file.fileName);
   const chatTemplate = optionalString(file, 'tokenizer.chat_template');
   return {
     format: 'gguf',
@@ -121,8 +133,8 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   const tokens = file.metadata.get('tokenizer.ggml.tokens');
   const vocabSize = Array.isArray(tokens) ? tokens.length : (embedding.shape[0] as number);
 
-  return {
-    architecture: 'llama',
+  const base: ModelHyperparameters = {
+    architecture: spec.architecture ?? 'llama',
     family,
     hiddenSize,
     layers,
@@ -138,6 +150,20 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
     ropeScaling: ropeScaling(file, family, headDim, ropeTheta),
     qkvBias: file.tensors.has('blk.0.attn_q.bias'),
     tiedEmbeddings: !file.tensors.has('output.weight'),
+  };
+  return spec.extra ? { ...base, ...spec.extra(ggufKeys(file), base) } : base;
+}
+
+/** The checked readers a family's own keys go through (gemma-keys.ts). */
+function ggufKeys(file: GgufFile): GgufKeys {
+  return {
+    float: (key, fallback) => {
+      const value = file.metadata.get(key);
+      return typeof value === 'bigint' ? Number(value) : value === undefined || typeof value !== 'number' ? optionalFloat(file, key, fallback) : value;
+    },
+    int: (key, fallback) => optionalInt(file, key, fallback),
+    raw: (key) => file.metadata.get(key),
+    bad: (key, message) => fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" should be ${message}`, key),
   };
 }
 

@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
 import type { ModelHyperparameters, RopeScaling } from '../types.ts';
+import { gemmaHfHyper } from './gemma-config.ts';
 
 export const CONFIG_FILE = 'config.json';
 
@@ -14,6 +15,8 @@ export const SUPPORTED_ARCHITECTURES: Readonly<Record<string, string>> = {
   MistralForCausalLM: 'mistral',
   Qwen2ForCausalLM: 'qwen2',
   OPTForCausalLM: 'opt',
+  Gemma2ForCausalLM: 'gemma2',
+  Gemma3ForCausalLM: 'gemma3',
 };
 
 type Config = Record<string, unknown>;
@@ -54,6 +57,7 @@ export function parseHfConfig(text: string, file: string = CONFIG_FILE): ModelHy
       { architecture },
     );
   }
+  if (family === 'gemma2' || family === 'gemma3') return gemmaHfHyper(read, family);
   return family === 'opt' ? optHyper(read) : llamaHyper(read, family);
 }
 
@@ -88,7 +92,7 @@ function llamaHyper(read: ConfigReader, family: string): ModelHyperparameters {
   };
 }
 
-function ropeScaling(read: ConfigReader): RopeScaling | undefined {
+export function ropeScaling(read: ConfigReader): RopeScaling | undefined {
   const value = read.optional('rope_scaling');
   if (value === undefined || value === null) return undefined;
   if (typeof value !== 'object' || Array.isArray(value)) throw read.bad('rope_scaling', 'an object or null', value);
@@ -137,7 +141,7 @@ function optHyper(read: ConfigReader): ModelHyperparameters {
 }
 
 /** Typed access to config keys with errors that name the key. */
-class ConfigReader {
+export class ConfigReader {
   constructor(
     private readonly config: Config,
     readonly file: string,

@@ -5,6 +5,7 @@ import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
 import { canonicalTensors, checkTensors, type ArchTensorTable } from '../arch/base.ts';
+import { GEMMA2_TENSORS, GEMMA3_TENSORS, shiftedNorms } from '../arch/gemma.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { OPT_TENSORS } from '../arch/opt.ts';
 import { openSafetensorsCheckpoint } from '../safetensors/checkpoint.ts';
@@ -12,7 +13,7 @@ import type { Architecture, LoadedModel, ModelHyperparameters } from '../types.t
 import { readHfConfig } from './config.ts';
 import { findChatTemplate, findTokenizer } from './tokenizer-files.ts';
 
-export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS };
+export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS };
 
 /** Loads a Hugging Face folder (config.json + safetensors + tokenizer.json). */
 export function loadHfModel(folder: string): LoadedModel {
@@ -26,7 +27,9 @@ export function loadHfModel(folder: string): LoadedModel {
   const table = ARCH_TABLES[hyper.architecture];
   const checkpoint = openSafetensorsCheckpoint(path);
   try {
-    const tensors = canonicalTensors(table, checkpoint.tensors, folder);
+    let tensors = canonicalTensors(table, checkpoint.tensors, folder);
+    // Gemma's RMSNorm multiplies by (1 + w): hold w + 1, as the GGUF converter writes it (arch/gemma.ts)
+    if (hyper.gemma !== undefined) tensors = shiftedNorms(tensors);
     hyper = settleTiedEmbeddings(hyper, tensors.has('output.weight'));
     checkTensors(table, hyper, tensors, folder);
     let weightBytes = 0;
