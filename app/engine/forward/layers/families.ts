@@ -4,6 +4,7 @@ import { LonghandError, UsageError } from '../../../common/errors.ts';
 import type { Architecture, ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
 import { GEMMA2_FAMILY, GEMMA3_FAMILY } from './gemma.ts';
+import { GEMMA4_FAMILY } from './gemma4.ts';
 import { LLAMA_FAMILY } from './llama.ts';
 import { OPT_FAMILY } from './opt.ts';
 
@@ -15,6 +16,7 @@ export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   opt: OPT_FAMILY,
   gemma2: GEMMA2_FAMILY,
   gemma3: GEMMA3_FAMILY,
+  gemma4: GEMMA4_FAMILY,
 };
 
 /**

@@ -60,51 +60,24 @@
 // Head: logits = softcap_c(output_norm(h_L) · W_out), W_out = output.weight or token_embd (tied).
 // Tokenizer: `tokenizer.ggml.model` "gemma4": BPE over raw UTF-8 (no byte-to-unicode map) after
 // spaces become ▁, text split only at newline runs, BOS always added (llama-vocab.cpp).
-import { ModelFileError } from '../../../common/errors.ts';
+//
+// What Longhand runs of it (GEMMA4_FAMILY below): GGUF files without per-layer embeddings (31B-like;
+// E2B/E4B are refused by name, model/arch/gemma4.ts) with every other feature above — per-layer
+// head dims and KV heads (a layered KV pool, native/kv-pool-layers.js), proportional RoPE, v = k
+// layers, KV-shared layers, layer output scales, the final soft-cap — on onnxruntime's stages
+// (gemma4-graph.ts; no native dense stages yet), under every row policy (InfiniGen per layer's
+// shape; the KV-shared layers attend densely under it). Not yet: Hugging Face folders, the "gemma4"
+// BPE tokenizer, per-layer embeddings, native stages. Mixture of experts (26B-A4B): issue 31.
+import type { Gemma4Config, ModelHyperparameters } from '../../model/types.ts';
+import { GEMMA4_TENSORS, gemma4KvSource } from '../../model/arch/gemma4.ts';
+import { LonghandError } from '../../../common/errors.ts';
+import type { ModelFamily } from './family.ts';
+import { gemma4StageGraph } from './gemma4-graph.ts';
 import type { LayerSpec, RopeSpec } from './layer-spec.ts';
 import { checkLayerSpecs } from './layer-spec.ts';
 
-/** What a Gemma 4 file says, per layer where the file can vary it (GGUF keys above). */
-export interface Gemma4Config {
-  readonly layers: number;
-  readonly hiddenSize: number;
-  /** [layer] true: a sliding-window layer */
-  readonly windowLayers: readonly boolean[];
-  readonly window: number;
-  /** [layer] query heads */
-  readonly heads: readonly number[];
-  /** [layer] KV heads */
-  readonly kvHeads: readonly number[];
-  readonly headDimGlobal: number;
-  readonly headDimWindow: number;
-  readonly ropeBaseGlobal: number;
-  readonly ropeBaseWindow: number;
-  /** rotated dims of a global layer's head (the whole head: rope_freqs does the partial rotation) */
-  readonly ropeDimsGlobal: number;
-  readonly ropeDimsWindow: number;
-  /** [ropeDimsGlobal/2] rope_freqs: the global layers' per-pair frequency divisors, or undefined (all 1) */
-  readonly ropeFreqFactors: readonly number[] | undefined;
-  /** S: the last S layers read an earlier layer's K/V */
-  readonly sharedKvLayers: number;
-  /** P: width of the per-layer embedding (0: none) */
-  readonly perLayerInput: number;
-  /** [layer] MLP width */
-  readonly ffnSize: readonly number[];
-  /** c of the final logit soft-cap (0: none) */
-  readonly finalSoftcap: number;
-  readonly normEps: number;
-}
-
-/**
- * The layer whose K/V a KV-shared layer ℓ reads (llama-model.cpp's reuse rule): the last window
- * layer before the shared block for a window layer (first − 2), the last global one for a global
- * layer (first − 1), first = L − S. Undefined for a layer with its own K/V.
- */
-export function gemma4KvSource(config: Pick<Gemma4Config, 'layers' | 'sharedKvLayers' | 'windowLayers'>, layer: number): number | undefined {
-  const first = config.layers - config.sharedKvLayers;
-  if (layer < first) return undefined;
-  return first - (config.windowLayers[layer] ? 2 : 1);
-}
+export type { Gemma4Config } from '../../model/types.ts';
+export { gemma4ConfigFromGguf, gemma4ConfigFromHf, gemma4KvSource } from '../../model/arch/gemma4.ts';
 
 /** What each Gemma 4 layer computes (the header's table), checked for consistency. */
 export function gemma4Layers(config: Gemma4Config): LayerSpec[] {
@@ -138,182 +111,24 @@ export function gemma4Layers(config: Gemma4Config): LayerSpec[] {
   return specs;
 }
 
-/** GGUF metadata as the reader gives it (numbers, typed arrays, boolean[]). */
-export type Gemma4Metadata = ReadonlyMap<string, unknown>;
-
-/**
- * Gemma4Config from a `gemma4` GGUF's metadata and its rope_freqs.weight values (undefined when the
- * file has none). ModelFileError naming the key for a value llama.cpp would refuse or that this
- * family does not run (mixture of experts: issue 31).
- */
-export function gemma4ConfigFromGguf(file: string, meta: Gemma4Metadata, ropeFreqs: Float32Array | undefined): Gemma4Config {
-  const k = (suffix: string): string => `gemma4.${suffix}`;
-  const bad = (key: string, message: string): never => {
-    throw new ModelFileError('MODEL_BAD_VALUE', file, `metadata "${key}" ${message}`, { key });
-  };
-  const num = (key: string, fallback?: number): number => {
-    const v = meta.get(key);
-    if (v === undefined) {
-      if (fallback !== undefined) return fallback;
-      throw new ModelFileError('MODEL_MISSING_METADATA', file, `metadata key "${key}" is missing`, { key });
-    }
-    const n = typeof v === 'bigint' ? Number(v) : v;
-    if (typeof n !== 'number' || !Number.isFinite(n) || n < 0) return bad(key, `should be a non-negative number, not ${String(v)}`);
-    return n;
-  };
-  const int = (key: string, fallback?: number): number => {
-    const n = num(key, fallback);
-    if (!Number.isInteger(n)) bad(key, `should be an integer, not ${n}`);
-    return n;
-  };
-  const layers = int(k('block_count'));
-  const perLayer = (key: string, fallback?: number): number[] => {
-    const v = meta.get(key);
-    if (v !== undefined && typeof v !== 'number' && typeof v !== 'bigint') {
-      const arr = Array.from(v as ArrayLike<number>, Number);
-      if (arr.length !== layers) bad(key, `has ${arr.length} entries for ${layers} layers`);
-      if (!arr.every((x) => Number.isInteger(x) && x > 0)) bad(key, 'should hold positive integers');
-      return arr;
-    }
-    const n = int(key, fallback);
-    if (n <= 0) bad(key, `is ${n}`);
-    return new Array<number>(layers).fill(n);
-  };
-
-  const experts = int(k('expert_count'), 0);
-  if (experts > 0) {
-    throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, `Gemma 4 mixture-of-experts models (26B-A4B: ${experts} experts) are not supported yet; Longhand runs the dense Gemma 4 models (E2B, E4B, 31B)`, { key: k('expert_count'), experts });
-  }
-  const pattern = meta.get(k('attention.sliding_window_pattern'));
-  if (!Array.isArray(pattern) || pattern.length !== layers || !pattern.every((b) => typeof b === 'boolean')) {
-    bad(k('attention.sliding_window_pattern'), `should be ${layers} booleans (one per layer)`);
-  }
-  const windowLayers = pattern as boolean[];
-  const headDimGlobal = int(k('attention.key_length'));
-  const headDimWindow = int(k('attention.key_length_swa'));
-  if (int(k('attention.value_length'), headDimGlobal) !== headDimGlobal) bad(k('attention.value_length'), `differs from key_length ${headDimGlobal} (llama.cpp: Gemma 4 requires n_embd_head_k == n_embd_head_v)`);
-  if (int(k('attention.value_length_swa'), headDimWindow) !== headDimWindow) bad(k('attention.value_length_swa'), `differs from key_length_swa ${headDimWindow}`);
-  const ropeDimsGlobal = int(k('rope.dimension_count'), headDimGlobal);
-  const ropeDimsWindow = int(k('rope.dimension_count_swa'), ropeDimsGlobal);
-  if (ropeDimsGlobal % 2 !== 0 || ropeDimsGlobal > headDimGlobal || ropeDimsGlobal === 0) bad(k('rope.dimension_count'), `is ${ropeDimsGlobal} for a head of ${headDimGlobal}`);
-  if (ropeDimsWindow % 2 !== 0 || ropeDimsWindow > headDimWindow || ropeDimsWindow === 0) bad(k('rope.dimension_count_swa'), `is ${ropeDimsWindow} for a head of ${headDimWindow}`);
-  const scaling = meta.get(k('rope.scaling.type'));
-  if (scaling !== undefined && scaling !== 'none') bad(k('rope.scaling.type'), `is "${String(scaling)}": Gemma 4's RoPE scaling is its rope_freqs factors`);
-  let ropeFreqFactors: number[] | undefined;
-  if (ropeFreqs !== undefined) {
-    if (ropeFreqs.length !== ropeDimsGlobal / 2) {
-      throw new ModelFileError('MODEL_SHAPE_MISMATCH', file, `rope_freqs.weight has ${ropeFreqs.length} values for ${ropeDimsGlobal / 2} rotated pairs of the global layers`, { tensor: 'rope_freqs.weight' });
-    }
-    ropeFreqFactors = Array.from(ropeFreqs);
-    if (!ropeFreqFactors.every((f) => f > 0)) throw new ModelFileError('MODEL_BAD_VALUE', file, 'rope_freqs.weight holds a factor <= 0 or NaN', { tensor: 'rope_freqs.weight' });
-  }
-  const sharedKvLayers = int(k('attention.shared_kv_layers'), 0);
-  if (sharedKvLayers > 0 && layers - sharedKvLayers < 2) bad(k('attention.shared_kv_layers'), `is ${sharedKvLayers} of ${layers} layers: the shared layers need a window and a global layer before them`);
-  const heads = perLayer(k('attention.head_count'));
-  const config: Gemma4Config = {
-    layers,
-    hiddenSize: int(k('embedding_length')),
-    windowLayers,
-    window: int(k('attention.sliding_window')),
-    heads,
-    kvHeads: meta.has(k('attention.head_count_kv')) ? perLayer(k('attention.head_count_kv')) : heads,
-    headDimGlobal,
-    headDimWindow,
-    ropeBaseGlobal: num(k('rope.freq_base'), 10000),
-    ropeBaseWindow: num(k('rope.freq_base_swa'), 10000),
-    ropeDimsGlobal,
-    ropeDimsWindow,
-    ropeFreqFactors,
-    sharedKvLayers,
-    perLayerInput: int(k('embedding_length_per_layer_input'), 0),
-    ffnSize: perLayer(k('feed_forward_length')),
-    finalSoftcap: num(k('final_logit_softcapping'), 0),
-    normEps: num(k('attention.layer_norm_rms_epsilon')),
-  };
-  if (config.window === 0) bad(k('attention.sliding_window'), 'is 0');
-  for (let l = 0; l < layers; l++) {
-    if (config.heads[l]! % config.kvHeads[l]! !== 0) bad(k('attention.head_count_kv'), `layer ${l}: ${config.heads[l]} query heads cannot be grouped over ${config.kvHeads[l]} KV heads`);
-  }
-  // the shared layers read the last window / global layer before them: both must exist
-  for (let l = layers - sharedKvLayers; l < layers; l++) {
-    const src = gemma4KvSource(config, l)!;
-    if (windowLayers[src] !== windowLayers[l]) bad(k('attention.sliding_window_pattern'), `layer ${l} would read the K/V of layer ${src}, which is a ${windowLayers[src] ? 'window' : 'global'} layer`);
-  }
-  return config;
+/** hyper.gemma4, or a typed error for hyperparameters built without it. */
+export function gemma4Hyper(hyper: ModelHyperparameters): Gemma4Config {
+  if (hyper.gemma4 === undefined) throw new LonghandError('MODEL_BAD_VALUE', `${hyper.family}: the Gemma 4 hyperparameters (layer pattern, head dims, KV sharing) are missing`, { architecture: hyper.architecture });
+  return hyper.gemma4;
 }
 
-/**
- * Gemma4Config from a Hugging Face config.json (its `text_config` for Gemma4ForConditionalGeneration),
- * as conversion/gemma.py reads it: layer_types, head_dim / global_head_dim, num_key_value_heads /
- * num_global_key_value_heads, rope_parameters.{sliding_attention, full_attention} (the latter
- * "proportional" with partial_rotary_factor, from which the rope_freqs factors are derived exactly as
- * the converter writes them), num_kv_shared_layers, hidden_size_per_layer_input, use_double_wide_mlp.
- */
-export function gemma4ConfigFromHf(file: string, json: Record<string, unknown>): Gemma4Config {
-  const c = (typeof json.text_config === 'object' && json.text_config !== null ? json.text_config : json) as Record<string, unknown>;
-  const bad = (key: string, message: string): never => {
-    throw new ModelFileError('MODEL_BAD_VALUE', file, `config "${key}" ${message}`, { key });
-  };
-  const int = (key: string, fallback?: number): number => {
-    const v = c[key] ?? fallback;
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) return v === undefined ? bad(key, 'is missing') : bad(key, `should be a non-negative integer, not ${JSON.stringify(v)}`);
-    return v;
-  };
-  const num = (obj: Record<string, unknown>, key: string, fallback: number): number => {
-    const v = obj[key] ?? fallback;
-    if (typeof v !== 'number' || !(v >= 0)) return bad(key, `should be a number, not ${JSON.stringify(v)}`);
-    return v;
-  };
-  if (c.enable_moe_block === true || int('num_experts', 0) > 0) {
-    throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, 'Gemma 4 mixture-of-experts models (26B-A4B) are not supported yet; Longhand runs the dense Gemma 4 models (E2B, E4B, 31B)', { key: 'num_experts' });
-  }
-  const layers = int('num_hidden_layers');
-  const types = c.layer_types;
-  if (!Array.isArray(types) || types.length !== layers || !types.every((t) => t === 'sliding_attention' || t === 'full_attention')) {
-    return bad('layer_types', `should list ${layers} of "sliding_attention" / "full_attention"`);
-  }
-  const windowLayers = types.map((t) => t === 'sliding_attention');
-  const headDimWindow = int('head_dim');
-  const headDimGlobal = int('global_head_dim', headDimWindow);
-  const heads = int('num_attention_heads');
-  const kvWindow = int('num_key_value_heads', heads);
-  const kvGlobal = int('num_global_key_value_heads', kvWindow);
-  const rp = (typeof c.rope_parameters === 'object' && c.rope_parameters !== null ? c.rope_parameters : {}) as Record<string, Record<string, unknown> | undefined>;
-  const full = rp.full_attention ?? {};
-  const sliding = rp.sliding_attention ?? {};
-  let ropeFreqFactors: number[] | undefined;
-  if (full.rope_type === 'proportional') {
-    // conversion/gemma.py generate_extra_tensors: 1 on the rotated pairs, 1e30 on the rest, as the
-    // float32 tensor it writes holds them (1e30 rounds to 1.0000000150474662e30)
-    const rotated = Math.trunc((headDimGlobal * num(full, 'partial_rotary_factor', 1)) / 2);
-    ropeFreqFactors = Array.from({ length: headDimGlobal / 2 }, (_, i) => (i < rotated ? 1 : Math.fround(1e30)));
-  } else if (full.rope_type !== undefined && full.rope_type !== 'default') {
-    bad('rope_parameters.full_attention.rope_type', `is "${String(full.rope_type)}" (Gemma 4 uses "proportional")`);
-  }
-  const shared = int('num_kv_shared_layers', 0);
-  const ffn = int('intermediate_size');
-  const doubleWide = c.use_double_wide_mlp === true;
-  const softcap = c.final_logit_softcapping;
-  const config: Gemma4Config = {
-    layers,
-    hiddenSize: int('hidden_size'),
-    windowLayers,
-    window: int('sliding_window'),
-    heads: new Array<number>(layers).fill(heads),
-    kvHeads: windowLayers.map((w) => (w ? kvWindow : kvGlobal)),
-    headDimGlobal,
-    headDimWindow,
-    ropeBaseGlobal: num(full, 'rope_theta', 1_000_000),
-    ropeBaseWindow: num(sliding, 'rope_theta', 10000),
-    ropeDimsGlobal: headDimGlobal,
-    ropeDimsWindow: Math.trunc(headDimWindow * num(sliding, 'partial_rotary_factor', 1)),
-    ropeFreqFactors,
-    sharedKvLayers: shared,
-    perLayerInput: int('hidden_size_per_layer_input', 0),
-    ffnSize: Array.from({ length: layers }, (_, l) => (doubleWide && l >= layers - shared ? 2 * ffn : ffn)),
-    finalSoftcap: typeof softcap === 'number' ? softcap : 0,
-    normEps: num(c, 'rms_norm_eps', 1e-6),
-  };
-  if (heads % kvWindow !== 0 || heads % kvGlobal !== 0) bad('num_key_value_heads', `${heads} query heads cannot be grouped over ${kvWindow} / ${kvGlobal} KV heads`);
-  return config;
-}
+export const GEMMA4_FAMILY: ModelFamily = {
+  architecture: 'gemma4',
+  name: 'Gemma 4',
+  tensors: GEMMA4_TENSORS,
+  layers: (hyper) => gemma4Layers(gemma4Hyper(hyper)),
+  // llama.cpp: ggml_scale(inpL, sqrtf(n_embd)): the fp32 square root
+  embedding: (hyper) => ({ tokenTable: 'token_embd.weight', positions: undefined, scale: Math.fround(Math.sqrt(hyper.hiddenSize)) }),
+  contextLimit: () => undefined,
+  policyRefusal: () => undefined,
+  onnxStage: (w, s, opts) => {
+    const c = gemma4Hyper(w.model.hyper);
+    return gemma4StageGraph(w, s, opts, gemma4Layers(c), c.valueProjection, c.outputScale, c.finalSoftcap);
+  },
+  nativeStages: { kind: 'none', reason: "Gemma 4's native dense stages (per-layer head dims, KV-shared layers, the value norm) are not written yet" },
+};

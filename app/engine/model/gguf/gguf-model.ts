@@ -10,6 +10,7 @@
 import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
 import { checkTensors } from '../arch/base.ts';
 import { GEMMA2_TENSORS, GEMMA3_TENSORS } from '../arch/gemma.ts';
+import { GEMMA4_TENSORS, gemma4Hyperparameters } from '../arch/gemma4.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
@@ -23,6 +24,8 @@ interface Family {
   architecture?: Architecture;
   /** What the family's own keys add (gemma-keys.ts). */
   extra?: (keys: GgufKeys, base: ModelHyperparameters) => Partial<ModelHyperparameters>;
+  /** The whole hyperparameters, for a family whose layers differ in shape (Gemma 4: the shared reader refuses per-layer KV heads). */
+  whole?: (file: GgufFile) => ModelHyperparameters;
 }
 
 /** general.architecture values we run, and how they differ. */
@@ -31,10 +34,11 @@ const FAMILIES: Readonly<Record<string, Family>> = {
   qwen2: { ropeLayout: 'neox' },
   gemma2: { ropeLayout: 'neox', architecture: 'gemma2', extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma2', base) }) },
   gemma3: { ropeLayout: 'neox', architecture: 'gemma3', extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma3', base) }) },
+  gemma4: { ropeLayout: 'neox', architecture: 'gemma4', whole: gemma4GgufHyper },
 };
 
 /** The tensor table each Architecture's files are checked against. */
-const TENSOR_TABLES = { llama: LLAMA_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS } as const;
+const TENSOR_TABLES = { llama: LLAMA_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS, gemma4: GEMMA4_TENSORS } as const;
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
 
@@ -97,6 +101,7 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   if (spec === undefined) {
     fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `architecture "${family}" is not supported (Longhand runs ${SUPPORTED_GGUF_ARCHITECTURES.join(', ')})`, 'general.architecture', { architecture: family });
   }
+  if (spec.whole) return spec.whole(file);
   const k = (suffix: string): string => `${family}.${suffix}`;
 
   const experts = optionalInt(file, k('expert_count'), 0);
@@ -290,4 +295,14 @@ function optionalFloat(file: GgufFile, key: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number') fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" should be a number, not ${describe(file, key)}`, key);
   return value;
+}
+
+/** Gemma 4's hyperparameters (model/arch/gemma4.ts), with the rope_freqs values and the tensors present. */
+function gemma4GgufHyper(file: GgufFile): ModelHyperparameters {
+  const freqs = file.tensors.has('rope_freqs.weight') ? file.tensorView('rope_freqs.weight').toFloat32() : undefined;
+  const embedding = file.tensors.get('token_embd.weight');
+  if (embedding === undefined) throw new ModelFileError('MODEL_MISSING_TENSOR', file.fileName, 'tensor token_embd.weight is missing', { tensor: 'token_embd.weight' });
+  const tokens = file.metadata.get('tokenizer.ggml.tokens');
+  const vocabSize = Array.isArray(tokens) ? tokens.length : (embedding.shape[0] as number);
+  return gemma4Hyperparameters(file.fileName, file.metadata, freqs, (t) => file.tensors.has(t), { contextLength: requiredInt(file, 'gemma4.context_length'), vocabSize });
 }

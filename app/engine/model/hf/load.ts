@@ -6,6 +6,7 @@ import { resolve } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
 import { canonicalTensors, checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { GEMMA2_TENSORS, GEMMA3_TENSORS, shiftedNorms } from '../arch/gemma.ts';
+import { GEMMA4_TENSORS } from '../arch/gemma4.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { OPT_TENSORS } from '../arch/opt.ts';
 import { openSafetensorsCheckpoint } from '../safetensors/checkpoint.ts';
@@ -13,7 +14,7 @@ import type { Architecture, LoadedModel, ModelHyperparameters } from '../types.t
 import { readHfConfig } from './config.ts';
 import { findChatTemplate, findTokenizer } from './tokenizer-files.ts';
 
-export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS };
+export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS, gemma4: GEMMA4_TENSORS };
 
 /** Loads a Hugging Face folder (config.json + safetensors + tokenizer.json). */
 export function loadHfModel(folder: string): LoadedModel {
