@@ -222,7 +222,7 @@ describe('familyOf', () => {
     expect(isLonghandError(error)).toBe(true);
     expect(error).toBeInstanceOf(LonghandError);
     expect((error as LonghandError).code).toBe('MODEL_UNSUPPORTED_ARCHITECTURE');
-    expect((error as LonghandError).message).toBe("architecture 'mamba' has no model family (Longhand runs llama, opt)");
+    expect((error as LonghandError).message).toBe("architecture 'mamba' has no model family (Longhand runs llama, opt, gemma2, gemma3, gemma4)");
     expect((error as LonghandError).details).toEqual({ architecture: 'mamba' });
     // an inherited property name is not a family either
     expect(() => familyOf({ architecture: 'toString' } as unknown as ModelHyperparameters)).toThrow(/architecture 'toString' has no model family/);
