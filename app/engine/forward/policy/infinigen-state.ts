@@ -218,7 +218,8 @@ export class InfinigenState {
 
   private async meta(): Promise<SkewMeta> {
     this.sha ??= this.settings.modelSha256 ?? (await modelSha256(this.model));
-    return { modelSha256: this.sha, layers: this.shape.layers, kvHeads: this.shape.kvHeads, headDim: this.shape.headDim };
+    const { layers, kvHeads, headDim, perLayer } = this.shape;
+    return { modelSha256: this.sha, layers, kvHeads, headDim, ...(perLayer ? { perLayer } : {}) };
   }
 
   /** SHA-256 of the model file (hashed once). */
@@ -229,8 +230,7 @@ export class InfinigenState {
   /** Loads the cached skew once (unless recalibrate). True when a skew is known. */
   async loadCached(): Promise<boolean> {
     if (this.skew) return true;
-    // the skew file holds one shape for every layer: per-layer shapes calibrate on each load (for now)
-    if (this.triedCache || this.settings.recalibrate || this.shape.perLayer) return false;
+    if (this.triedCache || this.settings.recalibrate) return false;
     this.triedCache = true;
     const r = await readSkewCache(this.settings.cacheDir, await this.meta());
     if (r.status !== 'hit') return false;
@@ -249,7 +249,7 @@ export class InfinigenState {
     this.calibrator = undefined;
     this.skew = c.finish();
     this.skewSource = source;
-    if (!this.shape.perLayer) await writeSkewCache(this.settings.cacheDir, this.skew, await this.meta());
+    await writeSkewCache(this.settings.cacheDir, this.skew, await this.meta());
     this.fold();
   }
 
