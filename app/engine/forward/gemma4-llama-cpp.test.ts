@@ -11,6 +11,12 @@
 // is sharp and carries that on. Greedy decoding must agree token for token anyway: the fixture's
 // logits have clear margins (token_embd std 0.5 as the tied LM head).
 //
+// Prefix reuse and snapshots: a prompt 10 windows long, cut in the middle and prefilled again, and
+// restored from per-layer snapshot sections (none for the KV-shared layers), continues as a fresh
+// run under every policy whose truncate is exact. H2O and SnapKV are left out: their truncate keeps
+// what the cut-off tokens did (H2O's mass on earlier slots and its permanent evictions, SnapKV's
+// observation window), so a reused prefix is not a fresh run under them on any model (not Gemma 4's doing).
+//
 // Tokens: the fixture carries Gemma 3's SentencePiece vocabulary (see its header), which llama.cpp
 // loads under gemma4; the tests feed token ids, so no tokenizer stands between the two engines.
 import { mkdirSync } from 'node:fs';
@@ -25,7 +31,7 @@ import { loadModel } from '../model/load-model.ts';
 import { kvBytesPerToken } from '../model/memory-estimate.ts';
 import { familyOf } from './layers/families.ts';
 import { kvOwner, type AttentionSpec } from './layers/layer-spec.ts';
-import { createModelRunner, type RunnerPolicy } from './model-runner.ts';
+import { createModelRunner, RUNNER_POLICIES, type ModelRunner, type RunnerPolicy } from './model-runner.ts';
 
 const dir = join(tmpdir(), 'longhand-gemma4-fixtures');
 mkdirSync(dir, { recursive: true });
@@ -136,8 +142,9 @@ describe('Gemma 4 vs llama.cpp', () => {
     }
   }, 300_000);
 
-  it('policies on a prompt longer than the window: infinigen and quest at a full budget give what full gives; sparse infinigen and h2o run', async () => {
-    const model = await loadModel(files.F32);
+  it('policies on a prompt longer than the window: infinigen, h2o and quest at a full budget give what full gives; sparse infinigen, oracle and snapkv run', async () => {
+    // Q8_0: engine against engine on one file (its sessions build faster than F32's 268 MB LM head)
+    const model = await loadModel(files.Q8_0);
     try {
       const prompt = walk(30, 31);
       const run = async (p: RunnerPolicy, full: boolean): Promise<Float32Array[]> => {
@@ -156,7 +163,7 @@ describe('Gemma 4 vs llama.cpp', () => {
         return out;
       };
       const reference = await run('full', true);
-      for (const p of ['infinigen', 'quest'] as const) {
+      for (const p of ['infinigen', 'h2o', 'quest'] as const) {
         // every past row selected (fetch cap 1; InfiniGen's α so wide that nothing is dropped)
         const whole = await run(p, true);
         let worst = 0;
@@ -164,7 +171,7 @@ describe('Gemma 4 vs llama.cpp', () => {
         console.log(`gemma4 ${p} at a full budget: max |Δ logit| ${worst.toExponential(2)} against full`);
         expect(worst).toBeLessThan(1e-3);
       }
-      for (const p of ['infinigen', 'h2o'] as const) {
+      for (const p of ['infinigen', 'oracle', 'snapkv'] as const) {
         const sparse = await run(p, false);
         expect(sparse.every((l) => l.every(Number.isFinite))).toBe(true);
       }
@@ -172,7 +179,60 @@ describe('Gemma 4 vs llama.cpp', () => {
       model.close();
     }
   }, 300_000);
+
+  it.each(RUNNER_POLICIES.filter((p) => p !== 'h2o' && p !== 'snapkv'))('policy %s: prefix reuse and a snapshot restore continue a prompt longer than the window as a fresh run does', async (policy) => {
+    const model = await loadModel(files.Q8_0);
+    try {
+      const prompt = walk(79, 53); // InfiniGen's state can be cut every 64 positions: at 64 here
+      const N = 12;
+      const make = (): Promise<ModelRunner> =>
+        createModelRunner(model, { contextLength: 128, prefillChunk: 16, policy, ...(policy === 'infinigen' ? { infinigen: { alpha: 5, fetchCap: 0.3, denseLayers: 1, cacheDir: join(dir, 'skew') } } : {}) });
+      const fresh = await make();
+      const expected = await greedy(fresh, await fresh.prefill(prompt), N);
+      // an edit in the middle: cut where every policy state is exact, prefill the rest again
+      const cut = fresh.resumePoint(prompt.length - 9);
+      expect(cut).toBeGreaterThan(2 * GEMMA4_FIXTURE.windowTokens);
+      fresh.truncate(cut);
+      const reused = await greedy(fresh, await fresh.prefill(prompt.slice(cut)), N);
+      // a snapshot of the first `at` tokens, restored into another runner: each layer's own section
+      // size (nothing for the KV-shared layers 6 and 7)
+      const at = fresh.resumePoint(prompt.length - 5);
+      const sizes = Array.from({ length: model.hyper.layers }, (_, l) => fresh.snapshotLayerBytes(at, l));
+      expect(sizes[6]).toBe(0);
+      expect(sizes[7]).toBe(0);
+      const layers = sizes.map((bytes, l) => {
+        const out = new Uint8Array(bytes);
+        fresh.exportLayer(l, at, out);
+        return out;
+      });
+      const ig = fresh.exportInfinigen(at);
+      if (policy === 'infinigen') {
+        // a runner that has not loaded the skew (skewId) cannot choose the snapshot's columns: a typed refusal
+        const blind = await make();
+        await expect(blind.importSequence(at, async (l, into) => void into.set(layers[l]!), ig)).rejects.toMatchObject({ code: 'SNAPSHOT_MISMATCH' });
+        await blind.dispose();
+      }
+      const restored = await make();
+      await restored.skewId(); // what a restore does first (sequence-snapshot.ts): under InfiniGen, the per-layer skew the fresh run cached
+      await restored.importSequence(at, async (l, into) => void into.set(layers[l]!), ig);
+      const afterRestore = await greedy(restored, await restored.prefill(prompt.slice(at)), N);
+      await fresh.dispose();
+      await restored.dispose();
+      console.log(`gemma4 ${policy}: cut at ${cut}, snapshot at ${at} of ${prompt.length}; ${N} ids compared`);
+      expect(reused).toEqual(expected);
+      expect(afterRestore).toEqual(expected);
+    } finally {
+      model.close();
+    }
+  }, 120_000);
 });
+
+/** Our greedy continuation from the runner's current state, `n` ids (the first from `logits`). */
+async function greedy(runner: ModelRunner, logits: Float32Array, n: number): Promise<number[]> {
+  const out = [argmax(logits)];
+  while (out.length < n) out.push(argmax(await runner.decode(out.at(-1)!)));
+  return out;
+}
 
 function argmax(x: Float32Array): number {
   let best = 0;

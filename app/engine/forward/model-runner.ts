@@ -669,6 +669,8 @@ class Runner implements ModelRunner {
     }
     const ig = this.active instanceof InfinigenPolicy ? this.active.state : undefined;
     if (ig && !infinigen && tokens > 0) throw new RangeError('importSequence: InfiniGen needs its sequence state');
+    // the snapshot's columns are chosen through the skew it was written with: the runner must know one (skewId() loads the cached one)
+    if (ig && infinigen && tokens > 0 && ig.skewId() === undefined) throw new LonghandError('SNAPSHOT_MISMATCH', 'importSequence: InfiniGen has no skew matrices for this model (none cached, none calibrated): the snapshot cannot be restored', { reason: 'skew' });
     this.busy = true;
     try {
       this.reset();
