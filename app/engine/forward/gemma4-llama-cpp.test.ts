@@ -11,6 +11,9 @@
 // is sharp and carries that on. Greedy decoding must agree token for token anyway: the fixture's
 // logits have clear margins (token_embd std 0.5 as the tied LM head).
 //
+// The Hugging Face folder the F32 GGUF converts from (test/fixtures/families/gemma4.ts) loads to the
+// same logits.
+//
 // Prefix reuse and snapshots: a prompt 10 windows long, cut in the middle and prefilled again, and
 // restored from per-layer snapshot sections (none for the KV-shared layers), continues as a fresh
 // run under every policy whose truncate is exact. H2O and SnapKV are left out: their truncate keeps
@@ -24,7 +27,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { getLlama, LlamaLogLevel, type Llama, type Token } from 'node-llama-cpp';
 import { afterAll, describe, expect, it } from 'vitest';
-import { GEMMA4_FIXTURE, gemma4FixtureSet } from '../../../test/fixtures/families/gemma4.ts';
+import { GEMMA4_FIXTURE, gemma4FixtureSet, gemma4HfFolder } from '../../../test/fixtures/families/gemma4.ts';
 import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
 import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 import { loadModel } from '../model/load-model.ts';
@@ -179,6 +182,33 @@ describe('Gemma 4 vs llama.cpp', () => {
       model.close();
     }
   }, 300_000);
+
+  it('the Hugging Face folder the F32 GGUF converts from (Gemma4ForCausalLM) gives its logits', async () => {
+    const gguf = await loadModel(files.F32);
+    const hf = await loadModel(gemma4HfFolder(dir));
+    try {
+      // the same layers: rope_freqs derived from rope_parameters, v = k from the missing v_proj, layer_scalar;
+      // ε only differs by the GGUF's float32 rounding of 1e-6
+      expect({ ...hf.hyper.gemma4!, normEps: 0 }).toEqual({ ...gguf.hyper.gemma4!, normEps: 0 });
+      expect(hf.hyper.gemma4!.normEps).toBeCloseTo(gguf.hyper.gemma4!.normEps, 12);
+      expect(hf.hyper.tiedEmbeddings).toBe(true);
+      const prompt = walk(30, 17);
+      const logits = async (m: typeof gguf): Promise<Float32Array> => {
+        const runner = await createModelRunner(m, { kvType: 'fp32', contextLength: 64, prefillChunk: 32 });
+        const out = await runner.prefill(prompt, undefined, { allLogits: true });
+        await runner.dispose();
+        return out;
+      };
+      const [a, b] = [await logits(gguf), await logits(hf)];
+      let worst = 0;
+      for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
+      console.log(`gemma4 Hugging Face folder vs GGUF: max |Δ logit| ${worst.toExponential(2)} over ${prompt.length} positions`);
+      expect(worst).toBeLessThan(1e-4);
+    } finally {
+      gguf.close();
+      hf.close();
+    }
+  }, 120_000);
 
   it.each(RUNNER_POLICIES.filter((p) => p !== 'h2o' && p !== 'snapkv'))('policy %s: prefix reuse and a snapshot restore continue a prompt longer than the window as a fresh run does', async (policy) => {
     const model = await loadModel(files.Q8_0);

@@ -8,6 +8,7 @@ import { gemma4ConfigFromGguf, gemma4ConfigFromHf, gemma4Layers } from './gemma4
 import { kvOwner, kvRowShapes, ownsKv, ropeFrequencies, type AttentionSpec } from './layer-spec.ts';
 import { ropeInvFreq } from '../../onnx/ops.ts';
 import { kvBytesPerToken } from '../../model/memory-estimate.ts';
+import { parseHfConfig } from '../../model/hf/config.ts';
 import type { ModelHyperparameters } from '../../model/types.ts';
 
 const L = 10;
@@ -92,6 +93,14 @@ describe('gemma4 layers', () => {
     expect(gemma4Layers(fromHf)).toEqual(gemma4Layers(fromGguf));
     expect({ ...fromHf, ropeFreqFactors: undefined }).toEqual({ ...fromGguf, ropeFreqFactors: undefined });
     expect(fromHf.ropeFreqFactors).toEqual(Array.from(ropeFreqs)); // the float32 values the converter writes
+
+    // config.json as the loader reads it: the text_config of Gemma4ForConditionalGeneration; per-layer
+    // embeddings (E2B/E4B) are refused by name, a 31B-like text model (none) is read
+    const text = { ...hf.text_config, max_position_embeddings: 4096, vocab_size: 262144 };
+    expect(() => parseHfConfig(JSON.stringify({ ...hf, text_config: text }))).toThrow(/per-layer embeddings \(E2B, E4B: hidden_size_per_layer_input 8\)/);
+    const hyper = parseHfConfig(JSON.stringify({ ...hf, text_config: { ...text, hidden_size_per_layer_input: 0 } }));
+    expect(hyper).toMatchObject({ architecture: 'gemma4', layers: L, heads: 4, kvHeads: 2, headDim: 32, contextLength: 4096, vocabSize: 262144, tiedEmbeddings: true });
+    expect(gemma4Layers(hyper.gemma4!)).toEqual(gemma4Layers({ ...fromGguf, perLayerInput: 0 }));
   });
 
   it('refuses a mixture-of-experts Gemma 4 by name, and a shared block that would read a layer of the other kind', () => {

@@ -61,13 +61,14 @@
 // Tokenizer: `tokenizer.ggml.model` "gemma4": BPE over raw UTF-8 (no byte-to-unicode map) after
 // spaces become ▁, text split only at newline runs, BOS always added (llama-vocab.cpp).
 //
-// What Longhand runs of it (GEMMA4_FAMILY below): GGUF files without per-layer embeddings (31B-like;
-// E2B/E4B are refused by name, model/arch/gemma4.ts) with every other feature above — per-layer
+// What Longhand runs of it (GEMMA4_FAMILY below): GGUF files and Hugging Face folders (Gemma4ForCausalLM,
+// Gemma4ForConditionalGeneration's text model) without per-layer embeddings (31B-like; E2B/E4B are
+// refused by name, model/arch/gemma4.ts) with every other feature above — per-layer
 // head dims and KV heads (a layered KV pool, native/kv-pool-layers.js), proportional RoPE, v = k
 // layers, KV-shared layers, layer output scales, the final soft-cap — on onnxruntime's stages
 // (gemma4-graph.ts; no native dense stages yet), under every row policy (InfiniGen per layer's
-// shape; the KV-shared layers attend densely under it). Not yet: Hugging Face folders, the "gemma4"
-// BPE tokenizer, per-layer embeddings, native stages. Mixture of experts (26B-A4B): issue 31.
+// shape; the KV-shared layers attend densely under it). Not yet: the "gemma4" BPE tokenizer,
+// per-layer embeddings, native stages. Mixture of experts (26B-A4B): issue 31.
 import type { Gemma4Config, ModelHyperparameters } from '../../model/types.ts';
 import { GEMMA4_TENSORS, gemma4KvSource } from '../../model/arch/gemma4.ts';
 import { LonghandError } from '../../../common/errors.ts';

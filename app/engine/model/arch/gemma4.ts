@@ -2,8 +2,8 @@
 // model): its hyperparameters from the GGUF keys (and rope_freqs) or config.json, and its tensors.
 // What they mean per layer: forward/layers/gemma4.ts's header (llama.cpp's gemma4 written down).
 import { ModelFileError } from '../../../common/errors.ts';
-import type { Gemma4Config, ModelHyperparameters } from '../types.ts';
-import type { ArchTensorTable, ExpectedTensor } from './base.ts';
+import type { Gemma4Config, ModelHyperparameters, TensorView } from '../types.ts';
+import { mapName, type ArchTensorTable, type ExpectedTensor, type NameTables } from './base.ts';
 
 /**
  * The layer whose K/V a KV-shared layer ℓ reads (llama-model.cpp's reuse rule): the last window
@@ -248,10 +248,40 @@ function gemma4Expected(hyper: ModelHyperparameters): ExpectedTensor[] {
   return out;
 }
 
+/**
+ * Hugging Face names of the text model (Gemma4ForCausalLM: model.layers.N.…; Gemma4ForConditionalGeneration:
+ * model.language_model.layers.N.…; the vision and audio towers map to nothing and are left out).
+ * Norm weights are stored as the GGUF holds them (Gemma 4's RMSNorm multiplies by w, not 1 + w:
+ * the converter's norm_shift is 0); v's norm has no weight; layer_scalar is the layer output scale.
+ */
+const GEMMA4_NAMES: NameTables = {
+  prefixes: ['model.', 'language_model.'],
+  global: {
+    'embed_tokens.weight': 'token_embd.weight',
+    'norm.weight': 'output_norm.weight',
+    'lm_head.weight': 'output.weight',
+  },
+  layer: {
+    'input_layernorm.weight': 'attn_norm.weight',
+    'self_attn.q_proj.weight': 'attn_q.weight',
+    'self_attn.k_proj.weight': 'attn_k.weight',
+    'self_attn.v_proj.weight': 'attn_v.weight',
+    'self_attn.o_proj.weight': 'attn_output.weight',
+    'self_attn.q_norm.weight': 'attn_q_norm.weight',
+    'self_attn.k_norm.weight': 'attn_k_norm.weight',
+    'post_attention_layernorm.weight': 'post_attention_norm.weight',
+    'pre_feedforward_layernorm.weight': 'ffn_norm.weight',
+    'post_feedforward_layernorm.weight': 'post_ffw_norm.weight',
+    'mlp.gate_proj.weight': 'ffn_gate.weight',
+    'mlp.up_proj.weight': 'ffn_up.weight',
+    'mlp.down_proj.weight': 'ffn_down.weight',
+    layer_scalar: 'layer_output_scale.weight',
+  },
+};
+
 export const GEMMA4_TENSORS: ArchTensorTable = {
   architecture: 'gemma4',
-  // Hugging Face Gemma 4 folders are not read yet (their text tensors sit under model.language_model.)
-  canonicalName: () => undefined,
+  canonicalName: (hfName) => mapName(GEMMA4_NAMES, hfName),
   expectedTensors: gemma4Expected,
 };
 
@@ -263,10 +293,15 @@ export const GEMMA4_TENSORS: ArchTensorTable = {
  */
 export function gemma4Hyperparameters(file: string, meta: Gemma4Metadata, ropeFreqs: Float32Array | undefined, has: (tensor: string) => boolean, base: { contextLength: number; vocabSize: number }): ModelHyperparameters {
   const c = gemma4WithTensors(file, gemma4ConfigFromGguf(file, meta, ropeFreqs), has);
+  return gemma4Hyper(file, c, { ...base, tiedEmbeddings: !has('output.weight') }, { perLayerInput: 'gemma4.embedding_length_per_layer_input', heads: 'gemma4.attention.head_count' });
+}
+
+/** The hyperparameters around a Gemma4Config, refusing what the engine does not run yet (`keys`: how the file names those values). */
+function gemma4Hyper(file: string, c: Gemma4Config, base: { contextLength: number; vocabSize: number; tiedEmbeddings: boolean }, keys: { perLayerInput: string; heads: string }): ModelHyperparameters {
   if (c.perLayerInput > 0) {
-    throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, `Gemma 4 models with per-layer embeddings (E2B, E4B: embedding_length_per_layer_input ${c.perLayerInput}) are not run yet; Longhand runs the Gemma 4 models without them (31B)`, { key: 'gemma4.embedding_length_per_layer_input' });
+    throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, `Gemma 4 models with per-layer embeddings (E2B, E4B: ${keys.perLayerInput} ${c.perLayerInput}) are not run yet; Longhand runs the Gemma 4 models without them (31B)`, { key: keys.perLayerInput });
   }
-  if (!c.heads.every((h) => h === c.heads[0])) throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, 'gemma4.attention.head_count differs between layers', { key: 'gemma4.attention.head_count' });
+  if (!c.heads.every((h) => h === c.heads[0])) throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, `${keys.heads} differs between layers`, { key: keys.heads });
   return {
     architecture: 'gemma4',
     family: 'gemma4',
@@ -282,7 +317,46 @@ export function gemma4Hyperparameters(file: string, meta: Gemma4Metadata, ropeFr
     ropeTheta: c.ropeBaseGlobal,
     ropeLayout: 'neox',
     qkvBias: false,
-    tiedEmbeddings: !has('output.weight'),
+    tiedEmbeddings: base.tiedEmbeddings,
     gemma4: c,
   };
+}
+
+/**
+ * ModelHyperparameters of a Hugging Face Gemma 4 config.json (Gemma4ForCausalLM, or the text_config
+ * of Gemma4ForConditionalGeneration). Which layers have v_proj and layer_scalar is settled from
+ * the checkpoint's tensors (gemma4HfTensors).
+ */
+export function gemma4HfHyperparameters(file: string, json: Record<string, unknown>): ModelHyperparameters {
+  const c = (typeof json.text_config === 'object' && json.text_config !== null ? json.text_config : json) as Record<string, unknown>;
+  const positive = (key: string): number => {
+    const v = c[key];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) throw new ModelFileError('MODEL_BAD_VALUE', file, `config "${key}" should be a positive integer, not ${JSON.stringify(v)}`, { key });
+    return v;
+  };
+  const config = gemma4ConfigFromHf(file, json);
+  return gemma4Hyper(file, config, { contextLength: positive('max_position_embeddings'), vocabSize: positive('vocab_size'), tiedEmbeddings: c.tie_word_embeddings !== false }, { perLayerInput: 'hidden_size_per_layer_input', heads: 'num_attention_heads' });
+}
+
+/**
+ * A Hugging Face Gemma 4 checkpoint's canonical tensors as the converter turns them into a GGUF:
+ * rope_freqs.weight added from the config (generate_extra_tensors: 1 on the rotated pairs of a
+ * global head, 1e30 on the rest), and the hyperparameters settled by the tensors present (v_proj
+ * per layer, layer_scalar, lm_head).
+ */
+export function gemma4HfTensors(file: string, hyper: ModelHyperparameters, tensors: Map<string, TensorView>): { hyper: ModelHyperparameters; tensors: Map<string, TensorView> } {
+  const c = gemma4WithTensors(file, hyper.gemma4!, (t) => tensors.has(t));
+  const out = new Map(tensors);
+  if (c.ropeFreqFactors !== undefined && !out.has('rope_freqs.weight')) {
+    const values = Float32Array.from(c.ropeFreqFactors); // [headDimGlobal/2]
+    out.set('rope_freqs.weight', {
+      name: 'rope_freqs.weight',
+      dtype: 'F32',
+      shape: [values.length],
+      elements: values.length,
+      bytes: () => new Uint8Array(values.buffer.slice(0)),
+      toFloat32: () => values.slice(),
+    });
+  }
+  return { hyper: { ...hyper, tiedEmbeddings: !out.has('output.weight'), gemma4: c }, tensors: out };
 }

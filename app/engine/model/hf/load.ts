@@ -6,7 +6,7 @@ import { resolve } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
 import { canonicalTensors, checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { GEMMA2_TENSORS, GEMMA3_TENSORS, shiftedNorms } from '../arch/gemma.ts';
-import { GEMMA4_TENSORS } from '../arch/gemma4.ts';
+import { GEMMA4_TENSORS, gemma4HfTensors } from '../arch/gemma4.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { OPT_TENSORS } from '../arch/opt.ts';
 import { openSafetensorsCheckpoint } from '../safetensors/checkpoint.ts';
@@ -31,6 +31,8 @@ export function loadHfModel(folder: string): LoadedModel {
     let tensors = canonicalTensors(table, checkpoint.tensors, folder);
     // Gemma's RMSNorm multiplies by (1 + w): hold w + 1, as the GGUF converter writes it (arch/gemma.ts)
     if (hyper.gemma !== undefined) tensors = shiftedNorms(tensors);
+    // Gemma 4: rope_freqs from the config, v_proj / layer_scalar / lm_head from the tensors present (arch/gemma4.ts)
+    if (hyper.gemma4 !== undefined) ({ hyper, tensors } = gemma4HfTensors(folder, hyper, tensors));
     hyper = settleTiedEmbeddings(hyper, tensors.has('output.weight'));
     checkTensors(table, hyper, tensors, folder);
     let weightBytes = 0;
