@@ -67,8 +67,8 @@
 // head dims and KV heads (a layered KV pool, native/kv-pool-layers.js), proportional RoPE, v = k
 // layers, KV-shared layers, layer output scales, the final soft-cap — on onnxruntime's stages
 // (gemma4-graph.ts; no native dense stages yet), under every row policy (InfiniGen per layer's
-// shape; the KV-shared layers attend densely under it). Not yet: the "gemma4" BPE tokenizer,
-// per-layer embeddings, native stages. Mixture of experts (26B-A4B): issue 31.
+// shape; the KV-shared layers attend densely under it), with the "gemma4" tokenizer
+// (model/tokenizer/bpe.ts). Not yet: per-layer embeddings, native stages. Mixture of experts (26B-A4B): issue 31.
 import type { Gemma4Config, ModelHyperparameters } from '../../model/types.ts';
 import { GEMMA4_TENSORS, gemma4KvSource } from '../../model/arch/gemma4.ts';
 import { LonghandError } from '../../../common/errors.ts';
