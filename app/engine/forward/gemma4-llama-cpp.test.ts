@@ -18,7 +18,8 @@
 // restored from per-layer snapshot sections (none for the KV-shared layers), continues as a fresh
 // run under every policy whose truncate is exact. H2O and SnapKV are left out: their truncate keeps
 // what the cut-off tokens did (H2O's mass on earlier slots and its permanent evictions, SnapKV's
-// observation window), so a reused prefix is not a fresh run under them on any model (not Gemma 4's doing).
+// observation window), so a reused prefix is not a fresh run under them by construction (not Gemma
+// 4's doing; stories260K's greedy ids happen to survive it, this fixture's sharp attention does not).
 //
 // Tokens: the fixture carries Gemma 3's SentencePiece vocabulary (see its header), which llama.cpp
 // loads under gemma4; the tests feed token ids, so no tokenizer stands between the two engines.
