@@ -5,6 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { ModelFileError } from '../../../common/errors.ts';
 import { gemma4ConfigFromGguf, gemma4ConfigFromHf, gemma4Layers } from './gemma4.ts';
+import { gemma4Hyperparameters } from '../../model/arch/gemma4.ts';
 import { kvOwner, kvRowShapes, ownsKv, ropeFrequencies, type AttentionSpec } from './layer-spec.ts';
 import { ropeInvFreq } from '../../onnx/ops.ts';
 import { kvBytesPerToken } from '../../model/memory-estimate.ts';
@@ -109,6 +110,22 @@ describe('gemma4 layers', () => {
     expect(() => gemma4ConfigFromGguf('odd.gguf', meta({ 'gemma4.attention.sliding_window_pattern': wrong }), ropeFreqs)).toThrow(ModelFileError);
     expect(() => gemma4ConfigFromGguf('short.gguf', meta(), ropeFreqs.subarray(0, 8))).toThrow(/rope_freqs.weight has 8 values for 16/);
     expect(() => gemma4ConfigFromHf('config.json', { num_experts: 128 })).toThrow(/mixture-of-experts/);
+  });
+
+  it('the loader settles attn_v and layer_output_scale from the tensors, and refuses what it does not run by name', () => {
+    const owners = Array.from({ length: L }, (_, l) => l < 5); // layers 5..9 read layers 3 and 4
+    // every owning layer has attn_v but the global layer 4 (v = k); layer_output_scale everywhere
+    const has = (t: string): boolean => t !== 'blk.4.attn_v.weight' && t !== 'output.weight';
+    const hyper = gemma4Hyperparameters('31b-like.gguf', meta({ 'gemma4.embedding_length_per_layer_input': 0 }), ropeFreqs, has, { contextLength: 4096, vocabSize: 100 });
+    expect(hyper.gemma4!.valueProjection).toEqual(owners.map((own, l) => own && l !== 4));
+    expect(hyper.gemma4!.outputScale).toBe(true);
+    expect(hyper).toMatchObject({ architecture: 'gemma4', heads: 4, kvHeads: 2, headDim: 32, ffnSize: 192, tiedEmbeddings: true });
+    // per-layer embeddings (E2B/E4B), a layer_output_scale on some layers only, query heads that differ
+    expect(() => gemma4Hyperparameters('e2b.gguf', meta(), ropeFreqs, () => true, { contextLength: 4096, vocabSize: 100 })).toThrow(/per-layer embeddings \(E2B, E4B: gemma4.embedding_length_per_layer_input 8\)/);
+    const someScales = (t: string): boolean => !t.startsWith('blk.7.layer_output_scale');
+    expect(() => gemma4Hyperparameters('odd.gguf', meta({ 'gemma4.embedding_length_per_layer_input': 0 }), ropeFreqs, someScales, { contextLength: 4096, vocabSize: 100 })).toThrow(/layer_output_scale.weight is in some layers only/);
+    const heads = Uint32Array.from({ length: L }, (_, l) => (l === 0 ? 8 : 4));
+    expect(() => gemma4Hyperparameters('heads.gguf', meta({ 'gemma4.embedding_length_per_layer_input': 0, 'gemma4.attention.head_count': heads }), ropeFreqs, () => true, { contextLength: 4096, vocabSize: 100 })).toThrow(/head_count differs between layers/);
   });
 
   it('the memory figure per token counts the layers with rows of their own only, each at its own shape', () => {
