@@ -21,7 +21,7 @@ import { basename, join } from 'node:path';
 import { isLonghandError, LonghandError, UsageError } from '../common/errors.ts';
 import type { CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, LoadProgress, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
 import { CachedSequence } from './forward/cached-sequence.ts';
-import { assertPolicySupported } from './forward/layers/families.ts';
+import { assertPolicySupported, familyOf } from './forward/layers/families.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
 import type { StageCacheOptions } from './forward/stage-sessions.ts';
 import { SPARSE_POLICIES, sparseSettings } from './forward/policy/selection-settings.ts';
@@ -301,7 +301,9 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         const chat = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
         const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
         // Refuse before building anything when weights + KV at this context cannot fit.
-        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType }), basename(model.path), options.poolBudgetBytes);
+        // per layer as the family lays the rows out (Gemma 4: each layer's own shape, none for KV-shared layers)
+        const layers = familyOf(model.hyper).layers(model.hyper);
+        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType, layers }), basename(model.path), options.poolBudgetBytes);
         const threads = options.threads ?? availableParallelism();
         const stageCache = stageCacheOptions();
         const base: Loaded['base'] = {

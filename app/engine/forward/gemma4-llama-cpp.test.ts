@@ -32,6 +32,7 @@ import { GEMMA4_FIXTURE, gemma4FixtureSet, gemma4HfFolder } from '../../../test/
 import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
 import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 import { loadModel } from '../model/load-model.ts';
+import { inspectModel } from '../model/inspect.ts';
 import { kvBytesPerToken } from '../model/memory-estimate.ts';
 import { familyOf } from './layers/families.ts';
 import { kvOwner, type AttentionSpec } from './layers/layer-spec.ts';
@@ -103,6 +104,8 @@ describe('Gemma 4 vs llama.cpp', () => {
       expect(model.hyper.gemma4!.valueProjection).toEqual([true, true, true, true, true, false, false, false]);
       // fp32 rows: 5 window layers × 2 heads × 2·32·4 + 1 global layer × 1 head × 2·64·4; the shared layers none
       expect(kvBytesPerToken(model.hyper, 'fp32', specs)).toBe(5 * 2 * 256 + 512);
+      // what `longhand inspect` and the load check estimate: the same rows, per layer
+      expect(inspectModel(model, { contextTokens: 1000, kvType: 'fp32' }).memory.kvFullBytes).toBe(1000 * (5 * 2 * 256 + 512));
       const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 64 });
       expect(runner.dense).toEqual({ engine: 'onnx', whyNotNative: "Gemma 4's native dense stages (per-layer head dims, KV-shared layers, the value norm) are not written yet" });
       await runner.prefill(walk(20, 7));

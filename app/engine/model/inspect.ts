@@ -1,4 +1,5 @@
 // `longhand inspect`: what a model file is and what it will cost, without running it.
+import { familyOf } from '../forward/layers/families.ts';
 import { estimateMemory, type KvElementType, type MemoryEstimate, type WeightSummary } from './memory-estimate.ts';
 import type { LoadedModel, ModelHyperparameters, TensorDType } from './types.ts';
 
@@ -70,6 +71,7 @@ export function inspectModel(
     qkvBias: hyper.qkvBias,
     weightTypes: types,
     chatTemplate: model.chatTemplate !== undefined && model.chatTemplate.length > 0,
-    memory: estimateMemory(hyper, summary, contextTokens, options),
+    // the KV rows per layer as the family lays them out (Gemma 4: each layer's own shape, none for KV-shared layers)
+    memory: estimateMemory(hyper, summary, contextTokens, { ...options, layers: familyOf(hyper).layers(hyper) }),
   };
 }
