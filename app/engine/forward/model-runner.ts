@@ -442,6 +442,7 @@ class Runner implements ModelRunner {
           positions: posView ? new EmbeddingTable(posView) : undefined,
           positionOffset: positions?.offset ?? 0,
           scale: embedding.scale,
+          ...(embedding.perLayerTable ? { perLayerTokens: new EmbeddingTable(model.tensors.get(embedding.perLayerTable)!) } : {}),
           ropes: layerRopes(specs),
         },
         layers: h.layers,

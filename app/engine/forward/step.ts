@@ -55,6 +55,8 @@ export interface ChunkInput {
   positionOffset: number;
   /** multiplies every embedded row (Gemma: √d); 1: the rows are the table's bits */
   scale: number;
+  /** per-layer token rows [vocab, L·P] fed to stage 0 as ple_tok (EmbeddingSpec.perLayerTable), or none */
+  perLayerTokens?: EmbeddingTable;
   /**
    * [layer] the RoPE of each layer's q and k (cos/sin rows per chunk), or none. Layers may differ
    * (Gemma 3's local and global θ, Gemma 4's proportional RoPE on global layers): stage s takes layer s's rows as rope_cos/rope_sin and layer
@@ -173,7 +175,10 @@ export class StepLoop {
     const pos: TensorData = { elemType: 'int64', dims: [1, T], data: BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) };
     const ropeRowsOf = this.ropeFeeds(p0, T);
     const hT = f32([1, T, this.parts.d], h);
-    let out = await this.runStage(0, { h: hT, pos, ...ropeRowsOf(0) });
+    const perLayer = this.parts.input.perLayerTokens;
+    let out = await this.runStage(0, { h: hT, pos, ...ropeRowsOf(0), ...(perLayer ? { ple_tok: f32([1, T, perLayer.width], this.rows(perLayer, ids)) } : {}) });
+    // per-layer inputs [T, L·P] from stage 0; stage ℓ+1 takes layer ℓ's [T, P]
+    const ple = perLayer ? (out.ple!.data as Float32Array) : undefined;
     let residual = hT;
     let logits: Float32Array | undefined;
 
@@ -245,6 +250,12 @@ export class StepLoop {
       if (!last) Object.assign(feeds, { pos, ...ropeRowsOf(l + 1) });
       else if (o.rows === 'none') break;
       else feeds.rows = { elemType: 'int64', dims: [o.rows === 'all' ? T : 1], data: o.rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
+      if (ple) {
+        const P = ple.length / (T * layers);
+        const slice = new Float32Array(T * P); // [T, P]: layer ℓ's per-layer input of each token
+        for (let t = 0; t < T; t++) slice.set(ple.subarray((t * layers + l) * P, (t * layers + l + 1) * P), t * P);
+        feeds.ple = f32([1, T, P], slice);
+      }
       out = await this.runStage(l + 1, feeds);
       if (last) logits = out.logits!.data as Float32Array;
     }
@@ -271,6 +282,13 @@ export class StepLoop {
   }
 
   /** [T, d] the chunk's token rows, with learned position rows added where the family has them. */
+  /** The rows of `table` for ids, [T, width]. */
+  private rows(table: EmbeddingTable, ids: readonly number[]): Float32Array {
+    const out = new Float32Array(ids.length * table.width);
+    for (let i = 0; i < ids.length; i++) table.readRow(ids[i]!, out, i * table.width);
+    return out;
+  }
+
   private embed(ids: readonly number[], p0: number): Float32Array {
     const { d, input } = this.parts;
     const h = new Float32Array(ids.length * d);

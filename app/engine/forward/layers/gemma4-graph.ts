@@ -7,10 +7,13 @@
 //   - a KV-shared layer emits q only (the step loop attends its source's rows)
 //   - layer_output_scale: the layer's whole output (residual included) times a scalar
 //   - RoPE rows per layer (proportional on the global layers: their frequency factors are in the rows)
+//   - per-layer embeddings (E2B/E4B, P > 0): stage 0 turns its input ple_tok [1, T, L·P] (the
+//     per_layer_token_embd rows of the chunk's ids) into ple [1, T, L·P]; stage ℓ+1 adds
+//     post_norm(proj(gelu(inp_gate(f)) ⊙ ple_ℓ)) to layer ℓ's output f before its output scale
 import { linear, rmsNorm, rope, skipRmsNorm, type RopeCaches, type RopeFrequencies } from '../../onnx/ops.ts';
 import type { GraphBuilder } from '../../onnx/graph-builder.ts';
 import type { ModelWeights } from '../weights.ts';
-import { gegluMlp, headRmsNorm, sameRope, softcap } from './gemma-graph.ts';
+import { gegluMlp, geluTanhAsLlamaCpp, headRmsNorm, sameRope, softcap } from './gemma-graph.ts';
 import { ownsKv, ropeFrequencies, type AttentionSpec, type LayerSpec } from './layer-spec.ts';
 import { blk, finishStage, lmHead, startStage, type StageGraph, type StageOptions } from './stage-graph.ts';
 
@@ -19,15 +22,35 @@ function ropeInputs(g: GraphBuilder, freq: RopeFrequencies, prefix: '' | 'spec_'
   return { cos: g.input(`${prefix}rope_cos`, 'float32', ['T', half]), sin: g.input(`${prefix}rope_sin`, 'float32', ['T', half]), options: freq };
 }
 
-/** Stage `s` (0..L) of a Gemma 4 model whose layers are `specs`; `outputScale`: layers end in layer_output_scale; `finalSoftcap` 0: none. */
-export function gemma4StageGraph(w: ModelWeights, s: number, opts: StageOptions, specs: readonly LayerSpec[], valueProjection: readonly boolean[], outputScale: boolean, finalSoftcap: number): StageGraph {
+/**
+ * Per-layer inputs of every layer (llama.cpp's project_per_layer_inputs), [1, T, L·P]:
+ * e = (rmsnorm_P(per_layer_model_proj · h0 / √d) · per_layer_proj_norm + ple_tok · √P) / √2,
+ * the norm over each layer's P values; h0 the scaled token embedding stage 0 takes.
+ */
+function perLayerInputs(g: GraphBuilder, w: ModelWeights, h0: string, L: number, P: number, d: number, eps: number): string {
+  const tok = g.input('ple_tok', 'float32', [1, 'T', L * P]);
+  const proj = linear(g, h0, w.linear('per_layer_model_proj.weight'), 'ple.model_proj');
+  const scaled = g.op('Mul', [proj, g.floatInitializer('ple.proj_scale', [], Float32Array.of(Math.fround(1 / Math.sqrt(d))))], {}, { name: 'ple.proj_scaled' });
+  const normed = headRmsNorm(g, scaled, w.vector('per_layer_proj_norm.weight'), L, eps, 'ple.proj_norm');
+  const tokScaled = g.op('Mul', [tok, g.floatInitializer('ple.tok_scale', [], Float32Array.of(Math.fround(Math.sqrt(P))))], {}, { name: 'ple.tok_scaled' });
+  const sum = g.op('Add', [normed, tokScaled], {}, { name: 'ple.sum' });
+  return g.op('Mul', [sum, g.floatInitializer('ple.input_scale', [], Float32Array.of(Math.fround(1 / Math.sqrt(2))))], {}, { name: 'ple.scaled' });
+}
+
+/** Stage `s` (0..L) of a Gemma 4 model whose layers are `specs`; `outputScale`: layers end in layer_output_scale; `finalSoftcap` 0: none; `perLayerInput` P (0: no per-layer embeddings). */
+export function gemma4StageGraph(w: ModelWeights, s: number, opts: StageOptions, specs: readonly LayerSpec[], valueProjection: readonly boolean[], outputScale: boolean, finalSoftcap: number, perLayerInput = 0): StageGraph {
   const { hyper, d, L, eps, g, h, inputs } = startStage(w, s);
+  const P = perLayerInput;
   const heads = hyper.heads;
   const att = (l: number): AttentionSpec => specs[l]!.attention as AttentionSpec;
   let normed: string;
   let residual = h;
   if (s === 0) {
     normed = rmsNorm(g, h, w.vector(blk(0, 'attn_norm.weight')), eps, 'attn_norm0');
+    if (P > 0) {
+      inputs.push('ple_tok');
+      g.output(g.rename(perLayerInputs(g, w, h, L, P, d, eps), 'ple'), 'float32', [1, 'T', L * P]);
+    }
   } else {
     const p = s - 1;
     const attn = g.input('attn', 'float32', [1, 'T', heads * att(p).headDim]);
@@ -39,10 +62,18 @@ export function gemma4StageGraph(w: ModelWeights, s: number, opts: StageOptions,
     const mlpNormed = rmsNorm(g, mlp, w.vector(blk(p, 'post_ffw_norm.weight')), eps, `l${p}.post_ffw_norm`);
     const nextNorm = s === L ? w.vector('output_norm.weight') : w.vector(blk(s, 'attn_norm.weight'));
     const nextName = s === L ? 'output_norm' : `l${s}.attn_norm`;
-    if (outputScale) {
-      // llama.cpp: (ffn_post_norm(ffn) + attn_out) · layer_output_scale, then the next layer's norm of that
-      const sum = g.op('Add', [mlpNormed, mid.sum], {}, { name: `l${p}.ffn_residual` });
-      residual = g.op('Mul', [sum, g.floatInitializer(`l${p}.layer_output_scale`, [1], w.vector(blk(p, 'layer_output_scale.weight')))], {}, { name: `l${p}.output_scaled` });
+    if (outputScale || P > 0) {
+      // llama.cpp: f = ffn_post_norm(ffn) + attn_out; f += post_norm(proj(gelu(inp_gate(f)) ⊙ e_ℓ)) with
+      // per-layer embeddings; then f · layer_output_scale, and the next layer's norm of that
+      let sum = g.op('Add', [mlpNormed, mid.sum], {}, { name: `l${p}.ffn_residual` });
+      if (P > 0) {
+        const e = g.input('ple', 'float32', [1, 'T', P]);
+        inputs.push('ple');
+        const gate = geluTanhAsLlamaCpp(g, linear(g, sum, w.linear(blk(p, 'inp_gate.weight')), `l${p}.ple_gate`), `l${p}.ple_gelu`);
+        const mixed = linear(g, g.op('Mul', [gate, e], {}, { name: `l${p}.ple_mul` }), w.linear(blk(p, 'proj.weight')), `l${p}.ple_proj`);
+        sum = g.op('Add', [sum, rmsNorm(g, mixed, w.vector(blk(p, 'post_norm.weight')), eps, `l${p}.ple_post_norm`)], {}, { name: `l${p}.ple_residual` });
+      }
+      residual = outputScale ? g.op('Mul', [sum, g.floatInitializer(`l${p}.layer_output_scale`, [1], w.vector(blk(p, 'layer_output_scale.weight')))], {}, { name: `l${p}.output_scaled` }) : sum;
       normed = rmsNorm(g, residual, nextNorm, eps, nextName);
     } else {
       const end = skipRmsNorm(g, mlpNormed, mid.sum, nextNorm, eps, nextName);

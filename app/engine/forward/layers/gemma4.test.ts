@@ -96,7 +96,7 @@ describe('gemma4 layers', () => {
     expect(fromHf.ropeFreqFactors).toEqual(Array.from(ropeFreqs)); // the float32 values the converter writes
 
     // config.json as the loader reads it: the text_config of Gemma4ForConditionalGeneration; per-layer
-    // embeddings (E2B/E4B) are refused by name, a 31B-like text model (none) is read
+    // embeddings (E2B/E4B) are not read from folders yet (refused by name), a 31B-like text model (none) is
     const text = { ...hf.text_config, max_position_embeddings: 4096, vocab_size: 262144 };
     expect(() => parseHfConfig(JSON.stringify({ ...hf, text_config: text }))).toThrow(/per-layer embeddings \(E2B, E4B: hidden_size_per_layer_input 8\)/);
     const hyper = parseHfConfig(JSON.stringify({ ...hf, text_config: { ...text, hidden_size_per_layer_input: 0 } }));
@@ -120,8 +120,8 @@ describe('gemma4 layers', () => {
     expect(hyper.gemma4!.valueProjection).toEqual(owners.map((own, l) => own && l !== 4));
     expect(hyper.gemma4!.outputScale).toBe(true);
     expect(hyper).toMatchObject({ architecture: 'gemma4', heads: 4, kvHeads: 2, headDim: 32, ffnSize: 192, tiedEmbeddings: true });
-    // per-layer embeddings (E2B/E4B), a layer_output_scale on some layers only, query heads that differ
-    expect(() => gemma4Hyperparameters('e2b.gguf', meta(), ropeFreqs, () => true, { contextLength: 4096, vocabSize: 100 })).toThrow(/per-layer embeddings \(E2B, E4B: gemma4.embedding_length_per_layer_input 8\)/);
+    // per-layer embeddings (E2B/E4B) are read from GGUF; a layer_output_scale on some layers only and query heads that differ are refused
+    expect(gemma4Hyperparameters('e2b.gguf', meta(), ropeFreqs, () => true, { contextLength: 4096, vocabSize: 100 }).gemma4!.perLayerInput).toBe(8);
     const someScales = (t: string): boolean => !t.startsWith('blk.7.layer_output_scale');
     expect(() => gemma4Hyperparameters('odd.gguf', meta({ 'gemma4.embedding_length_per_layer_input': 0 }), ropeFreqs, someScales, { contextLength: 4096, vocabSize: 100 })).toThrow(/layer_output_scale.weight is in some layers only/);
     const heads = Uint32Array.from({ length: L }, (_, l) => (l === 0 ? 8 : 4));

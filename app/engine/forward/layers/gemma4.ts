@@ -61,14 +61,15 @@
 // Tokenizer: `tokenizer.ggml.model` "gemma4": BPE over raw UTF-8 (no byte-to-unicode map) after
 // spaces become ▁, text split only at newline runs, BOS always added (llama-vocab.cpp).
 //
-// What Longhand runs of it (GEMMA4_FAMILY below): GGUF files and Hugging Face folders (Gemma4ForCausalLM,
-// Gemma4ForConditionalGeneration's text model) without per-layer embeddings (31B-like; E2B/E4B are
-// refused by name, model/arch/gemma4.ts) with every other feature above — per-layer
+// What Longhand runs of it (GEMMA4_FAMILY below): GGUF files with every feature above — per-layer
 // head dims and KV heads (a layered KV pool, native/kv-pool-layers.js), proportional RoPE, v = k
-// layers, KV-shared layers, layer output scales, the final soft-cap — on onnxruntime's stages
-// (gemma4-graph.ts; no native dense stages yet), under every row policy (InfiniGen per layer's
-// shape; the KV-shared layers attend densely under it), with the "gemma4" tokenizer
-// (model/tokenizer/bpe.ts). Not yet: per-layer embeddings, native stages. Mixture of experts (26B-A4B): issue 31.
+// layers, KV-shared layers, layer output scales, per-layer embeddings (the per-layer token rows read
+// per chunk like the token table, EmbeddingSpec.perLayerTable), the final soft-cap — and Hugging Face
+// folders (Gemma4ForCausalLM, Gemma4ForConditionalGeneration's text model) of the models without
+// per-layer embeddings (E2B/E4B folders are refused by name: their per-layer tensors are not mapped
+// yet), on onnxruntime's stages (gemma4-graph.ts; no native dense stages yet), under every row
+// policy (InfiniGen per layer's shape; the KV-shared layers attend densely under it), with the
+// "gemma4" tokenizer (model/tokenizer/bpe.ts). Mixture of experts (26B-A4B): issue 31.
 import type { Gemma4Config, ModelHyperparameters } from '../../model/types.ts';
 import { GEMMA4_TENSORS, gemma4KvSource } from '../../model/arch/gemma4.ts';
 import { LonghandError } from '../../../common/errors.ts';
@@ -124,12 +125,17 @@ export const GEMMA4_FAMILY: ModelFamily = {
   tensors: GEMMA4_TENSORS,
   layers: (hyper) => gemma4Layers(gemma4Hyper(hyper)),
   // llama.cpp: ggml_scale(inpL, sqrtf(n_embd)): the fp32 square root
-  embedding: (hyper) => ({ tokenTable: 'token_embd.weight', positions: undefined, scale: Math.fround(Math.sqrt(hyper.hiddenSize)) }),
+  embedding: (hyper) => ({
+    tokenTable: 'token_embd.weight',
+    positions: undefined,
+    scale: Math.fround(Math.sqrt(hyper.hiddenSize)),
+    ...(gemma4Hyper(hyper).perLayerInput > 0 ? { perLayerTable: 'per_layer_token_embd.weight' } : {}),
+  }),
   contextLimit: () => undefined,
   policyRefusal: () => undefined,
   onnxStage: (w, s, opts) => {
     const c = gemma4Hyper(w.model.hyper);
-    return gemma4StageGraph(w, s, opts, gemma4Layers(c), c.valueProjection, c.outputScale, c.finalSoftcap);
+    return gemma4StageGraph(w, s, opts, gemma4Layers(c), c.valueProjection, c.outputScale, c.finalSoftcap, c.perLayerInput);
   },
   nativeStages: { kind: 'none', reason: "Gemma 4's native dense stages (per-layer head dims, KV-shared layers, the value norm) are not written yet" },
 };

@@ -213,13 +213,21 @@ export function gemma4WithTensors(file: string, config: Gemma4Config, has: (tens
   return { ...config, valueProjection: Array.from({ length: config.layers }, (_, l) => l < owners && has(`blk.${l}.attn_v.weight`)), outputScale: scales[0] === true };
 }
 
-/** Every tensor a Gemma 4 model (without per-layer embeddings) needs, at each layer's own shape. */
+/** Every tensor a Gemma 4 model needs, at each layer's own shape (with per-layer embeddings when P > 0). */
 function gemma4Expected(hyper: ModelHyperparameters): ExpectedTensor[] {
   const c = hyper.gemma4;
   if (c === undefined) throw new ModelFileError('MODEL_BAD_VALUE', hyper.family, 'the Gemma 4 hyperparameters are missing', {});
   const { hiddenSize: d, vocabSize: vocab } = hyper;
   const out: ExpectedTensor[] = [{ name: 'token_embd.weight', shape: [vocab, d] }];
   if (c.ropeFreqFactors !== undefined) out.push({ name: 'rope_freqs.weight', shape: [c.ropeDimsGlobal / 2] });
+  const P = c.perLayerInput;
+  if (P > 0) {
+    out.push(
+      { name: 'per_layer_token_embd.weight', shape: [vocab, c.layers * P] },
+      { name: 'per_layer_model_proj.weight', shape: [c.layers * P, d] },
+      { name: 'per_layer_proj_norm.weight', shape: [P] },
+    );
+  }
   for (let l = 0; l < c.layers; l++) {
     const blk = `blk.${l}.`;
     const hd = c.windowLayers[l] ? c.headDimWindow : c.headDimGlobal;
@@ -241,6 +249,7 @@ function gemma4Expected(hyper: ModelHyperparameters): ExpectedTensor[] {
       { name: `${blk}ffn_down.weight`, shape: [d, ffn] },
       { name: `${blk}post_ffw_norm.weight`, shape: [d] },
       ...(c.outputScale ? [{ name: `${blk}layer_output_scale.weight`, shape: [1] }] : []),
+      ...(P > 0 ? [{ name: `${blk}inp_gate.weight`, shape: [P, d] }, { name: `${blk}proj.weight`, shape: [d, P] }, { name: `${blk}post_norm.weight`, shape: [d] }] : []),
     );
   }
   out.push({ name: 'output_norm.weight', shape: [d] });
@@ -288,18 +297,21 @@ export const GEMMA4_TENSORS: ArchTensorTable = {
 /**
  * ModelHyperparameters of a Gemma 4 GGUF: the shared fields (query heads, the largest KV-head count,
  * the global head dim, the widest MLP) for code that asks the model as a whole, and `gemma4` with
- * every layer's own. Per-layer embeddings (E2B/E4B) are refused by name: the step loop does not feed
- * a per-layer input to the stages yet.
+ * every layer's own, per-layer embeddings (E2B/E4B) included.
  */
 export function gemma4Hyperparameters(file: string, meta: Gemma4Metadata, ropeFreqs: Float32Array | undefined, has: (tensor: string) => boolean, base: { contextLength: number; vocabSize: number }): ModelHyperparameters {
   const c = gemma4WithTensors(file, gemma4ConfigFromGguf(file, meta, ropeFreqs), has);
-  return gemma4Hyper(file, c, { ...base, tiedEmbeddings: !has('output.weight') }, { perLayerInput: 'gemma4.embedding_length_per_layer_input', heads: 'gemma4.attention.head_count' });
+  return gemma4Hyper(file, c, { ...base, tiedEmbeddings: !has('output.weight') }, { heads: 'gemma4.attention.head_count' });
 }
 
-/** The hyperparameters around a Gemma4Config, refusing what the engine does not run yet (`keys`: how the file names those values). */
-function gemma4Hyper(file: string, c: Gemma4Config, base: { contextLength: number; vocabSize: number; tiedEmbeddings: boolean }, keys: { perLayerInput: string; heads: string }): ModelHyperparameters {
-  if (c.perLayerInput > 0) {
-    throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, `Gemma 4 models with per-layer embeddings (E2B, E4B: ${keys.perLayerInput} ${c.perLayerInput}) are not run yet; Longhand runs the Gemma 4 models without them (31B)`, { key: keys.perLayerInput });
+/**
+ * The hyperparameters around a Gemma4Config, refusing what the engine does not run yet (`keys`: how
+ * the file names those values; `perLayerInput`: the key of per-layer embeddings where that format's
+ * are not read yet).
+ */
+function gemma4Hyper(file: string, c: Gemma4Config, base: { contextLength: number; vocabSize: number; tiedEmbeddings: boolean }, keys: { perLayerInput?: string; heads: string }): ModelHyperparameters {
+  if (c.perLayerInput > 0 && keys.perLayerInput !== undefined) {
+    throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, `Gemma 4 folders with per-layer embeddings (E2B, E4B: ${keys.perLayerInput} ${c.perLayerInput}) are not read yet; convert them to GGUF, or use a Gemma 4 folder without them (31B)`, { key: keys.perLayerInput });
   }
   if (!c.heads.every((h) => h === c.heads[0])) throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, `${keys.heads} differs between layers`, { key: keys.heads });
   return {
