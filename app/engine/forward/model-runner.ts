@@ -442,7 +442,8 @@ class Runner implements ModelRunner {
           positions: posView ? new EmbeddingTable(posView) : undefined,
           positionOffset: positions?.offset ?? 0,
           scale: embedding.scale,
-          ...(embedding.perLayerTable ? { perLayerTokens: new EmbeddingTable(model.tensors.get(embedding.perLayerTable)!) } : {}),
+          // never the LM head: its pages are always dropped now and then (E2B's is 262K × 8960 values)
+          ...(embedding.perLayerTable ? { perLayerTokens: perLayerTable(model, embedding.perLayerTable) } : {}),
           ropes: layerRopes(specs),
         },
         layers: h.layers,
@@ -853,4 +854,9 @@ function layerRopes(specs: readonly LayerSpec[]): (RopeFrequencies | undefined)[
     seen.set(key, r);
     return r;
   });
+}
+
+/** The per-layer token table (EmbeddingSpec.perLayerTable), read row by row with its pages released as the token table's are. */
+function perLayerTable(model: LoadedModel, name: string): EmbeddingTable {
+  return new EmbeddingTable(model.tensors.get(name)!, model.releaseTensor ? () => model.releaseTensor!(name) : undefined);
 }
