@@ -212,9 +212,12 @@ describe('Gemma 4 vs llama.cpp', () => {
     }
   }, 300_000);
 
-  it('the Hugging Face folder the F32 GGUF converts from (Gemma4ForCausalLM) gives its logits', async () => {
-    const gguf = await loadModel(files.F32);
-    const hf = await loadModel(gemma4HfFolder(dir));
+  it.each([
+    ['31B-like', GEMMA4_FIXTURE],
+    ['E2B-like (per-layer embeddings)', GEMMA4_PLE_FIXTURE],
+  ] as const)('%s: the Hugging Face folder the F32 GGUF converts from (Gemma4ForCausalLM) gives its logits', async (name, fixture) => {
+    const gguf = await loadModel(fixture === GEMMA4_FIXTURE ? files.F32 : pleFiles.F32);
+    const hf = await loadModel(gemma4HfFolder(dir, fixture));
     try {
       // the same layers: rope_freqs derived from rope_parameters, v = k from the missing v_proj, layer_scalar;
       // ε only differs by the GGUF's float32 rounding of 1e-6
@@ -231,7 +234,7 @@ describe('Gemma 4 vs llama.cpp', () => {
       const [a, b] = [await logits(gguf), await logits(hf)];
       let worst = 0;
       for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
-      console.log(`gemma4 Hugging Face folder vs GGUF: max |Δ logit| ${worst.toExponential(2)} over ${prompt.length} positions`);
+      console.log(`gemma4 ${name} Hugging Face folder vs GGUF: max |Δ logit| ${worst.toExponential(2)} over ${prompt.length} positions`);
       expect(worst).toBeLessThan(1e-4);
     } finally {
       gguf.close();

@@ -95,10 +95,10 @@ describe('gemma4 layers', () => {
     expect({ ...fromHf, ropeFreqFactors: undefined }).toEqual({ ...fromGguf, ropeFreqFactors: undefined });
     expect(fromHf.ropeFreqFactors).toEqual(Array.from(ropeFreqs)); // the float32 values the converter writes
 
-    // config.json as the loader reads it: the text_config of Gemma4ForConditionalGeneration; per-layer
-    // embeddings (E2B/E4B) are not read from folders yet (refused by name), a 31B-like text model (none) is
+    // config.json as the loader reads it: the text_config of Gemma4ForConditionalGeneration, with
+    // per-layer embeddings (E2B/E4B) or without (31B-like)
     const text = { ...hf.text_config, max_position_embeddings: 4096, vocab_size: 262144 };
-    expect(() => parseHfConfig(JSON.stringify({ ...hf, text_config: text }))).toThrow(/per-layer embeddings \(E2B, E4B: hidden_size_per_layer_input 8\)/);
+    expect(parseHfConfig(JSON.stringify({ ...hf, text_config: text })).gemma4!.perLayerInput).toBe(8);
     const hyper = parseHfConfig(JSON.stringify({ ...hf, text_config: { ...text, hidden_size_per_layer_input: 0 } }));
     expect(hyper).toMatchObject({ architecture: 'gemma4', layers: L, heads: 4, kvHeads: 2, headDim: 32, contextLength: 4096, vocabSize: 262144, tiedEmbeddings: true });
     expect(gemma4Layers(hyper.gemma4!)).toEqual(gemma4Layers({ ...fromGguf, perLayerInput: 0 }));

@@ -61,13 +61,12 @@
 // Tokenizer: `tokenizer.ggml.model` "gemma4": BPE over raw UTF-8 (no byte-to-unicode map) after
 // spaces become ▁, text split only at newline runs, BOS always added (llama-vocab.cpp).
 //
-// What Longhand runs of it (GEMMA4_FAMILY below): GGUF files with every feature above — per-layer
-// head dims and KV heads (a layered KV pool, native/kv-pool-layers.js), proportional RoPE, v = k
-// layers, KV-shared layers, layer output scales, per-layer embeddings (the per-layer token rows read
-// per chunk like the token table, EmbeddingSpec.perLayerTable), the final soft-cap — and Hugging Face
-// folders (Gemma4ForCausalLM, Gemma4ForConditionalGeneration's text model) of the models without
-// per-layer embeddings (E2B/E4B folders are refused by name: their per-layer tensors are not mapped
-// yet), on onnxruntime's stages (gemma4-graph.ts; no native dense stages yet), under every row
+// What Longhand runs of it (GEMMA4_FAMILY below): GGUF files and Hugging Face folders
+// (Gemma4ForCausalLM, Gemma4ForConditionalGeneration's text model) with every feature above —
+// per-layer head dims and KV heads (a layered KV pool, native/kv-pool-layers.js), proportional RoPE,
+// v = k layers, KV-shared layers, layer output scales, per-layer embeddings (the per-layer token rows
+// read per chunk like the token table, EmbeddingSpec.perLayerTable), the final soft-cap — on
+// onnxruntime's stages (gemma4-graph.ts; no native dense stages yet), under every row
 // policy (InfiniGen per layer's shape; the KV-shared layers attend densely under it), with the
 // "gemma4" tokenizer (model/tokenizer/bpe.ts). Mixture of experts (26B-A4B): issue 31.
 import type { Gemma4Config, ModelHyperparameters } from '../../model/types.ts';

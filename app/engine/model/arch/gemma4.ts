@@ -261,7 +261,8 @@ function gemma4Expected(hyper: ModelHyperparameters): ExpectedTensor[] {
  * Hugging Face names of the text model (Gemma4ForCausalLM: model.layers.N.…; Gemma4ForConditionalGeneration:
  * model.language_model.layers.N.…; the vision and audio towers map to nothing and are left out).
  * Norm weights are stored as the GGUF holds them (Gemma 4's RMSNorm multiplies by w, not 1 + w:
- * the converter's norm_shift is 0); v's norm has no weight; layer_scalar is the layer output scale.
+ * the converter's norm_shift is 0); v's norm has no weight; layer_scalar is the layer output scale;
+ * the per-layer embeddings (E2B/E4B) are tensor_mapping.py's gemma3n names, converted unchanged.
  */
 const GEMMA4_NAMES: NameTables = {
   prefixes: ['model.', 'language_model.'],
@@ -269,6 +270,9 @@ const GEMMA4_NAMES: NameTables = {
     'embed_tokens.weight': 'token_embd.weight',
     'norm.weight': 'output_norm.weight',
     'lm_head.weight': 'output.weight',
+    'embed_tokens_per_layer.weight': 'per_layer_token_embd.weight',
+    'per_layer_model_projection.weight': 'per_layer_model_proj.weight',
+    'per_layer_projection_norm.weight': 'per_layer_proj_norm.weight',
   },
   layer: {
     'input_layernorm.weight': 'attn_norm.weight',
@@ -285,6 +289,9 @@ const GEMMA4_NAMES: NameTables = {
     'mlp.up_proj.weight': 'ffn_up.weight',
     'mlp.down_proj.weight': 'ffn_down.weight',
     layer_scalar: 'layer_output_scale.weight',
+    'per_layer_input_gate.weight': 'inp_gate.weight',
+    'per_layer_projection.weight': 'proj.weight',
+    'post_per_layer_input_norm.weight': 'post_norm.weight',
   },
 };
 
@@ -347,7 +354,7 @@ export function gemma4HfHyperparameters(file: string, json: Record<string, unkno
     return v;
   };
   const config = gemma4ConfigFromHf(file, json);
-  return gemma4Hyper(file, config, { contextLength: positive('max_position_embeddings'), vocabSize: positive('vocab_size'), tiedEmbeddings: c.tie_word_embeddings !== false }, { perLayerInput: 'hidden_size_per_layer_input', heads: 'num_attention_heads' });
+  return gemma4Hyper(file, config, { contextLength: positive('max_position_embeddings'), vocabSize: positive('vocab_size'), tiedEmbeddings: c.tie_word_embeddings !== false }, { heads: 'num_attention_heads' });
 }
 
 /**
