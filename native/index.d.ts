@@ -189,6 +189,19 @@ export interface KvPool {
   /** p of the partial key rows (0: none). */
   readonly partialDim: number;
   /**
+   * Per-layer shape questions. A native pool answers kvHeads / headDim / partialDim, true and `layer`
+   * for every layer; a LayeredKvPool (createLayeredKvPool) answers per layer, and its kvHeads /
+   * headDim / partialDim (and snapshotLayerBytes without a layer) throw NATIVE_BAD_ARGUMENT when its
+   * layers differ there, naming the per-layer question to ask instead.
+   */
+  layerKvHeads(layer: number): number;
+  layerHeadDim(layer: number): number;
+  layerPartialDim(layer: number): number;
+  /** Whether `layer` keeps rows of its own (false: a KV-shared layer; appends to it are refused). */
+  owns(layer: number): boolean;
+  /** The layer whose rows `layer` reads (itself when it owns rows). */
+  kvSource(layer: number): number;
+  /**
    * Sets layer's projection A[:, C] for every KV head: proj fp32 [kvHeads, headDim, partialDim]; rebuilds the
    * partial rows (fp16 of stored K · A[:, C]) of every stored slot. From then on append() writes them too.
    */
@@ -221,7 +234,7 @@ export interface KvPool {
    * fp32 or int8); int8 pools only: K scales [kvHeads, tokens] fp32, then V scales; last, positions
    * [tokens] int32. Little-endian, no padding. Partial key rows are not included (import rebuilds them).
    */
-  snapshotLayerBytes(tokens: number): number;
+  snapshotLayerBytes(tokens: number, layer?: number): number;
   /**
    * Packs slots [0, tokens) of `layer` (tokens <= length(layer)) into `out`, whose byteLength must be
    * snapshotLayerBytes(tokens) (any byteOffset). NATIVE_BAD_ARGUMENT for an evicting or freed pool.
@@ -256,6 +269,32 @@ export interface KvPool {
 }
 
 export declare function createKvPool(options: KvPoolOptions): KvPool;
+
+/** One layer of a LayeredKvPool: its row shape (and InfiniGen's p for it), or the earlier layer whose rows it reads. */
+export type LayeredKvPoolLayer = { kvHeads: number; headDim: number; partialDim?: number } | { kvSource: number };
+
+export interface LayeredKvPoolOptions {
+  /** [layer] each model layer's rows: layers of one shape share one native pool, a kvSource layer has none. */
+  layerShapes: LayeredKvPoolLayer[];
+  /** Exactly one of: slots every owning layer holds (its layerCapacity entry when > 0)... */
+  tokens?: number;
+  /** ...or the byte bound of all the groups' allocations, split in proportion to what a token costs each. */
+  budgetBytes?: number;
+  kvType?: KvType;
+  eviction?: { sinks: number; recent: number; ageEvery: number };
+  /** [layer] as KvPoolOptions.layerCapacity, by model layer (entries of KV-shared layers are ignored). */
+  layerCapacity?: number[];
+  hugePages?: boolean;
+}
+
+/**
+ * A KV pool whose layers differ in row shape (KV heads × head dim) or read an earlier layer's rows
+ * (Gemma 4): one native pool per distinct shape, each model layer routed to (its group's pool, its
+ * index there); every function of this module that takes (pool, layer) routes. byteLength and
+ * bytesPerToken are the groups' sums (a KV-shared layer costs nothing); a shared layer's snapshot
+ * section is 0 bytes. NATIVE_BAD_ARGUMENT for an inconsistent layer list.
+ */
+export declare function createLayeredKvPool(options: LayeredKvPoolOptions): KvPool;
 
 /**
  * What a layer's attention computes beyond q·kᵀ (native/src/attention_params.h), the optional last

@@ -9,6 +9,7 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { LayeredKvPool, LayeredSpeculator } from './kv-pool-layers.js';
 
 const require = createRequire(import.meta.url);
 
@@ -71,8 +72,30 @@ export function loadAddon(path = ADDON_PATH) {
     );
   }
   binding.setErrorFactory((code, message, details) => new NativeErrorClass(code, message, details));
+  addUniformLayerQuestions(binding.KvPool);
   if (path === ADDON_PATH) cached = binding;
   return binding;
+}
+
+/**
+ * The per-layer questions a LayeredKvPool answers (kv-pool-layers.js), answered by a native pool
+ * too, where every layer has the pool's shape and its own rows: callers ask per layer either way.
+ */
+function addUniformLayerQuestions(KvPool) {
+  const proto = KvPool?.prototype;
+  if (proto === undefined || typeof proto.layerKvHeads === 'function') return;
+  Object.defineProperties(proto, {
+    layerKvHeads: { value: function layerKvHeads() { return this.kvHeads; } },
+    layerHeadDim: { value: function layerHeadDim() { return this.headDim; } },
+    layerPartialDim: { value: function layerPartialDim() { return this.partialDim; } },
+    owns: { value: function owns() { return true; } },
+    kvSource: { value: function kvSource(layer) { return layer; } },
+  });
+}
+
+/** [native pool, its layer] that model layer `layer` of `pool` reads (a LayeredKvPool routes; a native pool is itself). */
+function route(pool, layer) {
+  return pool instanceof LayeredKvPool ? pool.route(layer) : [pool, layer];
 }
 
 /** True when the addon loads; never throws. */
@@ -121,14 +144,25 @@ export function createKvPool(options) {
   return new KvPool(options);
 }
 
+/**
+ * A KV pool whose layers differ in row shape or read an earlier layer's rows (Gemma 4): one native
+ * pool per row shape, routed per layer (kv-pool-layers.js; see index.d.ts).
+ */
+export function createLayeredKvPool(options) {
+  const { KvPool } = loadAddon();
+  return new LayeredKvPool((o) => new KvPool(o), (code, message, details) => new NativeErrorClass(code, message, details), options);
+}
+
 /** Decode attention of one query token over every token of `layer` in the pool. */
 export function attend(pool, layer, q, heads, out, attention) {
-  loadAddon().attend(pool, layer, q, heads, out, attention);
+  const [p, l] = route(pool, layer);
+  loadAddon().attend(p, l, q, heads, out, attention);
 }
 
 /** Same as attend(), computed by the scalar C++ reference kernel (for tests and checks). */
 export function attendReference(pool, layer, q, heads, out, attention) {
-  loadAddon().attendReference(pool, layer, q, heads, out, attention);
+  const [p, l] = route(pool, layer);
+  loadAddon().attendReference(p, l, q, heads, out, attention);
 }
 
 /**
@@ -136,12 +170,14 @@ export function attendReference(pool, layer, q, heads, out, attention) {
  * tokens are the chunk's own (append them first): query i sees every token up to and including its own.
  */
 export function attendCausal(pool, layer, q, heads, out, threads, attention) {
-  loadAddon().attendCausal(pool, layer, q, heads, out, threads, attention);
+  const [p, l] = route(pool, layer);
+  loadAddon().attendCausal(p, l, q, heads, out, threads, attention);
 }
 
 /** Same as attendCausal(), computed by the scalar C++ reference kernel. */
 export function attendCausalReference(pool, layer, q, heads, out, attention) {
-  loadAddon().attendCausalReference(pool, layer, q, heads, out, attention);
+  const [p, l] = route(pool, layer);
+  loadAddon().attendCausalReference(p, l, q, heads, out, attention);
 }
 
 /**
@@ -149,12 +185,14 @@ export function attendCausalReference(pool, layer, q, heads, out, attention) {
  * slots[offsets[g] .. offsets[g+1]); see index.d.ts.
  */
 export function attendSlots(pool, layer, q, heads, slots, offsets, out, threads, attention) {
-  loadAddon().attendSlots(pool, layer, q, heads, slots, offsets, out, threads, attention);
+  const [p, l] = route(pool, layer);
+  loadAddon().attendSlots(p, l, q, heads, slots, offsets, out, threads, attention);
 }
 
 /** Scaled attention logits [heads, tokens] of one query against the layer's first `tokens` slots (default all). */
 export function attentionScores(pool, layer, q, heads, out, tokens, attention) {
-  loadAddon().attentionScores(pool, layer, q, heads, out, tokens, attention);
+  const [p, l] = route(pool, layer);
+  loadAddon().attentionScores(p, l, q, heads, out, tokens, attention);
 }
 
 /**
@@ -163,7 +201,8 @@ export function attentionScores(pool, layer, q, heads, out, tokens, attention) {
  * returns the bytes written. See index.d.ts.
  */
 export function gatherRows(pool, layer, heads, slots, dest, count, kOut, vOut) {
-  return loadAddon().gatherRows(pool, layer, heads, slots, dest, count, kOut, vOut);
+  const [p, l] = route(pool, layer);
+  return loadAddon().gatherRows(p, l, heads, slots, dest, count, kOut, vOut);
 }
 
 // ─── the comparison policies' selection over the pool (native/src/policy_select.h; see index.d.ts) ───
@@ -180,13 +219,15 @@ export function selectH2o(acc, live, kvHeads, C, N, budget, recent, slots, offse
 
 /** h2o: adds one query's softmax mass over each KV head's list (or every slot < n) to acc. */
 export function h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets, threads, attention) {
-  if (slots === undefined) loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, undefined, undefined, threads, attention);
-  else loadAddon().h2oAccumulate(pool, layer, q, heads, acc, C, n, slots, offsets, threads, attention);
+  const [p, l] = route(pool, layer);
+  if (slots === undefined) loadAddon().h2oAccumulate(p, l, q, heads, acc, C, n, undefined, undefined, threads, attention);
+  else loadAddon().h2oAccumulate(p, l, q, heads, acc, C, n, slots, offsets, threads, attention);
 }
 
 /** quest: extends the page bounds with the stored keys of slots from..to−1. */
 export function questExtendBounds(pool, layer, pageMin, pageMax, maxPages, pageSize, from, to) {
-  loadAddon().questExtendBounds(pool, layer, pageMin, pageMax, maxPages, pageSize, from, to);
+  const [p, l] = route(pool, layer);
+  loadAddon().questExtendBounds(p, l, pageMin, pageMax, maxPages, pageSize, from, to);
 }
 
 /** quest: per KV head the slots of the top pages; returns the total. */
@@ -196,7 +237,8 @@ export function selectQuest(q, heads, kvHeads, d, pageMin, pageMax, maxPages, N,
 
 /** snapkv: the kept prompt slots per KV head for a prompt of P tokens voted by the window's queries; returns the total. */
 export function snapkvCompress(pool, layer, obsQ, heads, P, window, budget, kernel, slots, offsets, attention) {
-  return loadAddon().snapkvCompress(pool, layer, obsQ, heads, P, window, budget, kernel, slots, offsets, attention);
+  const [p, l] = route(pool, layer);
+  return loadAddon().snapkvCompress(p, l, obsQ, heads, P, window, budget, kernel, slots, offsets, attention);
 }
 
 /** InfiniGen's column energies of one layer for a run of tokens (see index.d.ts); adds to qEnergy / kEnergy. */
@@ -219,6 +261,7 @@ export function measureReadBandwidth(bytes, repeats, threads) {
  */
 export function createSpeculator(pool, options) {
   const { Speculator } = loadAddon();
+  if (pool instanceof LayeredKvPool) return new LayeredSpeculator((p, o) => new Speculator(p, o), pool, options);
   return new Speculator(pool, options);
 }
 

@@ -301,6 +301,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         const chat = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
         const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
         // Refuse before building anything when weights + KV at this context cannot fit.
+        // per layer as the family lays the rows out (window layers' rings; Gemma 4: each layer's own shape, none for KV-shared layers)
         assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType, layers: familyLayers(model.hyper) }), basename(model.path), options.poolBudgetBytes);
         const threads = options.threads ?? availableParallelism();
         const stageCache = stageCacheOptions();

@@ -26,14 +26,15 @@ import type { LoadProgress } from '../../common/protocol.ts';
 import type { TokenRunner } from '../generate/loop.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { kvRowBytes } from '../model/memory-estimate.ts';
-import { createKvPool, type AttentionArgs, type KvPool, type KvType } from '../../../native/index.js';
+import { createKvPool, createLayeredKvPool, type AttentionArgs, type KvPool, type KvType } from '../../../native/index.js';
 import type { StepProbe } from '../metrics/step-probe.ts';
 import { EmbeddingTable } from './embedding.ts';
 import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import type { StageGraph } from './graphs.ts';
 import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
-import { ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
+import { checkLayerSpecs, kvOwner, ownsKv, ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
+import type { RopeFrequencies } from '../onnx/ops.ts';
 import { layerAttentionArgs } from './placement/attention-args.ts';
 import { RingCheckpoints, ringKeepRows, ringSlots, type RingCheckpointOptions, type RingLayer } from '../kv/ring-checkpoints.ts';
 import { poolLayerBytes } from '../model/memory-estimate.ts';
@@ -45,9 +46,10 @@ import { DeviceRowsAttention } from './placement/device-rows.ts';
 import { InPlaceAttention } from './placement/in-place.ts';
 import { createComparisonPolicy } from './policy/comparison.ts';
 import { InfinigenPolicy } from './policy/infinigen.ts';
+import { FullPolicy } from './policy/full.ts';
 import { planLayers } from './policy/plan.ts';
 import { policyRecipe, RUNNER_POLICIES, type PolicyRecipe, type RunnerPolicy, type RunnerPolicyOptions } from './policy/registry.ts';
-import type { PolicyShape, RowPolicy } from './policy/row-policy.ts';
+import type { LayerRowShape, PolicyShape, RowPolicy } from './policy/row-policy.ts';
 import type { SparsePolicyOptions } from './policy/selection-settings.ts';
 import { createStageSessions, type StageCacheOptions } from './stage-sessions.ts';
 import type { StageCacheStats } from './stage-cache.ts';
@@ -198,7 +200,9 @@ export interface ModelRunner extends TokenRunner {
   tryAdoptPolicy(options: RunnerPolicyOptions): boolean;
   /**
    * Bytes of a layer's snapshot section for a cut at `tokens` (native pool export layout): every token
-   * for a global layer, the window before it (w − 1 rows) for a ring.
+   * for a global layer, the window before it (w − 1 rows) for a ring, 0 for a KV-shared layer (Gemma
+   * 4); layers may differ in row shape. Without `layer`, the one size every layer has, or a
+   * NATIVE_BAD_ARGUMENT when they differ.
    */
   snapshotLayerBytes(tokens: number, layer?: number): number;
   /** Packs a layer's rows for a cut at `tokens` (a resumePoint; K, V rows, int8 scales, positions) into `out`. */
@@ -268,11 +272,21 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const limit = family.contextLimit(hyper);
   if (limit !== undefined && contextLength > limit) throw contextOverflow(0, contextLength, limit); // e.g. learned positions end there
   const specs = family.layers(hyper);
-  // one pool row width for every layer; a layer's RoPE goes to its stage (step.ts ChunkInput.ropes),
-  // its scale, window and soft-cap to the kernels (attention-args.ts); sink logits are not read from files yet
-  const uniform = uniformAttention(specs, ['heads', 'kvHeads', 'headDim']);
-  if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one attention shape for every layer`, { field: 'model' });
+  try {
+    checkLayerSpecs(specs);
+  } catch (error) {
+    throw new UsageError(`${family.name}: ${(error as Error).message}`, { field: 'model' });
+  }
+  // Layers may differ in KV heads, head dim and RoPE (Gemma 4): the pool then holds one native pool
+  // per row shape (createLayeredKvPool), the step feeds each stage its layer's RoPE rows and widths.
+  // The query heads stay one number for every layer (the placements and policies take one); a
+  // layer's scale, window and soft-cap go to the kernels with it (attention-args.ts); sink logits
+  // are not read from files yet.
+  const uniform = uniformAttention(specs, ['heads']);
+  if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one query-head count for every layer`, { field: 'model' });
   if (specs.some((spec) => spec.attention.kind === 'attention' && spec.attention.sinks)) throw new UsageError(`${family.name}: attention sinks are not run yet`, { field: 'model' });
+  const rows = layerRowShapes(specs);
+  const mixedRows = rows.some((r) => r.kvHeads !== rows[0]!.kvHeads || r.headDim !== rows[0]!.headDim) || specs.some((spec) => !ownsKv(spec));
   const attention = layerAttentionArgs(specs);
   const prefillChunk = options.prefillChunk ?? 128;
   if (!Number.isInteger(prefillChunk) || prefillChunk < 1) throw new RangeError(`prefillChunk must be a positive integer, got ${prefillChunk}`);
@@ -282,8 +296,12 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   const providers = options.device !== undefined && options.device !== 'cpu' ? [options.device] : undefined;
   const threads = options.threads ?? 1;
   const kvType = options.kvType ?? 'fp16';
+  const heads = uniform.shape.heads;
   const sliding = specs.map((spec) => spec.attention.kind === 'attention' && spec.attention.window !== undefined);
-  const shape: PolicyShape = { layers: hyper.layers, heads: hyper.heads, kvHeads: hyper.kvHeads, headDim: hyper.headDim, contextLength, threads, ...(sliding.some(Boolean) ? { sliding } : {}) };
+  const slides = sliding.some(Boolean) ? { sliding } : {};
+  const shape: PolicyShape = mixedRows
+    ? { layers: hyper.layers, heads, kvHeads: Math.max(...rows.map((r) => r.kvHeads)), headDim: Math.max(...rows.map((r) => r.headDim)), perLayer: rows, contextLength, threads, ...slides }
+    : { layers: hyper.layers, heads, kvHeads: rows[0]!.kvHeads, headDim: rows[0]!.headDim, contextLength, threads, ...slides };
   const recipe = policyRecipe(options, shape, model);
   const policy = recipe.name;
   assertPolicySupported(hyper, policy);
@@ -312,45 +330,59 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
       });
   const dense: RunnerDense = native ? { engine: 'native', kernel: native.kernel } : { engine: 'onnx', ...(nativeWhyNot !== undefined ? { whyNotNative: nativeWhyNot } : {}) };
   const p = recipe.partialDim;
-  const bytesPerToken = hyper.layers * hyper.kvHeads * (2 * kvRowBytes(kvType, hyper.headDim) + 4 + 2 * p);
-  const projBytes = p > 0 ? hyper.layers * hyper.kvHeads * hyper.headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
-  const scalePadding = kvType === 'int8' ? 2 * 64 : 0; // the int8 scale regions start on their own lines
-  // a sliding-window layer keeps its window as a ring (kv/ring-checkpoints.ts says how many slots)
+  // a sliding-window layer keeps its window as a ring (kv/ring-checkpoints.ts says how many slots);
+  // not yet in a pool of mixed row shapes (Gemma 4: its window layers keep every row)
   const rings: RingLayer[] = [];
-  if (options.windowRings !== false) {
+  if (options.windowRings !== false && !mixedRows) {
     specs.forEach((spec, layer) => {
       const a = spec.attention;
       if (a.kind === 'attention' && a.window !== undefined && ringSlots(a.window, prefillChunk, contextLength) < contextLength) rings.push({ layer, window: a.window });
     });
   }
   if (rings.length > 0 && budget !== undefined) throw new UsageError(`poolBudgetBytes (eviction) with sliding-window layers: a ring and eviction in one pool are not built yet; load without a budget, or with windowRings false`, { field: 'poolBudgetBytes' });
-  const ringOf = new Map(rings.map((r) => [r.layer, r.window]));
-  const layerCapacity = rings.length > 0 ? Array.from({ length: hyper.layers }, (_, l) => (ringOf.has(l) ? ringSlots(ringOf.get(l)!, prefillChunk, contextLength) : contextLength)) : undefined;
-  const pool = createKvPool({
-    budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes + scalePadding,
-    ...(budget !== undefined ? { eviction } : {}),
-    layers: hyper.layers,
-    kvHeads: hyper.kvHeads,
-    headDim: hyper.headDim,
-    kvType,
-    ...(p > 0 ? { partialDim: p } : {}),
-    ...(layerCapacity ? { layerCapacity, ringLayers: layerCapacity.map((_, l) => ringOf.has(l)) } : {}),
-  });
+  let pool: KvPool;
+  if (mixedRows) {
+    // one native pool per row shape; a KV-shared layer keeps no rows (native/kv-pool-layers.js)
+    pool = createLayeredKvPool({
+      // InfiniGen's p follows each layer's head dim (⌊r·d_ℓ⌋)
+      layerShapes: specs.map((spec, l) => (ownsKv(spec) ? { ...rows[l]!, partialDim: recipe.partialDimFor(rows[l]!.headDim) } : { kvSource: kvOwner(specs, l)! })),
+      ...(budget !== undefined ? { budgetBytes: budget, eviction } : { tokens: contextLength }),
+      kvType,
+    });
+  } else {
+    const { kvHeads, headDim } = rows[0]!;
+    const bytesPerToken = hyper.layers * kvHeads * (2 * kvRowBytes(kvType, headDim) + 4 + 2 * p);
+    const projBytes = p > 0 ? hyper.layers * kvHeads * headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
+    const scalePadding = kvType === 'int8' ? 2 * 64 : 0; // the int8 scale regions start on their own lines
+    const ringOf = new Map(rings.map((r) => [r.layer, r.window]));
+    const layerCapacity = rings.length > 0 ? Array.from({ length: hyper.layers }, (_, l) => (ringOf.has(l) ? ringSlots(ringOf.get(l)!, prefillChunk, contextLength) : contextLength)) : undefined;
+    pool = createKvPool({
+      budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes + scalePadding,
+      ...(budget !== undefined ? { eviction } : {}),
+      layers: hyper.layers,
+      kvHeads,
+      headDim,
+      kvType,
+      ...(p > 0 ? { partialDim: p } : {}),
+      ...(layerCapacity ? { layerCapacity, ringLayers: layerCapacity.map((_, l) => ringOf.has(l)) } : {}),
+    });
+  }
   const ringCheckpoints = new RingCheckpoints(pool, rings, contextLength, options.ringCheckpoints);
   let rowPolicy: RowPolicy | undefined;
   let placement: AttentionPlacement;
   try {
     rowPolicy = recipe.build(pool, undefined, attention);
-    placement = new InPlaceAttention(pool, hyper.heads, threads, attention);
+    placement = new InPlaceAttention(pool, heads, threads, attention);
     if (options.offload === true && rings.length > 0) throw new UsageError(`offload: ${family.name} has sliding-window layers (rings), which run in place only`, { field: 'offload' });
     if (options.offload === true) {
+      if (mixedRows) throw new UsageError(`offload: ${family.name} layers differ in KV heads or head dim (or share K/V); they run in place only`, { field: 'offload' });
       // the device graph runs one scale, no window and no soft-cap for every layer
       if (attention.some((a) => a !== undefined)) throw new UsageError(`offload: ${family.name} layers with their own attention scale, window or soft-cap run in place only`, { field: 'offload' });
       // a sparse layer's lists are at most the recipe's bound + the current token; the buffer grows if a list is longer
       const sparseRows = Math.min(pool.capacityTokens, recipe.mostRows(pool.capacityTokens) + 1);
       const initialRowsPerHead = Array.from({ length: hyper.layers }, (_, l) => (rowPolicy!.selects(l) ? sparseRows : pool.capacityTokens));
-      const offload = await OffloadAttention.create(pool, { heads: hyper.heads, threads, initialRowsPerHead, ...(providers ? { providers } : {}), ...(options.offloadRowUpdate ? { rowUpdate: options.offloadRowUpdate } : {}) });
-      placement = new DeviceRowsAttention(pool, hyper.heads, threads, offload, attention);
+      const offload = await OffloadAttention.create(pool, { heads, threads, initialRowsPerHead, ...(providers ? { providers } : {}), ...(options.offloadRowUpdate ? { rowUpdate: options.offloadRowUpdate } : {}) });
+      placement = new DeviceRowsAttention(pool, heads, threads, offload, attention);
     }
   } catch (error) {
     rowPolicy?.free?.();
@@ -460,12 +492,19 @@ class Runner implements ModelRunner {
           positions: posView ? new EmbeddingTable(posView) : undefined,
           positionOffset: positions?.offset ?? 0,
           scale: embedding.scale,
-          ropes: specs.map((spec) => (spec.attention.kind === 'attention' ? ropeFrequencies(spec.attention, cfg.contextLength) : undefined)),
+          // never the LM head: its pages are always dropped now and then (E2B's is 262K × 8960 values)
+          ...(embedding.perLayerTable ? { perLayerTokens: perLayerTable(model, embedding.perLayerTable) } : {}),
+          ropes: layerRopes(specs, cfg.contextLength),
         },
         layers: h.layers,
-        heads: h.heads,
+        heads: cfg.shape.heads,
         d: h.hiddenSize,
-        tokenRowBytes: h.kvHeads * 2 * kvRowBytes(cfg.kvType, h.headDim),
+        headDims: specs.map((spec) => (spec.attention.kind === 'attention' ? spec.attention.headDim : 0)),
+        ownsKv: specs.map(ownsKv),
+        tokenRowBytes: specs.map((_, l) => {
+          const r = layerRowShapes(specs)[l]!;
+          return r.kvHeads * 2 * kvRowBytes(cfg.kvType, r.headDim);
+        }),
       },
       this.planFor(policy),
       placement,
@@ -530,23 +569,24 @@ class Runner implements ModelRunner {
   }
 
   partialKeyBytes(): number {
-    let tokens = 0; // over layers: a ring holds at most its window's slots
-    for (let l = 0; l < this.layers; l++) tokens += this.pool.length(l);
-    return this.pool.partialDim * 2 * this.pool.kvHeads * tokens;
+    let bytes = 0; // over the layers that keep rows: a ring holds at most its window's slots
+    for (let l = 0; l < this.layers; l++) if (this.pool.owns(l)) bytes += this.pool.layerPartialDim(l) * 2 * this.pool.layerKvHeads(l) * this.pool.length(l);
+    return bytes;
   }
 
   kvLayers(): KvLayerFigure[] {
-    const { kvHeads, headDim, partialDim } = this.pool;
     return Array.from({ length: this.layers }, (_, l) => {
       const a = this.specs[l]!.attention;
       const window = a.kind === 'attention' ? a.window : undefined;
-      const capacityTokens = this.pool.layerCapacityTokens(l);
+      // a KV-shared layer (Gemma 4) reads its owner's rows and keeps none of its own
+      const owns = this.pool.owns(l);
+      const capacityTokens = owns ? this.pool.layerCapacityTokens(l) : 0;
       return {
         kind: window !== undefined ? 'window' : 'global',
         ...(window !== undefined ? { window } : {}),
         capacityTokens,
-        tokens: this.pool.length(l),
-        bytes: poolLayerBytes(kvHeads, headDim, this.kvType, capacityTokens, partialDim),
+        tokens: owns ? this.pool.length(l) : 0,
+        bytes: owns ? poolLayerBytes(this.pool.layerKvHeads(l), this.pool.layerHeadDim(l), this.kvType, capacityTokens, this.pool.layerPartialDim(l)) : 0,
       };
     });
   }
@@ -688,7 +728,7 @@ class Runner implements ModelRunner {
 
   snapshotLayerBytes(tokens: number, layer?: number): number {
     const ring = layer === undefined ? -1 : this.ringIndex(layer);
-    return ring >= 0 ? this.cfg.rings.sectionBytes(ring, tokens) : this.pool.snapshotLayerBytes(tokens);
+    return ring >= 0 ? this.cfg.rings.sectionBytes(ring, tokens) : this.pool.snapshotLayerBytes(tokens, layer);
   }
 
   exportLayer(layer: number, tokens: number, out: Uint8Array): void {
@@ -717,6 +757,8 @@ class Runner implements ModelRunner {
     }
     const ig = this.active instanceof InfinigenPolicy ? this.active.state : undefined;
     if (ig && !infinigen && tokens > 0) throw new RangeError('importSequence: InfiniGen needs its sequence state');
+    // the snapshot's columns are chosen through the skew it was written with: the runner must know one (skewId() loads the cached one)
+    if (ig && infinigen && tokens > 0 && ig.skewId() === undefined) throw new LonghandError('SNAPSHOT_MISMATCH', 'importSequence: InfiniGen has no skew matrices for this model (none cached, none calibrated): the snapshot cannot be restored', { reason: 'skew' });
     this.busy = true;
     try {
       this.reset();
@@ -725,15 +767,16 @@ class Runner implements ModelRunner {
         ig.importSequence(infinigen);
         ig.choosePartialColumns(this.pool);
       }
-      const section = new Uint8Array(this.pool.snapshotLayerBytes(tokens)); // one layer's packed rows, reused
+      const sizes = Array.from({ length: this.layers }, (_, l) => this.snapshotLayerBytes(tokens, l)); // layers may differ; a ring's is its window's
+      const section = new Uint8Array(Math.max(0, ...sizes)); // one layer's packed rows, reused
       for (let l = 0; l < this.layers; l++) {
         // a ring's section holds the window before `tokens` (ringKeepRows), which must end there
         const ring = this.ringIndex(l);
         const rows = ring >= 0 ? ringKeepRows(this.cfg.rings.rings[ring]!.window, tokens) : tokens;
-        const into = section.subarray(0, this.pool.snapshotLayerBytes(rows));
+        const into = section.subarray(0, sizes[l]);
         await readLayer(l, into);
         this.pool.importLayer(l, rows, into);
-        if (rows > 0 && this.pool.position(l, this.pool.lastSlot(l)) !== tokens - 1) {
+        if (rows > 0 && this.pool.owns(l) && this.pool.position(l, this.pool.lastSlot(l)) !== tokens - 1) {
           throw new RangeError(`importSequence: layer ${l}'s rows end at position ${this.pool.position(l, this.pool.lastSlot(l))}, not at ${tokens - 1}`);
         }
       }
@@ -753,10 +796,12 @@ class Runner implements ModelRunner {
     }
     if (this.pool.evicting) throw new RangeError('appendRandomContextForBenchmark: not with a pool budget (eviction)');
     this.drainPolicies();
-    const width = this.pool.kvHeads * this.pool.headDim;
+    const widthOf = (l: number): number => this.pool.layerKvHeads(l) * this.pool.layerHeadDim(l);
+    let widest = 0;
+    for (let l = 0; l < this.layers; l++) widest = Math.max(widest, widthOf(l));
     const chunk = 256;
-    const k = new Float32Array(chunk * width); // [chunk, kvHeads·headDim]
-    const v = new Float32Array(chunk * width);
+    const k = new Float32Array(chunk * widest); // [chunk, kvHeads·headDim] of the widest layer
+    const v = new Float32Array(chunk * widest);
     // xorshift32, uniform on [−√3, √3) (unit variance): seeded, so every policy gets the same rows,
     // and cheap enough for 32,768 tokens × 16 layers × 4,096 values × 2
     let s = seed >>> 0 || 1;
@@ -771,6 +816,8 @@ class Runner implements ModelRunner {
     for (let t0 = 0; t0 < tokens; t0 += chunk) {
       const T = Math.min(chunk, tokens - t0);
       for (let l = 0; l < this.layers; l++) {
+        if (!this.pool.owns(l)) continue; // a KV-shared layer reads its source's rows
+        const width = widthOf(l);
         for (let i = 0; i < T * width; i++) {
           k[i] = uniform();
           v[i] = uniform();
@@ -805,7 +852,9 @@ class Runner implements ModelRunner {
 
   /** The per-layer plan (policy/plan.ts): the chosen policy, and 'window' on a family's sliding-window layers. */
   private planFor(policy: RowPolicy): RowPolicy[] {
-    return planLayers(this.specs, policy, (window) => createComparisonPolicy('window', { window, denseLayers: 0 }, { shape: this.cfg.shape, pool: this.pool, attention: this.attention }));
+    // a KV-shared layer has no partial keys of its own: under InfiniGen it attends densely
+    const shared = policy instanceof InfinigenPolicy ? new FullPolicy(this.layers) : undefined;
+    return planLayers(this.specs, policy, (window) => createComparisonPolicy('window', { window, denseLayers: 0 }, { shape: this.cfg.shape, pool: this.pool, attention: this.attention }), shared);
   }
 
   /** Waits for what the policies have in flight (InfiniGen's queued jobs) before the pool is read or changed outside a step. */
@@ -885,4 +934,37 @@ function argmax(x: Float32Array): number {
   let best = 0;
   for (let i = 1; i < x.length; i++) if (x[i]! > x[best]!) best = i;
   return best;
+}
+
+/**
+ * [layer] the rows each layer attends: its own kvHeads × headDim, or its kvSource's. A layer without
+ * attention is refused (the step loop runs attention layers only; plan.ts says so too).
+ */
+function layerRowShapes(specs: readonly LayerSpec[]): LayerRowShape[] {
+  return specs.map((_, l) => {
+    const owner = kvOwner(specs, l);
+    const a = owner === undefined ? undefined : specs[owner]!.attention;
+    if (a === undefined || a.kind !== 'attention') throw new UsageError(`layer ${l} has no attention (no KV rows): the forward pass runs attention layers only`, { field: 'model', layer: l });
+    return { kvHeads: a.kvHeads, headDim: a.headDim };
+  });
+}
+
+/** [layer] each layer's RoPE for the step's feeds; layers with equal RoPE share one object (one set of rows per chunk). */
+function layerRopes(specs: readonly LayerSpec[], contextLength: number): (RopeFrequencies | undefined)[] {
+  const seen = new Map<string, RopeFrequencies>();
+  return specs.map((spec) => {
+    if (spec.attention.kind !== 'attention') return undefined;
+    const r = ropeFrequencies(spec.attention, contextLength); // the session's context picks LongRoPE's factor set
+    if (r === undefined) return undefined;
+    const key = JSON.stringify(r);
+    const same = seen.get(key);
+    if (same) return same;
+    seen.set(key, r);
+    return r;
+  });
+}
+
+/** The per-layer token table (EmbeddingSpec.perLayerTable), read row by row with its pages released as the token table's are. */
+function perLayerTable(model: LoadedModel, name: string): EmbeddingTable {
+  return new EmbeddingTable(model.tensors.get(name)!, model.releaseTensor ? () => model.releaseTensor!(name) : undefined);
 }

@@ -43,17 +43,19 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
   const ids = Int32Array.from(sequence.tokens.slice(0, n)); // [n]
   const skew = await runner.skewId();
   const ig = runner.exportInfinigen(n);
-  const buffer = new Uint8Array(runner.snapshotLayerBytes(n)); // one layer's packed rows, reused for every layer
+  // layers may differ in row shape (Gemma 4), a ring's section is its window's, a KV-shared layer's is empty
+  const layerBytes = Array.from({ length: identity.layers }, (_, l) => runner.snapshotLayerBytes(n, l));
+  const buffer = new Uint8Array(Math.max(0, ...layerBytes)); // one layer's packed rows, reused for every layer
   const sections: SectionSource[] = [{ name: 'ids', bytes: ids.byteLength, read: () => new Uint8Array(ids.buffer) }];
   for (let l = 0; l < identity.layers; l++) {
-    const layerBytes = runner.snapshotLayerBytes(n, l); // a ring's section is its window's
+    const bytes = layerBytes[l]!;
     sections.push({
       name: `layer.${l}`,
-      bytes: layerBytes,
+      bytes,
       read: () => {
-        const out = buffer.subarray(0, layerBytes);
-        runner.exportLayer(l, n, out);
-        return out;
+        const into = buffer.subarray(0, bytes);
+        runner.exportLayer(l, n, into);
+        return into;
       },
     });
   }

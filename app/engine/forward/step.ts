@@ -55,9 +55,11 @@ export interface ChunkInput {
   positionOffset: number;
   /** multiplies every embedded row (Gemma: √d); 1: the rows are the table's bits */
   scale: number;
+  /** per-layer token rows [vocab, L·P] fed to stage 0 as ple_tok (EmbeddingSpec.perLayerTable), or none */
+  perLayerTokens?: EmbeddingTable;
   /**
    * [layer] the RoPE of each layer's q and k (cos/sin rows per chunk), or none. Layers may differ
-   * (Gemma 3's local and global θ): stage s takes layer s's rows as rope_cos/rope_sin and layer
+   * (Gemma 3's local and global θ, Gemma 4's proportional RoPE on global layers): stage s takes layer s's rows as rope_cos/rope_sin and layer
    * s+1's as spec_rope_cos/spec_rope_sin (its speculative query; the stage asks for them only
    * when they differ).
    */
@@ -71,11 +73,16 @@ export interface StepParts {
   graphs: readonly StageGraph[];
   input: ChunkInput;
   layers: number;
+  /** query heads (every layer's) */
   heads: number;
   /** hidden size */
   d: number;
-  /** K+V bytes of one token of one layer, every KV head (what a dense layer fetches per past token) */
-  tokenRowBytes: number;
+  /** [layer] elements per head of layer ℓ's q, k and v (Gemma 4: window and global layers differ) */
+  headDims: readonly number[];
+  /** [layer] false where the layer reads an earlier layer's K/V (LayerSpec kvSource): nothing is appended for it */
+  ownsKv: readonly boolean[];
+  /** [layer] K+V bytes of one token of the rows layer ℓ reads, every KV head (what a dense layer fetches per past token) */
+  tokenRowBytes: readonly number[];
 }
 
 export interface ChunkOptions {
@@ -100,7 +107,7 @@ export class StepLoop {
   probe: StepProbe | undefined;
   readonly trace: StepTrace;
   t: ForwardTimings = emptyTimings();
-  /** [heads·d] a decode step's attention output, reused */
+  /** [heads·max headDim] a decode step's attention output, reused (a layer uses its first heads·headDim(ℓ)) */
   private readonly attnOne: Float32Array;
   /** [d] scratch of the position rows */
   private readonly scratch: Float32Array;
@@ -118,7 +125,7 @@ export class StepLoop {
     this.policies = [...new Set(plan)];
     this.placement = placement;
     this.trace = new StepTrace(parts.layers);
-    this.attnOne = new Float32Array(parts.heads * (parts.pool.headDim));
+    this.attnOne = new Float32Array(parts.heads * Math.max(...parts.headDims));
     this.scratch = new Float32Array(parts.d);
     this.evictedBefore = new Array<number>(parts.layers).fill(0);
     // layers with the same RoPE share one key (and one set of cos/sin rows per chunk); −1: none
@@ -157,10 +164,9 @@ export class StepLoop {
 
   /** One chunk at position p0 through every layer; returns the logits of 'last' / 'all' rows, or nothing. */
   async run(ids: readonly number[], p0: number, o: ChunkOptions): Promise<Float32Array | undefined> {
-    const { pool, layers, heads } = this.parts;
+    const { pool, layers, heads, headDims, ownsKv } = this.parts;
     const t0 = performance.now();
     const T = ids.length;
-    const qw = heads * pool.headDim;
     const h = this.embed(ids, p0); // [T, d]
     const t1 = performance.now();
     this.t.embedding += t1 - t0;
@@ -169,7 +175,10 @@ export class StepLoop {
     const pos: TensorData = { elemType: 'int64', dims: [1, T], data: BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) };
     const ropeRowsOf = this.ropeFeeds(p0, T);
     const hT = f32([1, T, this.parts.d], h);
-    let out = await this.runStage(0, { h: hT, pos, ...ropeRowsOf(0) });
+    const perLayer = this.parts.input.perLayerTokens;
+    let out = await this.runStage(0, { h: hT, pos, ...ropeRowsOf(0), ...(perLayer ? { ple_tok: f32([1, T, perLayer.width], this.rows(perLayer, ids)) } : {}) });
+    // per-layer inputs [T, L·P] from stage 0; stage ℓ+1 takes layer ℓ's [T, P]
+    const ple = perLayer ? (out.ple!.data as Float32Array) : undefined;
     let residual = hT;
     let logits: Float32Array | undefined;
 
@@ -188,10 +197,11 @@ export class StepLoop {
         if (o.signal.aborted) throw new ForwardAbortedError(p0, { cause: o.signal.reason });
       }
       const q = out.q!.data as Float32Array;
-      const k = out.k!.data as Float32Array;
-      const v = out.v!.data as Float32Array;
+      // a KV-shared layer's stage outputs no k and v (ownsKv[ℓ] false)
+      const k = out.k?.data as Float32Array | undefined;
+      const v = out.v?.data as Float32Array | undefined;
       if (l > 0) residual = out.h_next!;
-      sequence?.observe(l, q, k, T);
+      if (k !== undefined) sequence?.observe(l, q, k, T);
       const policy = this.plan[l]!;
       const selects = sparse && policy.selects(l);
       // a placement that reads lists waits for layer ℓ's selection now, before layer ℓ+1's job is
@@ -205,13 +215,18 @@ export class StepLoop {
         if (l === 0) policy.prefetch?.(0, q);
       }
       let a = performance.now();
-      const slot = pool.appendBatch(l, k, v, p0);
-      placement.appended(l, slot, T);
-      if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
+      // a KV-shared layer computes no k/v: it attends the rows its source appended earlier in this chunk
+      if (ownsKv[l]) {
+        if (k === undefined || v === undefined) throw new Error(`stage ${l} output no k/v for a layer that keeps its own rows`);
+        const slot = pool.appendBatch(l, k, v, p0);
+        placement.appended(l, slot, T);
+        if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
+      }
       const b = performance.now();
       this.t.append += b - a;
 
-      const attn = T === 1 ? this.attnOne : new Float32Array(T * qw); // [T, heads·d]
+      const qw = heads * headDims[l]!;
+      const attn = T === 1 ? this.attnOne.subarray(0, qw) : new Float32Array(T * qw); // [T, heads·headDim(ℓ)]
       if (!decoding) {
         placement.attendPrompt(l, q, T, attn);
         if (o.prompt) policy.observePrompt?.(l, q, p0, T);
@@ -224,7 +239,7 @@ export class StepLoop {
         if (measure) probe!.measure(pool, l, q, heads, policy.selection(l));
       } else {
         await placement.attendAll(l, q, attn);
-        this.trace.denseLayer(l, p0, this.parts.tokenRowBytes);
+        this.trace.denseLayer(l, p0, this.parts.tokenRowBytes[l]!);
         placement.figures(l, this.trace, 0);
       }
       a = performance.now();
@@ -235,6 +250,12 @@ export class StepLoop {
       if (!last) Object.assign(feeds, { pos, ...ropeRowsOf(l + 1) });
       else if (o.rows === 'none') break;
       else feeds.rows = { elemType: 'int64', dims: [o.rows === 'all' ? T : 1], data: o.rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
+      if (ple) {
+        const P = ple.length / (T * layers);
+        const slice = new Float32Array(T * P); // [T, P]: layer ℓ's per-layer input of each token
+        for (let t = 0; t < T; t++) slice.set(ple.subarray((t * layers + l) * P, (t * layers + l + 1) * P), t * P);
+        feeds.ple = f32([1, T, P], slice);
+      }
       out = await this.runStage(l + 1, feeds);
       if (last) logits = out.logits!.data as Float32Array;
     }
@@ -261,6 +282,13 @@ export class StepLoop {
   }
 
   /** [T, d] the chunk's token rows, with learned position rows added where the family has them. */
+  /** The rows of `table` for ids, [T, width]. */
+  private rows(table: EmbeddingTable, ids: readonly number[]): Float32Array {
+    const out = new Float32Array(ids.length * table.width);
+    for (let i = 0; i < ids.length; i++) table.readRow(ids[i]!, out, i * table.width);
+    return out;
+  }
+
   private embed(ids: readonly number[], p0: number): Float32Array {
     const { d, input } = this.parts;
     const h = new Float32Array(ids.length * d);

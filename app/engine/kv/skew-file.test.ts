@@ -3,8 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LonghandError, ModelFileError } from '../../common/errors.ts';
-import { SkewCalibrator, type SkewMatrices } from './skew.ts';
-import { SKEW_HEADER_BYTES, crc32, deserializeSkew, readSkewCache, serializeSkew, skewCachePath, writeSkewCache, type SkewMeta } from './skew-file.ts';
+import { SkewCalibrator, skewLayerOffsets, type LayerHeads, type SkewMatrices } from './skew.ts';
+import { SKEW_HEADER_BYTES, SKEW_VERSION_PER_LAYER, crc32, deserializeSkew, readSkewCache, serializeSkew, skewCachePath, writeSkewCache, type SkewMeta } from './skew-file.ts';
 import { Gaussian } from './test-helpers.ts';
 
 const SHA = 'ab'.repeat(32);
@@ -135,5 +135,62 @@ describe('skew cache on disk', () => {
     if (bad.status === 'invalid') expect(bad.error.code).toBe('MODEL_TRUNCATED');
     await writeSkewCache(dir, skew, meta);
     expect((await readSkewCache(dir, meta)).status).toBe('hit');
+  });
+});
+
+describe('skew files of models whose layers differ (version 2: Gemma 4)', () => {
+  // window layers 2 KV heads × 8, a global layer 1 × 16, a KV-shared layer with none
+  const shapes: LayerHeads[] = [
+    { kvHeads: 2, headDim: 8 },
+    { kvHeads: 1, headDim: 16 },
+    { kvHeads: 2, headDim: 8 },
+    { kvHeads: 0, headDim: 16 },
+  ];
+  const cal = new SkewCalibrator(4, 2, 4, 16, shapes);
+  const g = new Gaussian(2);
+  for (let l = 0; l < 3; l++) cal.addQueries(l, Float32Array.from(g.fill(10 * 4 * shapes[l]!.headDim)), 10);
+  const layered = cal.finish();
+  const lmeta: SkewMeta = { modelSha256: SHA, layers: 4, kvHeads: 2, headDim: 16, perLayer: shapes };
+  const bytes = serializeSkew(layered, lmeta);
+
+  it('round-trips with the per-layer shape table, at each layer\'s size', () => {
+    const total = skewLayerOffsets(layered, 4);
+    expect(total).toEqual({ matrices: 2 * 64 + 256 + 2 * 64, eigenvalues: 2 * 8 + 16 + 2 * 8 });
+    expect(bytes.length).toBe(SKEW_HEADER_BYTES + 4 * (3 * 4 + total.matrices + total.eigenvalues));
+    expect(new DataView(bytes.buffer).getUint32(8, true)).toBe(SKEW_VERSION_PER_LAYER);
+    const back = deserializeSkew(bytes, lmeta);
+    expect(back.perLayer).toEqual(shapes);
+    expect(back.matrices).toEqual(layered.matrices);
+    expect(back.eigenvalues).toEqual(layered.eigenvalues);
+    expect(back.samples).toEqual(layered.samples);
+  });
+
+  it('refuses a file of other layer shapes, a version 1 file for such a model and the other way round, and a damaged table', () => {
+    const otherShapes = shapes.map((x, l) => (l === 1 ? { kvHeads: 1, headDim: 8 } : x));
+    expect(() => deserializeSkew(bytes, { ...lmeta, perLayer: otherShapes })).toThrow(/layer 1 is 1 KV heads × 16, the model has 1 × 8/);
+    expect(codeOf(() => deserializeSkew(good, { ...meta, perLayer: [{ kvHeads: 2, headDim: 8 }, { kvHeads: 2, headDim: 8 }] }))).toBe('MODEL_UNSUPPORTED_VERSION');
+    expect(codeOf(() => deserializeSkew(bytes, { ...lmeta, perLayer: undefined }))).toBe('MODEL_UNSUPPORTED_VERSION');
+    const damaged = bytes.slice();
+    new DataView(damaged.buffer).setUint32(SKEW_HEADER_BYTES + 4 * 4 + 4 * 3, 9, true); // headDim of the shared layer
+    expect(codeOf(() => deserializeSkew(damaged, lmeta))).toBe('MODEL_BAD_VALUE');
+    expect(codeOf(() => deserializeSkew(bytes.subarray(0, SKEW_HEADER_BYTES + 20), lmeta))).toBe('MODEL_TRUNCATED');
+    expect(codeOf(() => deserializeSkew(bytes.subarray(0, bytes.length - 4), lmeta))).toBe('MODEL_TRUNCATED');
+    // the matrices and the meta must agree on the shapes
+    expect(codeOf(() => serializeSkew(layered, { ...lmeta, perLayer: otherShapes }))).toBe('BAD_ARGUMENT');
+    expect(codeOf(() => serializeSkew(skew, { ...meta, perLayer: [{ kvHeads: 2, headDim: 8 }, { kvHeads: 2, headDim: 8 }] }))).toBe('BAD_ARGUMENT');
+  });
+
+  it('is cached beside the version 1 file of the same model, as <sha>.v2.lhskew', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'longhand-skew2-'));
+    try {
+      expect((await readSkewCache(dir, lmeta)).status).toBe('miss');
+      expect(await writeSkewCache(dir, layered, lmeta)).toBe(path.join(dir, 'skew', `${SHA}.v2.lhskew`));
+      const hit = await readSkewCache(dir, lmeta);
+      expect(hit.status).toBe('hit');
+      if (hit.status === 'hit') expect(hit.skew.matrices).toEqual(layered.matrices);
+      expect((await readSkewCache(dir, { ...lmeta, perLayer: shapes.map((x) => ({ ...x, kvHeads: x.kvHeads === 1 ? 2 : x.kvHeads })) })).status).toBe('invalid');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -15,6 +15,12 @@
 //   64          payload: u32 samples [L]; f32 matrices [L, K, d, d]; f32 eigenvalues [L, K, d]
 // Nothing after the payload.
 //
+// Version 2 is the file of a model whose layers differ in KV heads and head dim (Gemma 4's window
+// and global layers, KV-shared layers with none): the same header (K and d the largest), then a
+// payload that opens with each layer's shape — u32 K_ℓ [L]; u32 d_ℓ [L]; u32 samples [L]; f32
+// matrices layer after layer [K_ℓ, d_ℓ, d_ℓ]; f32 eigenvalues [K_ℓ, d_ℓ] — checked against the
+// model's, layer by layer. A model of one shape keeps writing and reading version 1.
+//
 // Every field is checked against what the caller expects; failures are ModelFileErrors with the
 // shared codes: MODEL_TRUNCATED (shorter than the header or the declared payload), MODEL_BAD_MAGIC,
 // MODEL_UNSUPPORTED_VERSION, MODEL_BAD_VALUE (other dims, other model hash, bad CRC, trailing bytes,
@@ -22,10 +28,12 @@
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { ModelFileError, UsageError, type ErrorCode } from '../../common/errors.ts';
-import type { SkewMatrices } from './skew.ts';
+import { skewLayerOffsets, type LayerHeads, type SkewMatrices } from './skew.ts';
 
 export const SKEW_MAGIC = Uint8Array.from([0x4c, 0x48, 0x53, 0x4b, 0x45, 0x57, 0, 0]); // "LHSKEW\0\0"
 export const SKEW_VERSION = 1;
+/** The version of files with per-layer shapes (above). */
+export const SKEW_VERSION_PER_LAYER = 2;
 export const SKEW_HEADER_BYTES = 64;
 
 export interface SkewMeta {
@@ -34,31 +42,51 @@ export interface SkewMeta {
   readonly layers: number;
   readonly kvHeads: number;
   readonly headDim: number;
+  /** [layer] each layer's KV heads and head dim where layers differ (SkewMatrices.perLayer): a version 2 file */
+  readonly perLayer?: readonly LayerHeads[];
 }
 
-/** Payload bytes for a shape. */
-export function skewPayloadBytes(layers: number, kvHeads: number, headDim: number): number {
-  return 4 * (layers + layers * kvHeads * headDim * headDim + layers * kvHeads * headDim);
+/** The file version for a model of these shapes. */
+export function skewFileVersion(meta: Pick<SkewMeta, 'perLayer'>): number {
+  return meta.perLayer ? SKEW_VERSION_PER_LAYER : SKEW_VERSION;
+}
+
+/** Payload bytes for a shape (with perLayer: the version 2 payload, its shape table included). */
+export function skewPayloadBytes(layers: number, kvHeads: number, headDim: number, perLayer?: readonly LayerHeads[]): number {
+  if (perLayer === undefined) return 4 * (layers + layers * kvHeads * headDim * headDim + layers * kvHeads * headDim);
+  const total = skewLayerOffsets({ kvHeads, headDim, perLayer }, layers);
+  return 4 * (3 * layers + total.matrices + total.eigenvalues);
+}
+
+function sameLayerShapes(a: readonly LayerHeads[] | undefined, b: readonly LayerHeads[] | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  return a.length === b.length && a.every((x, l) => x.kvHeads === b[l]!.kvHeads && x.headDim === b[l]!.headDim);
 }
 
 export function serializeSkew(m: SkewMatrices, meta: SkewMeta): Uint8Array {
   const hash = hashBytes(meta.modelSha256);
   const { layers, kvHeads, headDim: d } = m;
+  if (!sameLayerShapes(m.perLayer, meta.perLayer)) throw new UsageError('serializeSkew: the matrices\' per-layer shapes differ from the meta\'s', {});
   if (layers !== meta.layers || kvHeads !== meta.kvHeads || d !== meta.headDim) {
     throw new UsageError(`serializeSkew: matrices are ${layers}×${kvHeads}×${d}, meta says ${meta.layers}×${meta.kvHeads}×${meta.headDim}`, {});
   }
-  if (m.matrices.length !== layers * kvHeads * d * d || m.eigenvalues.length !== layers * kvHeads * d || m.samples.length !== layers) {
+  const total = skewLayerOffsets(m, layers); // elements of every layer's matrices and eigenvalues
+  if (m.matrices.length !== total.matrices || m.eigenvalues.length !== total.eigenvalues || m.samples.length !== layers) {
     throw new UsageError('serializeSkew: array lengths do not match the dimensions', {});
   }
-  const bytes = new Uint8Array(SKEW_HEADER_BYTES + skewPayloadBytes(layers, kvHeads, d));
+  const bytes = new Uint8Array(SKEW_HEADER_BYTES + skewPayloadBytes(layers, kvHeads, d, m.perLayer));
   const view = new DataView(bytes.buffer);
   bytes.set(SKEW_MAGIC, 0);
-  view.setUint32(8, SKEW_VERSION, true);
+  view.setUint32(8, skewFileVersion(m), true);
   view.setUint32(12, layers, true);
   view.setUint32(16, kvHeads, true);
   view.setUint32(20, d, true);
   bytes.set(hash, 24);
   let at = SKEW_HEADER_BYTES;
+  if (m.perLayer) {
+    for (let i = 0; i < layers; i++, at += 4) view.setUint32(at, m.perLayer[i]!.kvHeads, true);
+    for (let i = 0; i < layers; i++, at += 4) view.setUint32(at, m.perLayer[i]!.headDim, true);
+  }
   for (let i = 0; i < layers; i++, at += 4) view.setUint32(at, m.samples[i]!, true);
   for (const arr of [m.matrices, m.eigenvalues]) {
     for (let i = 0; i < arr.length; i++, at += 4) view.setFloat32(at, arr[i]!, true);
@@ -77,7 +105,8 @@ export function deserializeSkew(bytes: Uint8Array, expected: SkewMeta, source = 
   for (let i = 0; i < SKEW_MAGIC.length; i++) if (bytes[i] !== SKEW_MAGIC[i]) fail('MODEL_BAD_MAGIC', 'not a Longhand skew file', i);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const version = view.getUint32(8, true);
-  if (version !== SKEW_VERSION) fail('MODEL_UNSUPPORTED_VERSION', `version ${version}, this build reads ${SKEW_VERSION}`, 8);
+  const want = skewFileVersion(expected);
+  if (version !== want) fail('MODEL_UNSUPPORTED_VERSION', `version ${version}, this build reads ${want}${expected.perLayer ? ' (per-layer shapes)' : ''} for this model`, 8);
   const dims = [
     ['layers', view.getUint32(12, true), expected.layers, 12],
     ['kvHeads', view.getUint32(16, true), expected.kvHeads, 16],
@@ -87,17 +116,28 @@ export function deserializeSkew(bytes: Uint8Array, expected: SkewMeta, source = 
   for (let i = 0; i < 32; i++) if (bytes[24 + i] !== hash[i]) fail('MODEL_BAD_VALUE', 'made for a different model file (SHA-256 differs)', 24);
   if (view.getUint32(60, true) !== 0) fail('MODEL_BAD_VALUE', 'reserved header field is not zero', 60);
 
-  const { layers, kvHeads, headDim: d } = expected;
-  const total = SKEW_HEADER_BYTES + skewPayloadBytes(layers, kvHeads, d);
+  const { layers, kvHeads, headDim: d, perLayer } = expected;
+  const total = SKEW_HEADER_BYTES + skewPayloadBytes(layers, kvHeads, d, perLayer);
+  let at = SKEW_HEADER_BYTES;
+  if (perLayer) {
+    // the shape table, before the length: a file of other shapes says so rather than "truncated"
+    if (bytes.length < at + 8 * layers) fail('MODEL_TRUNCATED', `${bytes.length} bytes is shorter than the per-layer shape table`, bytes.length);
+    for (let l = 0; l < layers; l++) {
+      const g = view.getUint32(at + 4 * l, true);
+      const hd = view.getUint32(at + 4 * (layers + l), true);
+      if (g !== perLayer[l]!.kvHeads || hd !== perLayer[l]!.headDim) fail('MODEL_BAD_VALUE', `layer ${l} is ${g} KV heads × ${hd}, the model has ${perLayer[l]!.kvHeads} × ${perLayer[l]!.headDim}`, at + 4 * l);
+    }
+    at += 8 * layers;
+  }
   if (bytes.length < total) fail('MODEL_TRUNCATED', `${bytes.length} bytes, the header declares ${total}`, bytes.length);
   if (bytes.length > total) fail('MODEL_BAD_VALUE', `${bytes.length - total} bytes after the payload`, total);
   if (crc32(bytes.subarray(SKEW_HEADER_BYTES, total)) !== view.getUint32(56, true)) fail('MODEL_BAD_VALUE', 'payload checksum mismatch (corrupt file)', 56);
 
-  let at = SKEW_HEADER_BYTES;
   const samples = new Uint32Array(layers); // [L]
   for (let i = 0; i < layers; i++, at += 4) samples[i] = view.getUint32(at, true);
-  const matrices = new Float32Array(layers * kvHeads * d * d); // [L, K, d, d]
-  const eigenvalues = new Float32Array(layers * kvHeads * d); // [L, K, d]
+  const sizes = skewLayerOffsets({ kvHeads, headDim: d, perLayer }, layers);
+  const matrices = new Float32Array(sizes.matrices); // [L, K, d, d] (layer after layer at its own K_ℓ, d_ℓ with perLayer)
+  const eigenvalues = new Float32Array(sizes.eigenvalues); // [L, K, d] (likewise)
   for (const arr of [matrices, eigenvalues]) {
     for (let i = 0; i < arr.length; i++, at += 4) {
       const x = view.getFloat32(at, true);
@@ -105,13 +145,13 @@ export function deserializeSkew(bytes: Uint8Array, expected: SkewMeta, source = 
       arr[i] = x;
     }
   }
-  return { layers, kvHeads, headDim: d, matrices, eigenvalues, samples };
+  return { layers, kvHeads, headDim: d, matrices, eigenvalues, samples, ...(perLayer ? { perLayer } : {}) };
 }
 
-/** Where the skew file of a model lives: `<cacheDir>/skew/<sha256>.v1.lhskew`. */
-export function skewCachePath(cacheDir: string, modelSha256: string): string {
+/** Where the skew file of a model lives: `<cacheDir>/skew/<sha256>.v1.lhskew` (`.v2.` with per-layer shapes). */
+export function skewCachePath(cacheDir: string, modelSha256: string, version: number = SKEW_VERSION): string {
   hashBytes(modelSha256); // validates: 64 hex digits, so the name cannot escape the folder
-  return path.join(cacheDir, 'skew', `${modelSha256.toLowerCase()}.v${SKEW_VERSION}.lhskew`);
+  return path.join(cacheDir, 'skew', `${modelSha256.toLowerCase()}.v${version}.lhskew`);
 }
 
 export type SkewCacheRead =
@@ -122,7 +162,7 @@ export type SkewCacheRead =
 
 /** Reads the cached matrices of a model. Never throws for a missing or bad file (see the status). */
 export async function readSkewCache(cacheDir: string, meta: SkewMeta): Promise<SkewCacheRead> {
-  const file = skewCachePath(cacheDir, meta.modelSha256);
+  const file = skewCachePath(cacheDir, meta.modelSha256, skewFileVersion(meta));
   let bytes: Uint8Array;
   try {
     bytes = await readFile(file);
@@ -140,7 +180,7 @@ export async function readSkewCache(cacheDir: string, meta: SkewMeta): Promise<S
 
 /** Writes the matrices atomically (temporary file + rename), replacing any previous file. */
 export async function writeSkewCache(cacheDir: string, skew: SkewMatrices, meta: SkewMeta): Promise<string> {
-  const file = skewCachePath(cacheDir, meta.modelSha256);
+  const file = skewCachePath(cacheDir, meta.modelSha256, skewFileVersion(meta));
   const bytes = serializeSkew(skew, meta);
   await mkdir(path.dirname(file), { recursive: true });
   const tmp = `${file}.${process.pid}.${Date.now()}.tmp`;

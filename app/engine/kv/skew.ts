@@ -16,15 +16,48 @@ import { symmetricEigen } from './eigen.ts';
 /** The calibrated rotations of one model. */
 export interface SkewMatrices {
   readonly layers: number;
+  /** every layer's (without perLayer; with it, the largest) */
   readonly kvHeads: number;
-  /** d */
+  /** d: every layer's (without perLayer; with it, the largest) */
   readonly headDim: number;
-  /** [layers, kvHeads, d, d] row-major per matrix; A[i, j] = component i of eigenvector j (columns). */
+  /**
+   * [layers, kvHeads, d, d] row-major per matrix; A[i, j] = component i of eigenvector j (columns).
+   * With perLayer, layer after layer at each layer's own kvHeads_ℓ × d_ℓ × d_ℓ (skewMatrix finds them).
+   */
   readonly matrices: Float32Array;
-  /** [layers, kvHeads, d] eigenvalues of QᵀQ/T, descending: mean energy of each skewed column. */
+  /** [layers, kvHeads, d] eigenvalues of QᵀQ/T, descending: mean energy of each skewed column (per layer's shape with perLayer). */
   readonly eigenvalues: Float32Array;
   /** [layers] query tokens each layer was calibrated on. */
   readonly samples: Uint32Array;
+  /**
+   * [layer] KV heads and head dim of each layer where layers differ (Gemma 4's window and global
+   * layers); a layer with kvHeads 0 has no matrices (a KV-shared layer, which nothing speculates for).
+   */
+  readonly perLayer?: readonly LayerHeads[];
+}
+
+/** The KV heads and head dim of one layer's keys. */
+export interface LayerHeads {
+  readonly kvHeads: number;
+  readonly headDim: number;
+}
+
+/** Layer ℓ's KV heads and head dim in a set of skew matrices. */
+export function skewLayerHeads(m: Pick<SkewMatrices, 'kvHeads' | 'headDim' | 'perLayer'>, layer: number): LayerHeads {
+  return m.perLayer?.[layer] ?? m;
+}
+
+/** Where layer ℓ's matrices start in `matrices` (elements), and its eigenvalues in `eigenvalues`. */
+export function skewLayerOffsets(m: Pick<SkewMatrices, 'kvHeads' | 'headDim' | 'perLayer'>, layer: number): { matrices: number; eigenvalues: number } {
+  if (m.perLayer === undefined) return { matrices: layer * m.kvHeads * m.headDim * m.headDim, eigenvalues: layer * m.kvHeads * m.headDim };
+  let matrices = 0;
+  let eigenvalues = 0;
+  for (let l = 0; l < layer; l++) {
+    const { kvHeads, headDim: d } = m.perLayer[l]!;
+    matrices += kvHeads * d * d;
+    eigenvalues += kvHeads * d;
+  }
+  return { matrices, eigenvalues };
 }
 
 /** Shape of a model's attention, as the kv code needs it. */
@@ -53,19 +86,32 @@ export function checkHeadShape(shape: HeadShape): void {
  */
 export class SkewCalibrator {
   readonly shape: HeadShape;
-  /** [layers, kvHeads, d, d] Σ_t a_t a_tᵀ (upper triangle only until finish) */
+  /** [layer] each layer's KV heads and head dim when they differ (kvHeads 0: a layer nothing is calibrated for) */
+  private readonly perLayer: readonly LayerHeads[] | undefined;
+  /** [layers, kvHeads, d, d] Σ_t a_t a_tᵀ (upper triangle only until finish); per layer's shape with perLayer */
   private readonly gram: Float64Array;
   /** [layers] tokens added */
   private readonly samples: Uint32Array;
   /** [d] scratch: the group-averaged query of one token */
   private readonly avg: Float64Array;
 
-  constructor(layers: number, kvHeads: number, heads: number, headDim: number) {
+  constructor(layers: number, kvHeads: number, heads: number, headDim: number, perLayer?: readonly LayerHeads[]) {
     this.shape = { layers, heads, kvHeads, headDim };
     checkHeadShape(this.shape);
-    this.gram = new Float64Array(layers * kvHeads * headDim * headDim);
+    if (perLayer !== undefined) {
+      if (perLayer.length !== layers) throw new UsageError(`skew calibration: ${perLayer.length} layer shapes for ${layers} layers`, {});
+      perLayer.forEach(({ kvHeads: g, headDim: d }, l) => {
+        if (!(Number.isInteger(g) && g >= 0 && Number.isInteger(d) && d >= 1) || (g > 0 && heads % g !== 0)) throw new UsageError(`skew calibration: layer ${l} has ${g} KV heads of ${d} for ${heads} query heads`, { layer: l });
+      });
+    }
+    this.perLayer = perLayer;
+    this.gram = new Float64Array(skewLayerOffsets({ kvHeads, headDim, perLayer }, layers).matrices);
     this.samples = new Uint32Array(layers);
-    this.avg = new Float64Array(headDim);
+    this.avg = new Float64Array(perLayer ? Math.max(...perLayer.map((x) => x.headDim)) : headDim);
+  }
+
+  private heads(layer: number): LayerHeads {
+    return this.perLayer?.[layer] ?? this.shape;
   }
 
   /**
@@ -73,8 +119,11 @@ export class SkewCalibrator {
    * head, as the q projection writes them). Non-finite values are rejected (they would poison A).
    */
   addQueries(layer: number, q: Float32Array, T: number): void {
-    const { layers, heads, kvHeads, headDim: d } = this.shape;
+    const { layers, heads } = this.shape;
     if (!Number.isInteger(layer) || layer < 0 || layer >= layers) throw new UsageError(`layer ${layer} is outside 0..${layers - 1}`, { layer });
+    const { kvHeads, headDim: d } = this.heads(layer);
+    if (kvHeads === 0) throw new UsageError(`skew calibration: layer ${layer} has no keys of its own to calibrate for`, { layer });
+    const layerBase = skewLayerOffsets({ ...this.shape, perLayer: this.perLayer }, layer).matrices;
     if (!Number.isInteger(T) || T < 0 || q.length < T * heads * d) {
       throw new UsageError(`queries: expected [${T}, ${heads * d}] = ${T * heads * d} floats, got ${q.length}`, { T, length: q.length });
     }
@@ -91,7 +140,7 @@ export class SkewCalibrator {
           avg[i] = avg[i]! / group;
           if (!Number.isFinite(avg[i]!)) throw new UsageError(`queries: non-finite value at layer ${layer}, token ${t}, KV head ${g}`, { layer, t, g });
         }
-        const base = (layer * kvHeads + g) * d * d;
+        const base = layerBase + g * d * d;
         for (let i = 0; i < d; i++) {
           const ai = avg[i]!;
           if (ai === 0) continue;
@@ -105,15 +154,20 @@ export class SkewCalibrator {
 
   /** Eigen-decomposes every layer's Gram matrices. Throws UsageError if a layer has no samples. */
   finish(): SkewMatrices {
-    const { layers, kvHeads, headDim: d } = this.shape;
-    const matrices = new Float32Array(layers * kvHeads * d * d);
-    const eigenvalues = new Float32Array(layers * kvHeads * d);
-    const full = new Float64Array(d * d); // [d, d] symmetric QᵀQ/T of one head
+    const { layers } = this.shape;
+    const shapes = { ...this.shape, perLayer: this.perLayer };
+    const end = skewLayerOffsets(shapes, layers);
+    const matrices = new Float32Array(end.matrices);
+    const eigenvalues = new Float32Array(end.eigenvalues);
     for (let l = 0; l < layers; l++) {
+      const { kvHeads, headDim: d } = this.heads(l);
+      if (kvHeads === 0) continue; // a KV-shared layer: nothing to rotate
+      const at = skewLayerOffsets(shapes, l);
+      const full = new Float64Array(d * d); // [d, d] symmetric QᵀQ/T of one head
       const T = this.samples[l]!;
       if (T === 0) throw new UsageError(`skew calibration: layer ${l} received no queries`, { layer: l });
       for (let g = 0; g < kvHeads; g++) {
-        const base = (l * kvHeads + g) * d * d;
+        const base = at.matrices + g * d * d;
         for (let i = 0; i < d; i++) {
           for (let j = i; j < d; j++) {
             const x = this.gram[base + i * d + j]! / T;
@@ -123,18 +177,19 @@ export class SkewCalibrator {
         }
         const { values, vectors } = symmetricEigen(full, d);
         matrices.set(vectors, base);
-        eigenvalues.set(values, (l * kvHeads + g) * d);
+        eigenvalues.set(values, at.eigenvalues + g * d);
       }
     }
-    return { layers, kvHeads, headDim: d, matrices, eigenvalues, samples: Uint32Array.from(this.samples) };
+    const { kvHeads, headDim } = this.shape;
+    return { layers, kvHeads, headDim, matrices, eigenvalues, samples: Uint32Array.from(this.samples), ...(this.perLayer ? { perLayer: this.perLayer } : {}) };
   }
 }
 
 /** [d, d] view of A_{layer, kvHead} (no copy). */
 export function skewMatrix(m: SkewMatrices, layer: number, kvHead: number): Float32Array {
-  const dd = m.headDim * m.headDim;
-  const at = (layer * m.kvHeads + kvHead) * dd;
-  return m.matrices.subarray(at, at + dd);
+  const { headDim: d } = skewLayerHeads(m, layer);
+  const at = skewLayerOffsets(m, layer).matrices + kvHead * d * d;
+  return m.matrices.subarray(at, at + d * d);
 }
 
 /**

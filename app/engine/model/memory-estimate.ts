@@ -3,7 +3,7 @@
 // whether that fits in the memory this machine has free right now.
 import { freemem, totalmem } from 'node:os';
 import { LonghandError } from '../../common/errors.ts';
-import type { LayerSpec } from '../forward/layers/layer-spec.ts';
+import { ownsKv, type LayerSpec } from '../forward/layers/layer-spec.ts';
 import { ringCheckpointCount, ringSlots, type RingCheckpointOptions } from '../kv/ring-checkpoints.ts';
 import type { ModelHyperparameters, TensorDType } from './types.ts';
 
@@ -123,13 +123,16 @@ export function kvLayerEstimates(
   const kvType = options.kvType ?? 'fp16';
   const chunk = options.prefillChunk ?? 128;
   const partialDim = options.partialDim ?? 0;
+  const shapes = kvLayerShapes(hyper, options.layers);
+  // layers of mixed row shapes or KV-shared layers go to a layered pool (Gemma 4), built without
+  // rings for now: the runner's mixedRows (model-runner.ts)
+  const mixedShapes = new Set(shapes.map((s) => `${s.kvHeads}x${s.headDim}`)).size > 1 || (options.layers?.some((spec) => !ownsKv(spec)) ?? false);
   // the runner's rule (model-runner.ts): rings only where they are smaller than the context
   const ringWindow = (layer: number): number | undefined => {
     const spec = options.layers?.[layer]?.attention;
     const w = spec?.kind === 'attention' ? spec.window : undefined;
-    return w !== undefined && options.windowRings !== false && ringSlots(w, chunk, contextTokens) < contextTokens ? w : undefined;
+    return w !== undefined && options.windowRings !== false && !mixedShapes && ringSlots(w, chunk, contextTokens) < contextTokens ? w : undefined;
   };
-  const shapes = kvLayerShapes(hyper, options.layers);
   const largest = Math.max(0, ...shapes.map(({ layer }) => ringWindow(layer) ?? 0));
   const max = options.ringCheckpoints?.max ?? ringCheckpointCount(contextTokens, largest);
   return shapes.map(({ layer, kvHeads, headDim }) => {
@@ -169,7 +172,8 @@ function kvLayerShapes(hyper: ModelHyperparameters, layers: readonly LayerSpec[]
   if (layers === undefined) return Array.from({ length: hyper.layers }, (_, layer) => ({ layer, kvHeads: hyper.kvHeads, headDim: hyper.headDim }));
   const out: KvLayerShape[] = [];
   layers.forEach((spec, layer) => {
-    if (spec.attention.kind === 'attention') out.push({ layer, kvHeads: spec.attention.kvHeads, headDim: spec.attention.headDim });
+    // a KV-shared layer (kvSource) reads another layer's rows and keeps none
+    if (ownsKv(spec)) out.push({ layer, kvHeads: spec.attention.kvHeads, headDim: spec.attention.headDim });
   });
   return out;
 }

@@ -41,7 +41,7 @@ export interface RopeScaling {
   attnFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'qwen3';
+export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -71,6 +71,8 @@ export interface ModelHyperparameters {
   positionOffset?: number;
   /** Gemma 2/3 (and families like them): what their layers add to the llama family's (GemmaHyperparameters below). */
   gemma?: GemmaHyperparameters;
+  /** Gemma 4: its per-layer shapes, KV sharing and proportional RoPE (Gemma4Config below; forward/layers/gemma4.ts). */
+  gemma4?: Gemma4Config;
 }
 
 /**
@@ -154,4 +156,43 @@ export interface LoadedModel {
    * not a mapping. Unknown names are skipped.
    */
   ownTensors?(names: readonly string[], threads?: number): number;
+}
+
+/**
+ * What a Gemma 4 file states (GGUF gemma4.* keys and rope_freqs, or config.json): read by
+ * model/arch/gemma4.ts, turned into LayerSpecs by forward/layers/gemma4.ts, whose header says what
+ * each field means for a layer.
+ */
+export interface Gemma4Config {
+  readonly layers: number;
+  readonly hiddenSize: number;
+  /** [layer] true: a sliding-window layer */
+  readonly windowLayers: readonly boolean[];
+  readonly window: number;
+  /** [layer] query heads */
+  readonly heads: readonly number[];
+  /** [layer] KV heads */
+  readonly kvHeads: readonly number[];
+  readonly headDimGlobal: number;
+  readonly headDimWindow: number;
+  readonly ropeBaseGlobal: number;
+  readonly ropeBaseWindow: number;
+  /** rotated dims of a global layer's head (the whole head: rope_freqs does the partial rotation) */
+  readonly ropeDimsGlobal: number;
+  readonly ropeDimsWindow: number;
+  /** [ropeDimsGlobal/2] rope_freqs: the global layers' per-pair frequency divisors, or undefined (all 1) */
+  readonly ropeFreqFactors: readonly number[] | undefined;
+  /** S: the last S layers read an earlier layer's K/V */
+  readonly sharedKvLayers: number;
+  /** P: width of the per-layer embedding (0: none) */
+  readonly perLayerInput: number;
+  /** [layer] MLP width */
+  readonly ffnSize: readonly number[];
+  /** c of the final logit soft-cap (0: none) */
+  readonly finalSoftcap: number;
+  readonly normEps: number;
+  /** [layer] the layer has its own attn_v (false: v = k before k's norm, "attention_k_eq_v"; false on KV-shared layers) */
+  readonly valueProjection: readonly boolean[];
+  /** every layer has blk.N.layer_output_scale (a scalar multiplying the layer's output) */
+  readonly outputScale: boolean;
 }

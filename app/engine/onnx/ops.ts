@@ -157,7 +157,7 @@ export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 't
   for (let i = 0; i < d / 2; i++) inv[i] = 1 / opts.theta ** ((2 * i) / d);
   const factors = opts.freqFactors;
   if (factors !== undefined) {
-    if (factors.length !== d / 2) throw new Error(`RoPE frequency factors: ${factors.length} values for ${d / 2} rotated pairs`);
+    if (factors.length !== d / 2) throw new RangeError(`${factors.length} RoPE frequency factors for ${d / 2} pairs`);
     for (let i = 0; i < d / 2; i++) inv[i]! /= factors[i]!;
   }
   const s = opts.scaling;

@@ -224,7 +224,7 @@ describe('familyOf', () => {
     expect((error as LonghandError).code).toBe('MODEL_UNSUPPORTED_ARCHITECTURE');
     // what Longhand runs comes from the registry: every family, and nothing else
     expect((error as LonghandError).message).toBe(`architecture 'mamba' has no model family (Longhand runs ${Object.keys(FAMILIES).join(', ')})`);
-    expect(Object.keys(FAMILIES)).toEqual(expect.arrayContaining(['llama', 'opt', 'phi3', 'gemma2', 'gemma3', 'qwen3']));
+    expect(Object.keys(FAMILIES)).toEqual(expect.arrayContaining(['llama', 'opt', 'phi3', 'gemma2', 'gemma3', 'gemma4', 'qwen3']));
     expect((error as LonghandError).details).toEqual({ architecture: 'mamba' });
     // an inherited property name is not a family either
     expect(() => familyOf({ architecture: 'toString' } as unknown as ModelHyperparameters)).toThrow(/architecture 'toString' has no model family/);

@@ -4,6 +4,7 @@ import { LonghandError, UsageError } from '../../../common/errors.ts';
 import type { Architecture, ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
 import { GEMMA2_FAMILY, GEMMA3_FAMILY } from './gemma.ts';
+import { GEMMA4_FAMILY } from './gemma4.ts';
 import { LLAMA_FAMILY } from './llama.ts';
 import { OPT_FAMILY } from './opt.ts';
 import { PHI3_FAMILY } from './phi3.ts';
@@ -19,6 +20,7 @@ export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   gemma2: GEMMA2_FAMILY,
   gemma3: GEMMA3_FAMILY,
   qwen3: QWEN3_FAMILY,
+  gemma4: GEMMA4_FAMILY,
 };
 
 /**

@@ -29,6 +29,12 @@ export interface EmbeddingSpec {
   readonly positions: { readonly table: string; readonly offset: number } | undefined;
   /** Multiplies the embedded row (Gemma: √d); 1 = no multiply, so the rows' bits are the table's. */
   readonly scale: number;
+  /**
+   * A second token table [vocab, L·P] whose rows stage 0 takes as `ple_tok` [1, T, L·P] (Gemma 4
+   * E2B/E4B's per-layer embeddings); stage 0 then outputs `ple` [1, T, L·P] and stage ℓ+1 takes
+   * layer ℓ's slice as `ple` [1, T, P]. Undefined for the families without one.
+   */
+  readonly perLayerTable?: string;
 }
 
 /** A family's native dense stages, or why it has none (the model then runs onnxruntime's). */

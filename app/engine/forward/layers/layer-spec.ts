@@ -30,6 +30,13 @@ export interface RopeSpec {
   readonly layout: RopeLayout;
   /** Frequency scaling for long context (Llama 3, linear), or undefined: plain θ^(−2i/dims). */
   readonly scaling: RopeScaling | undefined;
+  /**
+   * Per-pair divisors of the frequencies, [dims/2] (llama.cpp's rope_freqs tensor): pair i turns at
+   * θ^(−2i/dims) / freqFactors[i]. Gemma 4's global layers use it for "proportional" partial RoPE:
+   * 1 on the rotated pairs, 1e30 (no rotation) on the rest, the pairs still (i, i + headDim/2).
+   * Undefined: every factor 1.
+   */
+  readonly freqFactors?: readonly number[];
 }
 
 /** A layer whose tokens keep K and V rows in the pool and attend over them. */
@@ -58,6 +65,12 @@ export interface AttentionSpec {
   readonly qkNorm: boolean;
   /** Logit soft-cap c: scores become c·tanh(s/c) (Gemma 2); 0 = none. */
   readonly softcap: number;
+  /**
+   * The earlier layer whose K and V rows this layer attends (Gemma 3n / Gemma 4's KV-shared last
+   * layers: they compute q only), or undefined: its own rows. A layer with a source keeps no rows in
+   * the pool; the source has the same kvHeads, headDim and window (checkLayerSpecs).
+   */
+  readonly kvSource?: number;
 }
 
 /** A layer without KV rows (a recurrent or linear-attention layer; no family declares one yet). */
@@ -168,9 +181,61 @@ export function nextKvLayer(specs: readonly LayerSpec[], layer: number): number 
   return undefined;
 }
 
+/** Whether layer `spec` attends and keeps rows of its own in the pool (not a KV-shared layer). */
+export function ownsKv(spec: LayerSpec): spec is LayerSpec & { readonly attention: AttentionSpec } {
+  return hasKv(spec) && spec.attention.kvSource === undefined;
+}
+
+/**
+ * The layer whose pool rows layer ℓ attends: ℓ itself, its kvSource, or undefined when ℓ has no
+ * attention. Appends go to owners only; attention, selection and scores of ℓ read this layer's rows.
+ */
+export function kvOwner(specs: readonly LayerSpec[], layer: number): number | undefined {
+  const a = specs[layer]?.attention;
+  if (a === undefined || a.kind !== 'attention') return undefined;
+  return a.kvSource ?? layer;
+}
+
+/** The row shape of a pool layer: what one token costs it per K or V, per KV head. */
+export interface KvRowShape {
+  readonly kvHeads: number;
+  readonly headDim: number;
+}
+
+/**
+ * [layer] each layer's row shape in the pool, or undefined where the layer keeps no rows (no
+ * attention, or a KV-shared layer reading another's). What the pool is made from and every memory
+ * figure sums over.
+ */
+export function kvRowShapes(specs: readonly LayerSpec[]): (KvRowShape | undefined)[] {
+  return specs.map((spec) => (ownsKv(spec) ? { kvHeads: spec.attention.kvHeads, headDim: spec.attention.headDim } : undefined));
+}
+
+/**
+ * Throws a RangeError naming the layer when a list is inconsistent: a kvSource that is not an
+ * earlier layer with rows of its own, or whose kvHeads, headDim or window differ (the shared layer
+ * would read rows of another shape or another span); heads not a multiple of kvHeads.
+ */
+export function checkLayerSpecs(specs: readonly LayerSpec[]): void {
+  for (let l = 0; l < specs.length; l++) {
+    const a = specs[l]!.attention;
+    if (a.kind !== 'attention') continue;
+    if (!(a.kvHeads > 0 && a.heads % a.kvHeads === 0)) throw new RangeError(`layer ${l}: ${a.heads} query heads cannot be grouped over ${a.kvHeads} KV heads`);
+    if (a.rope?.freqFactors !== undefined && a.rope.freqFactors.length !== a.rope.dims / 2) throw new RangeError(`layer ${l}: ${a.rope.freqFactors.length} RoPE frequency factors for ${a.rope.dims / 2} pairs`);
+    const src = a.kvSource;
+    if (src === undefined) continue;
+    if (!Number.isInteger(src) || src < 0 || src >= l) throw new RangeError(`layer ${l}: kvSource ${src} is not an earlier layer`);
+    const s = specs[src]!.attention;
+    if (s.kind !== 'attention' || s.kvSource !== undefined) throw new RangeError(`layer ${l}: kvSource ${src} keeps no rows of its own`);
+    for (const field of ['kvHeads', 'headDim', 'window'] as const) {
+      if (s[field] !== a[field]) throw new RangeError(`layer ${l}: ${field} ${show(a[field])}, its kvSource ${src} has ${show(s[field])}`);
+    }
+  }
+}
+
 /** The fields of an attention that uniformAttention compares (all of them by default). */
 export type AttentionField = Exclude<keyof AttentionSpec, 'kind'>;
-export const ATTENTION_FIELDS: readonly AttentionField[] = ['heads', 'kvHeads', 'headDim', 'scale', 'window', 'sinks', 'rope', 'qkNorm', 'softcap'];
+export const ATTENTION_FIELDS: readonly AttentionField[] = ['heads', 'kvHeads', 'headDim', 'scale', 'window', 'sinks', 'rope', 'qkNorm', 'softcap', 'kvSource'];
 
 /** The attention every layer shares, or why there is none. */
 export type UniformAttention = { readonly shape: AttentionSpec; readonly reason?: undefined } | { readonly shape?: undefined; readonly reason: string };
@@ -209,6 +274,7 @@ export function ropeFrequencies(attention: AttentionSpec, contextLength?: number
     theta: rope.base,
     layout: rope.layout,
     ...(rope.dims !== attention.headDim ? { rotaryDim: rope.dims } : {}),
+    ...(rope.freqFactors ? { freqFactors: rope.freqFactors } : {}),
   };
   const scaling = rope.scaling;
   if (scaling === undefined) return base;

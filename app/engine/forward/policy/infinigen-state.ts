@@ -22,7 +22,7 @@ import { UsageError } from '../../../common/errors.ts';
 import { DEFAULT_PARTIAL_RATIO, partialCount } from '../../kv/partial-columns.ts';
 import { ALPHA_LLAMA_LIKE } from '../../kv/select-reference.ts';
 import { readSkewCache, writeSkewCache, type SkewMeta } from '../../kv/skew-file.ts';
-import { SkewCalibrator, skewMatrix, type HeadShape, type SkewMatrices } from '../../kv/skew.ts';
+import { SkewCalibrator, skewLayerOffsets, skewMatrix, type HeadShape, type LayerHeads, type SkewMatrices } from '../../kv/skew.ts';
 import type { LoadedModel } from '../../model/types.ts';
 import { skewEnergy, type KvPool } from '../../../../native/index.js';
 
@@ -126,6 +126,20 @@ export async function modelSha256(model: LoadedModel): Promise<string> {
 /** Column energies are checkpointed every this many positions: where a reused prefix may end exactly. */
 export const COLUMN_CHECKPOINT_EVERY = 64;
 
+/**
+ * What InfiniGen's state is made for: the heads, and where layers differ (Gemma 4), each layer's KV
+ * heads and head dim — kvHeads 0 for a layer nothing speculates for (a KV-shared layer: no keys of
+ * its own, no partial rows; the plan runs it dense).
+ */
+export interface InfinigenShape extends HeadShape {
+  readonly perLayer?: readonly LayerHeads[];
+}
+
+/** Layer ℓ's KV heads and head dim (kvHeads 0: not speculated). */
+export function infinigenLayerHeads(shape: InfinigenShape, layer: number): LayerHeads {
+  return shape.perLayer?.[layer] ?? shape;
+}
+
 /** Σ|qA| and Σ|kA| per sparse layer over positions 0..observed−1 (each [kvHeads·d], float64). */
 interface ColumnEnergies {
   q: Float64Array[];
@@ -138,7 +152,7 @@ export interface InfinigenSequenceState {
   observed: number;
   /** checkpoint positions, ascending */
   checkpoints: number[];
-  /** [1 + checkpoints, 2 (q, k), sparse layers, kvHeads·d] float64 */
+  /** [1 + checkpoints, 2 (q, k), sparse layers, kvHeads·d] float64 (each layer at its own kvHeads·d) */
   data: Float64Array;
 }
 
@@ -195,7 +209,7 @@ export class InfinigenState {
   constructor(
     /** replaced by a policy switch that changes only the speculator's knobs (alpha, fetchCap) */
     public settings: InfinigenSettings,
-    readonly shape: HeadShape,
+    readonly shape: InfinigenShape,
     private readonly model: LoadedModel,
   ) {
     this.energies = this.zeroEnergies();
@@ -204,7 +218,8 @@ export class InfinigenState {
 
   private async meta(): Promise<SkewMeta> {
     this.sha ??= this.settings.modelSha256 ?? (await modelSha256(this.model));
-    return { modelSha256: this.sha, layers: this.shape.layers, kvHeads: this.shape.kvHeads, headDim: this.shape.headDim };
+    const { layers, kvHeads, headDim, perLayer } = this.shape;
+    return { modelSha256: this.sha, layers, kvHeads, headDim, ...(perLayer ? { perLayer } : {}) };
   }
 
   /** SHA-256 of the model file (hashed once). */
@@ -225,8 +240,8 @@ export class InfinigenState {
   }
 
   startCalibration(): void {
-    const { layers, kvHeads, heads, headDim } = this.shape;
-    this.calibrator = new SkewCalibrator(layers, kvHeads, heads, headDim);
+    const { layers, kvHeads, heads, headDim, perLayer } = this.shape;
+    this.calibrator = new SkewCalibrator(layers, kvHeads, heads, headDim, perLayer);
   }
 
   async finishCalibration(source: 'prompt' | 'self-generated'): Promise<void> {
@@ -253,11 +268,13 @@ export class InfinigenState {
 
   /** One layer's q/k of the running chunk (q [T, heads·d], k [T, kvHeads·d]): fed to a calibration, kept for the column energies. */
   observe(layer: number, q: Float32Array, k: Float32Array, T: number): void {
+    const { heads } = this.shape;
+    const { kvHeads, headDim: d } = infinigenLayerHeads(this.shape, layer);
+    if (kvHeads === 0) return; // a layer nothing speculates for
     this.calibrator?.addQueries(layer, q, T);
     const c = this.chunk;
     if (!c || layer < this.settings.denseLayers || c.p0 >= COLUMN_SAMPLE_TOKENS) return;
     const keep = Math.min(T, COLUMN_SAMPLE_TOKENS - c.p0);
-    const { heads, kvHeads, headDim: d } = this.shape;
     c.q[layer] = q.slice(0, keep * heads * d);
     c.k[layer] = k.slice(0, keep * kvHeads * d);
   }
@@ -284,9 +301,8 @@ export class InfinigenState {
   private fold(): void {
     const skew = this.skew;
     if (!skew) return;
-    const { layers, heads, kvHeads, headDim: d } = this.shape;
+    const { layers, heads } = this.shape;
     const dense = this.settings.denseLayers;
-    const dd = kvHeads * d * d;
     for (const rows of this.pending) {
       if (rows.p0 !== this.observed) this.inexact = true; // a gap (truncate between checkpoints): positions no longer line up
       for (let t = 0; t < rows.T; ) {
@@ -301,7 +317,9 @@ export class InfinigenState {
           const q = rows.q[l];
           const k = rows.k[l];
           if (!q || !k) continue;
-          const A = skew.matrices.subarray(l * dd, (l + 1) * dd); // [kvHeads, d, d]
+          const { kvHeads, headDim: d } = infinigenLayerHeads(this.shape, l);
+          const at = skewLayerOffsets(skew, l).matrices;
+          const A = skew.matrices.subarray(at, at + kvHeads * d * d); // [kvHeads, d, d]
           skewEnergy(q.subarray(t * heads * d, end * heads * d), k.subarray(t * kvHeads * d, end * kvHeads * d), end - t, heads, kvHeads, d, A, this.energies.q[l - dense]!, this.energies.k[l - dense]!);
         }
         this.observed += end - t;
@@ -364,10 +382,12 @@ export class InfinigenState {
   choosePartialColumns(pool: KvPool): void {
     this.fold();
     const skew = this.skew!;
-    const { layers, kvHeads, headDim: d } = this.shape;
-    const p = this.settings.partialDim;
+    const { layers } = this.shape;
     const dense = this.settings.denseLayers;
     for (let l = dense; l < layers; l++) {
+      const { kvHeads, headDim: d } = infinigenLayerHeads(this.shape, l);
+      if (kvHeads === 0) continue; // reads another layer's rows: no partial keys of its own
+      const p = this.shape.perLayer ? partialCount(this.settings.partialRatio, d) : this.settings.partialDim;
       const qE = this.energies.q[l - dense]!;
       const kE = this.energies.k[l - dense]!;
       const cols = new Int32Array(kvHeads * p); // [kvHeads, p]
@@ -430,14 +450,16 @@ export class InfinigenState {
   }
 
   private energyLength(): number {
-    const { layers, kvHeads, headDim: d } = this.shape;
-    return 2 * Math.max(0, layers - this.settings.denseLayers) * kvHeads * d;
+    let n = 0;
+    for (let l = this.settings.denseLayers; l < this.shape.layers; l++) n += energyWidth(this.shape, l);
+    return 2 * n;
   }
 
   private zeroEnergies(): ColumnEnergies {
-    const { layers, kvHeads, headDim: d } = this.shape;
-    const n = Math.max(0, layers - this.settings.denseLayers);
-    return { q: Array.from({ length: n }, () => new Float64Array(kvHeads * d)), k: Array.from({ length: n }, () => new Float64Array(kvHeads * d)) };
+    const { layers } = this.shape;
+    const dense = Math.min(this.settings.denseLayers, layers);
+    const widths = Array.from({ length: layers - dense }, (_, i) => energyWidth(this.shape, dense + i));
+    return { q: widths.map((w) => new Float64Array(w)), k: widths.map((w) => new Float64Array(w)) };
   }
 }
 
@@ -459,10 +481,23 @@ function writeEnergies(e: ColumnEnergies, out: Float64Array, at: number): void {
   }
 }
 
-function readEnergies(data: Float64Array, at: number, shape: HeadShape, denseLayers: number): ColumnEnergies {
-  const n = Math.max(0, shape.layers - denseLayers);
-  const w = shape.kvHeads * shape.headDim;
-  const q = Array.from({ length: n }, (_, i) => data.slice(at + i * w, at + (i + 1) * w));
-  const k = Array.from({ length: n }, (_, i) => data.slice(at + (n + i) * w, at + (n + i + 1) * w));
+/** Elements of layer ℓ's energies: kvHeads·d (0 for a layer nothing speculates for). */
+function energyWidth(shape: InfinigenShape, layer: number): number {
+  const { kvHeads, headDim } = infinigenLayerHeads(shape, layer);
+  return kvHeads * headDim;
+}
+
+function readEnergies(data: Float64Array, at: number, shape: InfinigenShape, denseLayers: number): ColumnEnergies {
+  const dense = Math.min(denseLayers, shape.layers);
+  const widths = Array.from({ length: shape.layers - dense }, (_, i) => energyWidth(shape, dense + i));
+  const total = widths.reduce((a, b) => a + b, 0);
+  const q: Float64Array[] = [];
+  const k: Float64Array[] = [];
+  let o = at;
+  for (const w of widths) {
+    q.push(data.slice(o, o + w));
+    k.push(data.slice(o + total, o + total + w));
+    o += w;
+  }
   return { q, k };
 }

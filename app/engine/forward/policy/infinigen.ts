@@ -38,7 +38,11 @@ export class InfinigenPolicy implements RowPolicy {
     const s: InfinigenSettings = state.settings;
     this.denseLayers = s.denseLayers;
     this.inlineThreads = speculatorInlineThreads(s.speculation, shape.threads ?? 1);
-    this.spec = createSpeculator(pool, { heads: shape.heads, alpha: s.alpha, cap: s.fetchCap, denseLayers: s.denseLayers, inlineThreads: this.inlineThreads, ...(attention.some((a) => a !== undefined) ? { layerAttention: [...attention] } : {}) });
+    // the selection scores at the layers' own scale when every layer has the same non-default one
+    // (Gemma 4: 1, q and k being normed), else at the speculator's default 1/√headDim
+    const scales = new Set(Array.from({ length: shape.layers }, (_, l) => attention[l]?.scale));
+    const scale = scales.size === 1 ? [...scales][0] : undefined;
+    this.spec = createSpeculator(pool, { heads: shape.heads, alpha: s.alpha, cap: s.fetchCap, denseLayers: s.denseLayers, inlineThreads: this.inlineThreads, ...(scale !== undefined ? { scale } : {}), ...(attention.some((a) => a !== undefined) ? { layerAttention: [...attention] } : {}) });
     this.queued = new Uint8Array(shape.layers);
     this.recall = new Float64Array(shape.layers).fill(NaN);
   }
@@ -101,7 +105,7 @@ export class InfinigenPolicy implements RowPolicy {
   }
 
   selection(layer: number): Int32Array[] {
-    return Array.from({ length: this.pool.kvHeads }, (_, g) => this.spec.selected(layer, g));
+    return Array.from({ length: this.pool.layerKvHeads(layer) }, (_, g) => this.spec.selected(layer, g));
   }
 
   /** Before a prompt while the skew is unknown: the cache file, else a calibration on this prompt or on text the model writes. */

@@ -4,7 +4,7 @@
 // real policy can afford: it bounds what a selection of that budget could recover.
 import { attentionScores } from '../../../../native/index.js';
 import { oracle } from '../../kv/policies-reference.ts';
-import type { PolicyContext } from './row-policy.ts';
+import { layerRows, type PolicyContext } from './row-policy.ts';
 import { ListPolicy } from './selection-lists.ts';
 import type { SparsePolicyOptions } from './selection-settings.ts';
 
@@ -19,7 +19,8 @@ export class OraclePolicy extends ListPolicy {
   }
 
   protected choose(layer: number, q: Float32Array, N: number): Int32Array[] {
-    const { heads, kvHeads } = this.shape;
+    const { heads } = this.shape;
+    const { kvHeads } = layerRows(this.shape, layer);
     const budget = this.budgetFor(N);
     const sc = this.scores.subarray(0, heads * N);
     if (N > 0) attentionScores(this.pool, layer, q, heads, sc, N, this.attention[layer]);

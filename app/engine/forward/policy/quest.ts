@@ -9,7 +9,7 @@
 // max(1, round(budget / pageSize)), every page when the budget covers the context.
 import { questExtendBounds, selectQuest } from '../../../../native/index.js';
 import { pageCount } from '../../kv/policies-reference.ts';
-import type { PolicyContext } from './row-policy.ts';
+import { layerRows, type PolicyContext } from './row-policy.ts';
 import { ListPolicy } from './selection-lists.ts';
 import type { SparsePolicyOptions } from './selection-settings.ts';
 
@@ -25,9 +25,10 @@ export class QuestPolicy extends ListPolicy {
 
   constructor(options: SparsePolicyOptions, ctx: PolicyContext) {
     super(options, ctx);
-    const { layers, kvHeads, headDim: d, contextLength: C } = ctx.shape;
+    const { layers, contextLength: C } = ctx.shape;
     this.maxPages = pageCount(C, this.settings.pageSize);
     for (let l = 0; l < layers; l++) {
+      const { kvHeads, headDim: d } = layerRows(ctx.shape, l);
       this.pageMin.push(new Float32Array(kvHeads * this.maxPages * d).fill(Infinity));
       this.pageMax.push(new Float32Array(kvHeads * this.maxPages * d).fill(-Infinity));
       this.bounded.push(0);
@@ -35,7 +36,8 @@ export class QuestPolicy extends ListPolicy {
   }
 
   protected choose(layer: number, q: Float32Array, N: number): Int32Array[] {
-    const { heads, kvHeads, headDim: d } = this.shape;
+    const { heads } = this.shape;
+    const { kvHeads, headDim: d } = layerRows(this.shape, layer);
     const s = this.settings;
     const budget = this.budgetFor(N);
     this.extendBounds(layer, N);
@@ -43,7 +45,7 @@ export class QuestPolicy extends ListPolicy {
     const topPages = s.topPages ?? (budget >= N ? pages : Math.max(1, Math.round(budget / s.pageSize)));
     const out = this.output(layer, kvHeads * Math.min(N, topPages * s.pageSize));
     selectQuest(q, heads, kvHeads, d, this.pageMin[layer]!, this.pageMax[layer]!, this.maxPages, N, s.pageSize, topPages, out, this.offsets, this.shape.threads ?? 1);
-    return this.views(out);
+    return this.views(out, layer);
   }
 
   /** The chunk's rows are in the pool (and in cache): bound them now, not all at the first decode step. */
@@ -53,9 +55,10 @@ export class QuestPolicy extends ListPolicy {
 
   override truncate(n: number): void {
     super.truncate(n);
-    const { layers, kvHeads, headDim: d } = this.shape;
+    const { layers } = this.shape;
     const P = this.maxPages;
     for (let l = 0; l < layers; l++) {
+      const { kvHeads, headDim: d } = layerRows(this.shape, l);
       // bounds cannot be undone token by token: drop the pages from the one holding slot n on
       const firstPage = Math.floor(Math.min(n, this.bounded[l]!) / this.settings.pageSize);
       for (let g = 0; g < kvHeads; g++) {

@@ -5,7 +5,8 @@
 import { UsageError } from '../../../common/errors.ts';
 import type { AttentionArgs, KvPool } from '../../../../native/index.js';
 import type { LoadedModel } from '../../model/types.ts';
-import { infinigenSettings, InfinigenState, type InfinigenOptions, type InfinigenSettings } from './infinigen-state.ts';
+import { partialCount } from '../../kv/partial-columns.ts';
+import { infinigenSettings, InfinigenState, type InfinigenOptions, type InfinigenSettings, type InfinigenShape } from './infinigen-state.ts';
 import { createComparisonPolicy } from './comparison.ts';
 import { FullPolicy } from './full.ts';
 import { InfinigenPolicy } from './infinigen.ts';
@@ -37,8 +38,10 @@ export interface RunnerLayout {
 
 export interface PolicyRecipe {
   readonly name: RunnerPolicy;
-  /** partial key columns per pool row (InfiniGen's p; 0 for the others) */
+  /** partial key columns per pool row (InfiniGen's p; 0 for the others) at the model's head dim (PolicyShape.headDim) */
   readonly partialDim: number;
+  /** partial key columns per pool row of a layer whose head dim is `headDim` (layers may differ: Gemma 4) */
+  partialDimFor(headDim: number): number;
   /** [stage = layers + 1] stage s outputs layer s+1's speculative query */
   readonly speculates: boolean[];
   /** runs with a pool under a byte budget (eviction by prefetch counters) */
@@ -65,6 +68,7 @@ export function policyRecipe(options: RunnerPolicyOptions, shape: PolicyShape, m
   return {
     name,
     partialDim: 0,
+    partialDimFor: () => 0,
     speculates: noSpeculation,
     evicts: name === 'full',
     mostRows: (capacity) => capacity,
@@ -81,6 +85,7 @@ function infinigenRecipe(settings: InfinigenSettings, shape: PolicyShape, model:
   return {
     name: 'infinigen',
     partialDim: settings.partialDim,
+    partialDimFor: (headDim) => partialCount(settings.partialRatio, headDim),
     speculates,
     evicts: true,
     // its n is clipped to ⌊fetchCap·N⌋, one more for rounding
@@ -88,14 +93,28 @@ function infinigenRecipe(settings: InfinigenSettings, shape: PolicyShape, model:
     adopts(layout) {
       // exactly its graphs and partial keys; the sequence state (column energies, skew) holds only
       // for the same sparse layers, r and skew source
-      if (speculates.some((f, s) => f !== layout.speculates[s]) || settings.partialDim !== layout.pool.partialDim) return false;
+      if (speculates.some((f, s) => f !== layout.speculates[s])) return false;
+      for (let l = 0; l < shape.layers; l++) {
+        const pool = layout.pool;
+        if (pool.owns(l) && pool.layerPartialDim(l) !== (shape.perLayer ? partialCount(settings.partialRatio, pool.layerHeadDim(l)) : settings.partialDim)) return false;
+      }
       const old = layout.sequence?.settings;
       return old !== undefined && old.denseLayers === settings.denseLayers && old.partialRatio === settings.partialRatio && old.cacheDir === settings.cacheDir && !settings.recalibrate;
     },
     build(pool, sequence, attention) {
-      const state = sequence ?? new InfinigenState(settings, { layers: shape.layers, heads: shape.heads, kvHeads: shape.kvHeads, headDim: shape.headDim }, model);
+      const state = sequence ?? new InfinigenState(settings, infinigenShape(shape, pool), model);
       state.settings = settings;
       return new InfinigenPolicy(state, pool, shape, attention);
     },
   };
+}
+
+/**
+ * The shape InfiniGen's state is made for: the policy shape, and where layers differ, each layer's
+ * own KV heads and head dim — 0 KV heads for a layer that reads another's rows (no partial keys).
+ */
+function infinigenShape(shape: PolicyShape, pool: KvPool): InfinigenShape {
+  const base = { layers: shape.layers, heads: shape.heads, kvHeads: shape.kvHeads, headDim: shape.headDim };
+  if (!shape.perLayer) return base;
+  return { ...base, perLayer: shape.perLayer.map((r, l) => ({ kvHeads: pool.owns(l) ? r.kvHeads : 0, headDim: r.headDim })) };
 }

@@ -99,12 +99,25 @@ export interface ChunkObserver {
   resumePoint(n: number): number;
 }
 
+/** The KV heads and head dim of the rows one layer attends. */
+export interface LayerRowShape {
+  kvHeads: number;
+  headDim: number;
+}
+
 /** What every policy of a runner is made for. */
 export interface PolicyShape {
   layers: number;
   heads: number;
+  /** every layer's, or, with perLayer, the largest (what buffers shared by the layers are sized by) */
   kvHeads: number;
+  /** every layer's, or, with perLayer, the largest */
   headDim: number;
+  /**
+   * [layer] the rows each layer attends where layers differ (Gemma 4: window and global layers; a
+   * KV-shared layer has its source's); undefined: every layer's are kvHeads × headDim. Ask layerRows().
+   */
+  perLayer?: readonly LayerRowShape[];
   contextLength: number;
   /** the runner's threads: native selections split their KV heads over them (default 1) */
   threads?: number;
@@ -113,6 +126,11 @@ export interface PolicyShape {
    * picked): no stage speculates a query for it (default: none slides)
    */
   sliding?: readonly boolean[];
+}
+
+/** The KV heads and head dim of the rows layer ℓ attends. */
+export function layerRows(shape: PolicyShape, layer: number): LayerRowShape {
+  return shape.perLayer?.[layer] ?? shape;
 }
 
 /** Context a policy is made with. */

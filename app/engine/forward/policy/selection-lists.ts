@@ -15,7 +15,7 @@ import type { AttentionArgs, KvPool } from '../../../../native/index.js';
 import { kvRowBytes } from '../../model/memory-estimate.ts';
 import { fractionOf } from '../../kv/topk.ts';
 import type { StepTrace } from '../step-trace.ts';
-import type { PolicyContext, PolicyShape, RowPolicy } from './row-policy.ts';
+import { layerRows, type PolicyContext, type PolicyShape, type RowPolicy } from './row-policy.ts';
 import { sparseSettings, type SparsePolicyName, type SparsePolicyOptions, type SparseSettings } from './selection-settings.ts';
 
 /** A comparison policy: its settings and its own list selection; the lists' bookkeeping lives here. */
@@ -29,7 +29,7 @@ export abstract class ListPolicy implements RowPolicy {
   protected readonly attention: readonly (AttentionArgs | undefined)[];
   /** Milliseconds spent in select() (and H2O's attended()) since construction (the bench's per-step breakdown). */
   selectMs = 0;
-  /** [kvHeads + 1] where each KV head's list starts in this step's output buffer (native selections write it) */
+  /** [kvHeads + 1] where each KV head's list starts in this step's output buffer (native selections write it); the largest layer's size */
   protected readonly offsets: Int32Array;
   /** [layer] two output buffers that alternate (this step's lists, the previous step's) */
   private readonly outBuf: Int32Array[][] = [];
@@ -42,8 +42,8 @@ export abstract class ListPolicy implements RowPolicy {
   private readonly selected: Float64Array;
   private readonly hits: Float64Array;
   private readonly misses: Float64Array;
-  /** bytes of one K (or V) row of one KV head in the pool */
-  private readonly rowBytes: number;
+  /** [layer] bytes of one K (or V) row of one KV head of the rows the layer attends */
+  private readonly rowBytes: number[];
 
   constructor(options: SparsePolicyOptions, ctx: PolicyContext) {
     const { shape, pool } = ctx;
@@ -56,9 +56,9 @@ export abstract class ListPolicy implements RowPolicy {
     this.selected = new Float64Array(shape.layers);
     this.hits = new Float64Array(shape.layers);
     this.misses = new Float64Array(shape.layers);
-    this.rowBytes = kvRowBytes(pool.kvType, shape.headDim);
+    this.rowBytes = Array.from({ length: shape.layers }, (_, l) => kvRowBytes(pool.kvType, layerRows(shape, l).headDim));
     for (let l = 0; l < shape.layers; l++) {
-      this.previous.push(this.noLists());
+      this.previous.push(this.noLists(l));
       this.latest.push([]);
       this.outBuf.push([new Int32Array(0), new Int32Array(0)]);
       this.outFlip.push(0);
@@ -94,7 +94,7 @@ export abstract class ListPolicy implements RowPolicy {
     trace.hits[layer] = this.hits[layer]!;
     trace.misses[layer] = this.misses[layer]!;
     // a device's reuse cache would fetch the K and V rows of the misses only
-    trace.bytes[layer] = this.misses[layer]! * 2 * this.rowBytes;
+    trace.bytes[layer] = this.misses[layer]! * 2 * this.rowBytes[layer]!;
   }
 
   /** Layers below denseLayers never select: what they attend is no policy's business. */
@@ -110,7 +110,7 @@ export abstract class ListPolicy implements RowPolicy {
   /** The cache keeps its first n tokens: the lists of earlier steps name slots that may be gone. */
   truncate(_n: number): void {
     for (let l = 0; l < this.shape.layers; l++) {
-      this.previous[l] = this.noLists();
+      this.previous[l] = this.noLists(l);
       this.latest[l] = [];
     }
   }
@@ -129,10 +129,15 @@ export abstract class ListPolicy implements RowPolicy {
     return bufs[flip]!;
   }
 
-  /** Per KV head views of `out` by this.offsets. */
-  protected views(out: Int32Array): Int32Array[] {
+  /** Layer ℓ's KV heads: how many lists a selection of it has. */
+  protected kvHeadsOf(layer: number): number {
+    return layerRows(this.shape, layer).kvHeads;
+  }
+
+  /** Per KV head of `layer` views of `out` by this.offsets. */
+  protected views(out: Int32Array, layer: number): Int32Array[] {
     const off = this.offsets;
-    return Array.from({ length: this.shape.kvHeads }, (_, g) => out.subarray(off[g]!, off[g + 1]!));
+    return Array.from({ length: this.kvHeadsOf(layer) }, (_, g) => out.subarray(off[g]!, off[g + 1]!));
   }
 
   /** Counts the slots of `lists` also in the previous step's lists of the layer, then makes them the previous ones. */
@@ -161,8 +166,8 @@ export abstract class ListPolicy implements RowPolicy {
     this.misses[layer] = total - hits;
   }
 
-  private noLists(): Int32Array[] {
-    return Array.from({ length: this.shape.kvHeads }, () => new Int32Array(0));
+  private noLists(layer: number): Int32Array[] {
+    return Array.from({ length: this.kvHeadsOf(layer) }, () => new Int32Array(0));
   }
 }
 

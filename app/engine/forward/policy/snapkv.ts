@@ -12,7 +12,7 @@
 // the whole context; a truncate into the prompt invalidates the kept set.
 import { UsageError } from '../../../common/errors.ts';
 import { snapkvCompress } from '../../../../native/index.js';
-import type { PolicyContext } from './row-policy.ts';
+import { layerRows, type PolicyContext } from './row-policy.ts';
 import { ListPolicy } from './selection-lists.ts';
 import { SNAPKV_WINDOW, type SparsePolicyOptions } from './selection-settings.ts';
 
@@ -33,9 +33,9 @@ export class SnapkvPolicy extends ListPolicy {
     super(options, ctx);
     this.obsWindow = this.settings.window ?? SNAPKV_WINDOW;
     if (this.obsWindow < 1) throw new UsageError(`snapkv: window must be ≥ 1, got ${this.obsWindow}`, { field: 'window' });
-    const { layers, heads, headDim: d } = ctx.shape;
+    const { layers, heads } = ctx.shape;
     for (let l = 0; l < layers; l++) {
-      this.obsQ.push(new Float32Array(this.obsWindow * heads * d));
+      this.obsQ.push(new Float32Array(this.obsWindow * heads * layerRows(ctx.shape, l).headDim));
       this.obsPos.push(new Int32Array(this.obsWindow).fill(-1));
       this.promptEnd.push(0);
       this.kept.push([]);
@@ -105,7 +105,7 @@ export class SnapkvPolicy extends ListPolicy {
   /** The stored queries of positions from..to−1 as [to − from, heads·d]; undefined when one is not stored. */
   storedQueries(layer: number, from: number, to: number): Float32Array | undefined {
     if (to - from > this.obsWindow || from > to) return undefined;
-    const w = this.shape.heads * this.shape.headDim;
+    const w = this.shape.heads * layerRows(this.shape, layer).headDim;
     const out = new Float32Array((to - from) * w);
     for (let p = from; p < to; p++) {
       const at = p % this.obsWindow;
@@ -117,7 +117,7 @@ export class SnapkvPolicy extends ListPolicy {
 
   /** Stores row `row` of q ([rows, heads·d]) as the query of position `pos`. */
   private keepQuery(layer: number, q: Float32Array, row: number, pos: number): void {
-    const w = this.shape.heads * this.shape.headDim;
+    const w = this.shape.heads * layerRows(this.shape, layer).headDim;
     const at = pos % this.obsWindow;
     this.obsQ[layer]!.set(q.subarray(row * w, (row + 1) * w), at * w);
     this.obsPos[layer]![at] = pos;
@@ -131,7 +131,8 @@ export class SnapkvPolicy extends ListPolicy {
    * the prompt, then no prompt) the newest tokens are kept.
    */
   private compressPrompt(layer: number, P: number): void {
-    const { heads, kvHeads, headDim: d } = this.shape;
+    const { heads } = this.shape;
+    const { kvHeads, headDim: d } = layerRows(this.shape, layer);
     const budget = this.budgetFor(P);
     const all = Int32Array.from({ length: P }, (_, j) => j);
     let kept: Int32Array[];

@@ -14,6 +14,6 @@ export class StreamingPolicy extends ListPolicy {
     const window = s.window ?? Math.max(0, budget - Math.min(s.sinks, budget));
     const out = this.output(layer, N);
     const one = out.subarray(0, selectStreaming(N, s.sinks, window, out));
-    return Array.from({ length: this.shape.kvHeads }, () => one);
+    return Array.from({ length: this.kvHeadsOf(layer) }, () => one);
   }
 }

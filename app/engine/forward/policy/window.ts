@@ -33,6 +33,6 @@ export class WindowPolicy extends ListPolicy {
       for (let i = 0; i < past; i++) out[i] = (start + rows - 1 - past + i) % cap;
     } else for (let i = 0; i < past; i++) out[i] = N - past + i;
     const one = out.subarray(0, past);
-    return Array.from({ length: this.shape.kvHeads }, () => one);
+    return Array.from({ length: this.kvHeadsOf(layer) }, () => one);
   }
 }

@@ -13,6 +13,7 @@
 import { ModelFileError, type ErrorCode } from '../../../common/errors.ts';
 import { checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { GEMMA2_TENSORS, GEMMA3_TENSORS } from '../arch/gemma.ts';
+import { GEMMA4_TENSORS, gemma4Hyperparameters } from '../arch/gemma4.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '../arch/phi3.ts';
 import { QWEN3_TENSORS } from '../arch/qwen3.ts';
@@ -33,6 +34,8 @@ interface Family {
   views?: (model: LoadedModel) => LoadedModel;
   /** What the family's own keys add (gemma-keys.ts). */
   extra?: (keys: GgufKeys, base: ModelHyperparameters) => Partial<ModelHyperparameters>;
+  /** The whole hyperparameters, for a family whose layers differ in shape (Gemma 4: the shared reader refuses per-layer KV heads). */
+  whole?: (file: GgufFile) => ModelHyperparameters;
 }
 
 /** general.architecture values we run, and how they differ. */
@@ -42,6 +45,7 @@ const FAMILIES: Readonly<Record<string, Family>> = {
   phi3: { ropeLayout: 'neox', architecture: 'phi3', tensors: PHI3_TENSORS, longRope: true, views: phi3Views },
   gemma2: { ropeLayout: 'neox', architecture: 'gemma2', tensors: GEMMA2_TENSORS, extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma2', base) }) },
   gemma3: { ropeLayout: 'neox', architecture: 'gemma3', tensors: GEMMA3_TENSORS, extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma3', base) }) },
+  gemma4: { ropeLayout: 'neox', architecture: 'gemma4', tensors: GEMMA4_TENSORS, whole: gemma4GgufHyper },
   qwen3: { ropeLayout: 'neox', architecture: 'qwen3', tensors: QWEN3_TENSORS },
 };
 
@@ -119,6 +123,7 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   const family = requiredString(file, 'general.architecture');
   const spec = Object.hasOwn(FAMILIES, family) ? FAMILIES[family] : undefined;
   if (spec === undefined) fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', ggufArchitectureRefusal(family)!, 'general.architecture', { architecture: family });
+  if (spec.whole) return spec.whole(file);
   const k = (suffix: string): string => `${family}.${suffix}`;
 
   const experts = optionalInt(file, k('expert_count'), 0);
@@ -347,4 +352,14 @@ function optionalFloat(file: GgufFile, key: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number') fail(file, 'MODEL_BAD_VALUE', `metadata "${key}" should be a number, not ${describe(file, key)}`, key);
   return value;
+}
+
+/** Gemma 4's hyperparameters (model/arch/gemma4.ts), with the rope_freqs values and the tensors present. */
+function gemma4GgufHyper(file: GgufFile): ModelHyperparameters {
+  const freqs = file.tensors.has('rope_freqs.weight') ? file.tensorView('rope_freqs.weight').toFloat32() : undefined;
+  const embedding = file.tensors.get('token_embd.weight');
+  if (embedding === undefined) throw new ModelFileError('MODEL_MISSING_TENSOR', file.fileName, 'tensor token_embd.weight is missing', { tensor: 'token_embd.weight' });
+  const tokens = file.metadata.get('tokenizer.ggml.tokens');
+  const vocabSize = Array.isArray(tokens) ? tokens.length : (embedding.shape[0] as number);
+  return gemma4Hyperparameters(file.fileName, file.metadata, freqs, (t) => file.tensors.has(t), { contextLength: requiredInt(file, 'gemma4.context_length'), vocabSize });
 }

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
 import type { ModelHyperparameters, RopeScaling } from '../types.ts';
+import { gemma4HfHyperparameters } from '../arch/gemma4.ts';
 import { gemmaHfHyper } from './gemma-config.ts';
 
 export const CONFIG_FILE = 'config.json';
@@ -20,6 +21,8 @@ export const SUPPORTED_ARCHITECTURES: Readonly<Record<string, string>> = {
   Phi3ForCausalLM: 'phi3',
   Gemma2ForCausalLM: 'gemma2',
   Gemma3ForCausalLM: 'gemma3',
+  Gemma4ForCausalLM: 'gemma4',
+  Gemma4ForConditionalGeneration: 'gemma4',
 };
 
 type Config = Record<string, unknown>;
@@ -63,6 +66,7 @@ export function parseHfConfig(text: string, file: string = CONFIG_FILE): ModelHy
   const family = Object.hasOwn(SUPPORTED_ARCHITECTURES, architecture) ? SUPPORTED_ARCHITECTURES[architecture] : undefined;
   if (family === undefined) throw new ModelFileError('MODEL_UNSUPPORTED_ARCHITECTURE', file, hfArchitectureRefusal(architecture)!, { architecture });
   if (family === 'gemma2' || family === 'gemma3') return gemmaHfHyper(read, family);
+  if (family === 'gemma4') return gemma4HfHyperparameters(file, config as Config);
   return family === 'opt' ? optHyper(read) : family === 'phi3' ? phi3Hyper(read) : llamaHyper(read, family);
 }
 

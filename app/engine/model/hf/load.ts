@@ -6,6 +6,7 @@ import { resolve } from 'node:path';
 import { ModelFileError } from '../../../common/errors.ts';
 import { canonicalTensors, checkTensors, type ArchTensorTable } from '../arch/base.ts';
 import { GEMMA2_TENSORS, GEMMA3_TENSORS, shiftedNorms } from '../arch/gemma.ts';
+import { GEMMA4_TENSORS, gemma4HfTensors } from '../arch/gemma4.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { OPT_TENSORS } from '../arch/opt.ts';
 import { PHI3_TENSORS, phi3Views } from '../arch/phi3.ts';
@@ -15,7 +16,7 @@ import type { Architecture, LoadedModel, ModelHyperparameters } from '../types.t
 import { readHfConfig } from './config.ts';
 import { findChatTemplate, findTokenizer } from './tokenizer-files.ts';
 
-export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, phi3: PHI3_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS, qwen3: QWEN3_TENSORS };
+export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, phi3: PHI3_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS, gemma4: GEMMA4_TENSORS, qwen3: QWEN3_TENSORS };
 
 /** Loads a Hugging Face folder (config.json + safetensors + tokenizer.json). */
 export function loadHfModel(folder: string): LoadedModel {
@@ -32,6 +33,8 @@ export function loadHfModel(folder: string): LoadedModel {
     let tensors = canonicalTensors(table, checkpoint.tensors, folder);
     // Gemma's RMSNorm multiplies by (1 + w): hold w + 1, as the GGUF converter writes it (arch/gemma.ts)
     if (hyper.gemma !== undefined) tensors = shiftedNorms(tensors);
+    // Gemma 4: rope_freqs from the config, v_proj / layer_scalar / lm_head from the tensors present (arch/gemma4.ts)
+    if (hyper.gemma4 !== undefined) ({ hyper, tensors } = gemma4HfTensors(folder, hyper, tensors));
     hyper = settleTiedEmbeddings(hyper, tensors.has('output.weight'));
     checkTensors(table, hyper, tensors, folder);
     let weightBytes = 0;

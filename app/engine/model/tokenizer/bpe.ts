@@ -3,6 +3,12 @@
 // bytes to GPT-2's printable characters, then repeatedly merge the adjacent pair with the lowest
 // merge rank (ties: leftmost first). The llama3 family first looks the whole word up
 // (ignore_merges). Decoding maps the characters back to bytes.
+//
+// Gemma 4's "gemma4" model is BPE the SentencePiece way (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GEMMA4):
+// spaces become ▁ before anything else, the text is split only into newline runs and the rest, the
+// merges run over raw UTF-8 characters (no byte-to-character map), a word of newlines that is a token
+// is taken whole, and a piece that is no token falls back to <0xXX> byte tokens. Decoding turns ▁
+// back into spaces, and decoded text gets llama.cpp's clean_spaces (cleanUpTokenizationSpaces).
 import { LonghandError } from '../../../common/errors.ts';
 import { GgufTokenizerBase, Heap, TOKEN_TYPE } from './gguf-vocab.ts';
 import type { GgufVocab } from './gguf-vocab.ts';
@@ -71,20 +77,22 @@ const bigramFirst = (a: Bigram, b: Bigram): boolean => a.rank < b.rank || (a.ran
 
 export class BpeTokenizer extends GgufTokenizerBase {
   override readonly kind = 'bpe' as const;
-  readonly family: 'gpt2' | 'llama3' | 'qwen2' | 'gpt4o';
+  readonly family: 'gpt2' | 'llama3' | 'qwen2' | 'gpt4o' | 'gemma4';
   private readonly pattern: RegExp;
   private readonly ranks = new Map<string, number>();
   private readonly ignoreMerges: boolean;
 
   constructor(vocab: GgufVocab) {
     super(vocab);
-    const family = preTokenizerFamily(vocab.pre);
+    const family = vocab.model === 'gemma4' ? 'gemma4' : preTokenizerFamily(vocab.pre);
     if (family === undefined) {
       throw new LonghandError('TOKENIZER_INVALID', `GGUF tokenizer metadata: pre-tokenizer ${JSON.stringify(vocab.pre)} is not supported (gpt2, llama3, qwen2, gpt-4o families)`, { key: 'tokenizer.ggml.pre' });
     }
     this.family = family;
-    this.pattern = new RegExp(PRE_PATTERNS[family] as string, 'gu');
+    this.pattern = new RegExp(family === 'gemma4' ? '[^\\n]+|\\n+' : (PRE_PATTERNS[family] as string), 'gu');
     this.ignoreMerges = family === 'llama3';
+    // llama.cpp keeps clean_spaces on for the gemma4 pre-tokenizer (the llama3 and qwen2 ones turn it off)
+    this.cleanSpaces = family === 'gemma4';
     // "left right" → rank; the first occurrence of a duplicate merge keeps its rank
     vocab.merges.forEach((merge, rank) => {
       const space = merge.indexOf(' ', 1);
@@ -99,6 +107,14 @@ export class BpeTokenizer extends GgufTokenizerBase {
   }
 
   protected encodeRaw(raw: string, _afterSpecial: boolean, out: number[]): void {
+    if (this.family === 'gemma4') {
+      for (const word of this.preTokenize(raw.replaceAll(' ', '\u2581'))) {
+        const whole = word.startsWith('\n') ? this.ids.get(word) : undefined; // a newline run the vocabulary has
+        if (whole !== undefined) out.push(whole);
+        else this.encodeWord(word, out);
+      }
+      return;
+    }
     for (const word of this.preTokenize(raw)) {
       let mapped = '';
       for (const byte of UTF8.encode(word)) mapped += BYTE_TO_CHAR[byte];
@@ -150,6 +166,14 @@ export class BpeTokenizer extends GgufTokenizerBase {
         out.push(id);
         continue;
       }
+      if (this.family === 'gemma4') {
+        // a piece that is not a token: its UTF-8 bytes as <0xXX> tokens, those the vocabulary has
+        for (const byte of UTF8.encode(piece)) {
+          const byteId = this.ids.get(`<0x${byte.toString(16).toUpperCase().padStart(2, '0')}>`);
+          if (byteId !== undefined) out.push(byteId);
+        }
+        continue;
+      }
       // a piece that is not a token: its characters one by one, those the vocabulary has
       for (const char of piece) {
         const charId = this.ids.get(char);
@@ -164,6 +188,7 @@ export class BpeTokenizer extends GgufTokenizerBase {
       const match = /^<0x([0-9A-Fa-f]{2})>$/.exec(text);
       if (match) return Uint8Array.of(parseInt(match[1] as string, 16));
     }
+    if (this.family === 'gemma4') return UTF8.encode(text.replaceAll('\u2581', ' '));
     const bytes: number[] = [];
     for (const char of text) {
       const byte = CHAR_TO_BYTE.get(char);

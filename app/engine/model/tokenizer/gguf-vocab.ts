@@ -8,13 +8,14 @@ import type { DecodeOptions, EncodeOptions, Tokenizer } from './tokenizer.ts';
 export const TOKEN_TYPE = { undefined: 0, normal: 1, unknown: 2, control: 3, userDefined: 4, unused: 5, byte: 6 } as const;
 
 export interface GgufVocab {
-  model: 'llama' | 'gpt2';
+  /** 'gemma4': BPE over ▁-escaped raw UTF-8 with <0xXX> byte fallback (bpe.ts) */
+  model: 'llama' | 'gpt2' | 'gemma4';
   tokens: readonly string[];
   /** SentencePiece merge scores (0 for every token when the file has none and model is gpt2). */
   scores: Float32Array;
   /** TOKEN_TYPE per token (0 'undefined' is read as normal). */
   types: Uint8Array;
-  /** BPE merges, "left right", in rank order (gpt2 only). */
+  /** BPE merges, "left right", in rank order (gpt2 and gemma4). */
   merges: readonly string[];
   bos: number | undefined;
   eos: number | undefined;
@@ -78,8 +79,8 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
   if (modelValue === undefined) {
     throw new LonghandError('MODEL_MISSING_METADATA', `GGUF tokenizer metadata: ${P}model is missing`, { key: `${P}model` });
   }
-  if (modelValue !== 'llama' && modelValue !== 'gpt2') {
-    throw invalid(`tokenizer model ${JSON.stringify(modelValue)} is not supported (llama, gpt2)`, `${P}model`);
+  if (modelValue !== 'llama' && modelValue !== 'gpt2' && modelValue !== 'gemma4') {
+    throw invalid(`tokenizer model ${JSON.stringify(modelValue)} is not supported (llama, gpt2, gemma4)`, `${P}model`);
   }
   const model = modelValue;
 
@@ -128,7 +129,7 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
   for (let i = 0; i < n; i++) if (EOG_TEXTS.has(tokens[i]!)) types[i] = TOKEN_TYPE.control;
 
   let merges: string[] = [];
-  if (model === 'gpt2') {
+  if (model === 'gpt2' || model === 'gemma4') {
     const array = asArray(metadata.get(`${P}merges`));
     if (array === undefined) throw invalid(`${P}merges is missing or not an array (a BPE vocabulary needs its merges)`, `${P}merges`);
     merges = new Array<string>(array.length);
@@ -164,7 +165,8 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
   };
   // llama.cpp: SentencePiece adds BOS by default, and so does the llama3 family of BPE
   const bosByDefault = spm || ['llama3', 'llama-v3', 'llama-bpe', 'falcon3'].includes(vocab.pre);
-  vocab.addBos = optionalBool(metadata, `${P}add_bos_token`, bosByDefault);
+  // llama.cpp sets add_bos for gemma4 whatever the file says (its "workaround for Gemma 4")
+  vocab.addBos = model === 'gemma4' || optionalBool(metadata, `${P}add_bos_token`, bosByDefault);
   if (vocab.addBos && vocab.bos === undefined) throw invalid(`${P}add_bos_token is set but there is no BOS token`, `${P}bos_token_id`);
   if (vocab.addEos && vocab.eos === undefined) throw invalid(`${P}add_eos_token is set but there is no EOS token`, `${P}eos_token_id`);
   return vocab;
@@ -230,6 +232,8 @@ export abstract class GgufTokenizerBase implements Tokenizer {
   private readonly specials: { id: number; text: string; control: boolean; rstrip: boolean }[] = [];
   private readonly eogSet: Set<number>;
   private readonly byteCache: (Uint8Array | undefined)[];
+  /** llama.cpp's clean_spaces (clean_up_tokenization_spaces) on decode: set by the tokenizers whose vocabulary has it */
+  protected cleanSpaces = false;
 
   constructor(vocab: GgufVocab) {
     this.vocab = vocab;
@@ -341,7 +345,7 @@ export abstract class GgufTokenizerBase implements Tokenizer {
       all.set(part, offset);
       offset += part.length;
     }
-    return new TextDecoder('utf-8', { fatal: false, ignoreBOM: true }).decode(all);
+    return new TextDecoder('utf-8', { fatal: false, ignoreBOM: true }).decode(this.cleanSpaces ? cleanUpTokenizationSpaces(all) : all);
   }
 
   tokenPiece(id: number): string {
@@ -422,4 +426,48 @@ export class Heap<T> {
     items[i] = last;
     return top;
   }
+}
+
+/**
+ * llama_detokenize's clean_spaces, pass for pass over the bytes (ASCII only, so UTF-8 sequences are
+ * never split): a space before ? ! . , is dropped; a lone apostrophe between spaces loses both
+ * spaces; a space before 's 'm 're 've is dropped (not before 't 'd 'll). In place, as llama.cpp.
+ */
+export function cleanUpTokenizationSpaces(bytes: Uint8Array): Uint8Array {
+  const SPACE = 0x20;
+  const QUOTE = 0x27;
+  const t = bytes.slice();
+  const at = (i: number): number => t[i] as number;
+  // first pass: " ?", " !", " .", " ,"
+  let n = t.length;
+  let total = n ? 1 : 0;
+  for (let i = 1; i < n; i++) {
+    const x = at(i);
+    if (at(i - 1) === SPACE && (x === 0x3f || x === 0x21 || x === 0x2e || x === 0x2c)) total--;
+    t[total++] = x;
+  }
+  // second pass: " ' " → "'"
+  n = total;
+  total = n ? 1 : 0;
+  for (let i = 1; i < n; i++) {
+    const x = at(i);
+    if (x === QUOTE && i + 1 < n && at(i - 1) === SPACE && at(i + 1) === SPACE) {
+      total--;
+      t[++i] = 0;
+    }
+    t[total++] = x;
+  }
+  // third pass: " 's", " 'm", " 're", " 've"
+  n = total;
+  total = n ? 1 : 0;
+  for (let i = 1; i < n; i++) {
+    const x = at(i);
+    if (at(i - 1) === SPACE && x === QUOTE && i + 1 < n) {
+      const x1 = at(i + 1);
+      if (x1 === 0x73 || x1 === 0x6d) total--;
+      else if (i + 2 < n && ((x1 === 0x72 && at(i + 2) === 0x65) || (x1 === 0x76 && at(i + 2) === 0x65))) total--;
+    }
+    t[total++] = x;
+  }
+  return t.subarray(0, total);
 }
