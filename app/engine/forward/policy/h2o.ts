@@ -6,11 +6,21 @@
 // never returns, as in H2O. The selection runs natively (native/src/policy_select.h) by exactly the
 // rule of h2o() in app/engine/kv/policies-reference.ts, the oracle of its tests. Default recent:
 // ⌊budget/2⌋.
+//
+// Prefix reuse and snapshots: after a prompt the mass is the prompt queries' causal mass, which is
+// what a fresh prefill of the same tokens computes. A decode step adds mass to (and evicts) prompt
+// slots, and a cut back into the prompt cannot take that out, nor the mass of the prompt queries
+// after the cut. So the policy keeps a copy of the mass at the end of each of its latest prompts
+// (MASS_CHECKPOINTS of them) and a cut lands exactly only there, at 0, or where the mass is still a
+// prompt's (no decode step since): resumePoint says which, and a snapshot holds the mass at its cut.
 import { h2oAccumulate, selectH2o } from '../../../../native/index.js';
 import { packSlotLists } from './slot-lists.ts';
-import type { PolicyContext } from './row-policy.ts';
+import type { PolicyContext, PolicySequenceState } from './row-policy.ts';
 import { ListPolicy } from './selection-lists.ts';
 import type { SparsePolicyOptions } from './selection-settings.ts';
+
+/** Prompt ends whose mass is kept for a cut back to them (a Continue cuts back to the latest). */
+export const MASS_CHECKPOINTS = 4;
 
 export class H2oPolicy extends ListPolicy {
   readonly name = 'h2o';
@@ -18,6 +28,13 @@ export class H2oPolicy extends ListPolicy {
   private readonly acc: Float32Array[] = [];
   /** [layer] 1 = slot still held by the KV head [kvHeads, contextLength] */
   private readonly live: Uint8Array[] = [];
+  /**
+   * [layer] the mass is a fresh prefill's of positions 0..exactEnd − 1 (no decode step since, no
+   * gap); −1: it is not (a decode step added mass or evicted, or a cut landed off a checkpoint)
+   */
+  private readonly exactEnd: Int32Array;
+  /** prompt end E → per selecting layer the mass of slots 0..E − 1 [kvHeads, E] (at most MASS_CHECKPOINTS) */
+  private readonly checkpoints = new Map<number, Float32Array[]>();
 
   constructor(options: SparsePolicyOptions, ctx: PolicyContext) {
     super(options, ctx);
@@ -26,6 +43,7 @@ export class H2oPolicy extends ListPolicy {
       this.acc.push(new Float32Array(kvHeads * C));
       this.live.push(new Uint8Array(kvHeads * C).fill(1));
     }
+    this.exactEnd = new Int32Array(layers);
   }
 
   protected choose(layer: number, _q: Float32Array, N: number): Int32Array[] {
@@ -35,6 +53,7 @@ export class H2oPolicy extends ListPolicy {
     const recent = Math.min(budget, this.settings.window ?? Math.floor(budget / 2));
     const out = this.output(layer, kvHeads * budget);
     selectH2o(this.acc[layer]!, this.live[layer]!, kvHeads, C, N, budget, recent, out, this.offsets, this.shape.threads ?? 1);
+    this.exactEnd[layer] = -1;
     return this.views(out);
   }
 
@@ -43,6 +62,7 @@ export class H2oPolicy extends ListPolicy {
     const t0 = performance.now();
     const { slots, offsets } = packSlotLists(this.selection(layer), N);
     h2oAccumulate(this.pool, layer, q, this.shape.heads, this.acc[layer]!, this.shape.contextLength, N + 1, slots, offsets, this.shape.threads ?? 1, this.attention[layer]);
+    this.exactEnd[layer] = -1;
     this.selectMs += performance.now() - t0;
   }
 
@@ -51,17 +71,113 @@ export class H2oPolicy extends ListPolicy {
     const { heads, headDim: d, contextLength: C } = this.shape;
     const w = heads * d;
     for (let i = 0; i < T; i++) h2oAccumulate(this.pool, layer, q.subarray(i * w, (i + 1) * w), heads, this.acc[layer]!, C, p0 + i + 1, undefined, undefined, this.shape.threads ?? 1, this.attention[layer]);
+    this.exactEnd[layer] = this.exactEnd[layer] === p0 ? p0 + T : -1;
   }
 
-  /** Forget what the slots from n on contributed; they are held again (n = 0: a fresh sequence). */
+  /** After a prompt: the mass at its end is a fresh prefill's; keep a copy for a cut back to here. */
+  afterPrompt(): Promise<void> {
+    const end = this.commonExactEnd();
+    if (end > 0 && !this.checkpoints.has(end)) {
+      const { kvHeads, contextLength: C } = this.shape;
+      this.checkpoints.set(
+        end,
+        this.selectingLayers().map((l) => packMass(this.acc[l]!, kvHeads, C, end)),
+      );
+      // the oldest prompt end goes first: a Continue or an edit cuts back to a recent one
+      while (this.checkpoints.size > MASS_CHECKPOINTS) this.checkpoints.delete(Math.min(...this.checkpoints.keys()));
+    }
+    return Promise.resolve();
+  }
+
+  /**
+   * The cache keeps its first n tokens. At an exact point (see resumePoint) the mass becomes a fresh
+   * prefill's of those n tokens and every slot is held again; elsewhere only what the slots from n
+   * on contributed is forgotten and they are held again (n = 0: a fresh sequence).
+   */
   override truncate(n: number): void {
     super.truncate(n);
+    for (const at of [...this.checkpoints.keys()]) if (at > n) this.checkpoints.delete(at);
     const { layers, kvHeads, contextLength: C } = this.shape;
+    const saved = this.checkpoints.get(n);
+    const selecting = new Set(this.selectingLayers());
+    let k = 0;
     for (let l = 0; l < layers; l++) {
+      const acc = this.acc[l]!;
+      const live = this.live[l]!;
+      const cp = selecting.has(l) ? saved?.[k++] : undefined;
+      const exact = n === 0 || this.exactEnd[l] === n || cp !== undefined;
       for (let g = 0; g < kvHeads; g++) {
-        this.acc[l]!.fill(0, g * C + n, (g + 1) * C);
-        this.live[l]!.fill(1, g * C + n, (g + 1) * C);
+        if (cp && this.exactEnd[l] !== n) acc.set(cp.subarray(g * n, (g + 1) * n), g * C);
+        acc.fill(0, g * C + n, (g + 1) * C);
+        live.fill(1, exact ? g * C : g * C + n, (g + 1) * C);
       }
+      this.exactEnd[l] = exact ? n : -1;
     }
   }
+
+  /** The largest position <= n where a cut leaves the mass a fresh prefill's: a kept prompt end, the end of the mass observed since the last exact point, or 0. */
+  resumePoint(n: number): number {
+    if (this.selectingLayers().length === 0) return n;
+    let best = 0;
+    const end = this.commonExactEnd();
+    if (end >= 0 && end <= n) best = end;
+    for (const at of this.checkpoints.keys()) if (at <= n && at > best) best = at;
+    return best;
+  }
+
+  stateLayers(): number[] {
+    return this.selectingLayers();
+  }
+
+  /** The mass of slots 0..n − 1 per selecting layer ([kvHeads, n] each); n must be a resumePoint. */
+  exportState(n: number): PolicySequenceState {
+    if (this.resumePoint(n) !== n) throw new RangeError(`h2o: position ${n} is not exact (resume point ${this.resumePoint(n)})`);
+    const { kvHeads, contextLength: C } = this.shape;
+    const layers = this.selectingLayers();
+    const data = new Float32Array(layers.length * kvHeads * n); // [layers, kvHeads, n]
+    const saved = this.checkpoints.get(n);
+    layers.forEach((l, i) => {
+      if (this.exactEnd[l] === n) data.set(packMass(this.acc[l]!, kvHeads, C, n), i * kvHeads * n);
+      else if (saved) data.set(saved[i]!, i * kvHeads * n);
+      // n = 0: no mass
+    });
+    return { policy: this.name, layers, rows: kvHeads, width: n, data };
+  }
+
+  /** A snapshot's mass at n (the pool holds its n tokens): the state a fresh prefill of them leaves. */
+  importState(n: number, s: PolicySequenceState): void {
+    const { kvHeads, contextLength: C } = this.shape;
+    const layers = this.selectingLayers();
+    const missing = layers.filter((l) => !s.layers.includes(l));
+    if (s.policy !== this.name) throw new RangeError(`h2o: the snapshot's policy state is ${s.policy}'s`);
+    if (missing.length > 0) throw new RangeError(`h2o: the snapshot holds no mass for layer(s) ${missing.join(', ')} (written with other denseLayers)`);
+    if (s.rows !== kvHeads || s.width !== n || s.data.length !== s.layers.length * kvHeads * n) {
+      throw new RangeError(`h2o: the snapshot's mass is [${s.layers.length}, ${s.rows}, ${s.width}] (${s.data.length} values), expected [·, ${kvHeads}, ${n}]`);
+    }
+    this.truncate(0);
+    const saved: Float32Array[] = [];
+    for (const l of layers) {
+      const block = s.data.subarray(s.layers.indexOf(l) * kvHeads * n, (s.layers.indexOf(l) + 1) * kvHeads * n);
+      if (block.some((x) => !Number.isFinite(x) || x < 0)) throw new RangeError(`h2o: the snapshot's mass of layer ${l} holds a negative or non-finite value`);
+      for (let g = 0; g < kvHeads; g++) this.acc[l]!.set(block.subarray(g * n, (g + 1) * n), g * C);
+      this.exactEnd[l] = n;
+      saved.push(block.slice());
+    }
+    if (n > 0) this.checkpoints.set(n, saved);
+  }
+
+  /** The exactEnd every selecting layer shares, or −1 when they differ (or one is not exact). */
+  private commonExactEnd(): number {
+    const layers = this.selectingLayers();
+    if (layers.length === 0) return -1;
+    const end = this.exactEnd[layers[0]!]!;
+    return layers.every((l) => this.exactEnd[l] === end) ? end : -1;
+  }
+}
+
+/** The mass of slots 0..n − 1 of each KV head, packed [kvHeads, n] (acc: [kvHeads, C]). */
+function packMass(acc: Float32Array, kvHeads: number, C: number, n: number): Float32Array {
+  const out = new Float32Array(kvHeads * n);
+  for (let g = 0; g < kvHeads; g++) out.set(acc.subarray(g * C, g * C + n), g * n);
+  return out;
 }

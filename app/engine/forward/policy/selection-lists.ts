@@ -115,6 +115,13 @@ export abstract class ListPolicy implements RowPolicy {
     }
   }
 
+  /** The layers this policy selects for and observes prompts of (not dense, not a sliding window's), ascending. */
+  protected selectingLayers(): number[] {
+    const out: number[] = [];
+    for (let l = this.denseLayers; l < this.shape.layers; l++) if (!this.shape.sliding?.[l]) out.push(l);
+    return out;
+  }
+
   /** The policy's rule: per KV head ascending slots among 0..N−1 (views of output(), or its own arrays). */
   protected abstract choose(layer: number, q: Float32Array, N: number): Int32Array[];
 
