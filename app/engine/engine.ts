@@ -250,7 +250,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         while (n < limit && ids[n] === prompt[n]) n++;
         return n;
       };
-      const saved = await peekSequenceSnapshot(file, id, await state.runner.skewId());
+      const saved = await peekSequenceSnapshot(file, id, await state.runner.skewId(), state.runner.policyStateNeeds());
       if (common(saved) <= common(state.sequence.tokens.slice(0, state.sequence.exactTokens))) return undefined;
       const { bytes } = await restoreSequenceSnapshot(file, state.sequence, id);
       state.document = document;
