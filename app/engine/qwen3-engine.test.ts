@@ -18,6 +18,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LonghandError } from '../common/errors.ts';
 import { GenerateParamsSchema, KV_POLICIES, LoadOptionsSchema, type GenerateParamsInput, type KvPolicy, type LoadOptionsInput } from '../common/protocol.ts';
 import { qwen3GgufFixture } from '../../test/fixtures/families/qwen3.ts';
 import { createEngineCore } from './engine.ts';
@@ -174,4 +175,22 @@ describe('Qwen3 through the engine: policies, prefix reuse, snapshots', () => {
       expect(restored.ids).toEqual(fresh.ids);
     }, 300_000);
   }
+
+  it('a snapshot without H2O’s or SnapKV’s own state (written under full) is refused under them (SNAPSHOT_MISMATCH, reason policy) and the prompt is prefilled', async () => {
+    await continueFreshRestored('full'); // writes full.lhkv
+    for (const policy of ['h2o', 'snapkv'] as const) {
+      const core = await loaded(policies[policy]);
+      try {
+        const error: unknown = await core.loadSnapshot(path.join(dir, 'full.lhkv')).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error, policy).toBeInstanceOf(LonghandError);
+        expect({ code: (error as LonghandError).code, reason: (error as LonghandError).details.reason }).toEqual({ code: 'SNAPSHOT_MISMATCH', reason: 'policy' });
+        expect((await run(core, prompt)).done.cache).toMatchObject({ reusedTokens: 0, prefilledTokens: prompt.length });
+      } finally {
+        await core.unload();
+      }
+    }
+  }, 300_000);
 });
