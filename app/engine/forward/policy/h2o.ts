@@ -7,20 +7,19 @@
 // rule of h2o() in app/engine/kv/policies-reference.ts, the oracle of its tests. Default recent:
 // ⌊budget/2⌋.
 //
-// Prefix reuse and snapshots: after a prompt the mass is the prompt queries' causal mass, which is
-// what a fresh prefill of the same tokens computes. A decode step adds mass to (and evicts) prompt
-// slots, and a cut back into the prompt cannot take that out, nor the mass of the prompt queries
-// after the cut. So the policy keeps a copy of the mass at the end of each of its latest prompts
-// (MASS_CHECKPOINTS of them) and a cut lands exactly only there, at 0, or where the mass is still a
-// prompt's (no decode step since): resumePoint says which, and a snapshot holds the mass at its cut.
+// Prefix reuse and snapshots: after a prompt chunk the mass is the prompt queries' causal mass,
+// which is what a fresh prefill of the same tokens computes. A decode step adds mass to (and evicts)
+// prompt slots, and a cut back into the prompt cannot take that out, nor the mass of the prompt
+// queries after the cut. So the policy keeps copies of the mass at prompt chunk ends
+// (state-checkpoints.ts: at most POLICY_CHECKPOINTS, spread out, the latest prompt end always) and a
+// cut lands exactly only there, at 0, or where the mass is still a prompt's (no decode step since):
+// resumePoint says which, and a snapshot holds the mass at its cut.
 import { h2oAccumulate, selectH2o } from '../../../../native/index.js';
 import { packSlotLists } from './slot-lists.ts';
 import type { PolicyContext, PolicySequenceState } from './row-policy.ts';
 import { ListPolicy } from './selection-lists.ts';
 import type { SparsePolicyOptions } from './selection-settings.ts';
-
-/** Prompt ends whose mass is kept for a cut back to them (a Continue cuts back to the latest). */
-export const MASS_CHECKPOINTS = 4;
+import { StateCheckpoints } from './state-checkpoints.ts';
 
 export class H2oPolicy extends ListPolicy {
   readonly name = 'h2o';
@@ -33,8 +32,8 @@ export class H2oPolicy extends ListPolicy {
    * gap); −1: it is not (a decode step added mass or evicted, or a cut landed off a checkpoint)
    */
   private readonly exactEnd: Int32Array;
-  /** prompt end E → per selecting layer the mass of slots 0..E − 1 [kvHeads, E] (at most MASS_CHECKPOINTS) */
-  private readonly checkpoints = new Map<number, Float32Array[]>();
+  /** prompt chunk end E → per selecting layer the mass of slots 0..E − 1 [kvHeads, E] */
+  private readonly checkpoints = new StateCheckpoints<Float32Array[]>();
 
   constructor(options: SparsePolicyOptions, ctx: PolicyContext) {
     super(options, ctx);
@@ -72,21 +71,12 @@ export class H2oPolicy extends ListPolicy {
     const w = heads * d;
     for (let i = 0; i < T; i++) h2oAccumulate(this.pool, layer, q.subarray(i * w, (i + 1) * w), heads, this.acc[layer]!, C, p0 + i + 1, undefined, undefined, this.shape.threads ?? 1, this.attention[layer]);
     this.exactEnd[layer] = this.exactEnd[layer] === p0 ? p0 + T : -1;
-  }
-
-  /** After a prompt: the mass at its end is a fresh prefill's; keep a copy for a cut back to here. */
-  afterPrompt(): Promise<void> {
-    const end = this.commonExactEnd();
-    if (end > 0 && !this.checkpoints.has(end)) {
+    // the chunk ran through every selecting layer: its end is a fresh prefill's, keep a copy
+    const end = p0 + T;
+    if (layer === this.selectingLayers().at(-1) && this.commonExactEnd() === end) {
       const { kvHeads, contextLength: C } = this.shape;
-      this.checkpoints.set(
-        end,
-        this.selectingLayers().map((l) => packMass(this.acc[l]!, kvHeads, C, end)),
-      );
-      // the oldest prompt end goes first: a Continue or an edit cuts back to a recent one
-      while (this.checkpoints.size > MASS_CHECKPOINTS) this.checkpoints.delete(Math.min(...this.checkpoints.keys()));
+      this.checkpoints.take(end, () => this.selectingLayers().map((l) => packMass(this.acc[l]!, kvHeads, C, end)));
     }
-    return Promise.resolve();
   }
 
   /**
@@ -96,7 +86,7 @@ export class H2oPolicy extends ListPolicy {
    */
   override truncate(n: number): void {
     super.truncate(n);
-    for (const at of [...this.checkpoints.keys()]) if (at > n) this.checkpoints.delete(at);
+    this.checkpoints.truncate(n);
     const { layers, kvHeads, contextLength: C } = this.shape;
     const saved = this.checkpoints.get(n);
     const selecting = new Set(this.selectingLayers());
@@ -115,18 +105,15 @@ export class H2oPolicy extends ListPolicy {
     }
   }
 
-  /** The largest position <= n where a cut leaves the mass a fresh prefill's: a kept prompt end, the end of the mass observed since the last exact point, or 0. */
+  /** The largest position <= n where a cut leaves the mass a fresh prefill's: a kept chunk end, the end of the mass observed since the last exact point, or 0. */
   resumePoint(n: number): number {
     if (this.selectingLayers().length === 0) return n;
-    let best = 0;
     const end = this.commonExactEnd();
-    if (end >= 0 && end <= n) best = end;
-    for (const at of this.checkpoints.keys()) if (at <= n && at > best) best = at;
-    return best;
+    return Math.max(end >= 0 && end <= n ? end : 0, this.checkpoints.atOrBefore(n) ?? 0);
   }
 
   stateLayers(): number[] {
-    return this.selectingLayers();
+    return [...this.selectingLayers()];
   }
 
   /** The mass of slots 0..n − 1 per selecting layer ([kvHeads, n] each); n must be a resumePoint. */
@@ -141,7 +128,7 @@ export class H2oPolicy extends ListPolicy {
       else if (saved) data.set(saved[i]!, i * kvHeads * n);
       // n = 0: no mass
     });
-    return { policy: this.name, layers, rows: kvHeads, width: n, data };
+    return { policy: this.name, layers: [...layers], rows: kvHeads, width: n, data };
   }
 
   /** A snapshot's mass at n (the pool holds its n tokens): the state a fresh prefill of them leaves. */
@@ -163,7 +150,7 @@ export class H2oPolicy extends ListPolicy {
       this.exactEnd[l] = n;
       saved.push(block.slice());
     }
-    if (n > 0) this.checkpoints.set(n, saved);
+    if (n > 0) this.checkpoints.take(n, () => saved);
   }
 
   /** The exactEnd every selecting layer shares, or −1 when they differ (or one is not exact). */

@@ -14,13 +14,15 @@
 // Prompt and decode queries are kept apart: a decode step's query never overwrites a prompt's, so
 // after any decode a cut back to the prompt's end still finds the window a fresh prefill of the
 // prompt would have (a decoded token is never reused by prefix reuse: its later layers attended a
-// subset). A cut lands exactly where the `window` prompt queries before it are kept (resumePoint),
-// and a snapshot holds them.
+// subset). A cut lands exactly where the `window` prompt queries before it are kept: in the ring
+// (the latest prompt's end) or in a checkpoint of them taken at a prompt chunk end
+// (state-checkpoints.ts, for an edit further back); resumePoint says where, and a snapshot holds them.
 import { UsageError } from '../../../common/errors.ts';
 import { snapkvCompress } from '../../../../native/index.js';
 import type { PolicyContext, PolicySequenceState } from './row-policy.ts';
 import { ListPolicy } from './selection-lists.ts';
 import { SNAPKV_WINDOW, type SparsePolicyOptions } from './selection-settings.ts';
+import { StateCheckpoints } from './state-checkpoints.ts';
 
 export class SnapkvPolicy extends ListPolicy {
   readonly name = 'snapkv';
@@ -37,6 +39,8 @@ export class SnapkvPolicy extends ListPolicy {
   /** [layer] per KV head the kept prompt slots, and the promptEnd they were chosen for (−1: stale) */
   private readonly kept: Int32Array[][] = [];
   private readonly keptFor: number[] = [];
+  /** prompt chunk end E → per selecting layer the prompt queries of positions E − w..E − 1 [w, heads·d], w = min(window, E) */
+  private readonly checkpoints = new StateCheckpoints<Float32Array[]>();
 
   constructor(options: SparsePolicyOptions, ctx: PolicyContext) {
     super(options, ctx);
@@ -79,11 +83,16 @@ export class SnapkvPolicy extends ListPolicy {
     for (let i = Math.max(0, T - this.obsWindow); i < T; i++) this.keepQuery(this.obsQ[layer]!, this.obsPos[layer]!, q, i, p0 + i);
     this.promptEnd[layer] = p0 + T;
     this.keptFor[layer] = -1;
+    // the chunk ran through every selecting layer: keep its end's window for a cut back to here
+    const end = p0 + T;
+    if (layer === this.selectingLayers().at(-1) && this.ringExactAt(end)) this.checkpoints.take(end, () => this.selectingLayers().map((l) => this.windowBefore(l, end)));
   }
 
   /** Forgets the queries from n on; a cut into a layer's prompt makes the prompt end at n. */
   override truncate(n: number): void {
     super.truncate(n);
+    this.checkpoints.truncate(n);
+    const saved = n > 0 && !this.ringExactAt(n) ? this.checkpoints.get(n) : undefined;
     for (let l = 0; l < this.shape.layers; l++) {
       for (const pos of [this.obsPos[l]!, this.decodePos[l]!]) for (let i = 0; i < pos.length; i++) if (pos[i]! >= n) pos[i] = -1;
       // the kept set depends on slots and queries < promptEnd only: a cut above it changes nothing
@@ -91,6 +100,14 @@ export class SnapkvPolicy extends ListPolicy {
         this.promptEnd[l] = n;
         this.keptFor[l] = -1;
       }
+    }
+    // a cut further back than the ring reaches, at a checkpoint: the ring gets that window back
+    if (saved) {
+      this.selectingLayers().forEach((l, i) => {
+        this.obsPos[l]!.fill(-1);
+        const rows = Math.min(this.obsWindow, n);
+        for (let r = 0; r < rows; r++) this.keepQuery(this.obsQ[l]!, this.obsPos[l]!, saved[i]!, r, n - rows + r);
+      });
     }
   }
 
@@ -131,18 +148,17 @@ export class SnapkvPolicy extends ListPolicy {
    * (0 always qualifies).
    */
   resumePoint(n: number): number {
-    const layers = this.selectingLayers();
-    const exactAt = (m: number): boolean => layers.every((l) => this.promptQueriesBefore(l, m));
-    if (exactAt(n)) return n;
-    // a cut at m > 0 needs position m − 1's query: try the positions after each kept one, newest first
+    if (this.ringExactAt(n)) return n;
+    const saved = this.checkpoints.atOrBefore(n) ?? 0;
+    // a cut at m > 0 needs position m − 1's query: try the positions after each one in the ring, newest first
     const candidates = new Set<number>();
-    for (const l of layers) for (const p of this.obsPos[l]!) if (p >= 0 && p + 1 < n) candidates.add(p + 1);
-    for (const m of [...candidates].sort((a, b) => b - a)) if (exactAt(m)) return m;
-    return 0;
+    for (const l of this.selectingLayers()) for (const p of this.obsPos[l]!) if (p >= 0 && p + 1 < n && p + 1 > saved) candidates.add(p + 1);
+    for (const m of [...candidates].sort((a, b) => b - a)) if (this.ringExactAt(m)) return m;
+    return saved;
   }
 
   stateLayers(): number[] {
-    return this.selectingLayers();
+    return [...this.selectingLayers()];
   }
 
   /** Per selecting layer the prompt queries of positions n − w..n − 1 (w = min(window, n)) as [w, heads·d]; n must be a resumePoint. */
@@ -152,10 +168,9 @@ export class SnapkvPolicy extends ListPolicy {
     const rows = Math.min(this.obsWindow, n);
     const layers = this.selectingLayers();
     const data = new Float32Array(layers.length * rows * width); // [layers, rows, heads·d]
-    layers.forEach((l, i) => {
-      for (let r = 0; r < rows; r++) data.set(this.obsQ[l]!.subarray(((n - rows + r) % this.obsWindow) * width, ((n - rows + r) % this.obsWindow + 1) * width), (i * rows + r) * width);
-    });
-    return { policy: this.name, layers, rows, width, data };
+    const saved = this.ringExactAt(n) ? undefined : this.checkpoints.get(n);
+    layers.forEach((l, i) => data.set(saved ? saved[i]! : this.windowBefore(l, n), i * rows * width));
+    return { policy: this.name, layers: [...layers], rows, width, data };
   }
 
   /** A snapshot's window queries at n (the pool holds its n tokens): the state a fresh prefill of them leaves. */
@@ -181,6 +196,24 @@ export class SnapkvPolicy extends ListPolicy {
       this.promptEnd[l] = n;
       this.keptFor[l] = -1;
     }
+    if (n > 0) this.checkpoints.take(n, () => layers.map((l) => this.windowBefore(l, n)));
+  }
+
+  /** Whether every selecting layer's ring keeps the prompt queries of the `window` positions before m. */
+  private ringExactAt(m: number): boolean {
+    return this.selectingLayers().every((l) => this.promptQueriesBefore(l, m));
+  }
+
+  /** A copy of the prompt queries of positions m − w..m − 1 (w = min(window, m)) from a layer's ring, [w, heads·d]; they must be there. */
+  private windowBefore(layer: number, m: number): Float32Array {
+    const width = this.shape.heads * this.shape.headDim;
+    const rows = Math.min(this.obsWindow, m);
+    const out = new Float32Array(rows * width);
+    for (let r = 0; r < rows; r++) {
+      const at = (m - rows + r) % this.obsWindow;
+      out.set(this.obsQ[layer]!.subarray(at * width, (at + 1) * width), r * width);
+    }
+    return out;
   }
 
   /** Whether layer ℓ keeps the prompt queries of the `window` positions before m (all of them when m < window). */
