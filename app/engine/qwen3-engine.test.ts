@@ -5,8 +5,9 @@
 // window) runs, layer 1 sparse (denseLayers 1: InfiniGen speculates for it from layer 0's input,
 // with layer 1's q norm); a Continue (the prompt plus the suggestion) reuses the cached prefix and
 // gives token for token what a fresh run gives; a snapshot saved after the first run and restored
-// into a freshly loaded engine continues like a fresh run. H2O (both) and SnapKV (the snapshot)
-// are known failures of those policies, below.
+// into a freshly loaded engine continues like a fresh run. H2O's and SnapKV's own state is what
+// makes those two exact: H2O's mass is checkpointed at the prompt's end and saved in the snapshot,
+// SnapKV's window queries are kept apart from the decoded tokens' and saved too.
 //
 // F32 weights, because "equal to a fresh run" compares a decode (the reused tokens were decoded one
 // at a time) with a prefill (the fresh run prefills them): the native F32 kernels give both the same
@@ -17,6 +18,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LonghandError } from '../common/errors.ts';
 import { GenerateParamsSchema, KV_POLICIES, LoadOptionsSchema, type GenerateParamsInput, type KvPolicy, type LoadOptionsInput } from '../common/protocol.ts';
 import { qwen3GgufFixture } from '../../test/fixtures/families/qwen3.ts';
 import { createEngineCore } from './engine.ts';
@@ -146,19 +148,8 @@ describe('Qwen3 through the engine: policies, prefix reuse, snapshots', () => {
     }
   }
 
-  // Known, not Qwen3's: the comparison policies' own state is not in a snapshot (rows and
-  // InfiniGen's state are) and H2O's outlives truncate(). H2O: the accumulated mass and the
-  // evictions of prompt slots made during the first run's decode steps survive truncate() (h2o.ts
-  // forgets only what slots >= n contributed), and a restored engine starts with no mass at all, so
-  // a Continue selects from other heavy hitters than a fresh prefill of the same tokens. SnapKV: a
-  // restored engine lacks the observation window's queries of the restored prompt, so when the
-  // continuation is shorter than the window (24 tokens < 32) fewer queries vote than in a fresh run
-  // (measured: with a window of 16 the restored run equals the fresh one).
-  const knownFailures: Partial<Record<KvPolicy, { reuse?: true; restore?: true }>> = { h2o: { reuse: true, restore: true }, snapkv: { restore: true } };
-
   for (const policy of KV_POLICIES) {
-    const known = knownFailures[policy] ?? {};
-    it(`${policy}: runs a ~230-token chat prompt; a Continue reuses the prefix${known.reuse ? '' : ' and equals a fresh run'}; a snapshot restores into a fresh engine${known.restore ? '' : ' and continues like a fresh run'}`, async () => {
+    it(`${policy}: runs a ~230-token chat prompt; a Continue reuses the prefix and equals a fresh run; a snapshot restores into a fresh engine and continues like a fresh run`, async () => {
       expect(prompt.length).toBeGreaterThan(3 * 64); // several prefill chunks
       expect(prompt[0]).toBe(151644); // <|im_start|> as a control token, no BOS (add_bos_token false)
       const { first, reused, fresh, restored, restoredTokens, P2, savedTokens } = await continueFreshRestored(policy);
@@ -180,24 +171,26 @@ describe('Qwen3 through the engine: policies, prefix reuse, snapshots', () => {
         `qwen3 ${policy}: prompt ${prompt.length}, distinct ids ${new Set(first.ids).size}/${new Set(fresh.ids).size} of 24, min fetch ratio ${Math.min(...first.fetch).toFixed(3)}; ` +
           `Continue reused ${reused.done.cache?.reusedTokens}, equals fresh ${same(reused)}; snapshot of ${savedTokens} tokens restored, equals fresh ${same(restored)}`,
       );
-      if (!known.reuse) expect(reused.ids).toEqual(fresh.ids);
-      if (!known.restore) expect(restored.ids).toEqual(fresh.ids);
+      expect(reused.ids).toEqual(fresh.ids);
+      expect(restored.ids).toEqual(fresh.ids);
     }, 300_000);
   }
 
-  // When one of these starts passing, drop it from knownFailures.
-  for (const [policy, known] of Object.entries(knownFailures) as [KvPolicy, { reuse?: true; restore?: true }][]) {
-    if (known.reuse) {
-      it.fails(`${policy}: a Continue equals a fresh run (known failure)`, async () => {
-        const { reused, fresh } = await continueFreshRestored(policy);
-        expect(reused.ids).toEqual(fresh.ids);
-      }, 300_000);
+  it('a snapshot without H2O’s or SnapKV’s own state (written under full) is refused under them (SNAPSHOT_MISMATCH, reason policy) and the prompt is prefilled', async () => {
+    await continueFreshRestored('full'); // writes full.lhkv
+    for (const policy of ['h2o', 'snapkv'] as const) {
+      const core = await loaded(policies[policy]);
+      try {
+        const error: unknown = await core.loadSnapshot(path.join(dir, 'full.lhkv')).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error, policy).toBeInstanceOf(LonghandError);
+        expect({ code: (error as LonghandError).code, reason: (error as LonghandError).details.reason }).toEqual({ code: 'SNAPSHOT_MISMATCH', reason: 'policy' });
+        expect((await run(core, prompt)).done.cache).toMatchObject({ reusedTokens: 0, prefilledTokens: prompt.length });
+      } finally {
+        await core.unload();
+      }
     }
-    if (known.restore) {
-      it.fails(`${policy}: a snapshot restored into a fresh engine continues like a fresh run (known failure)`, async () => {
-        const { restored, fresh } = await continueFreshRestored(policy);
-        expect(restored.ids).toEqual(fresh.ids);
-      }, 300_000);
-    }
-  }
+  }, 300_000);
 });

@@ -17,11 +17,9 @@
 //
 // Prefix reuse and snapshots: a prompt 10 windows long, cut in the middle and prefilled again, and
 // restored from per-layer snapshot sections (none for the KV-shared layers), continues as a fresh
-// run under full, InfiniGen and Quest (streaming, oracle and window passed too when measured; left
-// out for test time). H2O and SnapKV are left out: their truncate keeps what the cut-off tokens did
-// (H2O's mass on earlier slots and its permanent evictions, SnapKV's observation window), so a
-// reused prefix is not a fresh run under them by construction (not Gemma 4's doing; stories260K's
-// greedy ids happen to survive it, this fixture's sharp attention does not).
+// run under full, InfiniGen, Quest, H2O and SnapKV (streaming, oracle and window passed too when
+// measured; left out for test time). H2O's mass and SnapKV's window queries differ in shape per layer
+// here (KV heads, head dim): a snapshot carries them padded to the widest layer.
 //
 // Tokens: the fixture carries Gemma 3's SentencePiece vocabulary (see its header), which llama.cpp
 // loads under gemma4; the tests feed token ids, so no tokenizer stands between the two engines.
@@ -242,7 +240,7 @@ describe('Gemma 4 vs llama.cpp', () => {
     }
   }, 120_000);
 
-  it.each(['full', 'infinigen', 'quest'] as const)('policy %s: prefix reuse and a snapshot restore continue a prompt longer than the window as a fresh run does', async (policy) => {
+  it.each(['full', 'infinigen', 'quest', 'h2o', 'snapkv'] as const)('policy %s: prefix reuse and a snapshot restore continue a prompt longer than the window as a fresh run does', async (policy) => {
     const model = await loadModel(files.Q8_0);
     try {
       const prompt = walk(79, 53); // InfiniGen's state can be cut every 64 positions: at 64 here
@@ -268,6 +266,7 @@ describe('Gemma 4 vs llama.cpp', () => {
         return out;
       });
       const ig = fresh.exportInfinigen(at);
+      const own = fresh.exportPolicyState(at); // H2O's mass, SnapKV's window queries (per layer's KV heads / head dim)
       if (policy === 'infinigen') {
         // a runner that has not loaded the skew (skewId) cannot choose the snapshot's columns: a typed refusal
         const blind = await make();
@@ -276,7 +275,7 @@ describe('Gemma 4 vs llama.cpp', () => {
       }
       const restored = await make();
       await restored.skewId(); // what a restore does first (sequence-snapshot.ts): under InfiniGen, the per-layer skew the fresh run cached
-      await restored.importSequence(at, async (l, into) => void into.set(layers[l]!), ig);
+      await restored.importSequence(at, async (l, into) => void into.set(layers[l]!), ig, own);
       const afterRestore = await greedy(restored, await restored.prefill(prompt.slice(at)), N);
       await fresh.dispose();
       await restored.dispose();

@@ -49,7 +49,7 @@ import { InfinigenPolicy } from './policy/infinigen.ts';
 import { FullPolicy } from './policy/full.ts';
 import { planLayers } from './policy/plan.ts';
 import { policyRecipe, RUNNER_POLICIES, type PolicyRecipe, type RunnerPolicy, type RunnerPolicyOptions } from './policy/registry.ts';
-import type { LayerRowShape, PolicyShape, RowPolicy } from './policy/row-policy.ts';
+import type { LayerRowShape, PolicySequenceState, PolicyShape, RowPolicy } from './policy/row-policy.ts';
 import type { SparsePolicyOptions } from './policy/selection-settings.ts';
 import { createStageSessions, type StageCacheOptions } from './stage-sessions.ts';
 import type { StageCacheStats } from './stage-cache.ts';
@@ -188,7 +188,8 @@ export interface ModelRunner extends TokenRunner {
   /**
    * The largest position <= n where the cache can be cut with every policy state exact, so that
    * continuing from there computes what a fresh prefill would (InfiniGen: its column energies are
-   * checkpointed every 64 positions). 0 after an eviction (the pool no longer holds a prefix).
+   * checkpointed every 64 positions; H2O: its mass is kept at its latest prompt ends; SnapKV: the
+   * window's prompt queries before the cut are kept). 0 after an eviction (the pool no longer holds a prefix).
    */
   resumePoint(n: number): number;
   /**
@@ -219,14 +220,19 @@ export interface ModelRunner extends TokenRunner {
   readonly rowBufferBytes?: number;
   /** InfiniGen's sequence state at `tokens` (a resumePoint) for a snapshot; undefined under other policies. */
   exportInfinigen(tokens: number): InfinigenSequenceState | undefined;
+  /** The active comparison policy's own state at `tokens` (a resumePoint) for a snapshot (H2O's mass, SnapKV's window queries); undefined under the others. */
+  exportPolicyState(tokens: number): PolicySequenceState | undefined;
+  /** The active policy that a restore must give its own state (exportPolicyState's), and the layers it needs; undefined when none. */
+  policyStateNeeds(): { policy: string; layers: number[] } | undefined;
   /** The skew's identity under InfiniGen (loads the cached skew file when none is known yet); null otherwise or when none exists. */
   skewId(): Promise<string | null>;
   /**
    * Replaces the cache with `tokens` restored tokens: every layer's section is read by `readLayer`
    * into the buffer it is given and imported into the pool; InfiniGen's state (required under
-   * 'infinigen') restored and its columns chosen. Any failure leaves the cache empty.
+   * 'infinigen') restored and its columns chosen; a comparison policy's own state (required where
+   * policyStateNeeds says so) restored. Any failure leaves the cache empty.
    */
-  importSequence(tokens: number, readLayer: (layer: number, into: Uint8Array) => Promise<void>, infinigen: InfinigenSequenceState | undefined): Promise<void>;
+  importSequence(tokens: number, readLayer: (layer: number, into: Uint8Array) => Promise<void>, infinigen: InfinigenSequenceState | undefined, policyState?: PolicySequenceState): Promise<void>;
   /**
    * For long-context benchmarks only: appends `tokens` tokens of seeded random (unit-variance) K/V rows to every
    * layer (with their partial keys under 'infinigen') as if they had been prefilled, without running
@@ -698,7 +704,8 @@ class Runner implements ModelRunner {
     // (kv/ring-checkpoints.ts). Each rule's point is <= the other's input: repeat until both agree.
     let at = n;
     for (;;) {
-      const next = this.cfg.rings.resumePoint(this.sequence ? this.sequence.resumePoint(at) : at);
+      const policy = this.active.resumePoint ? this.active.resumePoint(at) : at;
+      const next = this.cfg.rings.resumePoint(this.sequence ? this.sequence.resumePoint(policy) : policy);
       if (next === at) return at;
       at = next;
     }
@@ -743,13 +750,22 @@ class Runner implements ModelRunner {
     return this.active instanceof InfinigenPolicy ? this.active.state.exportSequence(tokens) : undefined;
   }
 
+  exportPolicyState(tokens: number): PolicySequenceState | undefined {
+    this.drainPolicies();
+    return this.active.exportState?.(tokens);
+  }
+
+  policyStateNeeds(): { policy: string; layers: number[] } | undefined {
+    return this.active.importState && this.active.stateLayers ? { policy: this.active.name, layers: this.active.stateLayers() } : undefined;
+  }
+
   async skewId(): Promise<string | null> {
     if (!(this.active instanceof InfinigenPolicy)) return null;
     await this.active.state.loadCached();
     return this.active.state.skewId() ?? null;
   }
 
-  async importSequence(tokens: number, readLayer: (layer: number, into: Uint8Array) => Promise<void>, infinigen: InfinigenSequenceState | undefined): Promise<void> {
+  async importSequence(tokens: number, readLayer: (layer: number, into: Uint8Array) => Promise<void>, infinigen: InfinigenSequenceState | undefined, policyState?: PolicySequenceState): Promise<void> {
     this.live();
     if (this.busy) throw new LonghandError('ENGINE_BUSY', 'the model runner is running a prefill or decode');
     if (!Number.isInteger(tokens) || tokens < 0 || tokens > Math.min(this.contextLength, this.pool.capacityTokens)) {
@@ -759,6 +775,7 @@ class Runner implements ModelRunner {
     if (ig && !infinigen && tokens > 0) throw new RangeError('importSequence: InfiniGen needs its sequence state');
     // the snapshot's columns are chosen through the skew it was written with: the runner must know one (skewId() loads the cached one)
     if (ig && infinigen && tokens > 0 && ig.skewId() === undefined) throw new LonghandError('SNAPSHOT_MISMATCH', 'importSequence: InfiniGen has no skew matrices for this model (none cached, none calibrated): the snapshot cannot be restored', { reason: 'skew' });
+    if (this.active.importState && !policyState && tokens > 0) throw new RangeError(`importSequence: ${this.active.name} needs its own state (exportPolicyState's)`);
     this.busy = true;
     try {
       this.reset();
@@ -781,6 +798,8 @@ class Runner implements ModelRunner {
         }
       }
       this.pos = tokens;
+      // after the rows: the policy's state is of the pool's tokens (a reset above cleared it)
+      if (policyState && tokens > 0) this.active.importState?.(tokens, policyState);
     } catch (error) {
       this.busy = false;
       this.reset();

@@ -6,19 +6,25 @@
 //         point where every policy state is exact) ─► sections 'ids' (int32 [n]), 'layer.ℓ' (the
 //         pool's packed rows of layer ℓ, one layer in memory at a time: every token of a global
 //         layer, the window before n of a sliding-window layer's ring, from the ring or from its
-//         checkpoint at n, kv/ring-checkpoints.ts), 'infinigen' (float64 energies, under InfiniGen)
-//         ─► written atomically
+//         checkpoint at n, kv/ring-checkpoints.ts), 'infinigen' (float64 energies, under InfiniGen),
+//         'policy.<name>' (H2O's accumulated mass, SnapKV's window queries at n, under those
+//         policies: their state is not in the rows) ─► written atomically
 //   restore: open (bounds, version) ─► the meta must fit the loaded model: file sha256, shape,
 //         vocabulary, KV type; under InfiniGen also its sparse layers, r and the skew ─► ids checked
 //         against the vocabulary ─► each layer's section read (sha256 checked) straight into the
 //         pool's import ─► nothing is recomputed
 // What fits: the rows are the dense ones whatever policy was running, so a snapshot restores under
 // any policy with the same model and KV type; InfiniGen needs the energies, so it restores only
-// snapshots written under InfiniGen with the same denseLayers, partialRatio and skew.
+// snapshots written under InfiniGen with the same denseLayers, partialRatio and skew; H2O and SnapKV
+// need their own state (written under the same policy, covering their sparse layers, SnapKV's window
+// at most the one written), else the snapshot is refused (SNAPSHOT_MISMATCH, reason 'policy') and
+// the prompt is prefilled: a snapshot written before they had one (same format version, no such
+// sections) is refused that way too.
 import { LonghandError } from '../../common/errors.ts';
 import { checkSnapshotFits, openSnapshotFile, writeSnapshotFile, type SectionSource, type SnapshotMeta, type SnapshotReader } from '../kv/snapshot-file.ts';
 import type { CachedSequence } from './cached-sequence.ts';
 import type { InfinigenSequenceState } from './policy/infinigen-state.ts';
+import type { PolicySequenceState } from './policy/row-policy.ts';
 
 /** What the loaded model is, for the snapshot's meta and the restore check. */
 export interface SnapshotIdentity {
@@ -36,6 +42,8 @@ export interface SnapshotIdentity {
 }
 
 const INFINIGEN_SECTION = 'infinigen';
+/** 'policy.<name>.shape' (JSON: layers, rows, width) and 'policy.<name>.data' (float32 [layers, rows, width]) */
+const POLICY_SECTION = 'policy';
 
 export async function saveSequenceSnapshot(path: string, sequence: CachedSequence, identity: SnapshotIdentity): Promise<{ tokens: number; bytes: number }> {
   const runner = sequence.runner;
@@ -43,6 +51,7 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
   const ids = Int32Array.from(sequence.tokens.slice(0, n)); // [n]
   const skew = await runner.skewId();
   const ig = runner.exportInfinigen(n);
+  const own = runner.exportPolicyState(n);
   // layers may differ in row shape (Gemma 4), a ring's section is its window's, a KV-shared layer's is empty
   const layerBytes = Array.from({ length: identity.layers }, (_, l) => runner.snapshotLayerBytes(n, l));
   const buffer = new Uint8Array(Math.max(0, ...layerBytes)); // one layer's packed rows, reused for every layer
@@ -60,16 +69,19 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
     });
   }
   if (ig) sections.push(...infinigenSections(ig));
+  if (own) sections.push(...policySections(own));
   const meta: SnapshotMeta = { ...identity, skew, tokens: n, createdAt: new Date().toISOString() };
   const { bytes } = await writeSnapshotFile(path, meta, sections);
   return { tokens: n, bytes };
 }
 
-/** The ids a snapshot holds, after checking that it fits (for choosing whether to restore it). */
-export async function peekSequenceSnapshot(path: string, identity: SnapshotIdentity, skew: string | null): Promise<number[]> {
+/** The ids a snapshot holds, after checking that it fits, its policy state included (`needs`: runner.policyStateNeeds()), for choosing whether to restore it. */
+export async function peekSequenceSnapshot(path: string, identity: SnapshotIdentity, skew: string | null, needs?: { policy: string; layers: number[] }): Promise<number[]> {
   const reader = await openSnapshotFile(path);
   try {
-    return await checkedIds(reader, identity, skew);
+    const ids = await checkedIds(reader, identity, skew);
+    if (needs && ids.length > 0) await readPolicyState(reader, path, needs, false);
+    return ids;
   } finally {
     await reader.close();
   }
@@ -91,9 +103,11 @@ export async function restoreSequenceSnapshot(path: string, sequence: CachedSequ
       if (!found || found.bytes !== want) throw corrupt(path, `section layer.${l} has ${found?.bytes ?? 'no'} bytes, ${want} expected for ${n} tokens`);
     }
     const ig = identity.policy === 'infinigen' ? await readInfinigen(reader, path) : undefined;
+    const needs = runner.policyStateNeeds();
+    const own = needs && n > 0 ? await readPolicyState(reader, path, needs, true) : undefined;
     sequence.clear();
     try {
-      await runner.importSequence(n, async (l, into) => void (await reader.readSection(`layer.${l}`, into)), ig);
+      await runner.importSequence(n, async (l, into) => void (await reader.readSection(`layer.${l}`, into)), ig, own);
     } catch (error) {
       sequence.clear();
       if (error instanceof LonghandError && error.code.startsWith('SNAPSHOT_')) throw error;
@@ -158,6 +172,54 @@ async function readInfinigen(reader: SnapshotReader, path: string): Promise<Infi
   const data = new Float64Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
   if (data.some((x) => !Number.isFinite(x) || x < 0)) throw corrupt(path, 'the InfiniGen energies hold a negative or non-finite value');
   return { observed: h.observed, checkpoints: checkpoints as number[], data };
+}
+
+/** A comparison policy's own state as two sections: its shape (JSON) and the float32 values. */
+function policySections(state: PolicySequenceState): SectionSource[] {
+  const head = new TextEncoder().encode(JSON.stringify({ layers: state.layers, rows: state.rows, width: state.width }));
+  const data = new Uint8Array(state.data.buffer, state.data.byteOffset, state.data.byteLength);
+  return [
+    { name: `${POLICY_SECTION}.${state.policy}.shape`, bytes: head.byteLength, read: () => head },
+    { name: `${POLICY_SECTION}.${state.policy}.data`, bytes: data.byteLength, read: () => data },
+  ];
+}
+
+/**
+ * The state the running policy needs (policyStateNeeds): refused as a mismatch when the snapshot has
+ * none (written under another policy, or before policies kept one) or lacks a sparse layer's; as
+ * damage when its sections disagree with each other. The policy checks the rest when it imports.
+ */
+async function readPolicyState(reader: SnapshotReader, path: string, needs: { policy: string; layers: number[] }, withData: true): Promise<PolicySequenceState>;
+async function readPolicyState(reader: SnapshotReader, path: string, needs: { policy: string; layers: number[] }, withData: false): Promise<undefined>;
+async function readPolicyState(reader: SnapshotReader, path: string, needs: { policy: string; layers: number[] }, withData: boolean): Promise<PolicySequenceState | undefined> {
+  const shapeName = `${POLICY_SECTION}.${needs.policy}.shape`;
+  const dataName = `${POLICY_SECTION}.${needs.policy}.data`;
+  const has = (name: string): boolean => reader.sections.some((s) => s.name === name);
+  if (!has(shapeName) || !has(dataName)) {
+    throw new LonghandError('SNAPSHOT_MISMATCH', `${path}: the snapshot has no ${needs.policy} state (written under ${reader.meta.policy}, or by an older Longhand); ${needs.policy} needs it to continue like a fresh run`, { reason: 'policy', path });
+  }
+  let head: unknown;
+  try {
+    head = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(await reader.readSection(shapeName)));
+  } catch (error) {
+    if (error instanceof LonghandError) throw error;
+    throw corrupt(path, `the ${needs.policy} state's shape section is not JSON`);
+  }
+  const h = head as { layers?: unknown; rows?: unknown; width?: unknown };
+  const okInt = (v: unknown, max: number): v is number => Number.isSafeInteger(v) && (v as number) >= 0 && (v as number) <= max;
+  const layers = h.layers;
+  if (!Array.isArray(layers) || !layers.every((l, i) => okInt(l, 1 << 16) && (i === 0 || (l as number) > (layers[i - 1] as number))) || !okInt(h.rows, 2 ** 31) || !okInt(h.width, 2 ** 31)) {
+    throw corrupt(path, `the ${needs.policy} state's shape section has bad fields`);
+  }
+  const missing = needs.layers.filter((l) => !layers.includes(l));
+  if (missing.length > 0) throw new LonghandError('SNAPSHOT_MISMATCH', `${path}: the snapshot's ${needs.policy} state has no layer ${missing.join(', ')} (written with other denseLayers)`, { reason: 'policy', path });
+  if (!withData) return undefined;
+  const bytes = await reader.readSection(dataName);
+  const values = layers.length * h.rows * h.width;
+  if (bytes.byteLength !== values * 4) throw corrupt(path, `the ${needs.policy} state has ${bytes.byteLength} bytes, ${values * 4} declared`);
+  const data = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  if (data.some((x) => !Number.isFinite(x))) throw corrupt(path, `the ${needs.policy} state holds a non-finite value`);
+  return { policy: needs.policy, layers: layers as number[], rows: h.rows, width: h.width, data };
 }
 
 function corrupt(path: string, why: string): LonghandError {

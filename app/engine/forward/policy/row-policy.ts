@@ -56,6 +56,17 @@ export interface RowPolicy {
   selection(layer: number): readonly Int32Array[];
   /** The cache keeps its first n tokens (n = 0: it was reset). */
   truncate(n: number): void;
+  /**
+   * The largest position <= n where a cut leaves this policy's own state as a fresh prefill of the
+   * first n tokens would make it (H2O's mass, SnapKV's window queries); absent: any position.
+   */
+  resumePoint?(n: number): number;
+  /** The policy's own state at n (a resumePoint of it) for a snapshot; absent: it keeps none beyond the rows. */
+  exportState?(n: number): PolicySequenceState;
+  /** Takes exportState's result after the pool was given the snapshot's n tokens (a RangeError when it does not fit). */
+  importState?(n: number, state: PolicySequenceState): void;
+  /** The layers whose state exportState writes and importState needs (ascending). */
+  stateLayers?(): number[];
   /** The pool now holds N tokens appended without a forward pass (the long-context benchmark's rows). */
   appendedWithoutForward?(N: number): void;
   /**
@@ -73,6 +84,22 @@ export interface RowPolicy {
   drain?(): void;
   /** Gives back native resources (the speculator). */
   free?(): void;
+}
+
+/**
+ * A comparison policy's own sequence state at a cut of n tokens, as a snapshot keeps it: per layer
+ * of `layers` a [rows, width] block of float32 (H2O: [kvHeads, n] accumulated mass; SnapKV: [w,
+ * heads·d] the queries of positions n − w..n − 1).
+ */
+export interface PolicySequenceState {
+  /** the policy that wrote it ('h2o', 'snapkv') */
+  policy: string;
+  /** the layers it holds, ascending */
+  layers: number[];
+  rows: number;
+  width: number;
+  /** [layers.length, rows, width] */
+  data: Float32Array;
 }
 
 /** What a policy may ask of the runner before a prompt. */

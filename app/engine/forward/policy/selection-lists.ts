@@ -44,6 +44,8 @@ export abstract class ListPolicy implements RowPolicy {
   private readonly misses: Float64Array;
   /** [layer] bytes of one K (or V) row of one KV head of the rows the layer attends */
   private readonly rowBytes: number[];
+  /** selectingLayers(), once computed */
+  private selecting: number[] | undefined;
 
   constructor(options: SparsePolicyOptions, ctx: PolicyContext) {
     const { shape, pool } = ctx;
@@ -113,6 +115,16 @@ export abstract class ListPolicy implements RowPolicy {
       this.previous[l] = this.noLists(l);
       this.latest[l] = [];
     }
+  }
+
+  /** The layers this policy selects for and observes prompts of (not dense, not a sliding window's), ascending. */
+  protected selectingLayers(): readonly number[] {
+    if (this.selecting === undefined) {
+      const out: number[] = [];
+      for (let l = this.denseLayers; l < this.shape.layers; l++) if (!this.shape.sliding?.[l]) out.push(l);
+      this.selecting = out;
+    }
+    return this.selecting;
   }
 
   /** The policy's rule: per KV head ascending slots among 0..N−1 (views of output(), or its own arrays). */
