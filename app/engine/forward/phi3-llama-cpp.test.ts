@@ -115,11 +115,12 @@ function prompts(path: string): number[][] {
 
 describe('phi3 greedy vs llama.cpp (F32)', () => {
   // three prompts on the Phi-3 shape; the chat prompt on the Phi-4 shape (the suite's time budget)
-  const cases: [string, string, number][] = [
-    ['Phi-3-mini-like (MHA, full rotary, untied)', fixture('mini3-f32', { ...MINI3, type: 'F32' }), 3],
-    ['Phi-4-mini-like (GQA, partial rotary 0.75, tied, LongRoPE long)', fixture('mini4-f32', { ...MINI4, type: 'F32' }), 1],
+  // [name, prompts, fixture path]: the title's placeholders take the first two in order
+  const cases: [string, number, string][] = [
+    ['Phi-3-mini-like (MHA, full rotary, untied)', 3, fixture('mini3-f32', { ...MINI3, type: 'F32' })],
+    ['Phi-4-mini-like (GQA, partial rotary 0.75, tied, LongRoPE long)', 1, fixture('mini4-f32', { ...MINI4, type: 'F32' })],
   ];
-  it.each(cases)('%s: 200/200 ids on %i prompt(s), native and onnx, top-5 within the F32 bounds', async (name, path, count) => {
+  it.each(cases)('%s: 200/200 ids on %i prompt(s), native and onnx, top-5 within the F32 bounds', async (name, count, path) => {
     const model = loadGgufModel(path);
     const nativeRunner = await runner(model, 'native');
     const onnxRunner = await runner(model, 'onnx');
