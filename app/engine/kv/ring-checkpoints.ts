@@ -176,7 +176,7 @@ export class RingCheckpoints {
   }
 
   private take(at: number): void {
-    if (this.free.length === 0) this.release(this.thinnest());
+    if (this.free.length === 0) this.release(thinnestCheckpoint(this.held));
     const set = this.free.pop()!;
     const sections = this.rings.map(({ layer, window }, i) => {
       const rows = ringKeepRows(window, at);
@@ -188,23 +188,28 @@ export class RingCheckpoints {
     this.taken += 1;
   }
 
-  /** The checkpoint (not the newest) whose removal leaves the smallest gap between its neighbours. */
-  private thinnest(): number {
-    let best = 0;
-    let bestGap = Infinity;
-    for (let i = 0; i < this.held.length - 1; i++) {
-      const gap = this.held[i + 1]!.at - (i > 0 ? this.held[i - 1]!.at : 0);
-      if (gap < bestGap) {
-        best = i;
-        bestGap = gap;
-      }
-    }
-    return best;
-  }
-
   private release(i: number): void {
     const [c] = this.held.splice(i, 1);
     // the views' buffers go back whole
     this.free.push(c!.sections.map((s) => new Uint8Array(s.buffer, 0, s.buffer.byteLength)));
   }
+}
+
+/**
+ * Which of the checkpoints held (ascending positions) to drop when one must go: the one, never the
+ * newest, whose removal leaves the smallest gap between its neighbours (the first one's gap counts
+ * from 0), so the survivors stay spread over the text. Ring checkpoints and policy-state
+ * checkpoints (forward/policy/state-checkpoints.ts) drop by this one rule.
+ */
+export function thinnestCheckpoint(held: readonly { at: number }[]): number {
+  let best = 0;
+  let bestGap = Infinity;
+  for (let i = 0; i < held.length - 1; i++) {
+    const gap = held[i + 1]!.at - (i > 0 ? held[i - 1]!.at : 0);
+    if (gap < bestGap) {
+      best = i;
+      bestGap = gap;
+    }
+  }
+  return best;
 }

@@ -5,6 +5,8 @@
 // the latest prompt, where a Continue cuts back to), so a long prompt keeps points spread over its
 // whole length, as kv/ring-checkpoints.ts does for the rings.
 
+import { thinnestCheckpoint } from '../../kv/ring-checkpoints.ts';
+
 /** Checkpoints per policy (H2O, SnapKV): each costs H2O kvHeads·E floats and SnapKV window·heads·d floats per sparse layer. */
 export const POLICY_CHECKPOINTS = 8;
 
@@ -19,7 +21,7 @@ export class StateCheckpoints<T> {
     if (this.max <= 0 || this.get(at) !== undefined) return;
     this.held.push({ at, state: state() });
     this.held.sort((a, b) => a.at - b.at);
-    while (this.held.length > this.max) this.held.splice(this.thinnest(), 1);
+    while (this.held.length > this.max) this.held.splice(thinnestCheckpoint(this.held), 1);
   }
 
   get(at: number): T | undefined {
@@ -40,19 +42,5 @@ export class StateCheckpoints<T> {
   /** Forgets the checkpoints past n (their state is of text that is cut away). */
   truncate(n: number): void {
     while (this.held.length > 0 && this.held[this.held.length - 1]!.at > n) this.held.pop();
-  }
-
-  /** The checkpoint (not the newest) whose removal leaves the smallest gap between its neighbours. */
-  private thinnest(): number {
-    let best = 0;
-    let bestGap = Infinity;
-    for (let i = 0; i < this.held.length - 1; i++) {
-      const gap = this.held[i + 1]!.at - (i > 0 ? this.held[i - 1]!.at : 0);
-      if (gap < bestGap) {
-        best = i;
-        bestGap = gap;
-      }
-    }
-    return best;
   }
 }
