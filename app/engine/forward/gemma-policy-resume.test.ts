@@ -6,11 +6,11 @@
 // token as a fresh prefill of the same text does, at a point that is not 0 (the rings still hold
 // the window there, the policy has a checkpoint at the prompt's last chunk end).
 //
-// These random Gemma fixtures repeat one token greedily (measured: 1 distinct id of 24 on every
-// prompt of gemma-llama-cpp.test.ts, F32 and Q8_0), so equal ids would prove nothing: the test holds
-// every step's logits to a fresh run's (F32, max |Δ| ≤ 1e-5) and shows that the state matters: the
-// same restore with a wrong state (H2O's mass zeroed; SnapKV's queries negated: zeroed ones would
-// vote uniformly, which ranks no slot differently) moves them by more than 1e-3.
+// Equal greedy ids alone would prove little (v1 of the Gemma fixtures repeated one token greedily;
+// v2's runs vary, families/gemma.ts), so the test also holds every step's logits to a fresh run's
+// (F32, max |Δ| ≤ 1e-5) and shows that the state matters: the same restore with a wrong state (H2O's
+// mass zeroed; SnapKV's queries negated: zeroed ones would vote uniformly, which ranks no slot
+// differently) moves them by more than 1e-3.
 import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
