@@ -1376,8 +1376,12 @@ uint32_t lh_attention_decode_threads_used(const lh_attention_args* a, uint32_t t
   // 32,768 tokens 2.5 ms (1.6 ns a unit), MHA 32/32 10.9 ms (2.1 ns). Counting query heads alone
   // (32,768 pairs a thread) split GQA 32/4 at 2,048 tokens, where two threads took 0.26 ms and one
   // 0.15. Now: MHA 32/32 splits from 1,639 tokens, GQA 32/4 from 5,462. A KV head is never split
-  // (its rows serve its group).
-  const uint64_t work = static_cast<uint64_t>(a->tokens) * (a->heads + LH_ATTENTION_ROW_WORK * a->kv_heads);
+  // (its rows serve its group). Those units were timed at head_dim 64: a wider head costs in
+  // proportion (Qwen3's 128 at GQA 32/8 and 2,048 tokens: one thread 1.24 ms a layer on a Zen 4
+  // host, which the unscaled units kept on one thread while two halve it); narrower heads keep
+  // the 64-dim units (no split sooner than before).
+  const uint64_t dim_scale = a->head_dim > 64 ? a->head_dim : 64;
+  const uint64_t work = static_cast<uint64_t>(a->tokens) * (a->heads + LH_ATTENTION_ROW_WORK * a->kv_heads) * dim_scale / 64;
   uint64_t used = work / LH_ATTENTION_MIN_WORK_PER_THREAD;
   if (used > threads) used = threads;
   if (used > a->kv_heads) used = a->kv_heads;

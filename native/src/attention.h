@@ -120,9 +120,10 @@ lh_status lh_attention_decode(const lh_attention_args* args, lh_attention_impl i
 // the work is small (see lh_attention_decode_threads_used). threads 1..LH_MAX_ATTENTION_THREADS.
 lh_status lh_attention_decode_threads(const lh_attention_args* args, uint32_t threads, lh_attention_impl impl = LH_ATTN_AUTO);
 // How many threads lh_attention_decode_threads uses for these args: min(threads, kv_heads,
-// work / LH_ATTENTION_MIN_WORK_PER_THREAD), at least 1, where work = tokens · (heads + 4 · kv_heads):
-// a score per (token, query head) plus a K/V row read and widened per (token, KV head), which costs
-// about four scores in the grouped kernels. A thread only for ~200-300 us of work.
+// work / LH_ATTENTION_MIN_WORK_PER_THREAD), at least 1, where work = tokens · (heads + 4 · kv_heads)
+// · max(head_dim, 64) / 64: a score of a 64-wide head per (token, query head) plus a K/V row read and
+// widened per (token, KV head), which costs about four scores in the grouped kernels; a wider head
+// costs in proportion. A thread only for ~200-300 us of work.
 constexpr uint64_t LH_ATTENTION_MIN_WORK_PER_THREAD = 131072;  // work units (above) per thread
 constexpr uint64_t LH_ATTENTION_ROW_WORK = 4;                   // work units of one row read, in scores
 uint32_t lh_attention_decode_threads_used(const lh_attention_args* args, uint32_t threads);

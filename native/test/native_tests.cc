@@ -1186,16 +1186,23 @@ void test_attention_decode_threads(lh_attention_impl impl) {
   check(bad == 0 && bad_guard == 0 && no_split == 0, name, "%d differ, first %s; %d guards; %d cases did not split", bad, first, bad_guard, no_split);
   // threads used: a thread per 131,072 units of tokens · (heads + 4 · kv_heads), at most one per KV head, at most as asked
   lh_attention_args u{};
-  const auto used = [&](uint32_t tokens, uint32_t heads, uint32_t kvh, uint32_t threads) {
+  const auto used = [&](uint32_t tokens, uint32_t heads, uint32_t kvh, uint32_t threads, uint32_t dim = 64) {
     u.tokens = tokens;
     u.heads = heads;
     u.kv_heads = kvh;
+    u.head_dim = dim;
     return lh_attention_decode_threads_used(&u, threads);
   };
   check(used(1638, 32, 32, 2) == 1 && used(1639, 32, 32, 2) == 2 && used(1639, 32, 32, 64) == 2 && used(32768, 32, 32, 64) == 32 &&
             used(2048, 32, 4, 2) == 1 && used(5461, 32, 4, 2) == 1 && used(5462, 32, 4, 2) == 2 && used(100000, 3, 3, 7) == 3 &&
             used(8192, 4, 1, 2) == 1 && used(16384, 32, 4, 2) == 2 && used(1, 1, 1, 1) == 1,
         "attention decode threads used: min(threads, kv_heads, tokens * (heads + 4 kv_heads) / 131072), at least 1");
+  // a head wider than 64 costs in proportion: Qwen3's 128 at GQA 32/8 splits from 2,048 tokens (the
+  // 64-wide units kept it on one thread until 4,096), a 256-wide Gemma head at GQA 8/4 from 2,731;
+  // heads narrower than 64 count as 64 (MHA 32/32 still from 1,639)
+  check(used(2047, 32, 8, 2, 128) == 1 && used(2048, 32, 8, 2, 128) == 2 && used(2730, 8, 4, 2, 256) == 1 && used(2731, 8, 4, 2, 256) == 2 &&
+            used(1638, 32, 32, 2, 32) == 1 && used(1639, 32, 32, 2, 32) == 2,
+        "attention decode threads used: the work scales with head_dim / 64 above 64");
   Case c(9, 4, 2, 8, rng);
   lh_attention_args b = c.args(c.out_opt);
   check(lh_attention_decode_threads(&b, 0, impl) == LH_BAD_ARGUMENT && lh_attention_decode_threads(&b, LH_MAX_ATTENTION_THREADS + 1, impl) == LH_BAD_ARGUMENT &&
