@@ -948,7 +948,18 @@ Napi::Value Attend(const Napi::CallbackInfo& info, AttendKind kind) {
     switch (kind) {
       case AttendKind::kDecode: st = lh_attention_decode(&a); break;
       case AttendKind::kDecodeRef: st = lh_attention_decode_ref(&a); break;
-      case AttendKind::kCausal: st = lh_attention_prefill_threads(&a, queries, threads); break;
+      case AttendKind::kCausal:
+        if (queries == 1 && threads > 1) {
+          // a decode step: its KV heads over the shared pool's threads, which the dense stage just
+          // ran on (and may still spin), not threads started for the call (attention.h)
+          lh_shared_pool_reserve(threads);  // no memory for it: the pool stays smaller, the work is still done
+          lh_worker_pool* pool = lh_shared_pool_lock();
+          st = lh_attention_decode_pool(&a, pool, lh_attention_decode_pool_threads_used(&a, threads));
+          lh_shared_pool_unlock();
+        } else {
+          st = lh_attention_prefill_threads(&a, queries, threads);
+        }
+        break;
       case AttendKind::kCausalRef: st = lh_attention_prefill_ref(&a, queries); break;
     }
     if (st == LH_BAD_ARGUMENT) fail(env, st, "attend: q and out must not share memory");

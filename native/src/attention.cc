@@ -1368,6 +1368,19 @@ lh_status lh_attention_decode(const lh_attention_args* a, lh_attention_impl impl
   return lh_attention_decode_threads(a, 1, impl);
 }
 
+namespace {
+// min(threads, kv_heads, work / min_work), at least 1; work as attention.h's
+// lh_attention_decode_threads_used counts it.
+uint32_t threads_for_work(const lh_attention_args* a, uint32_t threads, uint64_t min_work) {
+  const uint64_t dim_scale = a->head_dim > 64 ? a->head_dim : 64;
+  const uint64_t work = static_cast<uint64_t>(a->tokens) * (a->heads + LH_ATTENTION_ROW_WORK * a->kv_heads) * dim_scale / 64;
+  uint64_t used = work / min_work;
+  if (used > threads) used = threads;
+  if (used > a->kv_heads) used = a->kv_heads;
+  return used < 1 ? 1u : static_cast<uint32_t>(used);
+}
+}  // namespace
+
 uint32_t lh_attention_decode_threads_used(const lh_attention_args* a, uint32_t threads) {
   // Starting and joining a thread costs ~100 us on this VM (measured: pthread_create + join after
   // the other core idled 1.5 ms, i.e. the vCPU's wake-up), so a thread needs ~300 us of work to pay.
@@ -1380,12 +1393,11 @@ uint32_t lh_attention_decode_threads_used(const lh_attention_args* a, uint32_t t
   // proportion (Qwen3's 128 at GQA 32/8 and 2,048 tokens: one thread 1.24 ms a layer on a Zen 4
   // host, which the unscaled units kept on one thread while two halve it); narrower heads keep
   // the 64-dim units (no split sooner than before).
-  const uint64_t dim_scale = a->head_dim > 64 ? a->head_dim : 64;
-  const uint64_t work = static_cast<uint64_t>(a->tokens) * (a->heads + LH_ATTENTION_ROW_WORK * a->kv_heads) * dim_scale / 64;
-  uint64_t used = work / LH_ATTENTION_MIN_WORK_PER_THREAD;
-  if (used > threads) used = threads;
-  if (used > a->kv_heads) used = a->kv_heads;
-  return used < 1 ? 1u : static_cast<uint32_t>(used);
+  return threads_for_work(a, threads, LH_ATTENTION_MIN_WORK_PER_THREAD);
+}
+
+uint32_t lh_attention_decode_pool_threads_used(const lh_attention_args* a, uint32_t threads) {
+  return threads_for_work(a, threads, LH_ATTENTION_POOL_MIN_WORK_PER_THREAD);
 }
 
 lh_status lh_attention_decode_threads(const lh_attention_args* a, uint32_t threads, lh_attention_impl impl) {

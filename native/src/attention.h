@@ -127,6 +127,14 @@ lh_status lh_attention_decode_threads(const lh_attention_args* args, uint32_t th
 constexpr uint64_t LH_ATTENTION_MIN_WORK_PER_THREAD = 131072;  // work units (above) per thread
 constexpr uint64_t LH_ATTENTION_ROW_WORK = 4;                   // work units of one row read, in scores
 uint32_t lh_attention_decode_threads_used(const lh_attention_args* args, uint32_t threads);
+// The same count for a split over a running worker pool (lh_attention_decode_pool): its threads wake
+// in microseconds when they were spinning after the dense stage's matmuls and in tens of microseconds
+// from sleep, not the ~100 us a started thread costs, so a thread pays from ~1/8 of the work. Measured
+// on a Zen 4 host (2 threads, fp16 rows from DRAM, Gemma-3-4B-like layers: 8 heads / 4 KV heads,
+// head_dim 256): a 1,024-row window layer 0.47 ms on one thread, which the started-thread rule kept
+// on one thread at every context (98,304 units).
+constexpr uint64_t LH_ATTENTION_POOL_MIN_WORK_PER_THREAD = 16384;  // work units per pool thread
+uint32_t lh_attention_decode_pool_threads_used(const lh_attention_args* args, uint32_t threads);
 // lh_attention_decode_threads with the KV heads split over min(threads, kv_heads) threads of a running
 // worker pool (worker_pool.h; null: inline) instead of threads started for the call: a pool thread
 // wakes in microseconds, so every call splits. Same bits as lh_attention_decode.

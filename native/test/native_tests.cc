@@ -1203,6 +1203,19 @@ void test_attention_decode_threads(lh_attention_impl impl) {
   check(used(2047, 32, 8, 2, 128) == 1 && used(2048, 32, 8, 2, 128) == 2 && used(2730, 8, 4, 2, 256) == 1 && used(2731, 8, 4, 2, 256) == 2 &&
             used(1638, 32, 32, 2, 32) == 1 && used(1639, 32, 32, 2, 32) == 2,
         "attention decode threads used: the work scales with head_dim / 64 above 64");
+  // over the running worker pool a thread pays from 16,384 units: a Gemma-3-4B-like window layer
+  // (8 / 4 heads, head_dim 256, 1,024 rows) splits, as do 512 rows (49,152 units) and 342; 341 do not
+  const auto pool_used = [&](uint32_t tokens, uint32_t heads, uint32_t kvh, uint32_t threads, uint32_t dim) {
+    u.tokens = tokens;
+    u.heads = heads;
+    u.kv_heads = kvh;
+    u.head_dim = dim;
+    return lh_attention_decode_pool_threads_used(&u, threads);
+  };
+  check(pool_used(1024, 8, 4, 2, 256) == 2 && used(1024, 8, 4, 2, 256) == 1 && pool_used(512, 8, 4, 2, 256) == 2 &&
+            pool_used(341, 8, 4, 2, 256) == 1 && pool_used(342, 8, 4, 2, 256) == 2 && pool_used(100000, 8, 4, 64, 256) == 4 &&
+            pool_used(1, 1, 1, 1, 64) == 1,
+        "attention decode pool threads used: min(threads, kv_heads, work / 16384), at least 1");
   Case c(9, 4, 2, 8, rng);
   lh_attention_args b = c.args(c.out_opt);
   check(lh_attention_decode_threads(&b, 0, impl) == LH_BAD_ARGUMENT && lh_attention_decode_threads(&b, LH_MAX_ATTENTION_THREADS + 1, impl) == LH_BAD_ARGUMENT &&
