@@ -3,7 +3,7 @@
 //
 //   node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0]
 //        [--layers N] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE]
-//        [--dir DIR] [--dense auto|native|onnx]
+//        [--dir DIR] [--dense auto|native|onnx] [--cpu-level portable|avx2|avx512|amx]
 //
 // --family (issue 30): llama (default: the shape below), or a family at a realistic shape written
 // by its own fixture writer with its real tokenizer (test/fixtures/cli.ts → families/*.ts):
@@ -58,12 +58,30 @@
 // (fast) step: other processes on the cores come in bursts that the mean absorbs; every step's ms is
 // in the --json output.
 //
+// --cpu-level LEVEL (issue 35) runs both engines at one instruction-set level on a host that has
+// more: Longhand through LONGHAND_CPU_LEVEL (native/src/cpu_level.h: every kernel choice capped at
+// LEVEL; set for this process and so for every child; onnxruntime, when it runs the dense stages,
+// chooses its own kernels and is not capped), llama.cpp through the CPU backend variant
+// of that level from node-llama-cpp's package (test/support/llama-cpu-level.mjs: avx2 = ggml's
+// haswell build). Without it, a LONGHAND_CPU_LEVEL in the environment is taken as the level (both
+// engines), else each engine runs the best the CPU has. The run prints the host's instruction sets
+// (/proc/cpuinfo), and each table which kernels ran: Longhand's level, dense kernel per weight type
+// and attention kernel; llama.cpp's CPU backend features (llama.systemInfo).
+//
+// Compute bound (prefill, fill): multiply-accumulates per token of the weight matrices (every
+// layer's, plus the LM head once per prompt: both engines compute logits for the last token only),
+// each type's MACs divided by its dot kernel's one-thread peak on this host at the run's level
+// (native measureDotPeak: a weight tile in cache, the prefill token block passing over it, best of
+// 5 passes before the engines), times the threads. Attention is left out (another kernel; ~2% of a
+// 512-token prefill's MACs at dim 2048, ~8% at --quick's dim 512). Shown as % of that bound for both engines; '—' where a
+// type has no native kernel (llama-quantize's Q5_0 / Q5_1 fallbacks).
+//
 // --dir DIR keeps the fixtures there and reuses the ones an earlier run left (their names give type,
 // shape and KV heads).
 //
 // Children: `--child inspect|ours|llama`; they print one line `RESULT {json}` on stdout.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -144,6 +162,7 @@ const { values: opts } = parseArgs({
     dir: { type: 'string' },
     'bandwidth-mib': { type: 'string', default: '512' },
     dense: { type: 'string', default: 'auto' },
+    'cpu-level': { type: 'string' },
     // child mode
     child: { type: 'string' },
     model: { type: 'string' },
@@ -232,14 +251,20 @@ async function childInspect(path) {
     let embedBytes = 0;
     let parameters = 0;
     const dtypes = {};
+    // multiply-accumulates per token by weight type: every layer matrix once per token (layerMacs),
+    // the LM head (output.weight, or token_embd when tied) once per prompt (headMacs)
+    const layerMacs = {};
+    const headMacs = {};
+    const tied = !model.tensors.has('output.weight');
     for (const [name, t] of model.tensors) {
       const n = t.bytes().byteLength;
       parameters += t.elements;
       dtypes[t.dtype] = (dtypes[t.dtype] ?? 0) + n;
       if (name === 'token_embd.weight') embedBytes = n;
       else weightBytes += n;
+      if (name === 'output.weight' || (tied && name === 'token_embd.weight')) headMacs[t.dtype] = (headMacs[t.dtype] ?? 0) + t.elements;
+      else if (name.startsWith('blk.') && t.shape.length === 2 && t.shape[0] > 1 && t.shape[1] > 1) layerMacs[t.dtype] = (layerMacs[t.dtype] ?? 0) + t.elements;
     }
-    const tied = !model.tensors.has('output.weight');
     const h = model.hyper;
     const bosMeta = model.tokenizer.kind === 'gguf' ? model.tokenizer.metadata.get('tokenizer.ggml.bos_token_id') : undefined;
     result({
@@ -255,6 +280,8 @@ async function childInspect(path) {
       tied,
       // per decode token: all tensors but the embedding (one row), unless it doubles as the LM head
       weightBytesPerToken: weightBytes + (tied ? embedBytes : 0),
+      layerMacs,
+      headMacs,
       bos: bosMeta === undefined ? 1 : Number(bosMeta),
     });
   } finally {
@@ -287,6 +314,9 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
   const loadSeconds = (performance.now() - t0) / 1000;
   const loadCpuSeconds = cpuSeconds(cpu0);
   const loadPeakRssBytes = peakRss();
+  // which level and kernels this process's addon chose (LONGHAND_CPU_LEVEL from the parent)
+  const { cpuLevel } = await import('../native/index.js');
+  const kernels = cpuLevel();
   // warm-up (first runs of each graph allocate)
   await runner.prefill(ids.slice(0, 16));
   for (let i = 0; i < 3; i++) await runner.decode(ids[16 + i]);
@@ -328,6 +358,7 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
   const out = {
     engine: 'longhand',
     threads,
+    kernels,
     loadSeconds,
     loadCpuSeconds,
     loadPeakRssBytes,
@@ -360,12 +391,16 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
   result(out);
 }
 
-async function childLlama(path, threads, vocab, bos, steps) {
+async function childLlama(path, threads, vocab, bos, steps, level) {
+  const { forceLlamaCpuLevel, llamaCpuFeatures } = await import('../test/support/llama-cpu-level.mjs');
+  const forced = level === undefined ? undefined : forceLlamaCpuLevel(level);
   const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
   const ids = promptIds(LONG, vocab, bos);
   const t0 = performance.now();
   const cpu0 = process.cpuUsage();
   const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  // the features the loaded CPU backend variant was built with (ggml picks the best-scoring one)
+  const cpuBackend = { level: level ?? 'best', variants: forced?.variants, features: llamaCpuFeatures(llama.systemInfo) };
   const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
   const context = await model.createContext({ contextSize: CONTEXT, threads, batchSize: 512, flashAttention: false });
   const loadSeconds = (performance.now() - t0) / 1000;
@@ -421,6 +456,7 @@ async function childLlama(path, threads, vocab, bos, steps) {
   const out = {
     engine: 'llama.cpp',
     threads,
+    cpuBackend,
     loadSeconds,
     loadCpuSeconds,
     loadPeakRssBytes,
@@ -468,6 +504,61 @@ function runChild(args, { tsx = true } = {}) {
   });
 }
 
+const CPU_LEVELS = ['portable', 'avx2', 'avx512', 'amx'];
+// the GGML type ids of the weight types the native dot kernels have (native/src/quant_dot.h)
+const GGML_TYPE_IDS = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14 };
+// the /proc/cpuinfo flags that decide which kernels either engine can run
+const ISA_FLAGS = ['sse4_2', 'avx', 'avx2', 'fma', 'f16c', 'bmi2', 'avx_vnni', 'avx512f', 'avx512bw', 'avx512vl', 'avx512dq', 'avx512_vnni', 'avx512_vbmi', 'avx512_bf16', 'amx_tile', 'amx_int8', 'amx_bf16'];
+
+/** The host's CPU model and which of ISA_FLAGS it has (Linux /proc/cpuinfo; 'unknown' elsewhere). */
+function hostIsa() {
+  try {
+    const text = readFileSync('/proc/cpuinfo', 'utf8');
+    const model = /^model name\s*:\s*(.+)$/m.exec(text)?.[1]?.trim() ?? 'unknown CPU';
+    const flags = new Set((/^flags\s*:\s*(.+)$/m.exec(text)?.[1] ?? '').split(/\s+/));
+    return { model, flags: ISA_FLAGS.filter((f) => flags.has(f)) };
+  } catch {
+    return { model: 'unknown CPU', flags: [] };
+  }
+}
+
+/** Longhand's kernels, from native cpuLevel(): "level avx2 (forced; the CPU runs avx512), attention avx2-fma-f16c, dense Q4_K avx2, ...". */
+function describeKernels(k, types) {
+  if (!k) return '?';
+  const dense = Object.entries(k.dense).filter(([t]) => types === undefined || types.includes(t));
+  return `level ${k.level}${k.forced ? ` (forced; the CPU runs ${k.cpu})` : ''}, attention ${k.attention}, dense ${dense.map(([t, i]) => `${t} ${i ?? 'none'}`).join(', ')}`;
+}
+
+/** llama.cpp's CPU backend, from the llama child: "level avx2: AVX AVX2 F16C FMA ...". */
+function describeLlamaBackend(b) {
+  if (!b) return '?';
+  return `${b.level === 'best' ? 'the best variant for this CPU' : `level ${b.level} (variants ${b.variants?.join(', ')})`}: ${b.features.join(' ')}`;
+}
+
+/** Each native dot kernel's one-thread peak (native measureDotPeak) at this process's level: { type: { kernel, tokens, macsPerSecond } }. */
+function measureDotPeaks(native) {
+  const out = {};
+  for (const [name, id] of Object.entries(GGML_TYPE_IDS)) out[name] = native.measureDotPeak(id, 5);
+  return out;
+}
+
+/**
+ * Prefill tokens/s the dot kernels allow on `threads` threads for a `tokens`-token prompt: the
+ * layers' MACs per token plus the LM head's once, each type's at its kernel's peak. Undefined when
+ * a type has no native kernel.
+ */
+function computeBound(info, peaks, threads, tokens) {
+  let seconds = 0;
+  for (const [macs, per] of [[info.layerMacs, 1], [info.headMacs, tokens]]) {
+    for (const [type, n] of Object.entries(macs ?? {})) {
+      const peak = peaks[type]?.macsPerSecond;
+      if (!(peak > 0)) return undefined;
+      seconds += n / per / (peak * threads);
+    }
+  }
+  return seconds > 0 ? 1 / seconds : undefined;
+}
+
 function measureBandwidth(loadAddonModule, threadList, mib) {
   const out = {};
   for (const t of threadList) out[t] = loadAddonModule.measureReadBandwidth(mib * 2 ** 20, 5, t);
@@ -504,7 +595,7 @@ function agreement(a, b, top5) {
   return `${i}/${n} (step ${i}: ${a[i]} vs ${b[i]}${where})`;
 }
 
-function table(type, info, runs, bounds, shape) {
+function table(type, info, runs, bounds, shape, peaks) {
   const lines = [];
   const h = info.hyper;
   const windows = info.slidingLayers ? `, ${info.slidingLayers.filter(Boolean).length} window layers (window ${info.window}) + ${info.slidingLayers.filter((x) => !x).length} global` : '';
@@ -515,20 +606,29 @@ function table(type, info, runs, bounds, shape) {
   const engines = [...new Set(runs.map((r) => (r.ours.dense ? (r.ours.dense.engine === 'native' ? `native (${r.ours.dense.kernel})` : `onnxruntime${r.ours.dense.whyNotNative ? ` (${r.ours.dense.whyNotNative})` : ''}`) : '?')))];
   lines.push(`Longhand's dense stages: ${engines.join(', ')}`);
   lines.push('');
+  const matrixTypes = [...new Set([...Object.keys(info.layerMacs ?? {}), ...Object.keys(info.headMacs ?? {})])];
+  const ours = runs.find((r) => r.ours.kernels)?.ours.kernels;
+  const llamaBackend = runs.find((r) => r.llama.cpuBackend)?.llama.cpuBackend;
+  // onnxruntime's MLAS picks its kernels by cpuid itself: LONGHAND_CPU_LEVEL does not reach it
+  const onnx = runs.some((r) => r.ours.dense?.engine === 'onnx') ? ' (but the dense stages ran on onnxruntime, whose kernels the level does not cap: only attention and the KV path ran at it)' : '';
+  lines.push(`Kernels: Longhand ${describeKernels(ours, matrixTypes)}${onnx}; llama.cpp CPU backend ${describeLlamaBackend(llamaBackend)}`);
+  lines.push('');
+  lines.push(`Compute bound (prefill, fill): matrix MACs per token ${(Object.values(info.layerMacs ?? {}).reduce((a, b) => a + b, 0) / 1e6).toFixed(1)} M (+ LM head ${(Object.values(info.headMacs ?? {}).reduce((a, b) => a + b, 0) / 1e6).toFixed(1)} M once) over the dot kernels' one-thread peak × threads: ${matrixTypes.map((t) => (peaks[t] ? `${t} ${(peaks[t].macsPerSecond / 1e9).toFixed(1)} GMAC/s (${peaks[t].kernel})` : `${t} no kernel`)).join(', ')}`);
+  lines.push('');
   lines.push('| metric | threads | Longhand | llama.cpp | ratio ours/llama | bound |');
   lines.push('|---|---|---|---|---|---|');
   for (const r of runs) {
     const o = r.ours;
     const l = r.llama;
     const b = bounds[r.threads];
-    lines.push(`| prefill 512 (tok/s) | ${r.threads} | ${fmt(o.prefillTps)} | ${fmt(l.prefillTps)} | ${ratio(o.prefillTps, l.prefillTps)} | — |`);
+    lines.push(`| prefill 512 (tok/s, % of compute bound) | ${r.threads} | ${fmt(o.prefillTps)}${pct(o.prefillTps, b.prefill)} | ${fmt(l.prefillTps)}${pct(l.prefillTps, b.prefill)} | ${ratio(o.prefillTps, l.prefillTps)} | ${fmt(b.prefill)} |`);
     lines.push(`| decode @512 (tok/s, % of bound) | ${r.threads} | ${fmt(o.decode512Tps, 2)}${pct(o.decode512Tps, b.at512)} | ${fmt(l.decode512Tps, 2)}${pct(l.decode512Tps, b.at512)} | ${ratio(o.decode512Tps, l.decode512Tps)} | ${fmt(b.at512, 2)} |`);
     lines.push(`| decode @2048 (tok/s, % of bound) | ${r.threads} | ${fmt(o.decode2048Tps, 2)}${pct(o.decode2048Tps, b.at2048)} | ${fmt(l.decode2048Tps, 2)}${pct(l.decode2048Tps, b.at2048)} | ${ratio(o.decode2048Tps, l.decode2048Tps)} | ${fmt(b.at2048, 2)} |`);
     lines.push(`| decode @512, median step (tok/s) | ${r.threads} | ${fmt(o.decode512MedianTps, 2)}${pct(o.decode512MedianTps, b.at512)} | ${fmt(l.decode512MedianTps, 2)}${pct(l.decode512MedianTps, b.at512)} | ${ratio(o.decode512MedianTps, l.decode512MedianTps)} | ${fmt(b.at512, 2)} |`);
     lines.push(`| decode @2048, median step (tok/s) | ${r.threads} | ${fmt(o.decode2048MedianTps, 2)}${pct(o.decode2048MedianTps, b.at2048)} | ${fmt(l.decode2048MedianTps, 2)}${pct(l.decode2048MedianTps, b.at2048)} | ${ratio(o.decode2048MedianTps, l.decode2048MedianTps)} | ${fmt(b.at2048, 2)} |`);
     lines.push(`| decode @512, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode512P10Tps, 2)}${pct(o.decode512P10Tps, b.at512)} | ${fmt(l.decode512P10Tps, 2)}${pct(l.decode512P10Tps, b.at512)} | ${ratio(o.decode512P10Tps, l.decode512P10Tps)} | ${fmt(b.at512, 2)} |`);
     lines.push(`| decode @2048, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode2048P10Tps, 2)}${pct(o.decode2048P10Tps, b.at2048)} | ${fmt(l.decode2048P10Tps, 2)}${pct(l.decode2048P10Tps, b.at2048)} | ${ratio(o.decode2048P10Tps, l.decode2048P10Tps)} | ${fmt(b.at2048, 2)} |`);
-    lines.push(`| fill ${o.fillTokens ?? l.fillTokens ?? '?'} tokens to 2048 (tok/s) | ${r.threads} | ${fmt(o.fillTps)} | ${fmt(l.fillTps)} | ${ratio(o.fillTps, l.fillTps)} | — |`);
+    lines.push(`| fill ${o.fillTokens ?? l.fillTokens ?? '?'} tokens to 2048 (tok/s, % of compute bound) | ${r.threads} | ${fmt(o.fillTps)}${pct(o.fillTps, b.fill)} | ${fmt(l.fillTps)}${pct(l.fillTps, b.fill)} | ${ratio(o.fillTps, l.fillTps)} | ${fmt(b.fill)} |`);
     lines.push(`| greedy ids equal to llama.cpp's, decode @512 | ${r.threads} | ${agreement(o.decode512Ids, l.decode512Ids, o.decode512Top5)} | | | — |`);
     lines.push(`| greedy ids equal to llama.cpp's, decode @2048 | ${r.threads} | ${agreement(o.decode2048Ids, l.decode2048Ids, o.decode2048Top5)} | | | — |`);
     lines.push(`| peak RSS | ${r.threads} | ${mib(o.peakRssBytes)} | ${mib(l.peakRssBytes)} | ${ratio(o.peakRssBytes, l.peakRssBytes)} | — |`);
@@ -558,7 +658,7 @@ function table(type, info, runs, bounds, shape) {
 
 async function parent() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0 (llama: any of ' + TYPES.join(', ') + '; default llama Q8_0,Q4_0, the others Q4_K_M,Q8_0)] [--layers N] [--threads 1,2] [--kv-heads 32 (llama)] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx]');
+    console.log('usage: node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0 (llama: any of ' + TYPES.join(', ') + '; default llama Q8_0,Q4_0, the others Q4_K_M,Q8_0)] [--layers N] [--threads 1,2] [--kv-heads 32 (llama)] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx] [--cpu-level portable|avx2|avx512|amx]');
     return;
   }
   const familyName = opts.family;
@@ -580,16 +680,28 @@ async function parent() {
       : { dim: 2048, layers: layersArg ?? 16, heads: 32, kvHeads: kvHeadsArg, ffn: 5632, vocab: 32000 };
   if (familyName === 'llama' && sizes.heads % sizes.kvHeads !== 0) throw new Error(`--kv-heads ${sizes.kvHeads} must divide ${sizes.heads} heads`);
 
+  // the level both engines run at: set before the addon loads (here and in every child, which inherit it)
+  const cpuLevel = opts['cpu-level'] ?? (process.env.LONGHAND_CPU_LEVEL || undefined);
+  if (cpuLevel !== undefined && !CPU_LEVELS.includes(cpuLevel)) throw new Error(`--cpu-level must be one of ${CPU_LEVELS.join(', ')}, got ${cpuLevel}`);
+  if (cpuLevel !== undefined) process.env.LONGHAND_CPU_LEVEL = cpuLevel;
+  else delete process.env.LONGHAND_CPU_LEVEL;
+
   const native = await import('../native/index.js');
+  const kernels = native.cpuLevel(); // a level this CPU lacks throws here (NATIVE_BAD_ARGUMENT)
+  const host = hostIsa();
   const started = new Date();
   const loadBefore = loadavg();
   console.log(`dense bench ${started.toISOString()}: family ${familyName}, types ${types.join(',')}, threads ${threadList.join(',')}, ${opts.quick ? 'QUICK ' : ''}shape ${JSON.stringify(sizes)}, ${steps} decode steps, load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
+  console.log(`host: ${host.model}; instruction sets: ${host.flags.join(' ') || 'unknown'}`);
+  console.log(`Longhand kernels: ${describeKernels(kernels)}; llama.cpp: ${cpuLevel === undefined ? 'the best CPU backend variant for this CPU' : `the CPU backend variants of level ${cpuLevel}`}`);
   const bwThreads = [...new Set([1, ...threadList])].sort((a, b) => a - b);
   const bwBefore = measureBandwidth(native, bwThreads, bwMib);
   console.log(`read bandwidth before (GB/s, ${bwMib} MiB, best of 5): ${bwThreads.map((t) => `${t} thread(s) ${fmt(bwBefore[t], 2)}`).join(', ')}`);
+  const peaks = measureDotPeaks(native);
+  console.log(`dot kernels' one-thread peak (GMAC/s, best of 5): ${Object.entries(peaks).map(([t, p]) => `${t} ${(p.macsPerSecond / 1e9).toFixed(1)} (${p.kernel})`).join(', ')}`);
 
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'longhand-dense-'));
-  const report = { started: started.toISOString(), quick: opts.quick, sizes, steps, prompt: PROMPT, long: LONG, contextSize: CONTEXT, loadBefore, bandwidth: { before: bwBefore }, models: {} };
+  const report = { started: started.toISOString(), quick: opts.quick, sizes, steps, prompt: PROMPT, long: LONG, contextSize: CONTEXT, loadBefore, host, cpuLevel: cpuLevel ?? null, kernels, dotPeaks: peaks, bandwidth: { before: bwBefore }, models: {} };
   const sections = [];
   try {
     for (const type of types) {
@@ -613,7 +725,7 @@ async function parent() {
         const common = ['--model', path, '--threads', `${threads}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`, '--steps', `${steps}`];
         const ours = await runChild(['ours', ...common, '--dense', opts.dense]);
         console.log(`${type} ${threads} thread(s) Longhand: ${ours.error ?? `prefill ${fmt(ours.prefillTps)} tok/s, decode@512 ${fmt(ours.decode512Tps, 2)}, decode@2048 ${fmt(ours.decode2048Tps, 2)} tok/s, peak RSS ${mib(ours.peakRssBytes)}`}`);
-        const llama = await runChild(['llama', ...common], { tsx: false });
+        const llama = await runChild(['llama', ...common, ...(cpuLevel === undefined ? [] : ['--cpu-level', cpuLevel])], { tsx: false });
         console.log(`${type} ${threads} thread(s) llama.cpp: ${llama.error ?? `prefill ${fmt(llama.prefillTps)} tok/s, decode@512 ${fmt(llama.decode512Tps, 2)}, decode@2048 ${fmt(llama.decode2048Tps, 2)} tok/s, peak RSS ${mib(llama.peakRssBytes)}`}`);
         runs.push({ threads, ours, llama });
       }
@@ -643,17 +755,26 @@ async function parent() {
       const bw = bandwidthFor(t) * 1e9;
       const b512 = m.info.weightBytesPerToken + kvBytesAt(PROMPT);
       const b2048 = m.info.weightBytesPerToken + kvBytesAt(LONG);
-      bounds[t] = { bandwidthGBs: bw / 1e9, bytesPerToken512: b512, bytesPerToken2048: b2048, at512: bw / b512, at2048: bw / b2048 };
+      bounds[t] = {
+        bandwidthGBs: bw / 1e9,
+        bytesPerToken512: b512,
+        bytesPerToken2048: b2048,
+        at512: bw / b512,
+        at2048: bw / b2048,
+        prefill: computeBound(m.info, peaks, t, PROMPT),
+        fill: computeBound(m.info, peaks, t, LONG - PROMPT - steps),
+      };
     }
     m.bounds = bounds;
     const fullDepth = opts.quick ? family.quickLayers : family.layers;
-    sections.push(table(type, m.info, m.runs, bounds, { family: familyName, label: opts.quick ? family.quickLabel : family.label, layersCut: layersArg !== undefined && layersArg !== fullDepth ? fullDepth : undefined }));
+    sections.push(table(type, m.info, m.runs, bounds, { family: familyName, label: opts.quick ? family.quickLabel : family.label, layersCut: layersArg !== undefined && layersArg !== fullDepth ? fullDepth : undefined }, peaks));
   }
   const loadAfter = loadavg();
   report.loadAfter = loadAfter;
   report.seconds = (Date.now() - started.getTime()) / 1000;
 
   console.log('');
+  console.log(`host: ${host.model}; instruction sets: ${host.flags.join(' ') || 'unknown'}; run at ${cpuLevel === undefined ? "each engine's best level" : `--cpu-level ${cpuLevel}`}`);
   console.log(`read bandwidth (GB/s; before / after): ${bwThreads.map((t) => `${t} thread(s) ${fmt(bwBefore[t], 2)} / ${fmt(bwAfter[t], 2)}`).join(', ')}; bound uses ${threadList.map((t) => `${t}t ${fmt(bandwidthFor(t), 2)}`).join(', ')}`);
   console.log(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}; ${report.seconds.toFixed(0)} s in all`);
   console.log('');
@@ -673,7 +794,7 @@ async function child() {
   const bos = Number(opts.bos);
   const steps = positiveInt(opts.steps, '--steps');
   if (opts.child === 'ours') return childOurs(path, threads, vocab, bos, steps, opts.dense);
-  if (opts.child === 'llama') return childLlama(path, threads, vocab, bos, steps);
+  if (opts.child === 'llama') return childLlama(path, threads, vocab, bos, steps, opts['cpu-level']);
   throw new Error(`unknown child ${opts.child}`);
 }
 

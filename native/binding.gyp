@@ -24,6 +24,7 @@
       "type": "static_library",
       "cflags_cc": ["-fno-exceptions"],
       "sources": [
+        "src/cpu_level.cc",
         "src/kv_pool.cc",
         "src/mapped_file.cc",
         "src/gguf_repack.cc",
@@ -40,6 +41,7 @@
         "src/quant_dot.cc",
         "src/quant_dot_q.cc",
         "src/quant_dot_k.cc",
+        "src/quant_dot_peak.cc",
         "src/dense_stage.cc",
         "src/worker_pool.cc",
         "src/reference/attention_ref.cc",
@@ -62,7 +64,7 @@
       "type": "executable",
       "dependencies": ["longhand_core"],
       "cflags_cc": ["-fno-exceptions"],
-      "sources": ["test/native_tests.cc", "test/quant_dot_sweep.cc", "test/quant_dot_bench.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc", "test/dense_stage_tests.cc", "test/attention_params_tests.cc", "test/kv_layer_capacity_tests.cc", "test/kv_ring_tests.cc"],
+      "sources": ["test/native_tests.cc", "test/quant_dot_sweep.cc", "test/quant_dot_bench.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc", "test/dense_stage_tests.cc", "test/attention_params_tests.cc", "test/kv_layer_capacity_tests.cc", "test/kv_ring_tests.cc", "test/cpu_level_tests.cc"],
     },
   ],
 }

@@ -626,6 +626,51 @@ export declare function selectInfinigenNative(
   knobs: InfinigenNativeKnobs,
 ): { selected: Int32Array[]; n: number; candidateCount: number; counts: Int32Array };
 
+/** The instruction-set levels of the native kernels, each including the ones before it. */
+export type CpuLevelName = 'portable' | 'avx2' | 'avx512' | 'amx';
+
+/**
+ * The environment variable that caps every kernel choice of the addon at a level (native/src/cpu_level.h),
+ * read once as the addon loads: an AVX-512 or AMX host then runs exactly the kernels of an AVX2 CPU
+ * (bench/dense.mjs --cpu-level). Unset or empty: no cap. An unknown name, or a level this CPU lacks,
+ * makes loading the addon throw NativeError NATIVE_BAD_ARGUMENT with details { variable, value,
+ * reason: 'unknown-level' | 'cpu-lacks-level', cpuLevel }.
+ */
+export declare const CPU_LEVEL_ENV: 'LONGHAND_CPU_LEVEL';
+
+export interface CpuLevelInfo {
+  /** the level the kernels run at: the lower of LONGHAND_CPU_LEVEL's and the CPU's */
+  level: CpuLevelName;
+  /** the CPU's own level (AVX-512 means F/BW/VL/DQ; AMX means AMX-TILE + AMX-INT8 usable by this process) */
+  cpu: CpuLevelName;
+  /** true when LONGHAND_CPU_LEVEL put `level` below `cpu` */
+  forced: boolean;
+  /** attention's kernel (attentionKernel()): 'avx512' | 'avx2-fma-f16c' | 'portable' */
+  attention: string;
+  /** the dot kernels DenseStage runs per GGML weight type ('amx': AVX512's with AMX tiles in prefill) */
+  dense: Record<'F32' | 'F16' | 'Q4_0' | 'Q8_0' | 'Q4_K' | 'Q5_K' | 'Q6_K', 'amx' | 'avx512' | 'avx2' | 'scalar' | null>;
+}
+
+/** Which level and which kernels this process's addon runs. */
+export declare function cpuLevel(): CpuLevelInfo;
+
+export interface DotPeak {
+  /** the kernels measured: the ones DenseStage runs for the type (denseKernel) */
+  kernel: 'amx' | 'avx512' | 'avx2' | 'scalar';
+  /** tokens per call (dense_stage's prefill block: 64, AMX 256) */
+  tokens: number;
+  /** weight elements × tokens (multiply-accumulates) per second, one thread, best pass */
+  macsPerSecond: number;
+}
+
+/**
+ * The dot kernels' compute peak on one thread for GGML type `ggmlType` (native/src/quant_dot_peak.h:
+ * a 32 × 2048 weight tile in cache, a token block passing over it; best of `repeats` passes, 1 .. 100,
+ * default 5; each ~2e8 MACs). For bench/'s prefill compute bound. NATIVE_BAD_ARGUMENT: a type
+ * without kernels, repeats out of range.
+ */
+export declare function measureDotPeak(ggmlType: number, repeats?: number): DotPeak;
+
 /** The environment variable that, set to 1 before the addon loads, exports the fault hook. */
 export declare const TEST_FAULTS_ENV: 'LONGHAND_TEST_FAULTS';
 

@@ -17,7 +17,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 18;
+const ABI_VERSION = 19;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -57,6 +57,8 @@ export function loadAddon(path = ADDON_PATH) {
   try {
     binding = require(path);
   } catch (cause) {
+    // a LONGHAND_CPU_LEVEL the addon refused as it loaded: the binary is fine, the setting is not
+    if (cause?.code === 'NATIVE_BAD_ARGUMENT' && cause?.details?.variable === CPU_LEVEL_ENV) throw new NativeErrorClass(cause.code, cause.message, cause.details);
     const reason = cause instanceof Error ? cause.message.split('\n')[0] : String(cause);
     throw new NativeErrorClass('NATIVE_NOT_BUILT', `The native addon is not built or does not load: ${path} (${reason}). ${REBUILD_HINT}`, {
       path,
@@ -282,6 +284,23 @@ export function createDenseStage(config) {
 /** The native InfiniGen selection on explicit inputs (the shapes of select-reference.ts), for tests. */
 export function selectInfinigenNative(layer, input, knobs) {
   return loadAddon().selectInfinigen(layer, input, knobs);
+}
+
+/**
+ * The environment variable that caps every kernel choice of the addon (native/src/cpu_level.h):
+ * portable | avx2 | avx512 | amx, read once as the addon loads. Unknown names and levels this CPU
+ * lacks make loadAddon() throw NATIVE_BAD_ARGUMENT (details.variable, value, reason, cpuLevel).
+ */
+export const CPU_LEVEL_ENV = 'LONGHAND_CPU_LEVEL';
+
+/** The level the kernels run at, the CPU's own, and the kernels every dispatch chooses (see index.d.ts). */
+export function cpuLevel() {
+  return loadAddon().cpuLevel();
+}
+
+/** The dot kernels' one-thread compute peak for a GGML type (see index.d.ts), for bench/'s prefill bound. */
+export function measureDotPeak(ggmlType, repeats) {
+  return repeats === undefined ? loadAddon().measureDotPeak(ggmlType) : loadAddon().measureDotPeak(ggmlType, repeats);
 }
 
 /** The environment variable that, set to 1 before the addon loads, exports testFault(). */

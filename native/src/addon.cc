@@ -26,6 +26,7 @@
 
 #include "attention.h"
 #include "bandwidth.h"
+#include "cpu_level.h"
 #include "dense_stage.h"
 #include "gguf_repack.h"
 #include "heap_trim.h"
@@ -34,6 +35,7 @@
 #include "mapped_file.h"
 #include "parallel_ranges.h"
 #include "quant_dot.h"
+#include "quant_dot_peak.h"
 #include "policy_select.h"
 #include "row_gather.h"
 #include "skew_energy.h"
@@ -44,7 +46,7 @@
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 18;
+constexpr int kAbiVersion = 19;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -1876,6 +1878,54 @@ Napi::Value DenseKernel(const Napi::CallbackInfo& info) {
   });
 }
 
+// The GGML types that have dot kernels (quant_dot.h), by ggml's names: cpuLevel()'s dense kernels.
+constexpr struct {
+  uint32_t type;
+  const char* name;
+} kDenseTypes[] = {{LH_QDOT_F32, "F32"},   {LH_QDOT_F16, "F16"},   {LH_QDOT_Q4_0, "Q4_0"}, {LH_QDOT_Q8_0, "Q8_0"},
+                   {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}};
+
+// cpuLevel() -> { level, cpu, forced, attention, dense: { F32: 'avx2', ..., Q6_K: 'avx2' } }: the level
+// the kernels run at (cpu_level.h: LONGHAND_CPU_LEVEL's cap applied), the CPU's own, whether the cap
+// lowered it, and the kernels every dispatch now chooses (attention's LH_ATTN_AUTO, quant_dot's AUTO per
+// weight type; 'amx' means AVX512's kernels with AMX tiles in prefill).
+Napi::Value CpuLevel(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("level", lh_cpu_level_name(lh_cpu_level_effective()));
+    o.Set("cpu", lh_cpu_level_name(lh_cpu_level_detected()));
+    o.Set("forced", lh_cpu_level_forced());
+    o.Set("attention", lh_attention_impl_name(LH_ATTN_AUTO));
+    Napi::Object dense = Napi::Object::New(env);
+    for (const auto& t : kDenseTypes) {
+      lh_qdot_kernels k{};
+      dense.Set(t.name, lh_qdot_kernels_for(t.type, LH_QDOT_AUTO, &k) ? Napi::Value(Napi::String::New(env, qdot_impl_name(k.impl))) : env.Null());
+    }
+    o.Set("dense", dense);
+    return o;
+  });
+}
+
+// measureDotPeak(ggmlType, repeats = 5) -> { kernel, tokens, macsPerSecond }: the dot kernels' compute
+// peak on one thread (quant_dot_peak.h), for bench/'s prefill bound.
+Napi::Value MeasureDotPeak(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const uint32_t type = u32_arg(env, info[0], "ggmlType", 0, 1000);
+    const uint32_t repeats = info[1].IsUndefined() ? 5 : u32_arg(env, info[1], "repeats", 1, LH_PEAK_MAX_REPEATS);
+    lh_qdot_peak peak{};
+    const lh_status st = lh_qdot_measure_peak(type, repeats, &peak);
+    if (st == LH_BAD_ARGUMENT) fail(env, st, "measureDotPeak: GGML type " + std::to_string(type) + " has no dot kernels");
+    if (st != LH_OK) fail(env, st, "measureDotPeak: cannot allocate the probe's buffers");
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("kernel", qdot_impl_name(peak.impl));
+    o.Set("tokens", peak.tokens);
+    o.Set("macsPerSecond", peak.macs_per_s);
+    return o;
+  });
+}
+
 // measureReadBandwidth(bytes, repeats, threads = 1) -> GB/s (best pass; see bandwidth.h)
 Napi::Value MeasureReadBandwidth(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -1932,8 +1982,35 @@ bool test_faults_enabled() {
   return flag != nullptr && std::strcmp(flag, "1") == 0;
 }
 
+// LONGHAND_CPU_LEVEL (cpu_level.h), read as the addon loads, before any kernel is chosen: caps every
+// dispatch at that level. Unset or empty: no cap. An unknown name, or a level this CPU lacks, fails
+// the load with NATIVE_BAD_ARGUMENT (native/index.js rethrows it as NativeError), so no process runs
+// at a level other than the one it asked for.
+void apply_cpu_level_env(Napi::Env env) {
+  const char* value = std::getenv(LH_CPU_LEVEL_ENV);
+  if (value == nullptr || *value == '\0') return;
+  lh_cpu_level level = LH_CPU_PORTABLE;
+  const bool known = lh_cpu_level_parse(value, &level);
+  if (known && lh_cpu_level_force(level) == LH_OK) return;
+  const lh_cpu_level cpu = lh_cpu_level_detected();
+  std::string allowed;
+  for (uint32_t l = LH_CPU_PORTABLE; l <= cpu; ++l) allowed += std::string(allowed.empty() ? "" : ", ") + lh_cpu_level_name(static_cast<lh_cpu_level>(l));
+  const std::string shown = std::string(value).substr(0, 64);
+  Napi::Object details = Napi::Object::New(env);
+  details.Set("variable", LH_CPU_LEVEL_ENV);
+  details.Set("value", shown);
+  details.Set("reason", known ? "cpu-lacks-level" : "unknown-level");
+  details.Set("cpuLevel", lh_cpu_level_name(cpu));
+  const std::string message = known ? std::string(LH_CPU_LEVEL_ENV) + "=" + shown + " asks for kernels this CPU cannot run: it has " +
+                                          lh_cpu_level_name(cpu) + " at most (allowed: " + allowed + ")"
+                                    : std::string(LH_CPU_LEVEL_ENV) + " must be one of portable, avx2, avx512, amx (or unset), got '" + shown +
+                                          "' (this CPU allows " + allowed + ")";
+  throw make_error(env, LH_BAD_ARGUMENT, message, details);
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<AddonData>(new AddonData());
+  apply_cpu_level_env(env);
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));
   exports.Set("attentionKernel", Napi::String::New(env, lh_attention_impl_name(LH_ATTN_AUTO)));
   exports.Set("KvPool", KvPool::Define(env));
@@ -1941,6 +2018,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Speculator", Speculator::Define(env));
   exports.Set("DenseStage", DenseStage::Define(env));
   exports.Set("denseKernel", Napi::Function::New(env, DenseKernel, "denseKernel"));
+  exports.Set("cpuLevel", Napi::Function::New(env, CpuLevel, "cpuLevel"));
+  exports.Set("measureDotPeak", Napi::Function::New(env, MeasureDotPeak, "measureDotPeak"));
   exports.Set("selectInfinigen", Napi::Function::New(env, SelectInfinigen, "selectInfinigen"));
   exports.Set("attend", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecode); }, "attend"));
   exports.Set("attendReference", Napi::Function::New(env, [](const Napi::CallbackInfo& info) { return Attend(info, AttendKind::kDecodeRef); }, "attendReference"));

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "cpu_level.h"
 #include "fp16.h"
 #include "kv_pool.h"
 #include "parallel_ranges.h"
@@ -1185,16 +1186,19 @@ __attribute__((target("avx2,fma,f16c"))) void exp_avx2(const float* x, float* y,
   }
 }
 
+// What the CPU has, at most the level cap of cpu_level.h allows (LONGHAND_CPU_LEVEL): every choice
+// below (LH_ATTN_AUTO, lh_attention_available) goes through these two.
 bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("f16c");
-  return has;
+  return has && lh_cpu_level_allows(LH_CPU_AVX2);
 }
 
 bool cpu_has_avx512() {
-  static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+                          __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return has;
+  return has && lh_cpu_level_allows(LH_CPU_AVX512);
 }
 #endif
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu_level.h"
 #include "fp16.h"
 
 #if defined(__x86_64__)
@@ -481,14 +482,13 @@ __attribute__((target("avx2,popcnt"))) uint32_t collect_avx2(const double* v, ui
   return r;
 }
 
-bool spec_has_avx512() {
-  static const bool has = lh_attention_available(LH_ATTN_AVX512);
-  return has;
-}
+// lh_attention_available already applies the level cap (cpu_level.h); it must not be cached here,
+// so the cap is asked on each call.
+bool spec_has_avx512() { return lh_attention_available(LH_ATTN_AVX512); }
 
 bool spec_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return has;
+  return has && lh_cpu_level_allows(LH_CPU_AVX2);
 }
 #endif
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu_level.h"
 #include "fp16.h"
 
 #if defined(__x86_64__)
@@ -307,7 +308,7 @@ __attribute__((target("avx,f16c"))) void to_fp16_f16c(const float* in, uint16_t*
 
 bool has_f16c() {
   static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-  return has;
+  return has && lh_cpu_level_allows(LH_CPU_AVX2);  // F16C is part of cpu_level.h's AVX2 level
 }
 #endif
 

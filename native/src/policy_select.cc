@@ -12,6 +12,7 @@
 #endif
 
 #include "attention.h"
+#include "cpu_level.h"
 #include "sparse_attention.h"
 #include "worker_pool.h"
 
@@ -130,7 +131,7 @@ __attribute__((target("avx2,f16c"))) void lane_scores_avx2(const void* rows, uin
 
 bool cpu_has_avx2_f16c() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return has;
+  return has && lh_cpu_level_allows(LH_CPU_AVX2);
 }
 #endif
 
@@ -221,7 +222,7 @@ __attribute__((target("avx2"))) void quest_bounds_avx2(const float* qh, uint32_t
 void lh_quest_page_bounds(const float* qh, uint32_t d, const float* page_min, const float* page_max, uint32_t pages, double* bound) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) {
+  if (avx2 && lh_cpu_level_allows(LH_CPU_AVX2)) {
     quest_bounds_avx2(qh, d, page_min, page_max, pages, bound);
     return;
   }

@@ -3,37 +3,11 @@
 
 #include <initializer_list>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
+#include "cpu_level.h"
 
 namespace {
-#if defined(__x86_64__)
-// AMX-TILE and AMX-INT8 in cpuid, the tile state enabled by the OS in XCR0 (bits 17, 18), and this
-// process granted the right to use it: Linux hands the 8 KiB tile-data state out only on request
-// (ARCH_REQ_XCOMP_PERM), and refuses it where a thread's signal stack is too small to save it.
-bool amx_usable() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool tile = (d >> 24) & 1, int8 = (d >> 25) & 1;
-  if (!tile || !int8) return false;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return false;  // OSXSAVE: xgetbv works
-  uint32_t xcr0_lo = 0, xcr0_hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
-#if defined(__linux__)
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-#else
-  return false;
-#endif
-}
-#endif
-}  // namespace
-
-bool lh_qdot_available(lh_qdot_impl impl) {
+// What the CPU itself runs, ignoring the cap of cpu_level.h.
+bool cpu_runs(lh_qdot_impl impl) {
   switch (impl) {
     case LH_QDOT_AUTO:
     case LH_QDOT_SCALAR:
@@ -44,13 +18,13 @@ bool lh_qdot_available(lh_qdot_impl impl) {
       return has;
     }
     case LH_QDOT_AVX512: {
-      static const bool has = lh_qdot_available(LH_QDOT_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      static const bool has = cpu_runs(LH_QDOT_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                               __builtin_cpu_supports("avx512vnni");
       return has;
     }
     case LH_QDOT_AMX: {
-      static const bool has = lh_qdot_available(LH_QDOT_AVX512) && amx_usable();
+      static const bool has = cpu_runs(LH_QDOT_AVX512) && lh_cpu_amx_usable();
       return has;
     }
 #else
@@ -62,6 +36,21 @@ bool lh_qdot_available(lh_qdot_impl impl) {
   }
   return false;
 }
+
+// The level of cpu_level.h an implementation belongs to (the cap allows it or not).
+lh_cpu_level level_of(lh_qdot_impl impl) {
+  switch (impl) {
+    case LH_QDOT_AVX2: return LH_CPU_AVX2;
+    case LH_QDOT_AVX512: return LH_CPU_AVX512;
+    case LH_QDOT_AMX: return LH_CPU_AMX;
+    case LH_QDOT_AUTO:
+    case LH_QDOT_SCALAR: break;
+  }
+  return LH_CPU_PORTABLE;
+}
+}  // namespace
+
+bool lh_qdot_available(lh_qdot_impl impl) { return cpu_runs(impl) && lh_cpu_level_allows(level_of(impl)); }
 
 bool lh_qdot_kernels_for(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out) {
   if (out == nullptr) return false;

@@ -22,7 +22,8 @@
 //
 // Implementations: LH_QDOT_SCALAR (portable reference, every type), LH_QDOT_AVX2 (AVX2 + FMA +
 // F16C), LH_QDOT_AVX512 (AVX-512 F/BW/VL/DQ + VNNI), LH_QDOT_AMX (AVX512 + AMX-INT8 tiles in the
-// prefill of Q4_0, Q8_0 and the K-quants). LH_QDOT_AUTO picks the best the CPU has.
+// prefill of Q4_0, Q8_0 and the K-quants). LH_QDOT_AUTO picks the best the CPU has, at most the
+// level cpu_level.h's cap allows.
 // Kernels never allocate and never start threads: the caller splits rows over threads
 // (dense_stage.cc), and any split of the rows gives the same bits. A call of one or two tokens
 // (decode) may run another kernel than a call of many (prefill): the same integer dots, summed in
@@ -78,7 +79,8 @@ struct lh_qdot_kernels {
 // here or the CPU cannot run that impl; *out is then untouched.
 bool lh_qdot_kernels_for(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
 
-// Does this CPU run `impl`? (SCALAR: always; AUTO: always.)
+// Does this CPU run `impl`, and does the level cap (cpu_level.h, LONGHAND_CPU_LEVEL) allow it?
+// (SCALAR: always; AUTO: always.) AUTO above picks among the impls this says yes to.
 bool lh_qdot_available(lh_qdot_impl impl);
 
 // Per family, in its own file; lh_qdot_kernels_for (quant_dot.cc) asks each in turn.

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "cpu_level.h"
+
 namespace {
 
 constexpr uint32_t kMaxD = 1024;
@@ -50,7 +52,7 @@ lh_status lh_skew_energy(const float* q, const float* k, size_t tokens, uint32_t
                          double* q_energy, double* k_energy) {
   if (bad(q, k, heads, kv_heads, d, a, q_energy, k_energy)) return LH_BAD_ARGUMENT;
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) run_avx2(q, k, tokens, heads, kv_heads, d, a, q_energy, k_energy);
+  if (avx2 && lh_cpu_level_allows(LH_CPU_AVX2)) run_avx2(q, k, tokens, heads, kv_heads, d, a, q_energy, k_energy);
   else run<false>(q, k, tokens, heads, kv_heads, d, a, q_energy, k_energy);
   return LH_OK;
 }

@@ -19,3 +19,5 @@ void test_attention_params();
 void test_kv_layer_capacity();
 // kv_ring_tests.cc: window layers as rings (the oldest token overwritten), held against layers that keep every token.
 void test_kv_ring();
+// cpu_level_tests.cc: the level cap (LONGHAND_CPU_LEVEL): every dispatch at most the forced level, same bits.
+void test_cpu_level();

@@ -24,6 +24,7 @@
 
 #include "../src/attention.h"
 #include "../src/bandwidth.h"
+#include "../src/cpu_level.h"
 #include "../src/fp16.h"
 #include "../src/heap_trim.h"
 #include "../src/infinigen.h"
@@ -3478,6 +3479,18 @@ void test_kv_snapshot() {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // LONGHAND_CPU_LEVEL caps every kernel choice as it does in the addon: the whole suite (and the
+  // benches) then runs the kernels of that level only, e.g. the AVX2 ones on an AVX-512 host.
+  if (const char* level_env = std::getenv(LH_CPU_LEVEL_ENV); level_env != nullptr && *level_env != '\0') {
+    lh_cpu_level level = LH_CPU_PORTABLE;
+    if (!lh_cpu_level_parse(level_env, &level) || lh_cpu_level_force(level) != LH_OK) {
+      std::fprintf(stderr, "native_tests: %s=%s is not a level this CPU runs (it has %s at most; portable, avx2, avx512, amx)\n", LH_CPU_LEVEL_ENV,
+                   level_env, lh_cpu_level_name(lh_cpu_level_detected()));
+      return 2;
+    }
+    std::printf("info  %s=%s: kernels capped at %s (this CPU runs %s)\n", LH_CPU_LEVEL_ENV, level_env, lh_cpu_level_name(level),
+                lh_cpu_level_name(lh_cpu_level_detected()));
+  }
   if (argc > 1 && std::strcmp(argv[1], "--bench-kernels") == 0) {
     bench_attention_kernels(argc > 2 ? std::atoi(argv[2]) : 7);
     return 0;
@@ -3487,6 +3500,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   test_fp16();
+  test_cpu_level();
   test_quant_dot_q();
   test_quant_dot_k();
   test_dense_stage();
