@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention.h"
+#include "cpu_level.h"
 #include "fp16.h"
 #include "parallel_ranges.h"
 #include "worker_pool.h"
@@ -269,7 +270,7 @@ void run_glu(void* ctx, uint32_t begin, uint32_t end) {
     size_t i0 = static_cast<size_t>(begin) * j->width;
 #if defined(__x86_64__) || defined(_M_X64)
     static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (f16c) {
+    if (f16c && lh_cpu_level_allows(LH_CPU_AVX2)) {  // LONGHAND_CPU_LEVEL=portable: the scalar loop below
       const size_t n = (static_cast<size_t>(end) * j->width - i0) / 8 * 8;
       gelu_glu_f16c(j->gate + i0, j->up + i0, n, gelu);
       i0 += n;
