@@ -284,6 +284,12 @@ export interface LayeredKvPoolOptions {
   eviction?: { sinks: number; recent: number; ageEvery: number };
   /** [layer] as KvPoolOptions.layerCapacity, by model layer (entries of KV-shared layers are ignored). */
   layerCapacity?: number[];
+  /**
+   * [layer] as KvPoolOptions.ringLayers, by model layer (a ring needs its layerCapacity entry > 0 and
+   * `tokens`, not a budget; entries of KV-shared layers are ignored: such a layer reads its source's
+   * ring, and isRing / ringStart / lastSlot / layerCapacityTokens of it answer the source's).
+   */
+  ringLayers?: boolean[];
   hugePages?: boolean;
 }
 

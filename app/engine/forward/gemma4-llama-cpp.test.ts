@@ -106,8 +106,9 @@ describe('Gemma 4 vs llama.cpp', () => {
       expect(model.hyper.gemma4!.valueProjection).toEqual([true, true, true, true, true, false, false, false]);
       // fp32 rows: 5 window layers × 2 heads × 2·32·4 + 1 global layer × 1 head × 2·64·4; the shared layers none
       expect(kvBytesPerToken(model.hyper, 'fp32', specs)).toBe(5 * 2 * 256 + 512);
-      // what `longhand inspect` and the load check estimate: the same rows, per layer
-      expect(inspectModel(model, { contextTokens: 1000, kvType: 'fp32' }).memory.kvFullBytes).toBe(1000 * (5 * 2 * 256 + 512));
+      // what `longhand inspect` and the load check estimate, per layer: the global layer 1000 rows, each
+      // window layer its ring (7 + 2·128 slots) and 8 checkpoints of 7 rows (gemma4-window-rings.test.ts)
+      expect(inspectModel(model, { contextTokens: 1000, kvType: 'fp32' }).memory.kvFullBytes).toBe(1000 * 512 + 5 * (263 * 2 * 256 + 8 * 7 * (2 * 256 + 4)));
       const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 64 });
       expect(runner.dense).toEqual({ engine: 'onnx', whyNotNative: "Gemma 4's native dense stages (per-layer head dims, KV-shared layers, the value norm) are not written yet" });
       await runner.prefill(walk(20, 7));

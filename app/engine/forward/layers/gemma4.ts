@@ -63,7 +63,8 @@
 //
 // What Longhand runs of it (GEMMA4_FAMILY below): GGUF files and Hugging Face folders
 // (Gemma4ForCausalLM, Gemma4ForConditionalGeneration's text model) with every feature above —
-// per-layer head dims and KV heads (a layered KV pool, native/kv-pool-layers.js), proportional RoPE,
+// per-layer head dims and KV heads (a layered KV pool, native/kv-pool-layers.js, whose window layers
+// keep their window as rings, read by the KV-shared window layers too), proportional RoPE,
 // v = k layers, KV-shared layers, layer output scales, per-layer embeddings (the per-layer token rows
 // read per chunk like the token table, EmbeddingSpec.perLayerTable), the final soft-cap — on
 // onnxruntime's stages (gemma4-graph.ts; no native dense stages yet), under every row
