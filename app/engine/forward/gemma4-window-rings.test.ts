@@ -119,9 +119,11 @@ describe('Gemma 4: window layers as rings in the layered pool', () => {
     const lp = positions.map((t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
     const kl = meanKl(ref.logProbs, lp);
     const top5 = maxAbsLogProbDiffTopK(ref.logProbs, lp, 5);
-    console.log(`gemma4 F32 rings of ${RING} slots: ${agree}/${ids.length} greedy next tokens as llama.cpp; mean KL ${kl.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)} at ${positions.join(', ')}`);
+    // the fixture's greedy runs repeat tokens (random weights); this prompt's continuation has 9 distinct ids
+    console.log(`gemma4 F32 rings of ${RING} slots: ${agree}/${ids.length} greedy next tokens as llama.cpp (our 50 continue with ${new Set(ours).size} distinct ids); mean KL ${kl.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)} at ${positions.join(', ')}`);
     expect(oursAt.slice(prompt.length - 1, -1)).toEqual(ours); // teacher-forced == decoded
     expect(agree).toBe(ids.length);
+    expect(new Set(ours).size).toBeGreaterThan(4);
     expect(kl).toBeLessThan(1e-6);
     expect(top5).toBeLessThan(5e-3);
   }, 240_000);
