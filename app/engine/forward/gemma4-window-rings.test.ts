@@ -184,7 +184,7 @@ describe('Gemma 4: window layers as rings in the layered pool', () => {
       const est = inspectModel(q8, { contextTokens: contextLength, kvType: 'fp16' }).memory;
       const text = formatKvLayers(est).join('\n');
       console.log(text);
-      expect(text).toContain('layer pattern             WWWWWG  (W: sliding window 8, as a ring; G: global)');
+      expect(text).toContain('layer pattern             WWWWWGwg  (W: sliding window 8, as a ring; G: global; w/g: KV-shared, reading 6→4, 7→5)');
       const figures = r.kvLayers().filter((l) => l.capacityTokens > 0); // the shared layers 6, 7 keep no rows
       expect(est.kvLayers.map((l) => [l.kind, l.slots, l.poolBytes])).toEqual(figures.map((l) => [l.kind, l.capacityTokens, l.bytes]));
       const pool = r.poolBytes + r.ringCheckpointBytes;

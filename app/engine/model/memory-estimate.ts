@@ -48,6 +48,8 @@ export interface MemoryEstimate {
   kvFullBytes: number;
   /** Per layer with KV: its kind and what the pool gives it (the pool's own arithmetic, see kvLayerEstimates). */
   kvLayers: KvLayerEstimate[];
+  /** The KV-shared layers (Gemma 4): they keep no rows and attend `source`'s (no bytes of their own). */
+  kvSharedLayers: { layer: number; source: number; kind: 'global' | 'window' }[];
   /** The KV memory the engine takes under 'full': every layer's pool bytes + the rings' checkpoints. */
   kvPoolBytes: number;
   /** InfiniGen keeps the full KV in RAM, plus one partial key row per token (⌊r·d⌋ columns). */
@@ -261,6 +263,9 @@ export function estimateMemory(
     weightsBytes,
     kvFullBytes,
     kvLayers,
+    kvSharedLayers: (options.layers ?? []).flatMap((spec, layer) =>
+      spec.attention.kind === 'attention' && spec.attention.kvSource !== undefined ? [{ layer, source: spec.attention.kvSource, kind: spec.attention.window !== undefined ? ('window' as const) : ('global' as const) }] : [],
+    ),
     kvPoolBytes,
     partialKeyBytes,
     stagedKvBytes,
