@@ -284,6 +284,12 @@ export interface LayeredKvPoolOptions {
   eviction?: { sinks: number; recent: number; ageEvery: number };
   /** [layer] as KvPoolOptions.layerCapacity, by model layer (entries of KV-shared layers are ignored). */
   layerCapacity?: number[];
+  /**
+   * [layer] as KvPoolOptions.ringLayers, by model layer (a ring needs its layerCapacity entry > 0 and
+   * `tokens`, not a budget; entries of KV-shared layers are ignored: such a layer reads its source's
+   * ring, and isRing / ringStart / lastSlot / layerCapacityTokens of it answer the source's).
+   */
+  ringLayers?: boolean[];
   hugePages?: boolean;
 }
 
@@ -567,6 +573,34 @@ export interface DenseStageConfig {
   activation?: 'silu' | 'gelu_tanh';
   /** stage L: logits ← c·tanh(logits / c); 0 or absent: none */
   finalSoftcap?: number;
+  /**
+   * Gemma 4 (native/src/dense_stage.h): layers differ in head dim. headDim / kvHeads / rotaryDim are
+   * layer `stage`'s; attnHeadDim layer stage − 1's (attn's width heads·attnHeadDim and attnOutput's
+   * columns; default headDim); specHeadDim and specRotaryDim layer stage + 1's (qSpec, qSpecNorm and
+   * the spec RoPE rows; default headDim and rotaryDim, or specHeadDim when only that is given).
+   */
+  attnHeadDim?: number;
+  specHeadDim?: number;
+  specRotaryDim?: number;
+  /** the layer reads an earlier layer's K/V: no k, v, kNorm (run outputs q, qSpec, hNext only) */
+  kvShared?: boolean;
+  /** v is k's projection before k's norm (no attn_v; v left out) */
+  valueFromKey?: boolean;
+  /** [headDim]: per-head RMSNorm of v (Gemma 4: ones, the norm has no weight) */
+  vNorm?: Float32Array;
+  /** stage > 0: the layer's output (residual included) times this (layer_output_scale) */
+  outputScale?: number;
+  /**
+   * P of the per-layer embeddings (E2B/E4B). Stage 0: pleModelProj [layers·P, hidden] and pleProjNorm
+   * [P]; run takes pleTok [T, layers·P] and outputs ple [T, layers·P]. Stage > 0: pleInpGate
+   * [P, hidden], pleProj [hidden, P], plePostNorm [hidden]; run takes ple [T, P] (layer stage − 1's).
+   */
+  pleDim?: number;
+  pleModelProj?: DenseStageMatrix;
+  pleProjNorm?: Float32Array;
+  pleInpGate?: DenseStageMatrix;
+  pleProj?: DenseStageMatrix;
+  plePostNorm?: Float32Array;
 }
 
 export interface DenseStageInputs {
@@ -583,6 +617,10 @@ export interface DenseStageInputs {
   specRopeSin?: Float32Array;
   /** stage L: the token rows to compute logits for */
   rows?: Uint32Array;
+  /** stage 0 with pleDim: [tokens, layers·pleDim] the per-layer token rows */
+  pleTok?: Float32Array;
+  /** stage > 0 with pleDim: [tokens, pleDim] layer stage − 1's per-layer input */
+  ple?: Float32Array;
 }
 
 export interface DenseStageOutputs {
@@ -593,6 +631,8 @@ export interface DenseStageOutputs {
   hNext?: Float32Array;
   /** [rows, vocab] */
   logits?: Float32Array;
+  /** stage 0 with pleDim: [tokens, layers·pleDim] */
+  ple?: Float32Array;
 }
 
 export interface DenseStage {

@@ -18,6 +18,12 @@
 // costs each, and each group's pool plans its own capacity inside its share (so capacities may differ
 // by the few tokens alignment padding costs). byteLength and bytesPerToken are the sums: a KV-shared
 // layer costs nothing.
+//
+// Rings (a sliding-window layer keeps only its window, kv_pool.h "Rings"): layerCapacity and
+// ringLayers are given by model layer, and each group's pool gets its layers' entries. A KV-shared
+// layer reading a ring reads it through the route like any other question (isRing, ringStart,
+// lastSlot, layerCapacityTokens answer its source's), so its window attention walks the source's
+// ring: the layer runs after its source in the same step, when the ring holds the same rows.
 
 /** One layer of a LayeredKvPool: a row shape of its own, or the earlier layer whose rows it reads. */
 function isSource(shape) {
@@ -89,6 +95,7 @@ export class LayeredKvPool {
       for (let g = 0; g < groupShapes.length; g++) {
         const s = groupShapes[g];
         const caps = options.layerCapacity ? s.layers.map((l) => options.layerCapacity[l]) : undefined;
+        const rings = options.ringLayers ? s.layers.map((l) => options.ringLayers[l] === true) : undefined;
         const common = {
           layers: s.layers.length,
           kvHeads: s.kvHeads,
@@ -97,6 +104,7 @@ export class LayeredKvPool {
           ...(s.partialDim > 0 ? { partialDim: s.partialDim } : {}),
           ...(options.eviction ? { eviction: options.eviction } : {}),
           ...(options.hugePages !== undefined ? { hugePages: options.hugePages } : {}),
+          ...(rings && rings.some(Boolean) ? { ringLayers: rings } : {}),
         };
         if (options.tokens !== undefined) {
           // every layer exactly `tokens` slots (or its own capacity): the budget only has to hold them
@@ -239,9 +247,8 @@ export class LayeredKvPool {
     return p.length(l);
   }
 
-  // rings (a sliding-window layer's rows): the pools of a layered pool are built without them today
-  // (model-runner.ts keeps every row of a mixed-shape model's window layers), so these answer "none"
-  // through the owning pool, and a write goes to a layer that keeps rows only
+  // rings (a sliding-window layer's rows, ringLayers): answered by the owning pool, so a KV-shared
+  // layer sees its source's ring; a write (clearLayer, import) goes to a layer that keeps rows only
 
   isRing(layer) {
     const [p, l] = this.route(layer);

@@ -2,7 +2,8 @@
 // heads × 16, global layers with 1 × 48, and KV-shared last layers that keep no rows — held against
 // plain native pools holding the same rows: every routed entry point gives the same bits, a shared
 // layer attends its source's rows, the bytes are the groups' sum (a shared layer costs nothing), and
-// what a caller must ask per layer is refused when asked of the whole pool.
+// what a caller must ask per layer is refused when asked of the whole pool; window layers keep rings
+// (a shared window layer walks its source's).
 import { describe, expect, it } from 'vitest';
 import { NativeError } from '../app/common/errors.ts';
 import { attend, attendCausal, attendSlots, attentionScores, createKvPool, createLayeredKvPool, createSpeculator, type KvPool, type LayeredKvPoolLayer } from './index.js';
@@ -168,6 +169,63 @@ describe('LayeredKvPool', () => {
       expect(pool.evicting).toBe(true);
     } finally {
       pool.free();
+    }
+  });
+
+  it('gives window layers rings per group (layerCapacity, ringLayers by model layer); a shared layer walks its source ring, bit for bit as a plain ring pool', () => {
+    // layers 0, 1, 3 rings of 12 slots (window 6 + a chunk of 6), layer 2 global; 4 reads 3's ring, 5 reads 2
+    const WINDOW = 6;
+    const CAP = 12;
+    const ringLayers = [true, true, false, true, true, false];
+    const layerCapacity = ringLayers.map((r) => (r ? CAP : 0));
+    const pool = createLayeredKvPool({ layerShapes: layout, tokens: 40, kvType: 'fp32', layerCapacity, ringLayers });
+    const plainRing = createKvPool({ budgetBytes: 1 << 20, layers: 1, kvHeads: W.kvHeads, headDim: W.headDim, kvType: 'fp32', layerCapacity: [CAP], ringLayers: [true] });
+    const everyRow = createLayeredKvPool({ layerShapes: layout, tokens: 40, kvType: 'fp32' });
+    try {
+      expect([0, 1, 2, 3, 4, 5].map((l) => [pool.isRing(l), pool.layerCapacityTokens(l)])).toEqual([
+        [true, CAP],
+        [true, CAP],
+        [false, 40],
+        [true, CAP],
+        [true, CAP],
+        [false, 40],
+      ]);
+      // the window group holds 3 rings of 12 slots instead of 3 layers of 40: 3 · 28 rows fewer
+      const rowW = W.kvHeads * (2 * W.headDim * 4 + 4);
+      // (within the few 64-byte lines of alignment padding the region boundaries cost)
+      expect(Math.abs(everyRow.byteLength - pool.byteLength - 3 * 28 * rowW)).toBeLessThanOrEqual(8 * 64);
+      // 30 tokens in chunks of 6 (the ring wraps twice); after each, the shared layer 4 attends as layer 3 does in a plain ring
+      const d = W.headDim;
+      for (let t0 = 0; t0 < 30; t0 += 6) {
+        for (let l = 0; l < 4; l++) {
+          const w = pool.layerKvHeads(l) * pool.layerHeadDim(l);
+          const k = values(6 * w, 1000 + t0 * 7 + l);
+          const v = values(6 * w, 2000 + t0 * 7 + l);
+          pool.appendBatch(l, k, v, t0);
+          everyRow.appendBatch(l, k, v, t0);
+          if (l === 3) plainRing.appendBatch(0, k, v, t0);
+        }
+        expect(pool.ringStart(4)).toBe(plainRing.ringStart(0));
+        expect(pool.lastSlot(4)).toBe(plainRing.lastSlot(0));
+        expect(pool.position(4, pool.lastSlot(4))).toBe(t0 + 5);
+        const qT = values(6 * HEADS * d, 300 + t0);
+        const got = new Float32Array(6 * HEADS * d);
+        const want = new Float32Array(6 * HEADS * d);
+        const all = new Float32Array(6 * HEADS * d);
+        attendCausal(pool, 4, qT, HEADS, got, 1, { window: WINDOW });
+        attendCausal(plainRing, 0, qT, HEADS, want, 1, { window: WINDOW });
+        attendCausal(everyRow, 4, qT, HEADS, all, 1, { window: WINDOW });
+        expect(got).toEqual(want);
+        expect(got).toEqual(all); // a ring reads its window's rows in position order: the bits of every row
+      }
+      expect(pool.length(4)).toBe(CAP);
+      expect(code(() => pool.clearLayer(4))).toBe('NATIVE_BAD_ARGUMENT'); // a shared layer's ring is its source's
+      // a ring does not evict, as in a plain pool
+      expect(code(() => createLayeredKvPool({ layerShapes: layout, budgetBytes: 1 << 20, eviction: { sinks: 2, recent: 4, ageEvery: 32 }, layerCapacity, ringLayers }))).toBe('NATIVE_BAD_ARGUMENT');
+    } finally {
+      pool.free();
+      plainRing.free();
+      everyRow.free();
     }
   });
 

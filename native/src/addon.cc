@@ -1626,6 +1626,10 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
 //   attnOutput?, ffnGate?, ffnUp?, ffnDown?, q?, k?, v?, qSpec?, lmHead?:
 //   { data: Uint8Array (the tensor's bytes in the file), type: GGML type id, rows, cols, bias?: Float32Array } })
 // run({ tokens, h, attn?, ropeCos?, ropeSin?, rows?: Uint32Array }) -> { q, k, v, qSpec?, hNext? } | { logits }
+// Gemma 4 (dense_stage.h): attnHeadDim?, specHeadDim?, specRotaryDim?, kvShared?, valueFromKey?: booleans,
+//   vNorm?: Float32Array [headDim], outputScale?, pleDim?, pleModelProj?, pleInpGate?, pleProj?: matrices,
+//   pleProjNorm?: [pleDim], plePostNorm?: [hidden]; run also takes pleTok (stage 0) / ple (stage > 0), and
+//   stage 0 with pleDim outputs ple [T, layers·pleDim]; a kvShared stage outputs no k, v
 // The weights' Uint8Arrays are held (so their ArrayBuffer outlives the stage) and checked before each
 // run: a model file closed (its ArrayBuffer detached, byteLength 0) is refused, never read.
 const char* qdot_impl_name(lh_qdot_impl i) {
@@ -1686,6 +1690,30 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       }
       const uint32_t qw = c.heads * c.head_dim, kvw = c.kv_heads * c.head_dim;
       const bool post = c.stage > 0, pre = c.stage < c.layers;
+      // Gemma 4's per-layer widths and layer kinds (0 / false / absent: as above)
+      const auto optional_u32 = [&](const char* key, uint32_t lo, uint32_t hi) -> uint32_t {
+        const Napi::Value v = o.Get(key);
+        return v.IsUndefined() ? 0 : u32_arg(env_, v, key, lo, hi);
+      };
+      const auto optional_bool = [&](const char* key) -> uint32_t {
+        const Napi::Value v = o.Get(key);
+        if (v.IsUndefined()) return 0;
+        if (!v.IsBoolean()) fail(env_, LH_BAD_ARGUMENT, std::string(key) + " must be a boolean, got " + describe(v));
+        return v.As<Napi::Boolean>().Value() ? 1 : 0;
+      };
+      c.attn_head_dim = optional_u32("attnHeadDim", 2, LH_MAX_HEAD_DIM);
+      c.spec_head_dim = optional_u32("specHeadDim", 2, LH_MAX_HEAD_DIM);
+      c.spec_rotary_dim = optional_u32("specRotaryDim", 2, LH_MAX_HEAD_DIM);
+      c.kv_shared = optional_bool("kvShared");
+      c.v_from_k = optional_bool("valueFromKey");
+      c.ple_dim = optional_u32("pleDim", 1, 1u << 16);
+      const Napi::Value oscale = o.Get("outputScale");
+      if (!oscale.IsUndefined()) {
+        if (!oscale.IsNumber() || !(oscale.As<Napi::Number>().DoubleValue() > 0) || !std::isfinite(oscale.As<Napi::Number>().DoubleValue()))
+          fail(env_, LH_BAD_ARGUMENT, "outputScale must be a finite number > 0, got " + describe(oscale));
+        c.output_scale = static_cast<float>(oscale.As<Napi::Number>().DoubleValue());
+      }
+      const uint32_t ahd = c.attn_head_dim == 0 ? c.head_dim : c.attn_head_dim, shd = c.spec_head_dim == 0 ? c.head_dim : c.spec_head_dim;
       // Gemma-style layers: optional vectors (the stage copies them), activation, final soft-cap
       const auto optional_vector = [&](const char* key, uint32_t n) -> const float* {
         const Napi::Value v = o.Get(key);
@@ -1707,26 +1735,39 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
         c.final_softcap = static_cast<float>(cap.As<Napi::Number>().DoubleValue());
       }
       c.attn_output = Matrix(o, "attnOutput", post, c.hidden);
+      c.v_norm = pre && c.kv_shared == 0 ? optional_vector("vNorm", c.head_dim) : nullptr;
+      if (c.ple_dim > 0) {
+        c.ple_model_proj = Matrix(o, "pleModelProj", !post, c.layers * c.ple_dim);
+        c.ple_proj_norm = !post ? optional_vector("pleProjNorm", c.ple_dim) : nullptr;
+        c.ple_inp_gate = Matrix(o, "pleInpGate", post, c.ple_dim);
+        c.ple_proj = Matrix(o, "pleProj", post, c.hidden);
+        c.ple_post_norm = post ? optional_vector("plePostNorm", c.hidden) : nullptr;
+      }
       c.ffn_gate = Matrix(o, "ffnGate", post, c.ffn);
       c.ffn_up = Matrix(o, "ffnUp", post, c.ffn);
       c.ffn_down = Matrix(o, "ffnDown", post, c.hidden);
       c.q = Matrix(o, "q", pre, qw);
-      c.k = Matrix(o, "k", pre, kvw);
-      c.v = Matrix(o, "v", pre, kvw);
-      c.q_spec = Matrix(o, "qSpec", pre && !o.Get("qSpec").IsUndefined(), qw);
+      c.k = Matrix(o, "k", pre && c.kv_shared == 0, kvw);
+      c.v = Matrix(o, "v", pre && c.kv_shared == 0 && c.v_from_k == 0, kvw);
+      c.q_spec = Matrix(o, "qSpec", pre && !o.Get("qSpec").IsUndefined(), c.heads * shd);
       // optional per-head q/k norm [headDim] (Qwen3, Gemma 3); the stage checks they come together
       c.q_norm = HeadNorm(o, "qNorm", pre, q_norm_, c.head_dim);
       c.k_norm = HeadNorm(o, "kNorm", pre, k_norm_, c.head_dim);
-      c.q_spec_norm = HeadNorm(o, "qSpecNorm", pre, q_spec_norm_, c.head_dim);
+      c.q_spec_norm = HeadNorm(o, "qSpecNorm", pre, q_spec_norm_, shd);
       c.lm_head = Matrix(o, "lmHead", !pre, c.vocab);
       layers_ = c.layers;
       stage_ = c.stage;
       hidden_ = c.hidden;
       qw_ = qw;
       kvw_ = kvw;
+      attn_w_ = c.heads * ahd;
+      spec_w_ = c.heads * shd;
       vocab_ = c.vocab;
       half_ = c.rotary_dim / 2;
+      spec_half_ = (c.spec_rotary_dim != 0 ? c.spec_rotary_dim : c.spec_head_dim == 0 ? c.rotary_dim : shd) / 2;
       spec_ = c.q_spec.data != nullptr;
+      kv_shared_ = c.kv_shared != 0;
+      ple_dim_ = c.ple_dim;
       const char* why = nullptr;
       const lh_status st = lh_dense_stage_create(&c, &stage_ptr_, &why);
       if (st != LH_OK) fail(env_, st, std::string("cannot create dense stage ") + std::to_string(c.stage) + ": " + (why ? why : "?") +
@@ -1794,12 +1835,14 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       lh_dense_stage_io io{};
       io.tokens = T;
       io.h = Input(o, "h", static_cast<size_t>(T) * hidden_, true);
-      io.attn = Input(o, "attn", static_cast<size_t>(T) * qw_, post);
+      io.attn = Input(o, "attn", static_cast<size_t>(T) * attn_w_, post);
       io.rope_cos = Input(o, "ropeCos", static_cast<size_t>(T) * half_, pre);
       io.rope_sin = Input(o, "ropeSin", static_cast<size_t>(T) * half_, pre);
       const bool own_spec_rope = pre && spec_ && !o.Get("specRopeCos").IsUndefined();
-      io.spec_rope_cos = Input(o, "specRopeCos", static_cast<size_t>(T) * half_, own_spec_rope);
-      io.spec_rope_sin = Input(o, "specRopeSin", static_cast<size_t>(T) * half_, own_spec_rope);
+      io.spec_rope_cos = Input(o, "specRopeCos", static_cast<size_t>(T) * spec_half_, own_spec_rope);
+      io.spec_rope_sin = Input(o, "specRopeSin", static_cast<size_t>(T) * spec_half_, own_spec_rope);
+      io.ple_tok = Input(o, "pleTok", static_cast<size_t>(T) * layers_ * ple_dim_, ple_dim_ > 0 && !post);
+      io.ple = Input(o, "ple", static_cast<size_t>(T) * ple_dim_, ple_dim_ > 0 && post);
       Napi::Object out = Napi::Object::New(env_);
       Napi::Uint32Array rows;
       if (!pre) {
@@ -1816,16 +1859,23 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
         out.Set("logits", logits);
       } else {
         Napi::Float32Array q = Napi::Float32Array::New(env_, static_cast<size_t>(T) * qw_);
-        Napi::Float32Array k = Napi::Float32Array::New(env_, static_cast<size_t>(T) * kvw_);
-        Napi::Float32Array v = Napi::Float32Array::New(env_, static_cast<size_t>(T) * kvw_);
         io.q = q.Data();
-        io.k = k.Data();
-        io.v = v.Data();
         out.Set("q", q);
-        out.Set("k", k);
-        out.Set("v", v);
+        if (!kv_shared_) {
+          Napi::Float32Array k = Napi::Float32Array::New(env_, static_cast<size_t>(T) * kvw_);
+          Napi::Float32Array v = Napi::Float32Array::New(env_, static_cast<size_t>(T) * kvw_);
+          io.k = k.Data();
+          io.v = v.Data();
+          out.Set("k", k);
+          out.Set("v", v);
+        }
+        if (ple_dim_ > 0 && !post) {
+          Napi::Float32Array ple = Napi::Float32Array::New(env_, static_cast<size_t>(T) * layers_ * ple_dim_);
+          io.ple_out = ple.Data();
+          out.Set("ple", ple);
+        }
         if (spec_) {
-          Napi::Float32Array qs = Napi::Float32Array::New(env_, static_cast<size_t>(T) * qw_);
+          Napi::Float32Array qs = Napi::Float32Array::New(env_, static_cast<size_t>(T) * spec_w_);
           io.q_spec = qs.Data();
           out.Set("qSpec", qs);
         }
@@ -1863,7 +1913,8 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
   Napi::Reference<Napi::Float32Array> norm_, ffn_norm_;
   Napi::Reference<Napi::Float32Array> q_norm_, k_norm_, q_spec_norm_;  // only during the constructor
   uint32_t layers_ = 0, stage_ = 0, hidden_ = 0, qw_ = 0, kvw_ = 0, vocab_ = 0, half_ = 0;
-  bool spec_ = false;
+  uint32_t attn_w_ = 0, spec_w_ = 0, spec_half_ = 0, ple_dim_ = 0;  // Gemma 4's per-layer widths
+  bool spec_ = false, kv_shared_ = false;
 };
 
 // denseKernel(ggmlType) -> 'amx' | 'avx512' | 'avx2' | 'scalar' | null: the dot kernels DenseStage would run

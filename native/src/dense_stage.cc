@@ -306,13 +306,18 @@ void run_glu(void* ctx, uint32_t begin, uint32_t end) {
 struct lh_dense_stage {
   lh_dense_stage_config cfg;  // pointers into it are the caller's (weights) or null (vectors: ours below)
   Linear attn_output, gate, up, down, q, k, v, q_spec, head;
+  Linear ple_model_proj, ple_inp_gate, ple_proj;  // per-layer embeddings (Gemma 4), or data null
   float* ffn_norm = nullptr;  // [hidden]
   float* norm = nullptr;      // [hidden]
   float* attn_post_norm = nullptr;  // [hidden] or null
   float* ffn_post_norm = nullptr;   // [hidden] or null
   float* q_norm = nullptr;          // [head_dim] or null
   float* k_norm = nullptr;          // [head_dim] or null
-  float* q_spec_norm = nullptr;     // [head_dim] or null
+  float* q_spec_norm = nullptr;     // [spec_head_dim] or null
+  float* v_norm = nullptr;          // [head_dim] or null
+  float* ple_proj_norm = nullptr;   // [P] stage 0, or null
+  float* ple_post_norm = nullptr;   // [hidden] stage > 0, or null
+  uint32_t attn_head_dim = 0, spec_head_dim = 0, spec_rotary = 0;  // resolved (never 0)
   bool has_spec = false;
   lh_qdot_impl impl_used = LH_QDOT_SCALAR;  // the least of its matrices' implementations
 };
@@ -326,10 +331,10 @@ float* copy_floats(const float* src, size_t n) {
 }
 
 void free_stage(lh_dense_stage* s) {
-  for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head}) std::free(L->bias);
+  for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head, &s->ple_model_proj, &s->ple_inp_gate, &s->ple_proj}) std::free(L->bias);
   std::free(s->ffn_norm);
   std::free(s->norm);
-  for (float* v : {s->attn_post_norm, s->ffn_post_norm, s->q_norm, s->k_norm, s->q_spec_norm}) std::free(v);
+  for (float* v : {s->attn_post_norm, s->ffn_post_norm, s->q_norm, s->k_norm, s->q_spec_norm, s->v_norm, s->ple_proj_norm, s->ple_post_norm}) std::free(v);
   delete s;
 }
 
@@ -362,22 +367,41 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
       c->head_dim % 2 != 0 || c->rotary_dim % 2 != 0 || c->rotary_dim > c->head_dim || c->ffn == 0 || c->vocab == 0 || !(c->eps >= 0) || c->rope_layout > LH_ROPE_INTERLEAVED || c->threads == 0 ||
       c->threads > LH_MAX_RANGE_THREADS || c->activation > LH_ACT_GELU_TANH || !std::isfinite(c->final_softcap) || c->final_softcap < 0)
     return LH_BAD_ARGUMENT;
+  // Gemma 4's per-layer widths: the resolved ones are never 0
+  const uint32_t ahd = c->attn_head_dim == 0 ? c->head_dim : c->attn_head_dim, shd = c->spec_head_dim == 0 ? c->head_dim : c->spec_head_dim;
+  const uint32_t srot = c->spec_rotary_dim != 0 ? c->spec_rotary_dim : c->spec_head_dim == 0 ? c->rotary_dim : shd;
+  if (shd % 2 != 0 || srot % 2 != 0 || srot > shd || c->kv_shared > 1 || c->v_from_k > 1 || !std::isfinite(c->output_scale) || c->output_scale < 0 ||
+      (c->kv_shared != 0 && (c->v_from_k != 0 || c->v_norm != nullptr || c->k_norm != nullptr)))
+    return LH_BAD_ARGUMENT;
   // AUTO: each matrix the best implementation its type has on this CPU (quant_dot.cc)
   const lh_qdot_impl impl = c->impl;
   lh_dense_stage* st = new (std::nothrow) lh_dense_stage;
   if (st == nullptr) return LH_OUT_OF_MEMORY;
   st->cfg = *c;
-  const uint32_t d = c->hidden, qw = c->heads * c->head_dim, kvw = c->kv_heads * c->head_dim;
+  st->attn_head_dim = ahd;
+  st->spec_head_dim = shd;
+  st->spec_rotary = srot;
+  const uint32_t d = c->hidden, qw = c->heads * c->head_dim, kvw = c->kv_heads * c->head_dim, P = c->ple_dim;
   lh_status r = LH_OK;
-  if (r == LH_OK && s > 0) r = make_linear(c->attn_output, d, qw, impl, "attn_output", &st->attn_output, why);
+  if (r == LH_OK && s > 0) r = make_linear(c->attn_output, d, c->heads * ahd, impl, "attn_output", &st->attn_output, why);
   if (r == LH_OK && s > 0) r = make_linear(c->ffn_gate, c->ffn, d, impl, "ffn_gate", &st->gate, why);
   if (r == LH_OK && s > 0) r = make_linear(c->ffn_up, c->ffn, d, impl, "ffn_up", &st->up, why);
   if (r == LH_OK && s > 0) r = make_linear(c->ffn_down, d, c->ffn, impl, "ffn_down", &st->down, why);
   if (r == LH_OK && s < L) r = make_linear(c->q, qw, d, impl, "attn_q", &st->q, why);
-  if (r == LH_OK && s < L) r = make_linear(c->k, kvw, d, impl, "attn_k", &st->k, why);
-  if (r == LH_OK && s < L) r = make_linear(c->v, kvw, d, impl, "attn_v", &st->v, why);
+  if (r == LH_OK && s < L && c->kv_shared == 0) r = make_linear(c->k, kvw, d, impl, "attn_k", &st->k, why);
+  if (r == LH_OK && s < L && c->kv_shared == 0 && c->v_from_k == 0) r = make_linear(c->v, kvw, d, impl, "attn_v", &st->v, why);
+  if (r == LH_OK && P > 0 && s == 0) r = make_linear(c->ple_model_proj, L * P, d, impl, "per_layer_model_proj", &st->ple_model_proj, why);
+  if (r == LH_OK && P > 0 && s > 0) r = make_linear(c->ple_inp_gate, P, d, impl, "inp_gate (per-layer embeddings)", &st->ple_inp_gate, why);
+  if (r == LH_OK && P > 0 && s > 0) r = make_linear(c->ple_proj, d, P, impl, "proj (per-layer embeddings)", &st->ple_proj, why);
+  if (r == LH_OK && P > 0 && ((s == 0 && c->ple_proj_norm == nullptr) || (s > 0 && c->ple_post_norm == nullptr))) {
+    *why = "per-layer embeddings need per_layer_proj_norm (stage 0) and post_norm (stage > 0)";
+    r = LH_BAD_ARGUMENT;
+  }
+  if (r == LH_OK && P > 0 && s == 0 && (st->ple_proj_norm = copy_floats(c->ple_proj_norm, P)) == nullptr) r = LH_OUT_OF_MEMORY;
+  if (r == LH_OK && P > 0 && s > 0 && (st->ple_post_norm = copy_floats(c->ple_post_norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
+  if (r == LH_OK && s < L && c->v_norm != nullptr && (st->v_norm = copy_floats(c->v_norm, c->head_dim)) == nullptr) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK && s < L && c->q_spec.data != nullptr) {
-    r = make_linear(c->q_spec, qw, d, impl, "q_spec (the next layer's attn_q)", &st->q_spec, why);
+    r = make_linear(c->q_spec, c->heads * shd, d, impl, "q_spec (the next layer's attn_q)", &st->q_spec, why);
     st->has_spec = r == LH_OK;
   }
   if (r == LH_OK && s == L) r = make_linear(c->lm_head, c->vocab, d, impl, "lm_head", &st->head, why);
@@ -409,11 +433,11 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   }
   // per-head q/k norm (Qwen3, Gemma 3): both or neither; a speculating stage norms q_spec as its layer norms q
   if (r == LH_OK && s < L && c->q_norm != nullptr) {
-    if (c->k_norm == nullptr || (st->has_spec && c->q_spec_norm == nullptr)) {
+    if ((c->k_norm == nullptr && c->kv_shared == 0) || (st->has_spec && c->q_spec_norm == nullptr)) {
       *why = "q_norm needs k_norm (and q_spec_norm when the stage has q_spec)";
       r = LH_BAD_ARGUMENT;
-    } else if ((st->q_norm = copy_floats(c->q_norm, c->head_dim)) == nullptr || (st->k_norm = copy_floats(c->k_norm, c->head_dim)) == nullptr ||
-               (st->has_spec && (st->q_spec_norm = copy_floats(c->q_spec_norm, c->head_dim)) == nullptr)) {
+    } else if ((st->q_norm = copy_floats(c->q_norm, c->head_dim)) == nullptr || (c->k_norm != nullptr && (st->k_norm = copy_floats(c->k_norm, c->head_dim)) == nullptr) ||
+               (st->has_spec && (st->q_spec_norm = copy_floats(c->q_spec_norm, shd)) == nullptr)) {
       r = LH_OUT_OF_MEMORY;
     }
   } else if (r == LH_OK && s < L && (c->k_norm != nullptr || c->q_spec_norm != nullptr)) {
@@ -433,8 +457,11 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   st->cfg.q_norm = st->q_norm;
   st->cfg.k_norm = st->k_norm;
   st->cfg.q_spec_norm = st->q_spec_norm;
+  st->cfg.v_norm = st->v_norm;
+  st->cfg.ple_proj_norm = st->ple_proj_norm;
+  st->cfg.ple_post_norm = st->ple_post_norm;
   st->impl_used = LH_QDOT_AMX;
-  for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head})
+  for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head, &st->ple_model_proj, &st->ple_inp_gate, &st->ple_proj})
     if (m->data != nullptr && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;
   *why = nullptr;
   *out = st;
@@ -448,6 +475,26 @@ void lh_dense_stage_free(lh_dense_stage* st) {
 lh_qdot_impl lh_dense_stage_impl(const lh_dense_stage* st) { return st == nullptr ? LH_QDOT_AUTO : st->impl_used; }
 
 namespace {
+// Stage 0's per-layer inputs (Gemma 4, see dense_stage.h): ple_out [T, L·P] from the scaled
+// embedding h and the per-layer token rows ple_tok, in place in ple_out
+lh_status per_layer_inputs(lh_dense_stage* st, const lh_dense_stage_io* io) {
+  const lh_dense_stage_config& c = st->cfg;
+  const uint32_t T = io->tokens, P = c.ple_dim, L = c.layers;
+  const Linear* mp[] = {&st->ple_model_proj};
+  float* out = io->ple_out;
+  const lh_status r = matmul_group(mp, 1, io->h, T, &out, c.threads);
+  if (r != LH_OK) return r;
+  const size_t n = static_cast<size_t>(T) * L * P;
+  // the graph's fp32 constants (gemma4-graph.ts perLayerInputs): 1/√hidden, √P, 1/√2
+  const float proj_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.hidden)));
+  const float tok_scale = static_cast<float>(std::sqrt(static_cast<double>(P)));
+  const float input_scale = static_cast<float>(1.0 / std::sqrt(2.0));
+  for (size_t i = 0; i < n; ++i) out[i] *= proj_scale;
+  rms_norm(out, st->ple_proj_norm, T * L, P, c.eps, out);  // each layer's P values
+  for (size_t i = 0; i < n; ++i) out[i] = (out[i] + io->ple_tok[i] * tok_scale) * input_scale;
+  return LH_OK;
+}
+
 lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
   const lh_dense_stage_config& c = st->cfg;
   const uint32_t T = io->tokens, d = c.hidden, L = c.layers, s = c.stage, parts = c.threads;
@@ -456,6 +503,10 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
   if (!sc.normed.reserve(td * 4) || !sc.o.reserve(td * 4) || !sc.x.reserve(td * 4)) return LH_OUT_OF_MEMORY;
   if (s == 0) {
     rms_norm(io->h, st->norm, T, d, c.eps, sc.normed.f());
+    if (c.ple_dim > 0) {
+      lh_status r = per_layer_inputs(st, io);
+      if (r != LH_OK) return r;
+    }
   } else {
     // post(s − 1); the residual sum goes straight into h_next where the stage outputs it
     float* sum = io->h_next;
@@ -481,6 +532,22 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
     if ((r = matmul_group(dn, 1, sc.gate.f(), T, &o, parts)) != LH_OK) return r;
     if (st->ffn_post_norm != nullptr) rms_norm(o, st->ffn_post_norm, T, d, c.eps, o);
     for (size_t i = 0; i < td; ++i) sum[i] += o[i];
+    if (c.ple_dim > 0) {
+      // sum += rmsnorm((gelu_tanh(sum·W_inp_gateᵀ) ⊙ ple)·W_projᵀ)·post_norm   (gate [T, P] in sc.gate)
+      const uint32_t P = c.ple_dim;
+      if (!sc.gate.reserve(static_cast<size_t>(T) * P * 4)) return LH_OUT_OF_MEMORY;
+      const Linear* ig[] = {&st->ple_inp_gate};
+      float* g = sc.gate.f();
+      if ((r = matmul_group(ig, 1, sum, T, &g, parts)) != LH_OK) return r;
+      GluJob pg{g, io->ple, P, LH_ACT_GELU_TANH};
+      run_glu(&pg, 0, T);
+      const Linear* pj[] = {&st->ple_proj};
+      if ((r = matmul_group(pj, 1, g, T, &o, parts)) != LH_OK) return r;
+      rms_norm(o, st->ple_post_norm, T, d, c.eps, o);
+      for (size_t i = 0; i < td; ++i) sum[i] += o[i];
+    }
+    if (c.output_scale > 0.0f)
+      for (size_t i = 0; i < td; ++i) sum[i] *= c.output_scale;
     rms_norm(sum, st->norm, T, d, c.eps, sc.normed.f());
   }
   if (s == L) {
@@ -494,20 +561,40 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
     for (size_t i = 0; i < static_cast<size_t>(io->n_rows) * c.vocab; ++i) io->logits[i] = std::tanh(io->logits[i] * inv) * cap;
     return LH_OK;
   }
-  const Linear* qkv[] = {&st->q, &st->k, &st->v, &st->q_spec};
-  float* outs[] = {io->q, io->k, io->v, io->q_spec};
-  const lh_status r = matmul_group(qkv, st->has_spec ? 4 : 3, sc.normed.f(), T, outs, parts);
+  // q, then k and v where the layer keeps rows (v: its own projection or k's), then q_spec
+  const Linear* qkv[kMaxGroup];
+  float* outs[kMaxGroup];
+  uint32_t n = 0;
+  qkv[n] = &st->q;
+  outs[n++] = io->q;
+  if (c.kv_shared == 0) {
+    qkv[n] = &st->k;
+    outs[n++] = io->k;
+    if (c.v_from_k == 0) {
+      qkv[n] = &st->v;
+      outs[n++] = io->v;
+    }
+  }
+  if (st->has_spec) {
+    qkv[n] = &st->q_spec;
+    outs[n++] = io->q_spec;
+  }
+  const lh_status r = matmul_group(qkv, n, sc.normed.f(), T, outs, parts);
   if (r != LH_OK) return r;
+  const size_t kvw = static_cast<size_t>(c.kv_heads) * c.head_dim;
+  if (c.kv_shared == 0 && c.v_from_k != 0) std::memcpy(io->v, io->k, static_cast<size_t>(T) * kvw * 4);  // before k's norm
   if (st->q_norm != nullptr) head_rms_norm(io->q, st->q_norm, T, c.heads, c.head_dim, c.eps);
   if (st->k_norm != nullptr) head_rms_norm(io->k, st->k_norm, T, c.kv_heads, c.head_dim, c.eps);
+  if (st->v_norm != nullptr) head_rms_norm(io->v, st->v_norm, T, c.kv_heads, c.head_dim, c.eps);
   const uint32_t rotary = c.rotary_dim == 0 ? c.head_dim : c.rotary_dim;
   rope(io->q, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, rotary, c.rope_layout);
-  rope(io->k, io->rope_cos, io->rope_sin, T, c.kv_heads, c.head_dim, rotary, c.rope_layout);
+  if (c.kv_shared == 0) rope(io->k, io->rope_cos, io->rope_sin, T, c.kv_heads, c.head_dim, rotary, c.rope_layout);
   if (st->has_spec) {
-    if (st->q_spec_norm != nullptr) head_rms_norm(io->q_spec, st->q_spec_norm, T, c.heads, c.head_dim, c.eps);
-    // q_spec is layer s+1's query: its own cos/sin rows when its RoPE differs (same rotary width)
+    const uint32_t shd = st->spec_head_dim, srot = st->spec_rotary == 0 ? shd : st->spec_rotary;
+    if (st->q_spec_norm != nullptr) head_rms_norm(io->q_spec, st->q_spec_norm, T, c.heads, shd, c.eps);
+    // q_spec is layer s+1's query: its own cos/sin rows when its RoPE differs (its own head dim and rotary width)
     const bool own = io->spec_rope_cos != nullptr;
-    rope(io->q_spec, own ? io->spec_rope_cos : io->rope_cos, own ? io->spec_rope_sin : io->rope_sin, T, c.heads, c.head_dim, rotary, c.rope_layout);
+    rope(io->q_spec, own ? io->spec_rope_cos : io->rope_cos, own ? io->spec_rope_sin : io->rope_sin, T, c.heads, shd, srot, c.rope_layout);
   }
   return LH_OK;
 }
@@ -518,7 +605,10 @@ lh_status lh_dense_stage_run(lh_dense_stage* st, const lh_dense_stage_io* io) {
   const uint32_t L = st->cfg.layers, s = st->cfg.stage;
   if (s > 0 && io->attn == nullptr) return LH_BAD_ARGUMENT;
   if (s > 0 && s < L && io->h_next == nullptr) return LH_BAD_ARGUMENT;
-  if (s < L && (io->rope_cos == nullptr || io->rope_sin == nullptr || io->q == nullptr || io->k == nullptr || io->v == nullptr)) return LH_BAD_ARGUMENT;
+  if (s < L && (io->rope_cos == nullptr || io->rope_sin == nullptr || io->q == nullptr)) return LH_BAD_ARGUMENT;
+  if (s < L && st->cfg.kv_shared == 0 && (io->k == nullptr || io->v == nullptr)) return LH_BAD_ARGUMENT;
+  if (st->cfg.ple_dim > 0 && s == 0 && (io->ple_tok == nullptr || io->ple_out == nullptr)) return LH_BAD_ARGUMENT;
+  if (st->cfg.ple_dim > 0 && s > 0 && io->ple == nullptr) return LH_BAD_ARGUMENT;
   if (s < L && st->has_spec && io->q_spec == nullptr) return LH_BAD_ARGUMENT;
   if ((io->spec_rope_cos == nullptr) != (io->spec_rope_sin == nullptr)) return LH_BAD_ARGUMENT;
   if (s == L) {

@@ -24,6 +24,19 @@
 //            layer s+1's q norm and its own cos/sin rows (spec_rope_cos/sin) when its RoPE differs
 //   head:    logits ← c·tanh(logits/c) with c = final_softcap
 //
+// Gemma 4 (every field below optional, 0/null keep the stages above):
+//   per layer head dims: attn_head_dim is layer stage−1's (post: attn [T, heads·attn_head_dim] and
+//            W_o's columns), head_dim / kv_heads / rotary_dim layer stage's, spec_head_dim and
+//            spec_rotary_dim layer stage+1's (q_spec [T, heads·spec_head_dim], its own cos/sin rows)
+//   pre(s):  kv_shared: no k, v (the layer attends an earlier layer's rows): the stage emits q only;
+//            v_from_k: v is k's projection before k's norm (no attn_v); v_norm: v RMS-normed per head
+//            (·v_norm [head_dim]; Gemma 4 passes ones: the norm has no weight)
+//   post(p): with per-layer embeddings (ple_dim P > 0): after the MLP's residual add,
+//              sum += rmsnorm(((gelu_tanh(sum·W_inp_gateᵀ) ⊙ ple) · W_projᵀ))·ple_post_norm
+//            (ple [T, P]: layer p's per-layer input); then sum ·= output_scale when > 0
+//   stage 0 with P > 0: ple_out [T, L·P] = (rmsnorm_P(h·W_model_projᵀ · 1/√hidden)·ple_proj_norm
+//            + ple_tok·√P) · 1/√2, the norm over each layer's P values (h: the scaled embedding)
+//
 // RMSNorm: x / sqrt(mean(x²) + eps), the mean of squares summed in double. RoPE: per head, pairs
 // (i, i + r/2) ('neox') or (2i, 2i + 1) ('interleaved') of the first r = rotary_dim dimensions
 // rotated by the row's cos/sin [T, r/2] (ops.ts ropeRows: the chunk's absolute positions), the
@@ -90,6 +103,20 @@ struct lh_dense_stage_config {
   const float* ffn_post_norm;             // [hidden] stage > 0
   uint32_t activation;                    // lh_ffn_activation
   float final_softcap;                    // stage L: > 0 caps the logits; 0 none
+  // Gemma 4 (see the top); 0 / null: absent
+  uint32_t attn_head_dim;                 // stage > 0: layer stage−1's head dim (0: head_dim)
+  uint32_t spec_head_dim;                 // q_spec's head dim (0: head_dim)
+  uint32_t spec_rotary_dim;               // q_spec's rotated dims (0: as q's)
+  uint32_t kv_shared;                     // 1: no k, v (k, v, k_norm, v_norm absent)
+  uint32_t v_from_k;                      // 1: v = k's projection (v absent)
+  const float* v_norm;                    // [head_dim] per-head RMSNorm of v, or null
+  float output_scale;                     // stage > 0: > 0 multiplies the layer's output (residual included)
+  uint32_t ple_dim;                       // P of the per-layer embeddings; 0: none
+  lh_dense_matrix ple_model_proj;         // stage 0: [layers·P, hidden]
+  const float* ple_proj_norm;             // stage 0: [P]
+  lh_dense_matrix ple_inp_gate;           // stage > 0: [P, hidden]
+  lh_dense_matrix ple_proj;               // stage > 0: [hidden, P]
+  const float* ple_post_norm;             // stage > 0: [hidden]
 };
 
 struct lh_dense_stage;
@@ -105,20 +132,23 @@ lh_qdot_impl lh_dense_stage_impl(const lh_dense_stage* stage);
 struct lh_dense_stage_io {
   uint32_t tokens;          // T >= 1
   const float* h;           // [T, hidden]
-  const float* attn;        // [T, heads·head_dim]  stage > 0
+  const float* attn;        // [T, heads·attn_head_dim]  stage > 0
   const float* rope_cos;    // [T, rotary_dim/2]    stage < L
   const float* rope_sin;    // [T, rotary_dim/2]    stage < L
   const uint32_t* rows;     // [n_rows] indices < T  stage L
   uint32_t n_rows;
   const float* spec_rope_cos;  // [T, rotary_dim/2] layer stage+1's rows for q_spec, or null: rope_cos/rope_sin
   const float* spec_rope_sin;
+  const float* ple_tok;     // [T, layers·P]  stage 0 with ple_dim
+  const float* ple;         // [T, P]         stage > 0 with ple_dim
   // outputs (the caller's; written in full on LH_OK)
   float* q;                 // [T, heads·head_dim]     stage < L
-  float* k;                 // [T, kv_heads·head_dim]  stage < L
-  float* v;                 // [T, kv_heads·head_dim]  stage < L
-  float* q_spec;            // [T, heads·head_dim]     stage < L with q_spec
+  float* k;                 // [T, kv_heads·head_dim]  stage < L, not kv_shared
+  float* v;                 // [T, kv_heads·head_dim]  stage < L, not kv_shared
+  float* q_spec;            // [T, heads·spec_head_dim] stage < L with q_spec
   float* h_next;            // [T, hidden]             0 < stage < L
   float* logits;            // [n_rows, vocab]         stage L
+  float* ple_out;           // [T, layers·P]           stage 0 with ple_dim
 };
 
 // LH_BAD_ARGUMENT: a missing input or output, T 0, a row index >= T. LH_OUT_OF_MEMORY: scratch.

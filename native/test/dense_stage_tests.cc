@@ -460,6 +460,89 @@ void check_refusals() {
   }
 }
 
+// Gemma 4's additions (dense_stage.h), each against the stage it varies: a KV-shared stage gives the
+// same q and h_next with no k, v; v = k's projection equals a stage whose attn_v is attn_k; an output
+// scale of 0.5 halves h_next exactly; and the refusals. (Every stage of the real layouts, per-layer
+// embeddings included, is held to the onnxruntime stage in app/engine/forward/layers/gemma4-native.test.ts.)
+void check_gemma4_layers() {
+  const Model m = make_model(LH_QDOT_F32, 41, false);
+  Rng rng(17);
+  const uint32_t T = 4, s = 1;
+  std::vector<float> cos, sin;
+  rope_rows(3, T, &cos, &sin);
+  const std::vector<float> h = random_floats(rng, static_cast<size_t>(T) * kD, 1.0f), attn = random_floats(rng, static_cast<size_t>(T) * kQw, 0.5f);
+  const std::vector<float> ones(kHd, 1.0f);
+  auto run = [&](lh_dense_stage_config c, bool kv) -> Run {
+    lh_dense_stage* st = nullptr;
+    Run r;
+    if (lh_dense_stage_create(&c, &st, nullptr) != LH_OK) return r;
+    r = run_stage(st, s, false, h, attn, cos, sin, {}, T);
+    if (!kv) {  // a KV-shared stage must not need (or touch) k and v
+      lh_dense_stage_io io{};
+      io.tokens = T;
+      io.h = h.data();
+      io.attn = attn.data();
+      io.rope_cos = cos.data();
+      io.rope_sin = sin.data();
+      io.q = r.q.data();
+      io.h_next = r.h_next.data();
+      r.status = lh_dense_stage_run(st, &io);
+    }
+    lh_dense_stage_free(st);
+    return r;
+  };
+  const lh_dense_stage_config base = config_for(m, s, false, 2, LH_ROPE_NEOX, true);
+  const Run plain = run(base, true);
+  lh_dense_stage_config c = base;
+  c.kv_shared = 1;
+  c.k = lh_dense_matrix{};
+  c.v = lh_dense_matrix{};
+  c.k_norm = nullptr;
+  const Run shared = run(c, false);
+  check(plain.status == LH_OK && shared.status == LH_OK && shared.q == plain.q && shared.h_next == plain.h_next,
+        "dense stage (Gemma 4): a KV-shared stage computes the same q and h_next, and no k or v");
+  // v = k: against a stage whose attn_v is attn_k, both with the weightless v norm
+  c = base;
+  c.v = m.layers[s].k.matrix();
+  c.v_norm = ones.data();
+  const Run v_is_k_weights = run(c, true);
+  c = base;
+  c.v_from_k = 1;
+  c.v = lh_dense_matrix{};
+  c.v_norm = ones.data();
+  const Run v_from_k = run(c, true);
+  bool normed = v_from_k.status == LH_OK;  // each head row of v has mean square ~1 (an RMS norm without a weight)
+  for (uint32_t r = 0; normed && r < T * kKv; ++r) {
+    double ss = 0;
+    for (uint32_t i = 0; i < kHd; ++i) ss += static_cast<double>(v_from_k.v[r * kHd + i]) * v_from_k.v[r * kHd + i];
+    normed = std::fabs(ss / kHd - 1.0) < 1e-3;
+  }
+  check(v_is_k_weights.status == LH_OK && v_from_k.v == v_is_k_weights.v && v_from_k.k == plain.k && normed,
+        "dense stage (Gemma 4): v_from_k gives k's projection as v (RMS-normed per head by v_norm), k unchanged");
+  c = base;
+  c.output_scale = 0.5f;
+  const Run scaled = run(c, true);
+  bool halved = scaled.status == LH_OK && scaled.h_next.size() == plain.h_next.size();
+  for (size_t i = 0; halved && i < plain.h_next.size(); ++i) halved = scaled.h_next[i] == 0.5f * plain.h_next[i];
+  check(halved, "dense stage (Gemma 4): output_scale 0.5 halves h_next exactly");
+  // refusals: shared with a k norm; per-layer embeddings without their matrices; an attn width that is not W_o's
+  lh_dense_stage* st = nullptr;
+  const char* why = nullptr;
+  c = base;
+  c.kv_shared = 1;
+  c.k = lh_dense_matrix{};
+  c.v = lh_dense_matrix{};
+  check(lh_dense_stage_create(&c, &st, &why) == LH_BAD_ARGUMENT && st == nullptr, "dense stage (Gemma 4): a KV-shared stage with a k norm is refused");
+  c = base;
+  c.ple_dim = 8;
+  check(lh_dense_stage_create(&c, &st, &why) == LH_BAD_ARGUMENT && st == nullptr && why != nullptr && std::strstr(why, "per-layer") != nullptr,
+        "dense stage (Gemma 4): per-layer embeddings without inp_gate / proj are refused, naming them", "why %s", why ? why : "null");
+  c = base;
+  c.attn_head_dim = kHd / 2;
+  check(lh_dense_stage_create(&c, &st, &why) == LH_BAD_ARGUMENT && why != nullptr && std::strcmp(why, "attn_output") == 0,
+        "dense stage (Gemma 4): an attn head dim that does not match attn_output's columns is refused, naming it");
+}
+
 struct SumJob {
   std::vector<uint32_t>* hits;
 };
@@ -506,4 +589,5 @@ void test_dense_stage() {
   check_against_reference(LH_QDOT_Q8_0, "Q8_0", 3e-2, true);
   check_threads_and_chunks();
   check_refusals();
+  check_gemma4_layers();
 }

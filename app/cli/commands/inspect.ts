@@ -57,10 +57,14 @@ export function formatKvLayers(m: ModelReport['memory']): string[] {
   const layers = m.kvLayers;
   if (layers.length === 0) return [];
   const windows = [...new Set(layers.filter((l) => l.kind === 'window').map((l) => l.window))];
-  const pattern = layers.map((l) => (l.kind === 'window' ? 'W' : 'G')).join('');
+  // every layer in order: a KV-shared one (Gemma 4) in lower case, keeping no rows of its own
+  const shared = m.kvSharedLayers;
+  const letters = [...layers.map((l) => ({ layer: l.layer, c: l.kind === 'window' ? 'W' : 'G' })), ...shared.map((l) => ({ layer: l.layer, c: l.kind === 'window' ? 'w' : 'g' }))];
+  const pattern = letters.sort((a, b) => a.layer - b.layer).map((l) => l.c).join('');
+  const sharedNote = shared.length > 0 ? `; w/g: KV-shared, reading ${shared.map((l) => `${l.layer}→${l.source}`).join(', ')}` : '';
   const sum = (kind: string, f: (l: (typeof layers)[number]) => number): number => layers.filter((l) => l.kind === kind).reduce((s, l) => s + f(l), 0);
   const lines = [
-    `  layer pattern             ${pattern}${windows.length > 0 ? `  (W: sliding window ${windows.join('/')}, as a ring; G: global)` : '  (G: global)'}`,
+    `  layer pattern             ${pattern}${windows.length > 0 ? `  (W: sliding window ${windows.join('/')}, as a ring; G: global${sharedNote})` : `  (G: global${sharedNote})`}`,
     `  KV pool per layer (rows + positions; window layers: ring slots + checkpoints):`,
   ];
   for (const l of layers) {

@@ -36,7 +36,7 @@ import { assertPolicySupported, familyOf } from './layers/families.ts';
 import { checkLayerSpecs, kvOwner, ownsKv, ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
 import type { RopeFrequencies } from '../onnx/ops.ts';
 import { layerAttentionArgs } from './placement/attention-args.ts';
-import { RingCheckpoints, ringKeepRows, ringSlots, type RingCheckpointOptions, type RingLayer } from '../kv/ring-checkpoints.ts';
+import { RingCheckpoints, ringKeepRows, ringSlots, windowRingLayers, type RingCheckpointOptions, type RingLayer } from '../kv/ring-checkpoints.ts';
 import { poolLayerBytes } from '../model/memory-estimate.ts';
 import type { InfinigenOptions, InfinigenSequenceState, InfinigenState } from './policy/infinigen-state.ts';
 import { createNativeStages, nativeDenseUnsupported, type DenseKernelName, type StageRunner } from './native-stages.ts';
@@ -336,15 +336,12 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
       });
   const dense: RunnerDense = native ? { engine: 'native', kernel: native.kernel } : { engine: 'onnx', ...(nativeWhyNot !== undefined ? { whyNotNative: nativeWhyNot } : {}) };
   const p = recipe.partialDim;
-  // a sliding-window layer keeps its window as a ring (kv/ring-checkpoints.ts says how many slots);
-  // not yet in a pool of mixed row shapes (Gemma 4: its window layers keep every row)
-  const rings: RingLayer[] = [];
-  if (options.windowRings !== false && !mixedRows) {
-    specs.forEach((spec, layer) => {
-      const a = spec.attention;
-      if (a.kind === 'attention' && a.window !== undefined && ringSlots(a.window, prefillChunk, contextLength) < contextLength) rings.push({ layer, window: a.window });
-    });
-  }
+  // a sliding-window layer keeps its window as a ring (kv/ring-checkpoints.ts says how many slots),
+  // in a plain pool and in a layered one (Gemma 4: a KV-shared window layer reads its source's ring)
+  const rings: RingLayer[] = options.windowRings !== false ? windowRingLayers(specs, prefillChunk, contextLength) : [];
+  const ringOf = new Map(rings.map((r) => [r.layer, r.window]));
+  const layerCapacity = rings.length > 0 ? Array.from({ length: hyper.layers }, (_, l) => (ringOf.has(l) ? ringSlots(ringOf.get(l)!, prefillChunk, contextLength) : contextLength)) : undefined;
+  const ringLayers = layerCapacity ? layerCapacity.map((_, l) => ringOf.has(l)) : undefined;
   if (rings.length > 0 && budget !== undefined) throw new UsageError(`poolBudgetBytes (eviction) with sliding-window layers: a ring and eviction in one pool are not built yet; load without a budget, or with windowRings false`, { field: 'poolBudgetBytes' });
   let pool: KvPool;
   if (mixedRows) {
@@ -354,14 +351,13 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
       layerShapes: specs.map((spec, l) => (ownsKv(spec) ? { ...rows[l]!, partialDim: recipe.partialDimFor(rows[l]!.headDim) } : { kvSource: kvOwner(specs, l)! })),
       ...(budget !== undefined ? { budgetBytes: budget, eviction } : { tokens: contextLength }),
       kvType,
+      ...(layerCapacity ? { layerCapacity, ringLayers } : {}),
     });
   } else {
     const { kvHeads, headDim } = rows[0]!;
     const bytesPerToken = hyper.layers * kvHeads * (2 * kvRowBytes(kvType, headDim) + 4 + 2 * p);
     const projBytes = p > 0 ? hyper.layers * kvHeads * headDim * p * 4 + hyper.layers * 4 + 3 * 64 : 0;
     const scalePadding = kvType === 'int8' ? 2 * 64 : 0; // the int8 scale regions start on their own lines
-    const ringOf = new Map(rings.map((r) => [r.layer, r.window]));
-    const layerCapacity = rings.length > 0 ? Array.from({ length: hyper.layers }, (_, l) => (ringOf.has(l) ? ringSlots(ringOf.get(l)!, prefillChunk, contextLength) : contextLength)) : undefined;
     pool = createKvPool({
       budgetBytes: budget ?? contextLength * bytesPerToken + 4 * 64 + hyper.layers * 4 + 64 + projBytes + scalePadding,
       ...(budget !== undefined ? { eviction } : {}),
@@ -370,7 +366,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
       headDim,
       kvType,
       ...(p > 0 ? { partialDim: p } : {}),
-      ...(layerCapacity ? { layerCapacity, ringLayers: layerCapacity.map((_, l) => ringOf.has(l)) } : {}),
+      ...(layerCapacity ? { layerCapacity, ringLayers } : {}),
     });
   }
   const ringCheckpoints = new RingCheckpoints(pool, rings, contextLength, options.ringCheckpoints);

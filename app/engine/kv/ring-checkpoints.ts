@@ -28,6 +28,7 @@
 // 1/4 of the window layers' full rows), 4 at 16K, 1 at 4K, none below (a cut past the rings' slack
 // there re-prefills from 0, which costs less than 4 windows).
 import type { KvPool } from '../../../native/index.js';
+import { ownsKv, type LayerSpec } from '../forward/layers/layer-spec.ts';
 
 /** A window layer of the model and its window in tokens. */
 export interface RingLayer {
@@ -52,6 +53,22 @@ export function ringCheckpointCount(contextLength: number, largestWindow: number
 /** Slots of the ring of a window layer (see the file comment). */
 export function ringSlots(window: number, prefillChunk: number, contextLength: number): number {
   return Math.min(contextLength, window - 1 + 2 * prefillChunk);
+}
+
+/**
+ * The window layers that keep their window as a ring: every layer that has a window, keeps rows of
+ * its own, and whose ring (ringSlots) is smaller than the context. A KV-shared layer (Gemma 4) keeps
+ * no rows and reads its source's ring: checkLayerSpecs holds it to its source's window, so the ring
+ * holds what it attends too. One rule for the runner's pool and the memory estimate.
+ */
+export function windowRingLayers(specs: readonly LayerSpec[], prefillChunk: number, contextLength: number): RingLayer[] {
+  const rings: RingLayer[] = [];
+  specs.forEach((spec, layer) => {
+    if (!ownsKv(spec)) return;
+    const w = spec.attention.window;
+    if (w !== undefined && ringSlots(w, prefillChunk, contextLength) < contextLength) rings.push({ layer, window: w });
+  });
+  return rings;
 }
 
 /** Rows a resume at position n needs of a window layer: the w − 1 before it (fewer near the start). */
@@ -91,7 +108,8 @@ export class RingCheckpoints {
     this.max = rings.length > 0 ? o.max : 0;
     let bytes = 0;
     for (let i = 0; i < this.max; i++) {
-      const set = rings.map((r) => new Uint8Array(pool.snapshotLayerBytes(r.window - 1)));
+      // a layer's own section size: the layers of a layered pool (Gemma 4) differ in row shape
+      const set = rings.map((r) => new Uint8Array(pool.snapshotLayerBytes(r.window - 1, r.layer)));
       for (const s of set) bytes += s.byteLength;
       this.free.push(set);
     }
@@ -157,7 +175,8 @@ export class RingCheckpoints {
 
   /** Bytes of a ring layer's section for a cut at n (what a snapshot stores for it). */
   sectionBytes(ringIndex: number, n: number): number {
-    return this.pool.snapshotLayerBytes(ringKeepRows(this.rings[ringIndex]!.window, n));
+    const { layer, window } = this.rings[ringIndex]!;
+    return this.pool.snapshotLayerBytes(ringKeepRows(window, n), layer);
   }
 
   /** Packs a ring layer's rows for a cut at n (a resumePoint) into out: from the ring, or from the checkpoint at n. */
@@ -180,7 +199,7 @@ export class RingCheckpoints {
     const set = this.free.pop()!;
     const sections = this.rings.map(({ layer, window }, i) => {
       const rows = ringKeepRows(window, at);
-      const view = set[i]!.subarray(0, this.pool.snapshotLayerBytes(rows));
+      const view = set[i]!.subarray(0, this.pool.snapshotLayerBytes(rows, layer));
       this.pool.exportRows(layer, this.pool.length(layer) - rows, rows, view);
       return view;
     });

@@ -4,7 +4,7 @@
 import { freemem, totalmem } from 'node:os';
 import { LonghandError } from '../../common/errors.ts';
 import { ownsKv, type LayerSpec } from '../forward/layers/layer-spec.ts';
-import { ringCheckpointCount, ringSlots, type RingCheckpointOptions } from '../kv/ring-checkpoints.ts';
+import { ringCheckpointCount, ringSlots, windowRingLayers, type RingCheckpointOptions } from '../kv/ring-checkpoints.ts';
 import type { ModelHyperparameters, TensorDType } from './types.ts';
 
 /** InfiniGen's defaults (ARCHITECTURE.md §4): partial-key ratio r and the fetch cap per step. */
@@ -48,6 +48,8 @@ export interface MemoryEstimate {
   kvFullBytes: number;
   /** Per layer with KV: its kind and what the pool gives it (the pool's own arithmetic, see kvLayerEstimates). */
   kvLayers: KvLayerEstimate[];
+  /** The KV-shared layers (Gemma 4): they keep no rows and attend `source`'s (no bytes of their own). */
+  kvSharedLayers: { layer: number; source: number; kind: 'global' | 'window' }[];
   /** The KV memory the engine takes under 'full': every layer's pool bytes + the rings' checkpoints. */
   kvPoolBytes: number;
   /** InfiniGen keeps the full KV in RAM, plus one partial key row per token (⌊r·d⌋ columns). */
@@ -124,15 +126,10 @@ export function kvLayerEstimates(
   const chunk = options.prefillChunk ?? 128;
   const partialDim = options.partialDim ?? 0;
   const shapes = kvLayerShapes(hyper, options.layers);
-  // layers of mixed row shapes or KV-shared layers go to a layered pool (Gemma 4), built without
-  // rings for now: the runner's mixedRows (model-runner.ts)
-  const mixedShapes = new Set(shapes.map((s) => `${s.kvHeads}x${s.headDim}`)).size > 1 || (options.layers?.some((spec) => !ownsKv(spec)) ?? false);
-  // the runner's rule (model-runner.ts): rings only where they are smaller than the context
-  const ringWindow = (layer: number): number | undefined => {
-    const spec = options.layers?.[layer]?.attention;
-    const w = spec?.kind === 'attention' ? spec.window : undefined;
-    return w !== undefined && options.windowRings !== false && !mixedShapes && ringSlots(w, chunk, contextTokens) < contextTokens ? w : undefined;
-  };
+  // the runner's rule (windowRingLayers): rings where they are smaller than the context, in a plain
+  // pool and in a layered one (Gemma 4's mixed row shapes; its KV-shared layers keep no rows)
+  const ringOf = new Map(options.layers !== undefined && options.windowRings !== false ? windowRingLayers(options.layers, chunk, contextTokens).map((r) => [r.layer, r.window]) : []);
+  const ringWindow = (layer: number): number | undefined => ringOf.get(layer);
   const largest = Math.max(0, ...shapes.map(({ layer }) => ringWindow(layer) ?? 0));
   const max = options.ringCheckpoints?.max ?? ringCheckpointCount(contextTokens, largest);
   return shapes.map(({ layer, kvHeads, headDim }) => {
@@ -266,6 +263,9 @@ export function estimateMemory(
     weightsBytes,
     kvFullBytes,
     kvLayers,
+    kvSharedLayers: (options.layers ?? []).flatMap((spec, layer) =>
+      spec.attention.kind === 'attention' && spec.attention.kvSource !== undefined ? [{ layer, source: spec.attention.kvSource, kind: spec.attention.window !== undefined ? ('window' as const) : ('global' as const) }] : [],
+    ),
     kvPoolBytes,
     partialKeyBytes,
     stagedKvBytes,

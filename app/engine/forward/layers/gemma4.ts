@@ -63,10 +63,12 @@
 //
 // What Longhand runs of it (GEMMA4_FAMILY below): GGUF files and Hugging Face folders
 // (Gemma4ForCausalLM, Gemma4ForConditionalGeneration's text model) with every feature above —
-// per-layer head dims and KV heads (a layered KV pool, native/kv-pool-layers.js), proportional RoPE,
+// per-layer head dims and KV heads (a layered KV pool, native/kv-pool-layers.js, whose window layers
+// keep their window as rings, read by the KV-shared window layers too), proportional RoPE,
 // v = k layers, KV-shared layers, layer output scales, per-layer embeddings (the per-layer token rows
 // read per chunk like the token table, EmbeddingSpec.perLayerTable), the final soft-cap — on
-// onnxruntime's stages (gemma4-graph.ts; no native dense stages yet), under every row
+// the native dense stages (gemma-native.ts with Gemma4Extras; the types with kernels) or
+// onnxruntime's (gemma4-graph.ts), under every row
 // policy (InfiniGen per layer's shape; the KV-shared layers attend densely under it), with the
 // "gemma4" tokenizer (model/tokenizer/bpe.ts). Mixture of experts (26B-A4B): issue 31.
 import type { Gemma4Config, ModelHyperparameters } from '../../model/types.ts';
@@ -74,6 +76,7 @@ import { GEMMA4_TENSORS, gemma4KvSource } from '../../model/arch/gemma4.ts';
 import { LonghandError } from '../../../common/errors.ts';
 import type { ModelFamily } from './family.ts';
 import { gemma4StageGraph } from './gemma4-graph.ts';
+import { createGemmaNativeStages, gemma4LinearNames, type Gemma4Extras } from './gemma-native.ts';
 import type { LayerSpec, RopeSpec } from './layer-spec.ts';
 import { checkLayerSpecs } from './layer-spec.ts';
 
@@ -112,6 +115,11 @@ export function gemma4Layers(config: Gemma4Config): LayerSpec[] {
   return specs;
 }
 
+/** What the native stages need beyond the layer specs. */
+function gemma4Extras(c: Gemma4Config): Gemma4Extras {
+  return { valueProjection: c.valueProjection, outputScale: c.outputScale, perLayerInput: c.perLayerInput };
+}
+
 /** hyper.gemma4, or a typed error for hyperparameters built without it. */
 export function gemma4Hyper(hyper: ModelHyperparameters): Gemma4Config {
   if (hyper.gemma4 === undefined) throw new LonghandError('MODEL_BAD_VALUE', `${hyper.family}: the Gemma 4 hyperparameters (layer pattern, head dims, KV sharing) are missing`, { architecture: hyper.architecture });
@@ -136,5 +144,16 @@ export const GEMMA4_FAMILY: ModelFamily = {
     const c = gemma4Hyper(w.model.hyper);
     return gemma4StageGraph(w, s, opts, gemma4Layers(c), c.valueProjection, c.outputScale, c.finalSoftcap, c.perLayerInput);
   },
-  nativeStages: { kind: 'none', reason: "Gemma 4's native dense stages (per-layer head dims, KV-shared layers, the value norm) are not written yet" },
+  // Gemma's native stages with what Gemma 4 adds (gemma-native.ts Gemma4Extras; native/src/dense_stage.h)
+  nativeStages: {
+    kind: 'native',
+    linearNames: (model) => {
+      const c = gemma4Hyper(model.hyper);
+      return gemma4LinearNames(model, gemma4Layers(c), gemma4Extras(c));
+    },
+    create: (weights, options) => {
+      const c = gemma4Hyper(weights.model.hyper);
+      return createGemmaNativeStages(weights, options, gemma4Layers(c), c.finalSoftcap, gemma4Extras(c));
+    },
+  },
 };

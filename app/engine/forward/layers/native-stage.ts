@@ -76,6 +76,8 @@ export class NativeStage implements StageRunner {
     private readonly kvw: number,
     private readonly d: number,
     private readonly vocab: number,
+    /** q_spec's width (layer stage + 1's heads·headDim) and stage 0's per-layer inputs' (layers·P), where they differ / exist */
+    private readonly widths: { readonly spec?: number; readonly ple?: number } = {},
   ) {}
 
   async run(feeds: Readonly<Record<string, TensorData>>): Promise<Record<string, TensorData>> {
@@ -89,13 +91,16 @@ export class NativeStage implements StageRunner {
       ...(feeds.rope_cos ? { ropeCos: feeds.rope_cos.data as Float32Array, ropeSin: feeds.rope_sin!.data as Float32Array } : {}),
       ...(feeds.spec_rope_cos ? { specRopeCos: feeds.spec_rope_cos.data as Float32Array, specRopeSin: feeds.spec_rope_sin!.data as Float32Array } : {}),
       ...(rows ? { rows } : {}),
+      ...(feeds.ple_tok ? { pleTok: feeds.ple_tok.data as Float32Array } : {}),
+      ...(feeds.ple ? { ple: feeds.ple.data as Float32Array } : {}),
     });
     const result: Record<string, TensorData> = {};
     if (out.logits) result.logits = tensor([1, rows!.length, this.vocab], out.logits);
     if (out.q) result.q = tensor([1, T, this.qw], out.q);
     if (out.k) result.k = tensor([1, T, this.kvw], out.k);
     if (out.v) result.v = tensor([1, T, this.kvw], out.v);
-    if (out.qSpec) result.q_spec = tensor([1, T, this.qw], out.qSpec);
+    if (out.qSpec) result.q_spec = tensor([1, T, this.widths.spec ?? this.qw], out.qSpec);
+    if (out.ple) result.ple = tensor([1, T, this.widths.ple!], out.ple);
     if (out.hNext) result.h_next = tensor([1, T, this.d], out.hNext);
     return result;
   }
