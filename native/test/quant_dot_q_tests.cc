@@ -3,6 +3,7 @@
 // formulas, not from quant_dot_q.cc), run through qdot_sweep's checks on every implementation.
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -96,6 +97,37 @@ void extreme_row(uint64_t k, uint8_t* out) {
 const std::vector<std::array<uint32_t, 3>> kAmxShapes = {{16, 16, 32}, {5, 17, 96}, {33, 40, 1088}, {16, 300, 352}, {3, 64, 32}, {20, 31, 2080}};
 constexpr const char* kAmxWhat = "prefill gives avx512's bits (6 shapes, extremes)";
 
+// Row 0 of Q4_0 at the other extreme: nibbles 15 (u - 8 = 7), the largest unsigned nibble. The AVX2
+// prefill sums 16 products u·q in int16 before widening: 16·15·127 against codes of ±127 (token 1)
+// is its largest sum, and must not wrap.
+void q4_0_high_row(uint64_t k, uint8_t* out) {
+  for (uint64_t b = 0; b < k / 32; ++b) std::memset(out + b * 18 + 2, 0xFF, 16);
+}
+
+// The AVX2 Q4_0 prefill (3 tokens or more): every shape it meets (one group of 8 rows or two, the
+// second partial, rows past a 16-row tile, more tokens than a 64-token pass, more blocks than a
+// 32-block chunk and a short last chunk), at both nibble extremes against codes of +127 and -127.
+const std::vector<std::array<uint32_t, 3>> kAvx2PrefillShapes = {{16, 16, 32}, {5, 17, 96}, {13, 9, 352}, {33, 40, 1088},
+                                                                 {16, 70, 352}, {3, 3, 32},  {20, 31, 2080}};
+
+void check_avx2_prefill() {
+  const QdotTypeCase q4{LH_QDOT_Q4_0, "Q4_0", q4_0_random, q4_0_dequantize, {32}};
+  // against the scalar reference wherever AVX2 runs (LONGHAND_CPU_LEVEL=avx2 included)
+  qdot_check_close(q4, LH_QDOT_AVX2, LH_QDOT_SCALAR, kAvx2PrefillShapes, q4_0_high_row, -1.0f, 1e-5,
+                   "prefill within 1e-5 of sum|terms| of scalar (7 shapes, nibbles 15, codes -127)");
+  qdot_check_close(q4, LH_QDOT_AVX2, LH_QDOT_SCALAR, kAvx2PrefillShapes, extreme_row<false>, 1.0f, 1e-5,
+                   "prefill within 1e-5 of sum|terms| of scalar (7 shapes, nibbles 0, codes +127)");
+  // from 8 tokens on, AVX512's prefill (q_prefill16) does the same integers and float operations
+  // in the same order: its bits, where this CPU (and the level cap) runs it
+  if (!lh_qdot_available(LH_QDOT_AVX512)) {
+    std::printf("info  Q4_0 avx2: avx512 not available here (CPU or LONGHAND_CPU_LEVEL), prefill bits not held against it\n");
+    return;
+  }
+  const std::vector<std::array<uint32_t, 3>> eight_up = {{16, 16, 32}, {5, 17, 96}, {13, 9, 352}, {33, 40, 1088}, {16, 70, 352}, {20, 31, 2080}};
+  qdot_check_same_bits(q4, LH_QDOT_AVX2, LH_QDOT_AVX512, eight_up, q4_0_high_row, -1.0f, "prefill gives avx512's bits (6 shapes, nibbles 15)");
+  qdot_check_same_bits(q4, LH_QDOT_AVX2, LH_QDOT_AVX512, eight_up, extreme_row<false>, 1.0f, "prefill gives avx512's bits (6 shapes, nibbles 0)");
+}
+
 }  // namespace
 
 void test_quant_dot_q() {
@@ -110,4 +142,5 @@ void test_quant_dot_q() {
                        kAmxWhat);
   qdot_check_same_bits({LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {32}}, LH_QDOT_AMX, LH_QDOT_AVX512, kAmxShapes, extreme_row<true>, 1.0f,
                        kAmxWhat);
+  check_avx2_prefill();
 }
