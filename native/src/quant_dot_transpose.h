@@ -2,7 +2,7 @@
 // Q5_K) share: 16 weight rows' 32 codes of one block become 8 vectors that hold dword j (codes
 // 4j..4j+3) of all 16 rows, one row a lane, the layout vpdpbusd wants against a token's codes
 // broadcast. Paid once per tile and block, shared by up to 64 tokens. lh_transpose_8x8 is the AVX2
-// path's (quant_dot_q.cc's q4_prefill_avx2): 8 rows, one ymm, for vpmaddubsw.
+// path's (quant_dot_q.cc's q_prefill_avx2): 8 rows, one ymm, for vpmaddubsw.
 #pragma once
 
 #if defined(__x86_64__) || defined(_M_X64)
