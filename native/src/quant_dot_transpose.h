@@ -1,7 +1,8 @@
 // The transposition the prefill kernels of quant_dot_q.cc (Q4_0, Q8_0) and quant_dot_k.cc (Q4_K,
 // Q5_K) share: 16 weight rows' 32 codes of one block become 8 vectors that hold dword j (codes
 // 4j..4j+3) of all 16 rows, one row a lane, the layout vpdpbusd wants against a token's codes
-// broadcast. Paid once per tile and block, shared by up to 64 tokens.
+// broadcast. Paid once per tile and block, shared by up to 64 tokens. lh_transpose_8x8 is the AVX2
+// path's (quant_dot_q.cc's q_prefill_avx2): 8 rows, one ymm, for vpmaddubsw.
 #pragma once
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -26,6 +27,26 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2"))) inline void l
   for (int j = 0; j < 4; ++j) {
     out[j] = _mm512_permutex2var_epi64(u[j], lo, u[j + 4]);
     out[j + 4] = _mm512_permutex2var_epi64(u[j], hi, u[j + 4]);
+  }
+}
+
+// rows [8] (lanes) × 8 dwords each -> out[j] lane r = dword j of row r (AVX2: unpacks within 128-bit
+// lanes, then the lanes swapped across)
+__attribute__((target("avx2"))) inline void lh_transpose_8x8(const __m256i rows[8], __m256i out[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(rows[i], rows[i + 1]);      // r_i[0] r_i+1[0] r_i[1] r_i+1[1] | dwords 4, 5
+    t[i + 1] = _mm256_unpackhi_epi32(rows[i], rows[i + 1]);  // dwords 2, 3 | 6, 7
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i + 0] = _mm256_unpacklo_epi64(t[i + 0], t[i + 2]);  // dword 0 of rows i..i+3 | dword 4
+    u[i + 1] = _mm256_unpackhi_epi64(t[i + 0], t[i + 2]);  // 1 | 5
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);  // 2 | 6
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);  // 3 | 7
+  }
+  for (int j = 0; j < 4; ++j) {
+    out[j] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x20);
+    out[j + 4] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x31);
   }
 }
 #endif

@@ -3,6 +3,7 @@
 // formulas, not from quant_dot_q.cc), run through qdot_sweep's checks on every implementation.
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -96,6 +97,42 @@ void extreme_row(uint64_t k, uint8_t* out) {
 const std::vector<std::array<uint32_t, 3>> kAmxShapes = {{16, 16, 32}, {5, 17, 96}, {33, 40, 1088}, {16, 300, 352}, {3, 64, 32}, {20, 31, 2080}};
 constexpr const char* kAmxWhat = "prefill gives avx512's bits (6 shapes, extremes)";
 
+// Row 0 at the other extreme: Q4_0 nibbles 15 (u - 8 = 7), Q8_0 codes 127. The AVX2 prefill
+// multiplies Q4_0's nibbles unsigned and sums 16 such products in int16 before widening: 16·15·127
+// against codes of ±127 (token 1) is its largest sum, and must not wrap. (Q8_0's largest pair,
+// |-128|·127·2, is extreme_row's against codes of +127.)
+template <bool kQ8>
+void high_nibble_row(uint64_t k, uint8_t* out) {
+  const size_t block = kQ8 ? 34 : 18;
+  for (uint64_t b = 0; b < k / 32; ++b) std::memset(out + b * block + 2, kQ8 ? 0x7F : 0xFF, block - 2);
+}
+
+// The AVX2 prefill of Q4_0 / Q8_0 (from 3 / 6 tokens on): every shape it meets (one group of 8
+// rows or two, the second partial, rows past a 16-row tile, more tokens than a 64-token pass, more
+// blocks than a chunk (32 blocks for Q4_0, 16 for Q8_0) and a short last chunk), at both extremes
+// against codes of +127 and -127; and the first token count of each type's prefill (3, 6) and the
+// one below Q8_0's (5: q_tile_avx2).
+const std::vector<std::array<uint32_t, 3>> kAvx2PrefillShapes = {{16, 16, 32}, {5, 17, 96},   {13, 12, 352}, {33, 40, 1088}, {16, 70, 352},
+                                                                 {3, 3, 32},   {20, 31, 2080}, {9, 5, 544},   {7, 6, 96}};
+
+template <bool kQ8>
+void check_avx2_prefill(const QdotTypeCase& c) {
+  // against the scalar reference wherever AVX2 runs (LONGHAND_CPU_LEVEL=avx2 included)
+  qdot_check_close(c, LH_QDOT_AVX2, LH_QDOT_SCALAR, kAvx2PrefillShapes, high_nibble_row<kQ8>, -1.0f, 1e-5,
+                   "prefill within 1e-5 of sum|terms| of scalar (9 shapes, high nibbles 15 / codes 127, codes -127)");
+  qdot_check_close(c, LH_QDOT_AVX2, LH_QDOT_SCALAR, kAvx2PrefillShapes, extreme_row<kQ8>, 1.0f, 1e-5,
+                   "prefill within 1e-5 of sum|terms| of scalar (9 shapes, most negative weights, codes +127)");
+  // where both prefills run (AVX512's from 8 tokens on), AVX512's q_prefill16 does the same integers
+  // and float operations in the same order: its bits, where this CPU (and the level cap) runs it
+  if (!lh_qdot_available(LH_QDOT_AVX512)) {
+    std::printf("info  %s avx2: avx512 not available here (CPU or LONGHAND_CPU_LEVEL), prefill bits not held against it\n", c.name);
+    return;
+  }
+  const std::vector<std::array<uint32_t, 3>> both = {{16, 16, 32}, {5, 17, 96}, {13, 12, 352}, {33, 40, 1088}, {16, 70, 352}, {20, 31, 2080}};
+  qdot_check_same_bits(c, LH_QDOT_AVX2, LH_QDOT_AVX512, both, high_nibble_row<kQ8>, -1.0f, "prefill gives avx512's bits (6 shapes, high nibbles)");
+  qdot_check_same_bits(c, LH_QDOT_AVX2, LH_QDOT_AVX512, both, extreme_row<kQ8>, 1.0f, "prefill gives avx512's bits (6 shapes, most negative)");
+}
+
 }  // namespace
 
 void test_quant_dot_q() {
@@ -110,4 +147,6 @@ void test_quant_dot_q() {
                        kAmxWhat);
   qdot_check_same_bits({LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {32}}, LH_QDOT_AMX, LH_QDOT_AVX512, kAmxShapes, extreme_row<true>, 1.0f,
                        kAmxWhat);
+  check_avx2_prefill<false>({LH_QDOT_Q4_0, "Q4_0", q4_0_random, q4_0_dequantize, {32}});
+  check_avx2_prefill<true>({LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {32}});
 }

@@ -315,8 +315,11 @@ void qdot_sweep(const QdotTypeCase& c) {
   }
 }
 
-void qdot_check_same_bits(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl reference, const std::vector<std::array<uint32_t, 3>>& shapes,
-                          void (*extreme_row)(uint64_t k, uint8_t* out), float token1, const char* what) {
+namespace {
+
+// qdot_check_same_bits (tol = 0: the bits) and qdot_check_close (|y - y_ref| <= tol · Σ|terms|).
+void check_against(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl reference, const std::vector<std::array<uint32_t, 3>>& shapes,
+                   void (*extreme_row)(uint64_t k, uint8_t* out), float token1, double tol, const char* what) {
   lh_qdot_kernels kern{}, ref{};
   if (!lh_qdot_kernels_for(c.type, impl, &kern)) {
     std::printf("info  %s %s: not on this CPU, its bits are not checked\n", c.name, impl_name(impl));
@@ -325,6 +328,7 @@ void qdot_check_same_bits(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl
   check(lh_qdot_kernels_for(c.type, reference, &ref), label(c, reference, "kernels exist where the checked ones do").c_str(), "missing");
   Rng rng(0xa3c + c.type + 16 * impl);
   size_t outputs = 0, differ = 0;
+  double worst = 0;
   for (const auto& sh : shapes) {
     const uint32_t n = sh[0], T = sh[1];
     const uint64_t k = sh[2];
@@ -341,8 +345,37 @@ void qdot_check_same_bits(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl
     std::vector<float> y(static_cast<size_t>(T) * n), y_ref(static_cast<size_t>(T) * n);
     kern.dot_tile(w.data(), rb, n, k, xq.data(), T, y.data(), n);
     ref.dot_tile(w.data(), rb, n, k, xq.data(), T, y_ref.data(), n);
-    for (size_t i = 0; i < y.size(); ++i) differ += std::memcmp(&y[i], &y_ref[i], 4) != 0;
+    if (tol == 0) {
+      for (size_t i = 0; i < y.size(); ++i) differ += std::memcmp(&y[i], &y_ref[i], 4) != 0;
+    } else {
+      std::vector<double> value(k), magnitude(k);
+      for (uint32_t r = 0; r < n; ++r) {
+        c.dequantize_row(w.data() + r * rb, k, value.data(), magnitude.data());
+        for (uint32_t t = 0; t < T; ++t) {
+          double sum_terms = 0;
+          for (uint64_t i = 0; i < k; ++i) sum_terms += magnitude[i] * std::fabs(static_cast<double>(x[t * k + i]));
+          const double e = std::fabs(static_cast<double>(y[t * n + r]) - y_ref[t * n + r]) / (sum_terms + 1e-300);
+          if (!(e <= tol)) ++differ;
+          if (!std::isfinite(e)) worst = INFINITY;
+          else if (e > worst) worst = e;
+        }
+      }
+    }
     outputs += y.size();
   }
-  check(differ == 0, label(c, impl, what).c_str(), "%zu of %zu outputs differ", differ, outputs);
+  if (tol == 0) check(differ == 0, label(c, impl, what).c_str(), "%zu of %zu outputs differ", differ, outputs);
+  else check(differ == 0, label(c, impl, what).c_str(), "%zu of %zu outputs off by more than %.0e of sum|terms| (worst %.3e)", differ, outputs, tol, worst);
+  if (tol != 0) std::printf("      worst |y - %s| / sum|terms| = %.3e\n", impl_name(reference), worst);
+}
+
+}  // namespace
+
+void qdot_check_same_bits(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl reference, const std::vector<std::array<uint32_t, 3>>& shapes,
+                          void (*extreme_row)(uint64_t k, uint8_t* out), float token1, const char* what) {
+  check_against(c, impl, reference, shapes, extreme_row, token1, 0.0, what);
+}
+
+void qdot_check_close(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl reference, const std::vector<std::array<uint32_t, 3>>& shapes,
+                      void (*extreme_row)(uint64_t k, uint8_t* out), float token1, double tol, const char* what) {
+  check_against(c, impl, reference, shapes, extreme_row, token1, tol, what);
 }

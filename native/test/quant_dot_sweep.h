@@ -46,5 +46,10 @@ void qdot_sweep(const QdotTypeCase& c);
 void qdot_check_same_bits(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl reference, const std::vector<std::array<uint32_t, 3>>& shapes,
                           void (*extreme_row)(uint64_t k, uint8_t* out), float token1, const char* what);
 
+// As qdot_check_same_bits, but `impl` may sum in another float order: each output within tol of the
+// Σ|terms| of its dot (the bound qdot_sweep holds every implementation to against scalar: 1e-5).
+void qdot_check_close(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl reference, const std::vector<std::array<uint32_t, 3>>& shapes,
+                      void (*extreme_row)(uint64_t k, uint8_t* out), float token1, double tol, const char* what);
+
 // fp16 bits of a random finite scale, magnitude in [lo, hi), either sign when `signed_scale`.
 uint16_t qdot_random_half(Rng& rng, float lo, float hi, bool signed_scale);
