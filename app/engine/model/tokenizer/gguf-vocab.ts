@@ -3,6 +3,7 @@
 // llama.cpp's llama-vocab.cpp so that our ids are its ids.
 import { LonghandError } from '../../../common/errors.ts';
 import type { DecodeOptions, EncodeOptions, Tokenizer } from './tokenizer.ts';
+import { END_OF_GENERATION_TEXTS, endOfGenerationExceptions } from './end-of-generation.ts';
 
 /** GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
 export const TOKEN_TYPE = { undefined: 0, normal: 1, unknown: 2, control: 3, userDefined: 4, unused: 5, byte: 6 } as const;
@@ -125,8 +126,14 @@ export function readGgufVocab(metadata: ReadonlyMap<string, unknown>): GgufVocab
     }
   }
 
-  // llama.cpp makes every end-of-generation-looking token a control token (EOG_TEXTS)
-  for (let i = 0; i < n; i++) if (EOG_TEXTS.has(tokens[i]!)) types[i] = TOKEN_TYPE.control;
+  // llama.cpp makes every end-of-generation-looking token a control token (END_OF_GENERATION_TEXTS)
+  for (let i = 0; i < n; i++) if (END_OF_GENERATION_TEXTS.has(tokens[i]!)) types[i] = TOKEN_TYPE.control;
+  // ...and then retypes the ones it takes back out of that set (Gemma 4's </s>, gpt-oss's <|end|>)
+  const exceptions = endOfGenerationExceptions((text) => tokens.includes(text));
+  for (let i = 0; i < n; i++) {
+    const retype = exceptions.get(tokens[i]!);
+    if (retype !== undefined) types[i] = TOKEN_TYPE[retype];
+  }
 
   let merges: string[] = [];
   if (model === 'gpt2' || model === 'gemma4') {
@@ -197,18 +204,6 @@ function rstripSpecials(metadata: ReadonlyMap<string, unknown>, tokens: readonly
 /** C's isspace in the "C" locale: the whitespace llama.cpp's RSTRIP removes. */
 const C_SPACE = new Set([' ', '\t', '\n', '\v', '\f', '\r']);
 
-/**
- * Texts llama.cpp treats as end-of-generation (llama_vocab::impl::load, special_eog_ids; the list of
- * the build node-llama-cpp 3.21.1 ships). A token with one of these texts is also made a control
- * token whatever its type in the file ("control-looking token ... its type will be overridden"):
- * Phi-3's </s>, which the converter writes as user-defined, is control in llama.cpp (readGgufVocab).
- */
-const EOG_TEXTS = new Set([
-  '<|eot_id|>', '<|im_end|>', '<|end|>', '<|return|>', '<|call|>', '<|flush|>', '<|calls|>', '<end_of_turn>', '<|endoftext|>', '</s>',
-  '<|eom_id|>', '<EOT>', '_<EOT>', '[EOT]', '[EOS]', '<|end_of_text|>', '<end_of_utterance>', '<eos>', '<turn|>', '<|tool_response>',
-  '<｜end▁of▁sentence｜>', '[e~[',
-]);
-
 /** A piece of input text: raw text, or a special token already recognised. */
 type Fragment = string | number;
 
@@ -253,9 +248,10 @@ export abstract class GgufTokenizerBase implements Tokenizer {
     this.specials.sort((a, b) => b.text.length - a.text.length || a.id - b.id);
     const eog: number[] = [];
     for (const id of [vocab.eos, vocab.eot, vocab.eom]) if (id !== undefined && !eog.includes(id)) eog.push(id);
-    for (const special of this.specials) if (EOG_TEXTS.has(special.text) && !eog.includes(special.id)) eog.push(special.id);
-    this.eosIds = eog;
-    this.eogSet = new Set(eog);
+    for (const special of this.specials) if (END_OF_GENERATION_TEXTS.has(special.text) && !eog.includes(special.id)) eog.push(special.id);
+    const exceptions = endOfGenerationExceptions((text) => this.ids.has(text));
+    this.eosIds = eog.filter((id) => !exceptions.has(vocab.tokens[id]!));
+    this.eogSet = new Set(this.eosIds);
     this.byteCache = new Array<Uint8Array | undefined>(vocab.tokens.length);
   }
 

@@ -13,9 +13,8 @@
 import { readFileSync, statSync } from 'node:fs';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { LonghandError } from '../../../common/errors.ts';
+import { END_OF_GENERATION_TEXTS, endOfGenerationExceptions } from './end-of-generation.ts';
 import type { DecodeOptions, EncodeOptions, Tokenizer } from './tokenizer.ts';
-
-const EOG_TEXTS = ['<|eot_id|>', '<|eom_id|>', '<|im_end|>', '<|end|>', '<end_of_turn>', '<|endoftext|>', '<|end_of_text|>', '<EOT>'];
 
 const SUPPORTED_MODELS = ['BPE', 'WordPiece', 'Unigram'];
 
@@ -213,12 +212,13 @@ export class HfJsonTokenizer implements Tokenizer {
       this.addBos = this.bos !== undefined && special[0] === this.bos && plain[0] !== this.bos;
       this.addEos = this.eos !== undefined && special[special.length - 1] === this.eos && plain[plain.length - 1] !== this.eos;
       const eog: number[] = this.eos === undefined ? [] : [this.eos];
-      for (const text of EOG_TEXTS) {
+      for (const text of END_OF_GENERATION_TEXTS) {
         const id = this.hf.token_to_id(text);
         if (id !== undefined && this.specialIds.has(id) && !eog.includes(id)) eog.push(id);
       }
-      this.eosIds = eog;
-      this.eogSet = new Set(eog);
+      const exceptions = endOfGenerationExceptions((text) => this.hf.token_to_id(text) !== undefined);
+      this.eosIds = eog.filter((id) => !exceptions.has(this.hf.id_to_token(id) ?? ''));
+      this.eogSet = new Set(this.eosIds);
     } catch (error) {
       if (error instanceof LonghandError) throw error;
       throw invalid(file, `malformed tokenizer: ${error instanceof Error ? error.message : String(error)}`, error);
