@@ -62,6 +62,19 @@ export function headRmsNorm(g: GraphBuilder, x: string, weight: Float32Array, he
   return g.op('Reshape', [normed, join], {}, { name: `${name}.join` });
 }
 
+/** The LM head of the rows asked for, its logits soft-capped at c (Gemma 2/4's final_logit_softcapping; 0: none). */
+export function softcappedLmHead(g: GraphBuilder, w: ModelWeights, normed: string, vocab: number, cap: number): void {
+  if (cap === 0) {
+    lmHead(g, w, normed, vocab);
+    return;
+  }
+  const rows = g.input('rows', 'int64', ['R']);
+  const picked = g.op('Gather', [normed, rows], { axis: 1 }, { name: 'pick_rows' });
+  const head = linear(g, picked, w.linear(w.has('output.weight') ? 'output.weight' : 'token_embd.weight'), 'lm_head');
+  g.rename(softcap(g, head, cap, 'final_softcap'), 'logits');
+  g.output('logits', 'float32', [1, 'R', vocab]);
+}
+
 /** c·tanh(x / c). */
 export function softcap(g: GraphBuilder, x: string, cap: number, name: string): string {
   const c = g.floatInitializer(`${name}.cap`, [], Float32Array.of(cap));
@@ -98,15 +111,7 @@ export function gemmaStageGraph(w: ModelWeights, s: number, opts: StageOptions, 
   }
   if (s === L) {
     inputs.push('rows');
-    if (finalSoftcap === 0) {
-      lmHead(g, w, normed, hyper.vocabSize);
-      return finishStage(g, inputs);
-    }
-    const rows = g.input('rows', 'int64', ['R']);
-    const picked = g.op('Gather', [normed, rows], { axis: 1 }, { name: 'pick_rows' });
-    const head = linear(g, picked, w.linear(w.has('output.weight') ? 'output.weight' : 'token_embd.weight'), 'lm_head');
-    g.rename(softcap(g, head, finalSoftcap, 'final_softcap'), 'logits');
-    g.output('logits', 'float32', [1, 'R', hyper.vocabSize]);
+    softcappedLmHead(g, w, normed, hyper.vocabSize, finalSoftcap);
     return finishStage(g, inputs);
   }
   const attention = specs[s]!.attention as AttentionSpec;

@@ -13,9 +13,9 @@
 import { linear, rmsNorm, rope, skipRmsNorm, type RopeCaches, type RopeFrequencies } from '../../onnx/ops.ts';
 import type { GraphBuilder } from '../../onnx/graph-builder.ts';
 import type { ModelWeights } from '../weights.ts';
-import { gegluMlp, geluTanhAsLlamaCpp, headRmsNorm, sameRope, softcap } from './gemma-graph.ts';
+import { gegluMlp, geluTanhAsLlamaCpp, headRmsNorm, sameRope, softcappedLmHead } from './gemma-graph.ts';
 import { ownsKv, ropeFrequencies, type AttentionSpec, type LayerSpec } from './layer-spec.ts';
-import { blk, finishStage, lmHead, startStage, type StageGraph, type StageOptions } from './stage-graph.ts';
+import { blk, finishStage, startStage, type StageGraph, type StageOptions } from './stage-graph.ts';
 
 function ropeInputs(g: GraphBuilder, freq: RopeFrequencies, prefix: '' | 'spec_'): RopeCaches {
   const half = (freq.rotaryDim ?? freq.headDim) / 2;
@@ -83,15 +83,7 @@ export function gemma4StageGraph(w: ModelWeights, s: number, opts: StageOptions,
   }
   if (s === L) {
     inputs.push('rows');
-    if (finalSoftcap === 0) {
-      lmHead(g, w, normed, hyper.vocabSize);
-      return finishStage(g, inputs);
-    }
-    const rows = g.input('rows', 'int64', ['R']);
-    const picked = g.op('Gather', [normed, rows], { axis: 1 }, { name: 'pick_rows' });
-    const head = linear(g, picked, w.linear(w.has('output.weight') ? 'output.weight' : 'token_embd.weight'), 'lm_head');
-    g.rename(softcap(g, head, finalSoftcap, 'final_softcap'), 'logits');
-    g.output('logits', 'float32', [1, 'R', hyper.vocabSize]);
+    softcappedLmHead(g, w, normed, hyper.vocabSize, finalSoftcap);
     return finishStage(g, inputs);
   }
   const a = att(s);
