@@ -26,6 +26,8 @@ export interface ModelReport {
   weightTypes: Partial<Record<TensorDType, { tensors: number; bytes: number }>>;
   chatTemplate: boolean;
   memory: MemoryEstimate;
+  /** A mixture-of-experts model: experts per layer, per token, and one expert's width (the MLP; ffnSize is then unused). */
+  moe?: { experts: number; expertsUsed: number; expertFfn: number };
 }
 
 export function summariseWeights(model: LoadedModel): { summary: WeightSummary; types: ModelReport['weightTypes']; parameters: number } {
@@ -72,6 +74,7 @@ export function inspectModel(
     qkvBias: hyper.qkvBias,
     weightTypes: types,
     chatTemplate: model.chatTemplate !== undefined && model.chatTemplate.length > 0,
+    ...(hyper.moe ? { moe: { experts: hyper.moe.experts, expertsUsed: hyper.moe.expertsUsed, expertFfn: hyper.moe.expertFfn } } : {}),
     memory: estimateMemory(hyper, summary, contextTokens, { ...options, layers: familyLayers(hyper) }),
   };
 }
