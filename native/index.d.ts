@@ -607,15 +607,17 @@ export interface DenseStageConfig {
    * [experts, hidden] (ffn_gate_inp), weights renormalised over the picks when normTopK. The expert
    * tensors are the file's 3-D ones as 2-D views: gateExps / upExps [experts·expertFfn, hidden],
    * downExps [experts·hidden, expertFfn]; only routed experts' rows are read. ffnGate/Up/Down absent.
+   * Or each an array of `experts` matrices, one per expert ([expertFfn, hidden] / [hidden, expertFfn]):
+   * a Hugging Face folder's experts, tensors of their own (all three arrays, or none).
    */
   experts?: number;
   expertsUsed?: number;
   expertFfn?: number;
   normTopK?: boolean;
   router?: DenseStageMatrix;
-  gateExps?: DenseStageMatrix;
-  upExps?: DenseStageMatrix;
-  downExps?: DenseStageMatrix;
+  gateExps?: DenseStageMatrix | DenseStageMatrix[];
+  upExps?: DenseStageMatrix | DenseStageMatrix[];
+  downExps?: DenseStageMatrix | DenseStageMatrix[];
 }
 
 export interface DenseStageInputs {

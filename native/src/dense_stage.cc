@@ -302,6 +302,7 @@ struct lh_dense_stage {
   Linear attn_output, gate, up, down, q, k, v, q_spec, head;
   Linear ple_model_proj, ple_inp_gate, ple_proj;  // per-layer embeddings (Gemma 4), or data null
   Linear router, gate_exps, up_exps, down_exps;   // mixture of experts (all experts' rows), or data null
+  const uint8_t** expert_rows = nullptr;           // [3·n_experts] per-expert tensors (gate, up, down), or null: offsets
   float* ffn_norm = nullptr;  // [hidden]
   float* norm = nullptr;      // [hidden]
   float* attn_post_norm = nullptr;  // [hidden] or null
@@ -331,6 +332,7 @@ void free_stage(lh_dense_stage* s) {
     std::free(L->bias);
   std::free(s->ffn_norm);
   std::free(s->norm);
+  std::free(s->expert_rows);
   for (float* v : {s->attn_post_norm, s->ffn_post_norm, s->q_norm, s->k_norm, s->q_spec_norm, s->v_norm, s->ple_proj_norm, s->ple_post_norm}) std::free(v);
   delete s;
 }
@@ -391,9 +393,41 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   if (r == LH_OK && s > 0 && !moe) r = make_linear(c->ffn_up, c->ffn, d, impl, "ffn_up", &st->up, why);
   if (r == LH_OK && s > 0 && !moe) r = make_linear(c->ffn_down, d, c->ffn, impl, "ffn_down", &st->down, why);
   if (r == LH_OK && moe) r = make_linear(c->router, E, d, impl, "ffn_gate_inp (the router)", &st->router, why);
-  if (r == LH_OK && moe) r = make_linear(c->gate_exps, E * F, d, impl, "ffn_gate_exps", &st->gate_exps, why);
-  if (r == LH_OK && moe) r = make_linear(c->up_exps, E * F, d, impl, "ffn_up_exps", &st->up_exps, why);
-  if (r == LH_OK && moe) r = make_linear(c->down_exps, E * d, F, impl, "ffn_down_exps", &st->down_exps, why);
+  const bool per_expert = moe && (c->gate_expert != nullptr || c->up_expert != nullptr || c->down_expert != nullptr);
+  if (r == LH_OK && per_expert) {
+    // the matrices give type and shape only; each expert's rows are a tensor of its own
+    st->expert_rows = static_cast<const uint8_t**>(std::malloc(sizeof(uint8_t*) * 3 * E));
+    if (st->expert_rows == nullptr) r = LH_OUT_OF_MEMORY;
+    const lh_dense_matrix* m[3] = {&c->gate_exps, &c->up_exps, &c->down_exps};
+    const uint8_t* const* p[3] = {c->gate_expert, c->up_expert, c->down_expert};
+    const char* names[3] = {"ffn_gate_exps (per expert)", "ffn_up_exps (per expert)", "ffn_down_exps (per expert)"};
+    for (int i = 0; i < 3 && r == LH_OK; ++i) {
+      lh_dense_matrix whole = *m[i];
+      Linear* out = i == 0 ? &st->gate_exps : i == 1 ? &st->up_exps : &st->down_exps;
+      const uint32_t rows = i == 2 ? E * d : E * F, cols = i == 2 ? F : d;
+      lh_qdot_kernels k{};
+      if (p[i] == nullptr || whole.data != nullptr || whole.rows != rows || whole.cols != cols || !lh_qdot_kernels_for(whole.type, impl, &k) || cols % k.block_elems != 0) {
+        *why = names[i];
+        r = LH_BAD_ARGUMENT;
+        break;
+      }
+      for (uint32_t e = 0; e < E; ++e) {
+        if (p[i][e] == nullptr) {
+          *why = names[i];
+          r = LH_BAD_ARGUMENT;
+          break;
+        }
+        st->expert_rows[i * E + e] = p[i][e];
+      }
+      out->kern = k;
+      out->rows = rows;
+      out->cols = cols;
+      out->row_bytes = k.row_bytes(cols);
+    }
+  }
+  if (r == LH_OK && moe && !per_expert) r = make_linear(c->gate_exps, E * F, d, impl, "ffn_gate_exps", &st->gate_exps, why);
+  if (r == LH_OK && moe && !per_expert) r = make_linear(c->up_exps, E * F, d, impl, "ffn_up_exps", &st->up_exps, why);
+  if (r == LH_OK && moe && !per_expert) r = make_linear(c->down_exps, E * d, F, impl, "ffn_down_exps", &st->down_exps, why);
   if (r == LH_OK && (moe ? (c->router.bias || c->gate_exps.bias || c->up_exps.bias || c->down_exps.bias) : false)) {
     *why = "mixture of experts: biases on the router or experts are not supported";
     r = LH_BAD_ARGUMENT;
@@ -474,7 +508,7 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   st->impl_used = LH_QDOT_AMX;
   for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head, &st->ple_model_proj, &st->ple_inp_gate, &st->ple_proj,
                           &st->router, &st->gate_exps, &st->up_exps, &st->down_exps})
-    if (m->data != nullptr && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;
+    if (m->rows != 0 && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;  // rows: a per-expert matrix has no data
   *why = nullptr;
   *out = st;
   return LH_OK;
@@ -540,9 +574,15 @@ lh_status run_moe(lh_dense_stage* st, const float* x, uint32_t T, float* out, lh
     const uint32_t* pairs = entries + offsets[e];
     // expert e's rows: a view of the whole tensors at its offset, nothing copied
     Linear gate = st->gate_exps, up = st->up_exps, down = st->down_exps;
-    gate.data += static_cast<size_t>(e) * F * gate.row_bytes;
-    up.data += static_cast<size_t>(e) * F * up.row_bytes;
-    down.data += static_cast<size_t>(e) * d * down.row_bytes;
+    if (st->expert_rows != nullptr) {  // tensors of their own
+      gate.data = st->expert_rows[e];
+      up.data = st->expert_rows[E + e];
+      down.data = st->expert_rows[2 * E + e];
+    } else {
+      gate.data += static_cast<size_t>(e) * F * gate.row_bytes;
+      up.data += static_cast<size_t>(e) * F * up.row_bytes;
+      down.data += static_cast<size_t>(e) * d * down.row_bytes;
+    }
     gate.rows = up.rows = F;
     down.rows = d;
     bytes += static_cast<uint64_t>(F) * (gate.row_bytes + up.row_bytes) + static_cast<uint64_t>(d) * down.row_bytes;

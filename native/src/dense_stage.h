@@ -139,6 +139,15 @@ struct lh_dense_stage_config {
   lh_dense_matrix router;                 // [n_experts, hidden] (ffn_gate_inp)
   lh_dense_matrix gate_exps, up_exps;     // [n_experts·expert_ffn, hidden]
   lh_dense_matrix down_exps;              // [n_experts·hidden, expert_ffn]
+  // Experts as tensors of their own (a Hugging Face folder: mlp.experts.{e}.gate_proj...), or null:
+  // the offsets into the 3-D tensors above. When given (all three), expert e's gate and up rows are
+  // at gate_expert[e] / up_expert[e] (expert_ffn rows each), its down rows at down_expert[e] (hidden
+  // rows); gate_exps / up_exps / down_exps then give only type, rows and cols (data null, bytes 0).
+  // The pointer arrays are copied at create; the rows are the caller's (addon.cc checks each
+  // expert tensor's byte size as it checks any matrix's).
+  const uint8_t* const* gate_expert;      // [n_experts]
+  const uint8_t* const* up_expert;        // [n_experts]
+  const uint8_t* const* down_expert;      // [n_experts]
 };
 
 struct lh_dense_stage;

@@ -338,6 +338,53 @@ void test_unrouted_not_read() {
   lh_dense_stage_free(st);
 }
 
+// experts as tensors of their own (a Hugging Face folder) compute what the 3-D tensor's offsets do, bit for bit
+void test_per_expert(uint32_t type_id) {
+  QdotTypeCase type{};
+  if (!qdot_q_case(type_id, &type) && !qdot_k_case(type_id, &type)) return;
+  const MoeModel m = make_moe(type, 515);
+  constexpr uint32_t T = 5;
+  Rng rng(3);
+  const std::vector<float> h = gaussian(rng, static_cast<size_t>(T) * kD), attn = gaussian(rng, static_cast<size_t>(T) * kQw);
+  // each expert's rows copied into a buffer of its own (somewhere else in memory than the 3-D tensor)
+  std::vector<std::vector<uint8_t>> copies;
+  std::vector<const uint8_t*> ptrs[3];
+  const Tensor* whole[3] = {&m.gate, &m.up, &m.down};
+  for (int i = 0; i < 3; ++i) {
+    const size_t per = whole[i]->bytes.size() / kE;
+    for (uint32_t e = 0; e < kE; ++e) copies.emplace_back(whole[i]->bytes.begin() + e * per, whole[i]->bytes.begin() + (e + 1) * per);
+  }
+  for (int i = 0; i < 3; ++i)
+    for (uint32_t e = 0; e < kE; ++e) ptrs[i].push_back(copies[i * kE + e].data());
+  lh_dense_stage_config a = config_for(m, 2), b = config_for(m, 2);
+  for (lh_dense_matrix* mm : {&b.gate_exps, &b.up_exps, &b.down_exps}) {
+    mm->data = nullptr;
+    mm->bytes = 0;
+  }
+  b.gate_expert = ptrs[0].data();
+  b.up_expert = ptrs[1].data();
+  b.down_expert = ptrs[2].data();
+  lh_dense_stage *sa = nullptr, *sb = nullptr;
+  const char* why = nullptr;
+  const bool made = lh_dense_stage_create(&a, &sa, nullptr) == LH_OK && lh_dense_stage_create(&b, &sb, &why) == LH_OK;
+  char name[160];
+  std::snprintf(name, sizeof name, "moe %s: experts as tensors of their own give the 3-D tensor's bits (prefill and decode)", type.name);
+  if (!made) {
+    check(false, name, "create: %s", why ? why : "?");
+    lh_dense_stage_free(sa);
+    return;
+  }
+  const Out x = run(sa, h, attn, T), y = run(sb, h, attn, T);
+  const std::vector<float> h1(h.begin(), h.begin() + kD), a1(attn.begin(), attn.begin() + kQw);
+  const Out x1 = run(sa, h1, a1, 1), y1 = run(sb, h1, a1, 1);
+  check(x.status == LH_OK && y.status == LH_OK && same_bits(x.h_next, y.h_next) && x.routed == y.routed && x.bytes == y.bytes && same_bits(x1.h_next, y1.h_next), name);
+  b.up_expert = nullptr;
+  lh_dense_stage* bad = nullptr;
+  check(lh_dense_stage_create(&b, &bad, &why) == LH_BAD_ARGUMENT, "moe: per-expert gate rows without per-expert up rows are refused");
+  lh_dense_stage_free(sa);
+  lh_dense_stage_free(sb);
+}
+
 void test_refusals() {
   QdotTypeCase f32{};
   qdot_q_case(LH_QDOT_F32, &f32);
@@ -396,5 +443,7 @@ void test_moe_ffn() {
     if (qdot_q_case(t, &c) || qdot_k_case(t, &c)) test_type(c, seed++);
   }
   test_unrouted_not_read();
+  test_per_expert(LH_QDOT_F32);
+  test_per_expert(LH_QDOT_Q4_K);
   test_refusals();
 }

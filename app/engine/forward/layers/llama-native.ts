@@ -110,7 +110,7 @@ export function createLlamaNativeStages(weights: ModelWeights, options: NativeSt
       sessions.push(new NativeStage(stage, s, hyper.heads * hyper.headDim, hyper.kvHeads * hyper.headDim, hyper.hiddenSize, hyper.vocabSize));
       if (rank[stage.impl] < rank[kernel]) kernel = stage.impl;
       // the weights this stage reads (a speculating stage reads layer s+1's W_q twice: once here)
-      const own = [config.attnOutput, config.ffnGate, config.ffnUp, config.ffnDown, config.q, config.k, config.v, config.lmHead, config.router, config.gateExps, config.upExps, config.downExps];
+      const own = [config.attnOutput, config.ffnGate, config.ffnUp, config.ffnDown, config.q, config.k, config.v, config.lmHead, config.router, config.gateExps, config.upExps, config.downExps].flat();
       const weightBytes = own.reduce((n, m) => n + (m?.data.byteLength ?? 0), 0);
       graphs.push({ name: `native.${stageName(s, L)}`, model: NO_BYTES, weightBytes, inputs });
       graphWeightBytes += weightBytes;
