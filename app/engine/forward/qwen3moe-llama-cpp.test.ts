@@ -12,9 +12,11 @@
 //     rounding, which would otherwise decide an exact tie differently in two correct engines;
 //   - next-token distributions over 64 teacher-forced tokens on the Q8_0 and Q4_K_M files (8
 //     positions), mean KL and top-5 gaps held per type;
+//   - the Hugging Face folder of the same weights (each expert a tensor of its own, read where it
+//     lies) gives the F32 GGUF's logits bit for bit;
 //   - the onnxruntime engine refuses the model with a typed error naming why (forward/layers/qwen3moe.ts).
 import { afterAll, describe, expect, it } from 'vitest';
-import { qwen3moeGgufFixture, type Qwen3MoeFixtureType } from '../../../test/fixtures/families/qwen3moe.ts';
+import { qwen3moeGgufFixture, qwen3moeHfFixture, type Qwen3MoeFixtureType } from '../../../test/fixtures/families/qwen3moe.ts';
 import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
 import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK } from '../../../test/support/llama-cpp-reference.ts';
 import { argmax, logSoftmax } from '../../../test/support/reference-forward.ts';
@@ -113,4 +115,33 @@ describe('Qwen3-MoE on the onnxruntime engine', () => {
       model.close();
     }
   }, 120_000);
+});
+
+describe('Qwen3-MoE Hugging Face folder', () => {
+  it("loads to the logits of its GGUF (same weights, F32; the folder's per-expert tensors against the GGUF's stacked ones)", async () => {
+    const gguf = await loadModel(qwen3moeGgufFixture('F32'));
+    const hf = await loadModel(qwen3moeHfFixture());
+    try {
+      expect(hf.format).toBe('safetensors');
+      expect(hf.tensors.has('blk.2.ffn_down_exps.15.weight')).toBe(true);
+      // the GGUF stores ε as float32
+      expect({ ...hf.hyper, normEps: Math.fround(hf.hyper.normEps) }).toEqual(gguf.hyper);
+      const logits: Float32Array[] = [];
+      for (const model of [gguf, hf]) {
+        const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk: 32 });
+        expect(runner.dense.engine).toBe('native');
+        const all = await runner.prefill(ids.slice(0, 32), undefined, { allLogits: true });
+        const next = await runner.decode(ids[32]!);
+        logits.push(new Float32Array([...all, ...next]));
+        await runner.dispose();
+      }
+      let worst = 0;
+      for (let i = 0; i < logits[0]!.length; i++) worst = Math.max(worst, Math.abs(logits[0]![i]! - logits[1]![i]!));
+      console.log(`qwen3moe HF folder vs GGUF (native): max |Δ logit| ${worst.toExponential(2)} over 33 × 151936`);
+      expect(worst).toBe(0);
+    } finally {
+      gguf.close();
+      hf.close();
+    }
+  }, 300_000);
 });

@@ -7,11 +7,13 @@
 //   blk.N.ffn_up_exps.weight     [experts, expertFfn, hidden]
 //   blk.N.ffn_down_exps.weight   [experts, hidden, expertFfn]
 //
-// Shapes outermost-first (ggml's ne reversed). The converter stacks the Hugging Face folder's
-// per-expert mlp.experts.{e}.{gate,up,down}_proj into these; reading a folder is not done yet
-// (issue 31), so canonicalName knows the attention and norm tensors only.
+// Shapes outermost-first (ggml's ne reversed). A Hugging Face folder holds each expert as tensors
+// of its own (model.layers.N.mlp.experts.{e}.{gate,up,down}_proj.weight, which the converter stacks
+// into the above) and the router as mlp.gate.weight: QWEN3MOE_HF_TENSORS names expert e's as
+// blk.N.ffn_{gate,up,down}_exps.{e}.weight, and the native stages read each where it lies (nothing
+// is stacked, so nothing is copied: forward/layers/qwen3moe-native.ts).
 import type { ModelHyperparameters } from '../types.ts';
-import { mapName, type ArchTensorTable, type ExpectedTensor } from './base.ts';
+import { mapName, type ArchTensorTable, type ExpectedTensor, type NameTables } from './base.ts';
 import { QWEN3_NAMES, QWEN3_TENSORS } from './qwen3.ts';
 
 /** The dense MLP's tensors, which a Qwen3-MoE layer does not have. */
@@ -33,6 +35,38 @@ export const QWEN3MOE_TENSORS: ArchTensorTable = {
         { name: `blk.${l}.ffn_up_exps.weight`, shape: [E, F, d] },
         { name: `blk.${l}.ffn_down_exps.weight`, shape: [E, d, F] },
       );
+    }
+    return out;
+  },
+};
+
+/** Qwen3's names plus the router (the experts' names carry their index: hfExpertName). */
+const QWEN3MOE_HF_NAMES: NameTables = { ...QWEN3_NAMES, layer: { ...QWEN3_NAMES.layer, 'mlp.gate.weight': 'ffn_gate_inp.weight' } };
+
+const HF_EXPERT = /^(?:model\.)?layers\.(0|[1-9][0-9]{0,5})\.mlp\.experts\.(0|[1-9][0-9]{0,5})\.(gate|up|down)_proj\.weight$/;
+
+/** The canonical name of expert e's slice of a stacked tensor: blk.N.ffn_gate_exps.{e}.weight. */
+export function expertTensorName(layer: number, which: 'gate' | 'up' | 'down', expert: number): string {
+  return `blk.${layer}.ffn_${which}_exps.${expert}.weight`;
+}
+
+/** A Hugging Face Qwen3-MoE folder's tensors: each expert's gate, up and down a tensor of its own. */
+export const QWEN3MOE_HF_TENSORS: ArchTensorTable = {
+  architecture: 'qwen3moe',
+  canonicalName(hfName) {
+    const m = HF_EXPERT.exec(hfName);
+    if (m !== null) return expertTensorName(Number(m[1]), m[3] as 'gate' | 'up' | 'down', Number(m[2]));
+    return mapName(QWEN3MOE_HF_NAMES, hfName);
+  },
+  expectedTensors(hyper: ModelHyperparameters): ExpectedTensor[] {
+    const stacked = /^blk\.\d+\.ffn_(gate|up|down)_exps\.weight$/;
+    const out = QWEN3MOE_TENSORS.expectedTensors(hyper).filter((t) => !stacked.test(t.name));
+    const { experts: E, expertFfn: F } = hyper.moe!;
+    const d = hyper.hiddenSize;
+    for (let l = 0; l < hyper.layers; l++) {
+      for (let e = 0; e < E; e++) {
+        out.push({ name: expertTensorName(l, 'gate', e), shape: [F, d] }, { name: expertTensorName(l, 'up', e), shape: [F, d] }, { name: expertTensorName(l, 'down', e), shape: [d, F] });
+      }
     }
     return out;
   },
