@@ -7,7 +7,9 @@
 //   - each decode step reads, per layer, the router and exactly 4 experts' gate, up and down rows:
 //     the native stages' count (ModelRunner.lastExperts) equals that sum of the tensors' bytes, and
 //     the step metrics report it as expertBytesPerToken and /metrics as longhand_expert_bytes_per_token;
-//   - each layer's routing of the step is 4 distinct experts of 16.
+//   - each layer's routing of the step is 4 distinct experts of 16;
+//   - the load makes the attention matrices the process's own pages (ownTensors) and never the
+//     expert tensors: they stay the mapped file's, read where routing sends the kernels.
 import { describe, expect, it } from 'vitest';
 import { qwen3moeGgufFixture } from '../../../test/fixtures/families/qwen3moe.ts';
 import { ServerMetrics } from '../../server/metrics.ts';
@@ -42,6 +44,13 @@ describe('Qwen3-MoE under every row policy', () => {
         expected += bytesOf(`blk.${l}.ffn_gate_inp.weight`);
         for (const t of ['gate', 'up', 'down']) expected += (bytesOf(`blk.${l}.ffn_${t}_exps.weight`) / moe.experts) * moe.expertsUsed;
       }
+      // the expert tensors stay the file's pages: the stages never make them the process's own (a copy)
+      const owned: string[] = [];
+      const own = model.ownTensors!.bind(model);
+      model.ownTensors = (names, threads) => {
+        owned.push(...names.filter((n) => model.tensors.has(n)));
+        return own(names, threads);
+      };
       let forced: number[] | undefined;
       for (const policy of RUNNER_POLICIES) {
         const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 256, prefillChunk: 64, policy, sparse: { fetchCap: 0.3, denseLayers: 1 } });
@@ -70,6 +79,10 @@ describe('Qwen3-MoE under every row policy', () => {
           const served = new ServerMetrics(() => ({ model: undefined, queueWaiting: 0, generating: false }));
           served.observeStep(metrics);
           expect(served.render()).toContain(`\nlonghand_expert_bytes_per_token ${expected}\n`);
+          if (forced === undefined) {
+            expect(owned).toContain('blk.0.attn_q.weight');
+            expect(owned.filter((n) => n.includes('_exps'))).toEqual([]);
+          }
           forced ??= picks; // full runs first: its greedy ids teacher-force the others
           const agree = picks.filter((id, i) => id === forced![i]).length;
           console.log(`qwen3moe ${policy}: ${agree}/${STEPS} top-1 as full, ${expected} expert bytes per decode step (${layers} layers × router + ${moe.expertsUsed} of ${moe.experts} experts)`);
