@@ -16,7 +16,10 @@
 //     lies) gives the F32 GGUF's logits bit for bit;
 //   - the onnxruntime engine refuses the model with a typed error naming why (forward/layers/qwen3moe.ts).
 import { afterAll, describe, expect, it } from 'vitest';
-import { qwen3moeGgufFixture, qwen3moeHfFixture, type Qwen3MoeFixtureType } from '../../../test/fixtures/families/qwen3moe.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { QWEN3MOE_TEST_MODEL, qwen3moeGgufFixture, qwen3moeHfFixture, writeQwen3moeGguf, type Qwen3MoeFixtureType } from '../../../test/fixtures/families/qwen3moe.ts';
 import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
 import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK } from '../../../test/support/llama-cpp-reference.ts';
 import { argmax, logSoftmax } from '../../../test/support/reference-forward.ts';
@@ -104,6 +107,29 @@ describe('Qwen3-MoE vs llama.cpp: next-token distributions per file type', () =>
 });
 
 describe('Qwen3-MoE on the onnxruntime engine', () => {
+  it('a file the native stages cannot run (Q4_K_M experts 96 wide: ffn_down_exps falls back to Q5_0) is refused, naming the tensor', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qwen3moe-q5-'));
+    const path = join(dir, 'qwen3moe-q5_0-fallback.gguf');
+    try {
+      writeQwen3moeGguf(path, { ...QWEN3MOE_TEST_MODEL, layers: 2, experts: 4, expertsUsed: 2, expertFfn: 96, type: 'Q4_K_M' });
+      const model = await loadModel(path);
+      try {
+        expect(model.tensors.get('blk.0.ffn_down_exps.weight')?.dtype).toBe('Q5_0');
+        const error = await createModelRunner(model, { kvType: 'fp32', contextLength: 64 }).then(
+          () => undefined,
+          (e: unknown) => e as { code: string; message: string },
+        );
+        expect(error?.code).toBe('MODEL_UNSUPPORTED_ARCHITECTURE');
+        expect(error?.message).toContain('native dense stages only');
+        expect(error?.message).toContain('blk.0.ffn_down_exps.weight is Q5_0');
+      } finally {
+        model.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+
   it('is refused with MODEL_UNSUPPORTED_ARCHITECTURE naming why (the experts run on the native stages only)', async () => {
     const model = await loadModel(qwen3moeGgufFixture('F32'));
     try {

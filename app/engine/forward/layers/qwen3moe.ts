@@ -10,11 +10,13 @@
 // not built (a graph would hold every expert repacked, the whole file again, and compute all of
 // them, or need a routing op onnxruntime's CPU provider lacks), so a model the native stages cannot
 // run is refused with the reason.
+import { isNativeAvailable } from '../../../../native/index.js';
 import { LonghandError } from '../../../common/errors.ts';
 import { QWEN3MOE_TENSORS } from '../../model/arch/qwen3moe.ts';
 import type { ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
 import { globalAttention, type LayerSpec } from './layer-spec.ts';
+import { kernelsRefuse } from './native-stage.ts';
 import { createQwen3moeNativeStages, qwen3moeLinearNames } from './qwen3moe-native.ts';
 
 /** Why Qwen3-MoE has no onnxruntime stages (the message of the typed refusal). */
@@ -42,7 +44,12 @@ export const QWEN3MOE_FAMILY: ModelFamily = {
   contextLimit: () => undefined,
   policyRefusal: () => undefined,
   onnxStage: (w) => {
-    throw new LonghandError('MODEL_UNSUPPORTED_ARCHITECTURE', `${w.model.path}: ${QWEN3MOE_ONNX_REFUSAL}`, { architecture: 'qwen3moe' });
+    // and why the native stages do not run it here, when they do not (a weight type without kernels, no AVX2, no addon)
+    const native = isNativeAvailable() ? kernelsRefuse(w.model, qwen3moeLinearNames(w.model), {}) : 'the native addon is not built';
+    throw new LonghandError('MODEL_UNSUPPORTED_ARCHITECTURE', `${w.model.path}: ${QWEN3MOE_ONNX_REFUSAL}${native === undefined ? '' : `, and they cannot run this file: ${native}`}`, {
+      architecture: 'qwen3moe',
+      ...(native === undefined ? {} : { whyNotNative: native }),
+    });
   },
   nativeStages: { kind: 'native', linearNames: qwen3moeLinearNames, create: createQwen3moeNativeStages },
 };
