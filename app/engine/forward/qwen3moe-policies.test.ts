@@ -6,7 +6,8 @@
 //     fetch cap of 0.3 of ~150 tokens drops mass on this random model: measured 7 to 16 of 16);
 //   - each decode step reads, per layer, the router and exactly 4 experts' gate, up and down rows:
 //     the native stages' count (ModelRunner.lastExperts) equals that sum of the tensors' bytes, and
-//     the step metrics report it as expertBytesPerToken and /metrics as longhand_expert_bytes_per_token;
+//     the step metrics report it as expertBytesPerToken, /metrics as longhand_expert_bytes_per_token,
+//     and `longhand inspect` (inspectModel) predicts it from the tensors before anything runs;
 //   - each layer's routing of the step is 4 distinct experts of 16;
 //   - the load makes the attention matrices the process's own pages (ownTensors) and never the
 //     expert tensors: they stay the mapped file's, read where routing sends the kernels.
@@ -14,6 +15,7 @@ import { describe, expect, it } from 'vitest';
 import { qwen3moeGgufFixture } from '../../../test/fixtures/families/qwen3moe.ts';
 import { ServerMetrics } from '../../server/metrics.ts';
 import { StepMetricsSampler } from '../metrics/step-metrics.ts';
+import { inspectModel } from '../model/inspect.ts';
 import { loadModel } from '../model/load-model.ts';
 import { createTokenizer } from '../model/tokenizer/tokenizer.ts';
 import { createModelRunner, RUNNER_POLICIES } from './model-runner.ts';
@@ -51,6 +53,8 @@ describe('Qwen3-MoE under every row policy', () => {
         owned.push(...names.filter((n) => model.tensors.has(n)));
         return own(names, threads);
       };
+      // what `longhand inspect` says a token reads, before anything runs
+      expect(inspectModel(model).moe?.expertBytesPerToken).toBe(expected);
       let forced: number[] | undefined;
       for (const policy of RUNNER_POLICIES) {
         const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 256, prefillChunk: 64, policy, sparse: { fetchCap: 0.3, denseLayers: 1 } });
