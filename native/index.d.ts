@@ -601,6 +601,23 @@ export interface DenseStageConfig {
   pleInpGate?: DenseStageMatrix;
   pleProj?: DenseStageMatrix;
   plePostNorm?: Float32Array;
+  /**
+   * Mixture of experts (stage > 0, native/src/dense_stage.h): layer stage − 1's MLP is `expertsUsed`
+   * of `experts` SwiGLU experts of width `expertFfn`, picked per token by softmax over router
+   * [experts, hidden] (ffn_gate_inp), weights renormalised over the picks when normTopK. The expert
+   * tensors are the file's 3-D ones as 2-D views: gateExps / upExps [experts·expertFfn, hidden],
+   * downExps [experts·hidden, expertFfn]; only routed experts' rows are read. ffnGate/Up/Down absent.
+   * Or each an array of `experts` matrices, one per expert ([expertFfn, hidden] / [hidden, expertFfn]):
+   * a Hugging Face folder's experts, tensors of their own (all three arrays, or none).
+   */
+  experts?: number;
+  expertsUsed?: number;
+  expertFfn?: number;
+  normTopK?: boolean;
+  router?: DenseStageMatrix;
+  gateExps?: DenseStageMatrix | DenseStageMatrix[];
+  upExps?: DenseStageMatrix | DenseStageMatrix[];
+  downExps?: DenseStageMatrix | DenseStageMatrix[];
 }
 
 export interface DenseStageInputs {
@@ -633,6 +650,12 @@ export interface DenseStageOutputs {
   logits?: Float32Array;
   /** stage 0 with pleDim: [tokens, layers·pleDim] */
   ple?: Float32Array;
+  /** a mixture-of-experts stage: [tokens, expertsUsed] the experts each token ran, largest weight first */
+  routed?: Uint32Array;
+  /** [tokens, expertsUsed] their weights */
+  routedWeights?: Float32Array;
+  /** bytes of expert weights the run read: the router and each routed expert's gate, up, down rows once */
+  expertBytes?: number;
 }
 
 export interface DenseStage {

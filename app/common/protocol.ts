@@ -369,6 +369,11 @@ export const StepMetricsSchema = z.strictObject({
   bytesMovedPerToken: z.number().nonnegative(),
   /** Offload mode only: the layers' bytesCrossed summed (what crossed to the device for the step). */
   bytesCrossedPerToken: z.number().nonnegative().optional(),
+  /**
+   * Mixture-of-experts models only: bytes of expert weights the step read (per layer the router and
+   * each routed expert's gate, up and down rows), counted by the native kernels.
+   */
+  expertBytesPerToken: z.number().nonnegative().optional(),
   reuseHitRate: z.number().min(0).max(1).nullable(),
   recall: z.number().min(0).max(1).nullable(),
   evictions: z.int().nonnegative(),

@@ -110,6 +110,7 @@ export class ServerMetrics {
       const policy = `{policy="${escapeLabel(step.policy)}"}`;
       metric('longhand_kv_fetch_ratio', 'gauge', 'Mean over layers of selected/candidate tokens, at the last step the engine reported.', [[policy, step.fetchRatio]]);
       metric('longhand_kv_bytes_moved_per_token', 'gauge', 'K/V bytes moved to the compute device per token (counted on CPU too), last reported step.', [[policy, step.bytesMovedPerToken]]);
+      if (step.expertBytesPerToken !== undefined) metric('longhand_expert_bytes_per_token', 'gauge', 'Mixture-of-experts models: expert weight bytes read per token (router and routed experts), last reported step.', [['', step.expertBytesPerToken]]);
       if (step.reuseHitRate !== null) metric('longhand_kv_reuse_hit_rate', 'gauge', 'Share of selected rows already staged on the device (reuse cache), last reported step.', [[policy, step.reuseHitRate]]);
       if (step.recall !== null) metric('longhand_kv_attention_recall', 'gauge', 'Share of the true softmax mass the selection covered (inspection on), last reported step.', [[policy, step.recall]]);
       metric('longhand_kv_evictions', 'gauge', 'Evictions the engine reported in its last metric event.', [[policy, step.evictions]]);

@@ -1626,6 +1626,10 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
 //   attnOutput?, ffnGate?, ffnUp?, ffnDown?, q?, k?, v?, qSpec?, lmHead?:
 //   { data: Uint8Array (the tensor's bytes in the file), type: GGML type id, rows, cols, bias?: Float32Array } })
 // run({ tokens, h, attn?, ropeCos?, ropeSin?, rows?: Uint32Array }) -> { q, k, v, qSpec?, hNext? } | { logits }
+// Mixture of experts (stage > 0, dense_stage.h): experts, expertsUsed, expertFfn, normTopK?: boolean, router,
+//   gateExps, upExps, downExps: matrices (the 3-D expert tensors as [experts·rows, cols]), no ffnGate/Up/Down;
+//   run also returns routed: Uint32Array [T, expertsUsed], routedWeights: Float32Array [T, expertsUsed] and
+//   expertBytes: the expert weight bytes it read
 // Gemma 4 (dense_stage.h): attnHeadDim?, specHeadDim?, specRotaryDim?, kvShared?, valueFromKey?: booleans,
 //   vNorm?: Float32Array [headDim], outputScale?, pleDim?, pleModelProj?, pleInpGate?, pleProj?: matrices,
 //   pleProjNorm?: [pleDim], plePostNorm?: [hidden]; run also takes pleTok (stage 0) / ple (stage > 0), and
@@ -1743,9 +1747,35 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
         c.ple_proj = Matrix(o, "pleProj", post, c.hidden);
         c.ple_post_norm = post ? optional_vector("plePostNorm", c.hidden) : nullptr;
       }
-      c.ffn_gate = Matrix(o, "ffnGate", post, c.ffn);
-      c.ffn_up = Matrix(o, "ffnUp", post, c.ffn);
-      c.ffn_down = Matrix(o, "ffnDown", post, c.hidden);
+      // mixture of experts (dense_stage.h): experts, expertsUsed, expertFfn, normTopK?, router, gateExps, upExps, downExps
+      c.n_experts = post ? optional_u32("experts", 1, LH_MOE_MAX_EXPERTS) : 0;
+      const bool moe = c.n_experts > 0;
+      if (moe) {
+        c.n_experts_used = u32_arg(env_, o.Get("expertsUsed"), "expertsUsed", 1, c.n_experts < LH_MOE_MAX_USED ? c.n_experts : LH_MOE_MAX_USED);
+        c.expert_ffn = u32_arg(env_, o.Get("expertFfn"), "expertFfn", 1, 1u << 22);
+        c.norm_topk = optional_bool("normTopK");
+        c.router = Matrix(o, "router", true, c.n_experts);
+        // each either one matrix (the 3-D tensor's rows) or an array of one matrix per expert
+        const bool per_expert = o.Get("gateExps").IsArray();
+        if (per_expert != o.Get("upExps").IsArray() || per_expert != o.Get("downExps").IsArray())
+          fail(env_, LH_BAD_ARGUMENT, "gateExps, upExps and downExps must all be matrices or all arrays of per-expert matrices");
+        if (per_expert) {
+          c.gate_exps = ExpertMatrices(o, "gateExps", c.n_experts, c.expert_ffn, 0);
+          c.up_exps = ExpertMatrices(o, "upExps", c.n_experts, c.expert_ffn, 1);
+          c.down_exps = ExpertMatrices(o, "downExps", c.n_experts, c.hidden, 2);
+          c.gate_expert = expert_ptrs_[0].data();
+          c.up_expert = expert_ptrs_[1].data();
+          c.down_expert = expert_ptrs_[2].data();
+        } else {
+          c.gate_exps = Matrix(o, "gateExps", true, c.n_experts * c.expert_ffn);
+          c.up_exps = Matrix(o, "upExps", true, c.n_experts * c.expert_ffn);
+          c.down_exps = Matrix(o, "downExps", true, c.n_experts * c.hidden);
+        }
+        experts_used_ = c.n_experts_used;
+      }
+      c.ffn_gate = Matrix(o, "ffnGate", post && !moe, c.ffn);
+      c.ffn_up = Matrix(o, "ffnUp", post && !moe, c.ffn);
+      c.ffn_down = Matrix(o, "ffnDown", post && !moe, c.hidden);
       c.q = Matrix(o, "q", pre, qw);
       c.k = Matrix(o, "k", pre && c.kv_shared == 0, kvw);
       c.v = Matrix(o, "v", pre && c.kv_shared == 0 && c.v_from_k == 0, kvw);
@@ -1804,6 +1834,30 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
     weights_.push_back(Napi::Persistent(bytes));
     weight_bytes_.push_back(m.bytes);
     return m;
+  }
+
+  // An array of `experts` matrices of `rows` rows each, one type and column count: the stage's shape-only
+  // matrix [experts·rows, cols] (data null), the rows' pointers in expert_ptrs_[slot]
+  lh_dense_matrix ExpertMatrices(const Napi::Object& o, const char* name, uint32_t experts, uint32_t rows, int slot) {
+    const Napi::Array list = o.Get(name).As<Napi::Array>();
+    if (list.Length() != experts) fail(env_, LH_BAD_ARGUMENT, std::string(name) + " must hold " + std::to_string(experts) + " matrices, got " + std::to_string(list.Length()));
+    lh_dense_matrix whole{};
+    expert_ptrs_[slot].clear();
+    for (uint32_t e = 0; e < experts; ++e) {
+      Napi::Object holder = Napi::Object::New(env_);
+      holder.Set("m", list.Get(e));
+      const std::string what = std::string(name) + "[" + std::to_string(e) + "]";
+      const lh_dense_matrix m = Matrix(holder, "m", true, rows);
+      lh_qdot_kernels k{};
+      if (m.bias != nullptr || !lh_qdot_kernels_for(m.type, LH_QDOT_SCALAR, &k) || m.cols % k.block_elems != 0 || m.bytes != k.row_bytes(m.cols) * rows)
+        fail(env_, LH_BAD_ARGUMENT, what + ": a type without kernels, a bias, or a byte size that is not " + std::to_string(rows) + " rows");
+      if (e > 0 && (m.type != whole.type || m.cols != whole.cols)) fail(env_, LH_BAD_ARGUMENT, what + ": every expert must have one type and column count");
+      whole.type = m.type;
+      whole.cols = m.cols;
+      expert_ptrs_[slot].push_back(m.data);
+    }
+    whole.rows = experts * rows;
+    return whole;
   }
 
   // an optional [head_dim] vector, held in `ref` until the stage has copied it
@@ -1885,8 +1939,21 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
           out.Set("hNext", hn);
         }
       }
+      Napi::Uint32Array routed;
+      Napi::Float32Array routed_weights;
+      if (experts_used_ > 0) {
+        routed = Napi::Uint32Array::New(env_, static_cast<size_t>(T) * experts_used_);
+        routed_weights = Napi::Float32Array::New(env_, static_cast<size_t>(T) * experts_used_);
+        io.routed = routed.Data();
+        io.routed_weights = routed_weights.Data();
+      }
       const lh_status s = lh_dense_stage_run(st, &io);
       if (s != LH_OK) fail(env_, s, "dense stage " + std::to_string(stage_) + " failed");
+      if (experts_used_ > 0) {
+        out.Set("routed", routed);
+        out.Set("routedWeights", routed_weights);
+        out.Set("expertBytes", Napi::Number::New(env_, static_cast<double>(io.expert_bytes)));
+      }
       return out;
     });
   }
@@ -1915,6 +1982,8 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
   uint32_t layers_ = 0, stage_ = 0, hidden_ = 0, qw_ = 0, kvw_ = 0, vocab_ = 0, half_ = 0;
   uint32_t attn_w_ = 0, spec_w_ = 0, spec_half_ = 0, ple_dim_ = 0;  // Gemma 4's per-layer widths
   bool spec_ = false, kv_shared_ = false;
+  uint32_t experts_used_ = 0;  // k of a mixture-of-experts stage, 0: none
+  std::vector<const uint8_t*> expert_ptrs_[3];  // per-expert rows (gate, up, down) during the constructor; the stage copies them
 };
 
 // denseKernel(ggmlType) -> 'amx' | 'avx512' | 'avx2' | 'scalar' | null: the dot kernels DenseStage would run

@@ -47,6 +47,10 @@ struct Scratch {
   Buf normed, sum, x, o, gate, up, picked;  // floats, see run()
   Buf act[kMaxGroup];                       // quantized activations, one per distinct quantize_act of a group
   Buf pieces, bounds;
+  // mixture of experts (run_moe): router logits [T, n_experts], ids and weights [T, k], offsets
+  // [n_experts + 1], entries [T·k], one expert's token rows [T, hidden], their outputs [T, hidden],
+  // every (token, slot)'s expert output [T·k, hidden]
+  Buf moe_logits, moe_ids, moe_weights, moe_offsets, moe_entries, moe_x, moe_y, moe_slots;
 };
 Scratch g_scratch;
 
@@ -297,6 +301,8 @@ struct lh_dense_stage {
   lh_dense_stage_config cfg;  // pointers into it are the caller's (weights) or null (vectors: ours below)
   Linear attn_output, gate, up, down, q, k, v, q_spec, head;
   Linear ple_model_proj, ple_inp_gate, ple_proj;  // per-layer embeddings (Gemma 4), or data null
+  Linear router, gate_exps, up_exps, down_exps;   // mixture of experts (all experts' rows), or data null
+  const uint8_t** expert_rows = nullptr;           // [3·n_experts] per-expert tensors (gate, up, down), or null: offsets
   float* ffn_norm = nullptr;  // [hidden]
   float* norm = nullptr;      // [hidden]
   float* attn_post_norm = nullptr;  // [hidden] or null
@@ -321,9 +327,12 @@ float* copy_floats(const float* src, size_t n) {
 }
 
 void free_stage(lh_dense_stage* s) {
-  for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head, &s->ple_model_proj, &s->ple_inp_gate, &s->ple_proj}) std::free(L->bias);
+  for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head, &s->ple_model_proj, &s->ple_inp_gate, &s->ple_proj, &s->router,
+                    &s->gate_exps, &s->up_exps, &s->down_exps})
+    std::free(L->bias);
   std::free(s->ffn_norm);
   std::free(s->norm);
+  std::free(s->expert_rows);
   for (float* v : {s->attn_post_norm, s->ffn_post_norm, s->q_norm, s->k_norm, s->q_spec_norm, s->v_norm, s->ple_proj_norm, s->ple_post_norm}) std::free(v);
   delete s;
 }
@@ -374,9 +383,55 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   const uint32_t d = c->hidden, qw = c->heads * c->head_dim, kvw = c->kv_heads * c->head_dim, P = c->ple_dim;
   lh_status r = LH_OK;
   if (r == LH_OK && s > 0) r = make_linear(c->attn_output, d, c->heads * ahd, impl, "attn_output", &st->attn_output, why);
-  if (r == LH_OK && s > 0) r = make_linear(c->ffn_gate, c->ffn, d, impl, "ffn_gate", &st->gate, why);
-  if (r == LH_OK && s > 0) r = make_linear(c->ffn_up, c->ffn, d, impl, "ffn_up", &st->up, why);
-  if (r == LH_OK && s > 0) r = make_linear(c->ffn_down, d, c->ffn, impl, "ffn_down", &st->down, why);
+  const uint32_t E = c->n_experts, K = c->n_experts_used, F = c->expert_ffn;
+  const bool moe = s > 0 && E > 0;
+  if (r == LH_OK && s > 0 && E > 0 && (E > LH_MOE_MAX_EXPERTS || K == 0 || K > E || K > LH_MOE_MAX_USED || F == 0 || c->norm_topk > 1)) {
+    *why = "mixture of experts: n_experts_used must be 1..n_experts (at most 64 of 4096) and expert_ffn > 0";
+    r = LH_BAD_ARGUMENT;
+  }
+  if (r == LH_OK && s > 0 && !moe) r = make_linear(c->ffn_gate, c->ffn, d, impl, "ffn_gate", &st->gate, why);
+  if (r == LH_OK && s > 0 && !moe) r = make_linear(c->ffn_up, c->ffn, d, impl, "ffn_up", &st->up, why);
+  if (r == LH_OK && s > 0 && !moe) r = make_linear(c->ffn_down, d, c->ffn, impl, "ffn_down", &st->down, why);
+  if (r == LH_OK && moe) r = make_linear(c->router, E, d, impl, "ffn_gate_inp (the router)", &st->router, why);
+  const bool per_expert = moe && (c->gate_expert != nullptr || c->up_expert != nullptr || c->down_expert != nullptr);
+  if (r == LH_OK && per_expert) {
+    // the matrices give type and shape only; each expert's rows are a tensor of its own
+    st->expert_rows = static_cast<const uint8_t**>(std::malloc(sizeof(uint8_t*) * 3 * E));
+    if (st->expert_rows == nullptr) r = LH_OUT_OF_MEMORY;
+    const lh_dense_matrix* m[3] = {&c->gate_exps, &c->up_exps, &c->down_exps};
+    const uint8_t* const* p[3] = {c->gate_expert, c->up_expert, c->down_expert};
+    const char* names[3] = {"ffn_gate_exps (per expert)", "ffn_up_exps (per expert)", "ffn_down_exps (per expert)"};
+    for (int i = 0; i < 3 && r == LH_OK; ++i) {
+      lh_dense_matrix whole = *m[i];
+      Linear* out = i == 0 ? &st->gate_exps : i == 1 ? &st->up_exps : &st->down_exps;
+      const uint32_t rows = i == 2 ? E * d : E * F, cols = i == 2 ? F : d;
+      lh_qdot_kernels k{};
+      if (p[i] == nullptr || whole.data != nullptr || whole.rows != rows || whole.cols != cols || !lh_qdot_kernels_for(whole.type, impl, &k) || cols % k.block_elems != 0) {
+        *why = names[i];
+        r = LH_BAD_ARGUMENT;
+        break;
+      }
+      for (uint32_t e = 0; e < E; ++e) {
+        if (p[i][e] == nullptr) {
+          *why = names[i];
+          r = LH_BAD_ARGUMENT;
+          break;
+        }
+        st->expert_rows[i * E + e] = p[i][e];
+      }
+      out->kern = k;
+      out->rows = rows;
+      out->cols = cols;
+      out->row_bytes = k.row_bytes(cols);
+    }
+  }
+  if (r == LH_OK && moe && !per_expert) r = make_linear(c->gate_exps, E * F, d, impl, "ffn_gate_exps", &st->gate_exps, why);
+  if (r == LH_OK && moe && !per_expert) r = make_linear(c->up_exps, E * F, d, impl, "ffn_up_exps", &st->up_exps, why);
+  if (r == LH_OK && moe && !per_expert) r = make_linear(c->down_exps, E * d, F, impl, "ffn_down_exps", &st->down_exps, why);
+  if (r == LH_OK && (moe ? (c->router.bias || c->gate_exps.bias || c->up_exps.bias || c->down_exps.bias) : false)) {
+    *why = "mixture of experts: biases on the router or experts are not supported";
+    r = LH_BAD_ARGUMENT;
+  }
   if (r == LH_OK && s < L) r = make_linear(c->q, qw, d, impl, "attn_q", &st->q, why);
   if (r == LH_OK && s < L && c->kv_shared == 0) r = make_linear(c->k, kvw, d, impl, "attn_k", &st->k, why);
   if (r == LH_OK && s < L && c->kv_shared == 0 && c->v_from_k == 0) r = make_linear(c->v, kvw, d, impl, "attn_v", &st->v, why);
@@ -451,8 +506,9 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   st->cfg.ple_proj_norm = st->ple_proj_norm;
   st->cfg.ple_post_norm = st->ple_post_norm;
   st->impl_used = LH_QDOT_AMX;
-  for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head, &st->ple_model_proj, &st->ple_inp_gate, &st->ple_proj})
-    if (m->data != nullptr && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;
+  for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head, &st->ple_model_proj, &st->ple_inp_gate, &st->ple_proj,
+                          &st->router, &st->gate_exps, &st->up_exps, &st->down_exps})
+    if (m->rows != 0 && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;  // rows: a per-expert matrix has no data
   *why = nullptr;
   *out = st;
   return LH_OK;
@@ -485,7 +541,86 @@ lh_status per_layer_inputs(lh_dense_stage* st, const lh_dense_stage_io* io) {
   return LH_OK;
 }
 
-lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
+// The mixture-of-experts MLP of layer stage − 1 (dense_stage.h): x [T, hidden] -> out [T, hidden].
+// Routes every token, groups the (token, slot) pairs by expert, and per routed expert gathers its
+// tokens' rows, runs gate/up, the GLU and down on that expert's rows of the 3-D tensors (a Linear
+// pointing into them: the kernels read the mapped file in place), and keeps each pair's output;
+// then sums each token's k outputs, weighted, in slot order (as llama.cpp adds its expert views).
+lh_status run_moe(lh_dense_stage* st, const float* x, uint32_t T, float* out, lh_dense_stage_io* io) {
+  const lh_dense_stage_config& c = st->cfg;
+  Scratch& sc = g_scratch;
+  const uint32_t E = c.n_experts, K = c.n_experts_used, F = c.expert_ffn, d = c.hidden, parts = c.threads;
+  const size_t TK = static_cast<size_t>(T) * K;
+  if (!sc.moe_logits.reserve(static_cast<size_t>(T) * E * 4) || !sc.moe_ids.reserve(TK * 4) || !sc.moe_weights.reserve(TK * 4) ||
+      !sc.moe_offsets.reserve((E + 1) * 4) || !sc.moe_entries.reserve(TK * 4) || !sc.moe_x.reserve(static_cast<size_t>(T) * d * 4) ||
+      !sc.moe_y.reserve(static_cast<size_t>(T) * d * 4) || !sc.moe_slots.reserve(TK * d * 4) || !sc.gate.reserve(static_cast<size_t>(T) * F * 4) ||
+      !sc.up.reserve(static_cast<size_t>(T) * F * 4))
+    return LH_OUT_OF_MEMORY;
+  float* logits = sc.moe_logits.f();
+  const Linear* rt[] = {&st->router};
+  lh_status r = matmul_group(rt, 1, x, T, &logits, parts);
+  if (r != LH_OK) return r;
+  uint32_t* ids = static_cast<uint32_t*>(sc.moe_ids.p);
+  float* weights = sc.moe_weights.f();
+  for (uint32_t t = 0; t < T; ++t) lh_moe_route(logits + static_cast<size_t>(t) * E, E, K, c.norm_topk != 0, ids + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
+  uint32_t* offsets = static_cast<uint32_t*>(sc.moe_offsets.p);
+  uint32_t* entries = static_cast<uint32_t*>(sc.moe_entries.p);
+  lh_moe_group(ids, T, K, E, offsets, entries);
+  uint64_t bytes = static_cast<uint64_t>(st->router.rows) * st->router.row_bytes;
+  float* slots = sc.moe_slots.f();  // [T·K, d]: pair t·K + i's expert output
+  for (uint32_t e = 0; e < E; ++e) {
+    const uint32_t n = offsets[e + 1] - offsets[e];
+    if (n == 0) continue;
+    const uint32_t* pairs = entries + offsets[e];
+    // expert e's rows: a view of the whole tensors at its offset, nothing copied
+    Linear gate = st->gate_exps, up = st->up_exps, down = st->down_exps;
+    if (st->expert_rows != nullptr) {  // tensors of their own
+      gate.data = st->expert_rows[e];
+      up.data = st->expert_rows[E + e];
+      down.data = st->expert_rows[2 * E + e];
+    } else {
+      gate.data += static_cast<size_t>(e) * F * gate.row_bytes;
+      up.data += static_cast<size_t>(e) * F * up.row_bytes;
+      down.data += static_cast<size_t>(e) * d * down.row_bytes;
+    }
+    gate.rows = up.rows = F;
+    down.rows = d;
+    bytes += static_cast<uint64_t>(F) * (gate.row_bytes + up.row_bytes) + static_cast<uint64_t>(d) * down.row_bytes;
+    // its tokens' rows, contiguous (decode: the one token's row as it is)
+    const float* xe = x;
+    if (T > 1) {
+      float* xg = sc.moe_x.f();
+      for (uint32_t j = 0; j < n; ++j) std::memcpy(xg + static_cast<size_t>(j) * d, x + static_cast<size_t>(pairs[j] / K) * d, static_cast<size_t>(d) * 4);
+      xe = xg;
+    }
+    const Linear* gu[] = {&gate, &up};
+    float* gu_out[] = {sc.gate.f(), sc.up.f()};
+    if ((r = matmul_group(gu, 2, xe, n, gu_out, parts)) != LH_OK) return r;
+    GluJob glu{sc.gate.f(), sc.up.f(), F, c.activation};
+    lh_worker_pool_run(g_pool, n, n >= 4 ? parts : 1, run_glu, &glu);
+    const Linear* dn[] = {&down};
+    float* y = sc.moe_y.f();
+    if ((r = matmul_group(dn, 1, sc.gate.f(), n, &y, parts)) != LH_OK) return r;
+    for (uint32_t j = 0; j < n; ++j) std::memcpy(slots + static_cast<size_t>(pairs[j]) * d, y + static_cast<size_t>(j) * d, static_cast<size_t>(d) * 4);
+  }
+  // out[t] = w_0·y_0 + w_1·y_1 + ... in slot order
+  for (uint32_t t = 0; t < T; ++t) {
+    float* o = out + static_cast<size_t>(t) * d;
+    const float* w = weights + static_cast<size_t>(t) * K;
+    const float* y0 = slots + static_cast<size_t>(t) * K * d;
+    for (uint32_t i = 0; i < d; ++i) o[i] = y0[i] * w[0];
+    for (uint32_t k = 1; k < K; ++k) {
+      const float* yk = y0 + static_cast<size_t>(k) * d;
+      for (uint32_t i = 0; i < d; ++i) o[i] += yk[i] * w[k];
+    }
+  }
+  if (io->routed != nullptr) std::memcpy(io->routed, ids, TK * 4);
+  if (io->routed_weights != nullptr) std::memcpy(io->routed_weights, weights, TK * 4);
+  io->expert_bytes = bytes;
+  return LH_OK;
+}
+
+lh_status run_locked(lh_dense_stage* st, lh_dense_stage_io* io) {
   const lh_dense_stage_config& c = st->cfg;
   const uint32_t T = io->tokens, d = c.hidden, L = c.layers, s = c.stage, parts = c.threads;
   Scratch& sc = g_scratch;
@@ -513,13 +648,17 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
     if (st->attn_post_norm != nullptr) rms_norm(o, st->attn_post_norm, T, d, c.eps, o);  // sandwich: in place, row by row
     for (size_t i = 0; i < td; ++i) sum[i] = io->h[i] + o[i];
     rms_norm(sum, st->ffn_norm, T, d, c.eps, sc.x.f());
-    const Linear* gu[] = {&st->gate, &st->up};
-    float* gu_out[] = {sc.gate.f(), sc.up.f()};
-    if ((r = matmul_group(gu, 2, sc.x.f(), T, gu_out, parts)) != LH_OK) return r;
-    GluJob glu{sc.gate.f(), sc.up.f(), c.ffn, c.activation};
-    lh_worker_pool_run(g_pool, T, T >= 4 ? parts : 1, run_glu, &glu);
-    const Linear* dn[] = {&st->down};
-    if ((r = matmul_group(dn, 1, sc.gate.f(), T, &o, parts)) != LH_OK) return r;
+    if (c.n_experts > 0) {
+      if ((r = run_moe(st, sc.x.f(), T, o, io)) != LH_OK) return r;
+    } else {
+      const Linear* gu[] = {&st->gate, &st->up};
+      float* gu_out[] = {sc.gate.f(), sc.up.f()};
+      if ((r = matmul_group(gu, 2, sc.x.f(), T, gu_out, parts)) != LH_OK) return r;
+      GluJob glu{sc.gate.f(), sc.up.f(), c.ffn, c.activation};
+      lh_worker_pool_run(g_pool, T, T >= 4 ? parts : 1, run_glu, &glu);
+      const Linear* dn[] = {&st->down};
+      if ((r = matmul_group(dn, 1, sc.gate.f(), T, &o, parts)) != LH_OK) return r;
+    }
     if (st->ffn_post_norm != nullptr) rms_norm(o, st->ffn_post_norm, T, d, c.eps, o);
     for (size_t i = 0; i < td; ++i) sum[i] += o[i];
     if (c.ple_dim > 0) {
@@ -590,8 +729,9 @@ lh_status run_locked(lh_dense_stage* st, const lh_dense_stage_io* io) {
 }
 }  // namespace
 
-lh_status lh_dense_stage_run(lh_dense_stage* st, const lh_dense_stage_io* io) {
+lh_status lh_dense_stage_run(lh_dense_stage* st, lh_dense_stage_io* io) {
   if (st == nullptr || io == nullptr || io->tokens == 0 || io->h == nullptr) return LH_BAD_ARGUMENT;
+  io->expert_bytes = 0;
   const uint32_t L = st->cfg.layers, s = st->cfg.stage;
   if (s > 0 && io->attn == nullptr) return LH_BAD_ARGUMENT;
   if (s > 0 && s < L && io->h_next == nullptr) return LH_BAD_ARGUMENT;

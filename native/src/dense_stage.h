@@ -37,6 +37,19 @@
 //   stage 0 with P > 0: ple_out [T, L·P] = (rmsnorm_P(h·W_model_projᵀ · 1/√hidden)·ple_proj_norm
 //            + ple_tok·√P) · 1/√2, the norm over each layer's P values (h: the scaled embedding)
 //
+// Mixture of experts (Qwen3-MoE; n_experts > 0 replaces post(p)'s MLP, ffn_gate/up/down absent):
+//   post(p): x = rmsnorm(sum)·ffn_norm_p as above, then per token t
+//            logits = x·W_routerᵀ [n_experts];  p = softmax(logits);  E_t = the n_experts_used
+//            largest p, largest first (ties: the lower expert id);  w_i = p[E_t,i], divided by
+//            max(Σ w, 2⁻¹⁴) when norm_topk (llama.cpp's build_moe_ffn norm_w; the clamp is its)
+//            mlp_t = Σ_i w_i · ((act(x·W_gate[e]ᵀ) ⊙ x·W_up[e]ᵀ)·W_down[e]ᵀ),  e = E_t,i, summed in i order
+//   The expert tensors are the file's 3-D ones viewed as 2-D: gate_exps / up_exps [n_experts·
+//   expert_ffn, hidden] (expert e: rows e·expert_ffn ..), down_exps [n_experts·hidden, expert_ffn]
+//   (expert e: rows e·hidden ..). An expert is a contiguous run of rows, handed to the kernels as a
+//   pointer at its offset: only routed experts' rows are read, nothing is copied. A run groups its
+//   tokens by expert, so each routed expert's weights stream once per run (prefill: once per chunk).
+//   moe_ffn.h has the routing and the byte count.
+//
 // RMSNorm: x / sqrt(mean(x²) + eps), the mean of squares summed in double. RoPE: per head, pairs
 // (i, i + r/2) ('neox') or (2i, 2i + 1) ('interleaved') of the first r = rotary_dim dimensions
 // rotated by the row's cos/sin [T, r/2] (ops.ts ropeRows: the chunk's absolute positions), the
@@ -54,6 +67,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "moe_ffn.h"
 #include "quant_dot.h"
 #include "status.h"
 
@@ -117,6 +131,23 @@ struct lh_dense_stage_config {
   lh_dense_matrix ple_inp_gate;           // stage > 0: [P, hidden]
   lh_dense_matrix ple_proj;               // stage > 0: [hidden, P]
   const float* ple_post_norm;             // stage > 0: [hidden]
+  // Mixture of experts (see the top); n_experts 0: the dense MLP above
+  uint32_t n_experts;                     // experts of layer stage−1 (stage > 0), 0: none
+  uint32_t n_experts_used;                // k: experts per token, 1..n_experts (<= LH_MOE_MAX_USED)
+  uint32_t expert_ffn;                    // hidden width of one expert
+  uint32_t norm_topk;                     // 1: the k weights renormalised to sum 1
+  lh_dense_matrix router;                 // [n_experts, hidden] (ffn_gate_inp)
+  lh_dense_matrix gate_exps, up_exps;     // [n_experts·expert_ffn, hidden]
+  lh_dense_matrix down_exps;              // [n_experts·hidden, expert_ffn]
+  // Experts as tensors of their own (a Hugging Face folder: mlp.experts.{e}.gate_proj...), or null:
+  // the offsets into the 3-D tensors above. When given (all three), expert e's gate and up rows are
+  // at gate_expert[e] / up_expert[e] (expert_ffn rows each), its down rows at down_expert[e] (hidden
+  // rows); gate_exps / up_exps / down_exps then give only type, rows and cols (data null, bytes 0).
+  // The pointer arrays are copied at create; the rows are the caller's (addon.cc checks each
+  // expert tensor's byte size as it checks any matrix's).
+  const uint8_t* const* gate_expert;      // [n_experts]
+  const uint8_t* const* up_expert;        // [n_experts]
+  const uint8_t* const* down_expert;      // [n_experts]
 };
 
 struct lh_dense_stage;
@@ -149,7 +180,12 @@ struct lh_dense_stage_io {
   float* h_next;            // [T, hidden]             0 < stage < L
   float* logits;            // [n_rows, vocab]         stage L
   float* ple_out;           // [T, layers·P]           stage 0 with ple_dim
+  // mixture of experts (stage > 0 with n_experts), optional outputs
+  uint32_t* routed;         // [T, n_experts_used] the experts each token ran, largest weight first, or null
+  float* routed_weights;    // [T, n_experts_used] their weights (after norm_topk), or null
+  uint64_t expert_bytes;    // out: bytes of expert weights the run read (router + each routed expert's gate, up, down rows once)
 };
 
 // LH_BAD_ARGUMENT: a missing input or output, T 0, a row index >= T. LH_OUT_OF_MEMORY: scratch.
-lh_status lh_dense_stage_run(lh_dense_stage* stage, const lh_dense_stage_io* io);
+// io is not const: the run writes io->expert_bytes (0 for a stage without experts).
+lh_status lh_dense_stage_run(lh_dense_stage* stage, lh_dense_stage_io* io);

@@ -13,6 +13,8 @@ void test_quant_dot_k();
 void test_dense_stage();
 // quant_dot_bench.cc: `native_tests --bench-dot [reps]`, the dot kernels' decode GB/s and prefill speed.
 void bench_quant_dot(int reps);
+// moe_ffn_tests.cc: the mixture-of-experts MLP of the dense stage against a float64 reference, every weight type.
+void test_moe_ffn();
 // attention_params_tests.cc: scale, window, sinks and soft-cap in every attention kernel and entry point.
 void test_attention_params();
 // kv_layer_capacity_tests.cc: per-layer capacities of the KV pool (one allocation, layers of their own sizes).

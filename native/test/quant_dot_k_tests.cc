@@ -143,6 +143,15 @@ constexpr const char* kAmxWhat = "prefill gives the scalar reference's bits (6 s
 
 }  // namespace
 
+bool qdot_k_case(uint32_t type, QdotTypeCase* out) {
+  switch (type) {
+    case LH_QDOT_Q4_K: *out = {LH_QDOT_Q4_K, "Q4_K", k45_random<false>, k45_dequantize<false>, {}}; return true;
+    case LH_QDOT_Q5_K: *out = {LH_QDOT_Q5_K, "Q5_K", k45_random<true>, k45_dequantize<true>, {}}; return true;
+    case LH_QDOT_Q6_K: *out = {LH_QDOT_Q6_K, "Q6_K", q6k_random, q6k_dequantize, {}}; return true;
+    default: return false;
+  }
+}
+
 void test_quant_dot_k() {
   const std::vector<uint64_t> ks = {256, 512, 768};
   qdot_sweep({LH_QDOT_Q4_K, "Q4_K", k45_random<false>, k45_dequantize<false>, ks});

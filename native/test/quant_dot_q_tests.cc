@@ -135,6 +135,16 @@ void check_avx2_prefill(const QdotTypeCase& c) {
 
 }  // namespace
 
+bool qdot_q_case(uint32_t type, QdotTypeCase* out) {
+  switch (type) {
+    case LH_QDOT_F32: *out = {LH_QDOT_F32, "F32", f32_random, f32_dequantize, {}}; return true;
+    case LH_QDOT_F16: *out = {LH_QDOT_F16, "F16", f16_random, f16_dequantize, {}}; return true;
+    case LH_QDOT_Q4_0: *out = {LH_QDOT_Q4_0, "Q4_0", q4_0_random, q4_0_dequantize, {}}; return true;
+    case LH_QDOT_Q8_0: *out = {LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {}}; return true;
+    default: return false;
+  }
+}
+
 void test_quant_dot_q() {
   // F32/F16: k not a multiple of 16 (the AVX-512 tail is masked); Q: odd block counts (a lone last
   // block in the AVX-512 pair loop, a short last quad in the Q4_0 decode), and 34 blocks (the

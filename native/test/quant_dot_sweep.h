@@ -53,3 +53,8 @@ void qdot_check_close(const QdotTypeCase& c, lh_qdot_impl impl, lh_qdot_impl ref
 
 // fp16 bits of a random finite scale, magnitude in [lo, hi), either sign when `signed_scale`.
 uint16_t qdot_random_half(Rng& rng, float lo, float hi, bool signed_scale);
+
+// The type cases above, for tests of code built on the kernels (moe_ffn_tests.cc): false when the
+// family file has no such type. quant_dot_q_tests.cc: F32, F16, Q4_0, Q8_0; quant_dot_k_tests.cc: the K-quants.
+bool qdot_q_case(uint32_t type, QdotTypeCase* out);
+bool qdot_k_case(uint32_t type, QdotTypeCase* out);

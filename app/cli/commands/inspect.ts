@@ -88,6 +88,12 @@ function formatReport(r: ModelReport): string {
     `format         ${r.format}, architecture ${r.architecture} (${r.family})`,
     `parameters     ${r.parameters.toLocaleString('en-US')}`,
     `shape          dim ${r.hiddenSize}, ${r.layers} layers, ${r.heads} heads, ${r.kvHeads} KV heads, head dim ${r.headDim}, ffn ${r.ffnSize}`,
+    ...(r.moe
+      ? [
+          `experts        ${r.moe.experts} per layer, ${r.moe.expertsUsed} per token, each ${r.moe.expertFfn} wide (mixture of experts: the MLP)`,
+          `               ${formatBytes(r.moe.expertBytes)} of expert weights (routers included), ${formatBytes(r.moe.expertBytesPerToken)} read per token`,
+        ]
+      : []),
     `vocabulary     ${r.vocabSize}`,
     `trained ctx    ${r.trainedContext}`,
     `weight types   ${types}`,

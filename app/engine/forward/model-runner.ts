@@ -132,6 +132,14 @@ export interface KvLayerFigure {
 
 export type DenseEngine = 'auto' | 'native' | 'onnx';
 
+/** What a mixture-of-experts model's latest forward call read of its experts (ModelRunner.lastExperts). */
+export interface ExpertStepStats {
+  /** Bytes of expert weights the kernels read: per layer the router and each routed expert's gate, up and down rows once. */
+  bytes: number;
+  /** [layer] the experts each token of the call ran, [tokens, k] largest weight first (undefined: a layer without experts). */
+  routed: (Uint32Array | undefined)[];
+}
+
 export type RunnerDense = { engine: 'native'; kernel: DenseKernelName } | { engine: 'onnx'; whyNotNative?: string };
 
 /** How far createModelRunner is: stages (repacked weights + onnxruntime session) built so far. */
@@ -245,6 +253,12 @@ export interface ModelRunner extends TokenRunner {
   readonly policy: RunnerPolicy;
   /** Figures of the latest decode step under a sparse policy (undefined before one, or under 'full'). */
   lastStepStats(): StepStats | undefined;
+  /**
+   * A mixture-of-experts model: what the latest forward call (a decode step: one token) read of expert
+   * weights, as the native stages counted it, and which experts each layer's tokens ran; undefined
+   * for every other model and before a call.
+   */
+  lastExperts(): ExpertStepStats | undefined;
   /** The latest selection of a sparse layer as token positions, union over KV heads (InfiniGen and the comparison policies; undefined otherwise). */
   selectedPositions(layer: number): number[] | undefined;
   /** The inspector's probe (app/engine/metrics/step-probe.ts): measures the decode steps it arms; undefined detaches it. */
@@ -552,6 +566,21 @@ class Runner implements ModelRunner {
 
   lastOffloadStep(): OffloadStepStats | undefined {
     return this.placement instanceof DeviceRowsAttention ? this.placement.lastStep() : undefined;
+  }
+
+  lastExperts(): ExpertStepStats | undefined {
+    // stage s > 0 runs layer s − 1's MLP; only a mixture-of-experts stage reports
+    let bytes = 0;
+    const routed: (Uint32Array | undefined)[] = [];
+    let any = false;
+    for (let s = 1; s < this.sessions.length; s++) {
+      const e = this.sessions[s]!.lastExperts?.();
+      routed.push(e?.routed);
+      if (e === undefined) continue;
+      any = true;
+      bytes += e.bytes;
+    }
+    return any ? { bytes, routed } : undefined;
   }
 
   get rowBufferBytes(): number {

@@ -7,7 +7,7 @@
 // snapshot after it, with that step's recall and the oracle's recall at the same size per sparse
 // layer (app/engine/metrics/step-probe.ts). One measured step per snapshot bounds the cost.
 import type { LayerMetrics, StepMetrics } from '../../common/protocol.ts';
-import type { ForwardTimings, KvLayerFigure, StepStats } from '../forward/model-runner.ts';
+import type { ExpertStepStats, ForwardTimings, KvLayerFigure, StepStats } from '../forward/model-runner.ts';
 import type { OffloadStepStats } from '../forward/placement/offload-attention.ts';
 import type { ModelHyperparameters } from '../model/types.ts';
 import { kvRowBytes, type KvElementType } from '../model/memory-estimate.ts';
@@ -41,6 +41,8 @@ export interface MetricsSource {
   kvLayers?(): readonly KvLayerFigure[];
   /** Positions of the window layers' ring checkpoints held. */
   ringCheckpointPositions?(): number[];
+  /** A mixture-of-experts model: the latest step's expert bytes read (and routing). */
+  lastExperts?(): ExpertStepStats | undefined;
 }
 
 /**
@@ -204,6 +206,7 @@ export class StepMetricsSampler {
     }
     // offload mode: what the step bound, counted from its tensors (placement/offload-attention.ts), replaces the estimate
     const offload = source.lastOffloadStep?.();
+    const experts = source.lastExperts?.();
     if (offload) {
       for (const s of offload.layers) {
         const layer = layers[s.layer];
@@ -231,6 +234,7 @@ export class StepMetricsSampler {
       fetchRatio: layers.length > 0 ? sum((l) => (l.candidates > 0 ? l.selected / l.candidates : 0)) / layers.length : 0,
       bytesMovedPerToken: sum((l) => l.bytesMoved),
       ...(offload ? { bytesCrossedPerToken: offload.crossedBytes } : {}),
+      ...(experts ? { expertBytesPerToken: experts.bytes } : {}),
       reuseHitRate: (sparse || offload) && lookups > 0 ? hits / lookups : null,
       recall: recalls.length > 0 ? recalls.reduce((a, r) => a + r, 0) / recalls.length : null,
       evictions: (source.evictions?.() ?? []).reduce((a, n) => a + n, 0),

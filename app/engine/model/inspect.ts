@@ -26,6 +26,12 @@ export interface ModelReport {
   weightTypes: Partial<Record<TensorDType, { tensors: number; bytes: number }>>;
   chatTemplate: boolean;
   memory: MemoryEstimate;
+  /**
+   * A mixture-of-experts model: experts per layer, per token, and one expert's width (the MLP;
+   * ffnSize is then unused); the bytes of every expert tensor (router included) and what one token
+   * reads of them (per layer the router and expertsUsed experts' rows: the native stages' count).
+   */
+  moe?: { experts: number; expertsUsed: number; expertFfn: number; expertBytes: number; expertBytesPerToken: number };
 }
 
 export function summariseWeights(model: LoadedModel): { summary: WeightSummary; types: ModelReport['weightTypes']; parameters: number } {
@@ -43,6 +49,24 @@ export function summariseWeights(model: LoadedModel): { summary: WeightSummary; 
     storedBytes += bytes;
   }
   return { summary: { bytesByType, storedBytes }, types, parameters };
+}
+
+/** Bytes of the expert tensors (ffn_gate_inp, ffn_*_exps, a folder's per-expert ones) and one token's share of them. */
+function expertFigures(model: LoadedModel, moe: NonNullable<ModelHyperparameters['moe']>): { expertBytes: number; expertBytesPerToken: number } {
+  let expertBytes = 0;
+  let perToken = 0;
+  for (const [name, tensor] of model.tensors) {
+    const bytes = tensor.bytes().byteLength;
+    if (name.endsWith('.ffn_gate_inp.weight')) {
+      expertBytes += bytes;
+      perToken += bytes; // every token reads the whole router
+    } else if (/\.ffn_(gate|up|down)_exps\./.test(name)) {
+      expertBytes += bytes;
+      // k of E experts: k/E of a stacked tensor, or of a layer's E per-expert tensors (a folder) together
+      perToken += (bytes / moe.experts) * moe.expertsUsed;
+    }
+  }
+  return { expertBytes, expertBytesPerToken: perToken };
 }
 
 export function inspectModel(
@@ -72,6 +96,7 @@ export function inspectModel(
     qkvBias: hyper.qkvBias,
     weightTypes: types,
     chatTemplate: model.chatTemplate !== undefined && model.chatTemplate.length > 0,
+    ...(hyper.moe ? { moe: { experts: hyper.moe.experts, expertsUsed: hyper.moe.expertsUsed, expertFfn: hyper.moe.expertFfn, ...expertFigures(model, hyper.moe) } } : {}),
     memory: estimateMemory(hyper, summary, contextTokens, { ...options, layers: familyLayers(hyper) }),
   };
 }

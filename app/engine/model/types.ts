@@ -41,7 +41,7 @@ export interface RopeScaling {
   attnFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3';
+export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -73,6 +73,24 @@ export interface ModelHyperparameters {
   gemma?: GemmaHyperparameters;
   /** Gemma 4: its per-layer shapes, KV sharing and proportional RoPE (Gemma4Config below; forward/layers/gemma4.ts). */
   gemma4?: Gemma4Config;
+  /** Mixture-of-experts feed-forward in every layer (Qwen3-MoE: MoeHyperparameters below). */
+  moe?: MoeHyperparameters;
+}
+
+/**
+ * A mixture-of-experts model's feed-forward (GGUF <arch>.expert_count, expert_used_count,
+ * expert_feed_forward_length; config.json num_experts, num_experts_per_tok, moe_intermediate_size,
+ * norm_topk_prob). forward/layers/qwen3moe.ts.
+ */
+export interface MoeHyperparameters {
+  /** Experts per layer (Qwen3-30B-A3B: 128). */
+  experts: number;
+  /** Experts each token runs (top-k; Qwen3-30B-A3B: 8). */
+  expertsUsed: number;
+  /** Hidden width of one expert (Qwen3-30B-A3B: 768). */
+  expertFfn: number;
+  /** The k routing weights renormalised to sum 1 (llama.cpp always does for qwen3moe). */
+  normTopK: boolean;
 }
 
 /**

@@ -25,8 +25,14 @@ const NO_BYTES = new Uint8Array(0);
 /** What a family built on the llama stages adds to stage s's config (Qwen3: its per-head q/k norms). */
 export type StageConfigExtra = (s: number, speculates: boolean) => Partial<Parameters<typeof createDenseStage>[0]>;
 
+/**
+ * The MLP of layer p as a family other than the dense SwiGLU one gives it to stage p + 1 (Qwen3-MoE:
+ * its router and expert tensors, qwen3moe-native.ts), in place of ffnGate / ffnUp / ffnDown.
+ */
+export type StageMlp = (p: number) => Partial<Parameters<typeof createDenseStage>[0]>;
+
 /** L + 1 native stages over `weights`' mapped file. The file must stay open while they live (runs check). */
-export function createLlamaNativeStages(weights: ModelWeights, options: NativeStageOptions, extra?: StageConfigExtra): NativeStages {
+export function createLlamaNativeStages(weights: ModelWeights, options: NativeStageOptions, extra?: StageConfigExtra, mlp?: StageMlp): NativeStages {
   const model = weights.model;
   const hyper = model.hyper;
   const L = hyper.layers;
@@ -82,9 +88,9 @@ export function createLlamaNativeStages(weights: ModelWeights, options: NativeSt
         Object.assign(config, {
           ffnNorm: weights.vector(blk(p, 'ffn_norm.weight')),
           attnOutput: matrix(blk(p, 'attn_output.weight'), blk(p, 'attn_output.bias'), p),
-          ffnGate: matrix(blk(p, 'ffn_gate.weight'), undefined, p),
-          ffnUp: matrix(blk(p, 'ffn_up.weight'), undefined, p),
-          ffnDown: matrix(blk(p, 'ffn_down.weight'), undefined, p),
+          ...(mlp
+            ? mlp(p)
+            : { ffnGate: matrix(blk(p, 'ffn_gate.weight'), undefined, p), ffnUp: matrix(blk(p, 'ffn_up.weight'), undefined, p), ffnDown: matrix(blk(p, 'ffn_down.weight'), undefined, p) }),
         });
       }
       if (s < L) {
@@ -104,7 +110,7 @@ export function createLlamaNativeStages(weights: ModelWeights, options: NativeSt
       sessions.push(new NativeStage(stage, s, hyper.heads * hyper.headDim, hyper.kvHeads * hyper.headDim, hyper.hiddenSize, hyper.vocabSize));
       if (rank[stage.impl] < rank[kernel]) kernel = stage.impl;
       // the weights this stage reads (a speculating stage reads layer s+1's W_q twice: once here)
-      const own = [config.attnOutput, config.ffnGate, config.ffnUp, config.ffnDown, config.q, config.k, config.v, config.lmHead];
+      const own = [config.attnOutput, config.ffnGate, config.ffnUp, config.ffnDown, config.q, config.k, config.v, config.lmHead, config.router, config.gateExps, config.upExps, config.downExps].flat();
       const weightBytes = own.reduce((n, m) => n + (m?.data.byteLength ?? 0), 0);
       graphs.push({ name: `native.${stageName(s, L)}`, model: NO_BYTES, weightBytes, inputs });
       graphWeightBytes += weightBytes;

@@ -14,6 +14,12 @@ import type { StageGraph } from './stage-graph.ts';
 export interface StageRunner {
   run(feeds: Readonly<Record<string, TensorData>>): Promise<Record<string, TensorData>>;
   release(): Promise<void>;
+  /**
+   * A native stage with a mixture-of-experts MLP: what its latest run read of expert weights (the
+   * router and each routed expert's rows once) and which experts each token ran [T, k]; undefined
+   * for every other stage.
+   */
+  lastExperts?(): { bytes: number; routed: Uint32Array } | undefined;
 }
 
 /** GGML type ids of the weight types with dense kernels (native/src/quant_dot.h), and their block sizes. */
@@ -60,7 +66,8 @@ export function kernelsRefuse(model: LoadedModel, names: readonly string[], opti
     if (t === undefined || kernel === null) return `${name} is ${v.dtype}, which has no native dense kernels`;
     if (kernel === 'scalar') return `${name} is ${v.dtype}, which has only the scalar reference kernel on this CPU (no AVX2)`;
     if (options.accuracyLevel === 0 && t.block > 1) return `accuracy level 0 (fp32 activations) was asked for, and ${name} is ${v.dtype}: the native kernels quantize activations to int8`;
-    if (v.shape.length !== 2 || v.shape[1]! % t.block !== 0) return `${name} has shape [${v.shape.join(', ')}]: its rows are not whole ${v.dtype} blocks`;
+    // a 3-D tensor (a mixture of experts' stacked experts) is rows of its last dimension too
+    if (v.shape.length < 2 || v.shape.length > 3 || v.shape.at(-1)! % t.block !== 0) return `${name} has shape [${v.shape.join(', ')}]: its rows are not whole ${v.dtype} blocks`;
   }
   return undefined;
 }
@@ -94,6 +101,7 @@ export class NativeStage implements StageRunner {
       ...(feeds.ple_tok ? { pleTok: feeds.ple_tok.data as Float32Array } : {}),
       ...(feeds.ple ? { ple: feeds.ple.data as Float32Array } : {}),
     });
+    if (out.expertBytes !== undefined) this.experts = { bytes: out.expertBytes, routed: out.routed! };
     const result: Record<string, TensorData> = {};
     if (out.logits) result.logits = tensor([1, rows!.length, this.vocab], out.logits);
     if (out.q) result.q = tensor([1, T, this.qw], out.q);
@@ -107,6 +115,13 @@ export class NativeStage implements StageRunner {
 
   async release(): Promise<void> {
     this.stage.free();
+  }
+
+  /** The latest run's expert figures (a mixture-of-experts stage), else undefined. */
+  private experts: { bytes: number; routed: Uint32Array } | undefined;
+
+  lastExperts(): { bytes: number; routed: Uint32Array } | undefined {
+    return this.experts;
   }
 
   toString(): string {

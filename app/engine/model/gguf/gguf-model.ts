@@ -5,8 +5,9 @@
 // and 'qwen2' with NeoX RoPE and q/k/v biases. Both run as our 'llama' Architecture; 'phi3'
 // (Phi-3, Phi-4: fused q/k/v and gate/up, NeoX, partial rotary, LongRoPE) as our 'phi3'
 // (arch/phi3.ts); 'qwen3' (NeoX, per-head q/k RMSNorm, its own head size) as our 'qwen3'
-// (arch/qwen3.ts); 'gemma2' and 'gemma3' as theirs (gemma-keys.ts). Mixture of experts, partial
-// rotary elsewhere and YaRN scaling are refused (MODEL_UNSUPPORTED_ARCHITECTURE).
+// (arch/qwen3.ts); 'qwen3moe' (Qwen3's attention, a mixture-of-experts MLP) as our 'qwen3moe'
+// (arch/qwen3moe.ts); 'gemma2' and 'gemma3' as theirs (gemma-keys.ts). Mixture of experts in other
+// families, partial rotary elsewhere and YaRN scaling are refused (MODEL_UNSUPPORTED_ARCHITECTURE).
 // Llama 3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor of per-pair divisors;
 // it is accepted when it matches Llama 3 scaling with the usual parameters (low 1, high 4,
 // original context 8192) and reported as such.
@@ -17,6 +18,7 @@ import { GEMMA4_TENSORS, gemma4Hyperparameters } from '../arch/gemma4.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '../arch/phi3.ts';
 import { QWEN3_TENSORS } from '../arch/qwen3.ts';
+import { QWEN3MOE_TENSORS } from '../arch/qwen3moe.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
 import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
@@ -36,6 +38,8 @@ interface Family {
   extra?: (keys: GgufKeys, base: ModelHyperparameters) => Partial<ModelHyperparameters>;
   /** The whole hyperparameters, for a family whose layers differ in shape (Gemma 4: the shared reader refuses per-layer KV heads). */
   whole?: (file: GgufFile) => ModelHyperparameters;
+  /** Mixture of experts: the family runs files with expert_count > 0 (the others refuse them). */
+  moe?: boolean;
 }
 
 /** general.architecture values we run, and how they differ. */
@@ -47,6 +51,7 @@ const FAMILIES: Readonly<Record<string, Family>> = {
   gemma3: { ropeLayout: 'neox', architecture: 'gemma3', tensors: GEMMA3_TENSORS, extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma3', base) }) },
   gemma4: { ropeLayout: 'neox', architecture: 'gemma4', tensors: GEMMA4_TENSORS, whole: gemma4GgufHyper },
   qwen3: { ropeLayout: 'neox', architecture: 'qwen3', tensors: QWEN3_TENSORS },
+  qwen3moe: { ropeLayout: 'neox', architecture: 'qwen3moe', tensors: QWEN3MOE_TENSORS, moe: true, extra: (keys, base) => ({ moe: moeGgufHyper(keys, 'qwen3moe', base) }) },
 };
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
@@ -127,7 +132,7 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
   const k = (suffix: string): string => `${family}.${suffix}`;
 
   const experts = optionalInt(file, k('expert_count'), 0);
-  if (experts > 0) fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `mixture-of-experts models (${experts} experts) are not supported`, k('expert_count'));
+  if (experts > 0 && spec.moe !== true) fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `mixture-of-experts models (${experts} experts) are not supported`, k('expert_count'));
 
   const hiddenSize = requiredInt(file, k('embedding_length'));
   const layers = requiredInt(file, k('block_count'));
@@ -185,6 +190,23 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
     tiedEmbeddings: !file.tensors.has('output.weight'),
   };
   return spec.extra ? { ...base, ...spec.extra(ggufKeys(file), base) } : base;
+}
+
+/**
+ * A mixture-of-experts family's experts (Qwen3-MoE as llama_model_qwen3moe reads them): expert_count
+ * and expert_used_count required (it throws without them), expert_feed_forward_length or else
+ * feed_forward_length / expert_used_count (its fallback). llama.cpp renormalises the top-k weights
+ * for qwen3moe whatever the file says (build_moe_ffn with norm_w true; the converter writes no key for it).
+ */
+function moeGgufHyper(keys: GgufKeys, family: string, base: ModelHyperparameters): NonNullable<ModelHyperparameters['moe']> {
+  const k = (suffix: string): string => `${family}.${suffix}`;
+  const experts = keys.int(k('expert_count'), 0);
+  const expertsUsed = keys.int(k('expert_used_count'), 0);
+  if (experts === 0) keys.bad(k('expert_count'), 'a positive integer (a mixture-of-experts model needs its expert count)');
+  if (!(expertsUsed > 0 && expertsUsed <= experts)) keys.bad(k('expert_used_count'), `an integer in 1..${experts} (the experts each token runs)`);
+  const expertFfn = keys.int(k('expert_feed_forward_length'), Math.floor(base.ffnSize / expertsUsed));
+  if (expertFfn === 0) keys.bad(k('expert_feed_forward_length'), 'a positive integer');
+  return { experts, expertsUsed, expertFfn, normTopK: true };
 }
 
 /** The checked readers a family's own keys go through (gemma-keys.ts). */

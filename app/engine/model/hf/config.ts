@@ -8,6 +8,7 @@ import { ModelFileError } from '../../../common/errors.ts';
 import type { ModelHyperparameters, RopeScaling } from '../types.ts';
 import { gemma4HfHyperparameters } from '../arch/gemma4.ts';
 import { gemmaHfHyper } from './gemma-config.ts';
+import { qwen3moeHfExperts } from './qwen3moe-config.ts';
 
 export const CONFIG_FILE = 'config.json';
 
@@ -17,6 +18,7 @@ export const SUPPORTED_ARCHITECTURES: Readonly<Record<string, string>> = {
   MistralForCausalLM: 'mistral',
   Qwen2ForCausalLM: 'qwen2',
   Qwen3ForCausalLM: 'qwen3',
+  Qwen3MoeForCausalLM: 'qwen3moe',
   OPTForCausalLM: 'opt',
   Phi3ForCausalLM: 'phi3',
   Gemma2ForCausalLM: 'gemma2',
@@ -82,7 +84,7 @@ function llamaHyper(read: ConfigReader, family: string): ModelHyperparameters {
   if (read.bool('mlp_bias', false)) read.unsupported('mlp_bias: true');
   const scaling = ropeScaling(read);
   return {
-    architecture: family === 'qwen3' ? 'qwen3' : 'llama',
+    architecture: family === 'qwen3' || family === 'qwen3moe' ? family : 'llama',
     family,
     hiddenSize,
     layers: read.positiveInt('num_hidden_layers'),
@@ -98,6 +100,7 @@ function llamaHyper(read: ConfigReader, family: string): ModelHyperparameters {
     ...(scaling === undefined ? {} : { ropeScaling: scaling }),
     qkvBias: family === 'qwen2',
     tiedEmbeddings: read.bool('tie_word_embeddings', false),
+    ...(family === 'qwen3moe' ? { moe: qwen3moeHfExperts(read) } : {}),
   };
 }
 
