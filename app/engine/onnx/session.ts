@@ -144,6 +144,15 @@ export class EngineSession {
   }
 }
 
+/**
+ * A session on a device provider alone (no 'cpu' listed) runs every node there or fails to compile:
+ * onnxruntime would otherwise put nodes the provider lacks on the CPU and copy their inputs and
+ * outputs across every run, bytes the offload path's count would not see.
+ */
+function onDeviceOnly(providers: readonly string[]): { disable_cpu_ep_fallback?: string } {
+  return providers.includes('cpu') ? {} : { disable_cpu_ep_fallback: '1' };
+}
+
 /** onnxruntime's SessionOptions for our defaults (exported for tests and benchmarks). */
 export function sessionOptions(options: EngineSessionOptions = {}): ort.InferenceSession.SessionOptions {
   const providers = options.executionProviders ?? ['cpu'];
@@ -153,7 +162,7 @@ export function sessionOptions(options: EngineSessionOptions = {}): ort.Inferenc
     interOpNumThreads: 1,
     graphOptimizationLevel: options.graphOptimizationLevel ?? 'all',
     enableCpuMemArena: options.cpuMemArena ?? false,
-    extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' } } },
+    extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' }, ...onDeviceOnly(providers) } },
   };
   if (options.intraOpThreads !== undefined) opts.intraOpNumThreads = options.intraOpThreads;
   if (options.saveOptimized) {
@@ -161,6 +170,7 @@ export function sessionOptions(options: EngineSessionOptions = {}): ort.Inferenc
     opts.extra = {
       session: {
         intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' },
+        ...onDeviceOnly(providers),
         save_external_prepacked_constant_initializers: '1',
         // a bare file name: onnxruntime writes it beside the model and records it relative to it
         optimized_model_external_initializers_file_name: options.saveOptimized.externalFile,
@@ -206,7 +216,7 @@ export async function createSession(model: Uint8Array | string, options: EngineS
 }
 
 function errorMessage(cause: unknown): string {
-  return cause instanceof Error ? cause.message : String(cause);
+  return (cause instanceof Error ? cause.message : String(cause)).trim();
 }
 
 /** A one-node model (Relu on float32 [1]): what a provider probe compiles. */
@@ -247,5 +257,48 @@ export async function probeProvider(provider: ProviderName): Promise<ProbeResult
     return { provider, ok: true, ms: performance.now() - t0 };
   } catch (cause) {
     return { provider, ok: false, message: errorMessage(cause), ms: performance.now() - t0 };
+  }
+}
+
+/** Cast float32 [1] → float16 → float32: what a float16 probe runs (compiling alone is not enough). */
+let probeF16: Uint8Array | undefined;
+function probeFloat16Model(): Uint8Array {
+  probeF16 ??= encodeModel({
+    irVersion: 8,
+    opsetImports: [{ domain: '', version: 13 }],
+    graph: {
+      name: 'probe_f16',
+      nodes: [
+        { opType: 'Cast', inputs: ['x'], outputs: ['h'], attributes: [{ name: 'to', type: 'INT', value: 10 }] },
+        { opType: 'Cast', inputs: ['h'], outputs: ['y'], attributes: [{ name: 'to', type: 'INT', value: 1 }] },
+      ],
+      initializers: [],
+      inputs: [{ name: 'x', elemType: 'float32', dims: [1] }],
+      outputs: [{ name: 'y', elemType: 'float32', dims: [1] }],
+    },
+  });
+  return probeF16;
+}
+
+/**
+ * Whether `provider` computes in float16 on this machine: runs a float32 → float16 → float32 cast on
+ * it alone (the CPU fallback disabled). On WebGPU a device without the shader-f16 feature (SwiftShader)
+ * compiles such a graph and fails only at run() ("requires f16 but the device does not support it").
+ */
+export async function probeFloat16(provider: ProviderName): Promise<ProbeResult> {
+  const t0 = performance.now();
+  if (!listProviders().some((k) => k.name === provider)) return { provider, ok: false, message: `not in this onnxruntime-node build`, ms: 0 };
+  let s: ort.InferenceSession | undefined;
+  try {
+    // severity 4 (fatal only): the failed run on a device without float16 is the answer, not an error to print
+    s = await ort.InferenceSession.create(probeFloat16Model(), { executionProviders: [provider], logSeverityLevel: 4, extra: { session: { disable_cpu_ep_fallback: '1', intra_op: { allow_spinning: '0' } } } });
+    const out = await s.run({ x: new ort.Tensor('float32', Float32Array.of(1.5), [1]) });
+    const y = (out.y as ort.Tensor).data as Float32Array;
+    if (y[0] !== 1.5) return { provider, ok: false, message: `float16 round trip of 1.5 gave ${y[0]}`, ms: performance.now() - t0 };
+    return { provider, ok: true, ms: performance.now() - t0 };
+  } catch (cause) {
+    return { provider, ok: false, message: errorMessage(cause), ms: performance.now() - t0 };
+  } finally {
+    await s?.release();
   }
 }
