@@ -157,6 +157,22 @@ export function buildRowUpdateGraph(shape: Pick<AttentionGraphShape, 'headDim' |
   return g.toModel();
 }
 
+/**
+ * The zero buffer a layer's first row update starts from, made on the provider's device: Expand of a
+ * zero scalar to `shape` int64 [2] = [R, headDim] for K and V (only the 16 shape bytes cross).
+ */
+export function buildZeroRowsGraph(shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>): Uint8Array {
+  const { headDim: d, rowType } = shape;
+  const g = new GraphBuilder(`offload.zero_rows.${d}.${rowType}`);
+  const dims = g.input('shape', 'int64', [2]);
+  const zero = g.initializer('zero', rowType === 'float16' ? { elemType: 'float16', dims: [1, 1], data: new Uint16Array(1) } : { elemType: 'float32', dims: [1, 1], data: new Float32Array(1) });
+  g.op('Expand', [zero, dims], {}, { name: 'zeros_k', output: 'k_out' });
+  g.op('Expand', [zero, dims], {}, { name: 'zeros_v', output: 'v_out' });
+  g.output('k_out', rowType, ['R', d]);
+  g.output('v_out', rowType, ['R', d]);
+  return g.toModel();
+}
+
 /** One tensor given to a run: its bytes, and whether it lives on the device between steps (the row buffer). */
 export interface BoundTensor {
   name: string;
@@ -216,31 +232,55 @@ class UpdatedRows implements RowTensors {
  */
 export class RowUpdateSession {
   private session: ort.InferenceSession | undefined;
+  private zeroSession: ort.InferenceSession | undefined;
   private constructor(
     session: ort.InferenceSession,
+    /** WebGPU: makes a layer's first buffer on the device (undefined: host zeros, the CPU provider) */
+    zeroSession: ort.InferenceSession | undefined,
     readonly shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>,
     readonly providers: readonly string[],
   ) {
     this.session = session;
+    this.zeroSession = zeroSession;
   }
 
   static async create(shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>, options: EngineSessionOptions = {}): Promise<RowUpdateSession> {
     const providers = options.executionProviders ?? ['cpu'];
     const opts = sessionOptions(options);
-    if (providers[0] === 'webgpu') opts.preferredOutputLocation = 'gpu-buffer';
+    const onDevice = providers[0] === 'webgpu';
+    if (onDevice) opts.preferredOutputLocation = 'gpu-buffer';
+    let s: ort.InferenceSession | undefined;
     try {
-      const s = await ort.InferenceSession.create(buildRowUpdateGraph(shape), opts);
-      return new RowUpdateSession(s, shape, providers);
+      s = await ort.InferenceSession.create(buildRowUpdateGraph(shape), opts);
+      const z = onDevice ? await ort.InferenceSession.create(buildZeroRowsGraph(shape), opts) : undefined;
+      return new RowUpdateSession(s, z, shape, providers);
     } catch (cause) {
+      await s?.release();
       throw new OnnxError('ONNX_SESSION_FAILED', `offload row update: onnxruntime rejected the graph: ${(cause as Error).message}`, { providers: providers.join(',') }, { cause });
     }
   }
 
-  /** An all-zero layer buffer of `rows` rows in host memory (what the first update starts from). */
-  zeros(rows: number): RowTensors {
-    const Arr = this.shape.rowType === 'float16' ? Uint16Array : Float32Array;
-    const n = rows * this.shape.headDim;
-    return new BoundRows(new Arr(n), new Arr(n), rows, this.shape.headDim, this.shape.rowType);
+  /**
+   * An all-zero layer buffer of `rows` rows (what the first update starts from): made on the device
+   * where outputs stay there (WebGPU: only its shape crosses), else host arrays (the CPU provider's memory).
+   */
+  async zeros(rows: number): Promise<{ rows: RowTensors; bound: BoundTensor[] }> {
+    const { headDim: d, rowType } = this.shape;
+    const byteLength = 2 * rows * d * (rowType === 'float16' ? 2 : 4);
+    if (this.zeroSession) {
+      const dims = BigInt64Array.of(BigInt(rows), BigInt(d));
+      let out: ort.InferenceSession.ReturnType;
+      try {
+        out = await this.zeroSession.run({ shape: new ort.Tensor('int64', dims, [2]) });
+      } catch (cause) {
+        throw new OnnxError('ONNX_SESSION_FAILED', `offload zero rows: run failed: ${(cause as Error).message}`, { rows }, { cause });
+      }
+      const k = out.k_out as ort.Tensor;
+      const v = out.v_out as ort.Tensor;
+      return { rows: new UpdatedRows(k, v, rows, byteLength, k.location === 'gpu-buffer'), bound: [{ name: 'shape', bytes: dims.byteLength, resident: false }] };
+    }
+    const Arr = rowType === 'float16' ? Uint16Array : Float32Array;
+    return { rows: new BoundRows(new Arr(rows * d), new Arr(rows * d), rows, d, rowType), bound: [] };
   }
 
   /** Writes rows[i] (buffer rows) := kNew/vNew row i for i < m; returns the new rows and what was bound. */
@@ -277,8 +317,11 @@ export class RowUpdateSession {
 
   async release(): Promise<void> {
     const s = this.session;
+    const z = this.zeroSession;
     this.session = undefined;
+    this.zeroSession = undefined;
     if (s) await s.release();
+    if (z) await z.release();
   }
 }
 

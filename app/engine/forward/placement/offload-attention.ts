@@ -184,7 +184,13 @@ export class OffloadAttention {
     let hostTensorBytes = 0;
     let rows: RowTensors;
     if (this.update) {
-      rows = this.device[layer] ?? this.update.zeros(this.pool.kvHeads * this.rows.rowsPerHead(layer));
+      let held = this.device[layer];
+      if (!held) {
+        const z = await this.update.zeros(this.pool.kvHeads * this.rows.rowsPerHead(layer));
+        held = z.rows;
+        for (const b of z.bound) if (!b.resident) hostTensorBytes += b.bytes;
+      }
+      rows = held;
       if (plan.misses > 0) {
         const m = plan.misses;
         if (this.destScratch.length < m) this.destScratch = new BigInt64Array(Math.max(m, 2 * this.destScratch.length));
