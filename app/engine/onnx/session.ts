@@ -46,7 +46,46 @@ export interface EngineSessionOptions {
    * the saved files before loading them (session.test.ts shows both).
    */
   saveOptimized?: { modelPath: string; externalFile: string };
+  /**
+   * Outputs left on the provider's device (WebGPU: preferredOutputLocation 'gpu-buffer'): run()
+   * returns them as DeviceTensor, which a later run takes as a feed without a copy through the host
+   * (the dense stages' hidden state between layer graphs). Ignored on other providers.
+   */
+  keepOnDevice?: readonly string[];
 }
+
+/**
+ * An output kept on the device (EngineSessionOptions.keepOnDevice): fed to later runs as it is, and
+ * disposed by whoever holds it last. Its values are never read on the host: onnxruntime-node 1.30
+ * aborts the whole process (an uncatchable C++ terminate) on getData() of a WebGPU tensor, so
+ * `data` throws a typed error instead of ever reaching it.
+ */
+export class DeviceTensor {
+  readonly onDevice = true;
+  readonly elemType: TensorData['elemType'];
+  readonly dims: readonly number[];
+  private disposed = false;
+  constructor(
+    readonly tensor: ort.Tensor,
+    private readonly name: string,
+  ) {
+    this.elemType = tensor.type as TensorData['elemType'];
+    this.dims = [...tensor.dims];
+  }
+
+  get data(): never {
+    throw new OnnxError('ONNX_SESSION_FAILED', `${this.name} is kept on the device and is never read on the host`, { output: this.name });
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.tensor.dispose();
+  }
+}
+
+/** A feed or an output: host data, or a tensor left on the device by an earlier run. */
+export type StageValue = TensorData | DeviceTensor;
 
 /** onnxruntime-node's version (what a cache of onnxruntime's own files must be keyed by). */
 export function onnxruntimeVersion(): string {
@@ -70,7 +109,8 @@ function checkProviders(providers: readonly string[], label: string): void {
   }
 }
 
-function toOrtTensor(t: TensorData): ort.Tensor {
+function toOrtTensor(t: StageValue): ort.Tensor {
+  if (t instanceof DeviceTensor) return t.tensor;
   return new ort.Tensor(t.elemType, t.data, [...t.dims]);
 }
 
@@ -122,7 +162,7 @@ export class EngineSession {
     return this.session;
   }
 
-  async run(feeds: Readonly<Record<string, TensorData>>, outputNames?: readonly string[]): Promise<Record<string, TensorData>> {
+  async run(feeds: Readonly<Record<string, StageValue>>, outputNames?: readonly string[]): Promise<Record<string, StageValue>> {
     const session = this.live();
     const ortFeeds: Record<string, ort.Tensor> = {};
     for (const [name, t] of Object.entries(feeds)) ortFeeds[name] = toOrtTensor(t);
@@ -132,8 +172,8 @@ export class EngineSession {
     } catch (cause) {
       throw new OnnxError('ONNX_SESSION_FAILED', `${this.label}: run failed: ${(cause as Error).message}`, { session: this.label }, { cause });
     }
-    const out: Record<string, TensorData> = {};
-    for (const [name, t] of Object.entries(results)) out[name] = fromOrtTensor(name, t);
+    const out: Record<string, StageValue> = {};
+    for (const [name, t] of Object.entries(results)) out[name] = t.location === 'gpu-buffer' ? new DeviceTensor(t, `${this.label}.${name}`) : fromOrtTensor(name, t);
     return out;
   }
 
@@ -165,6 +205,9 @@ export function sessionOptions(options: EngineSessionOptions = {}): ort.Inferenc
     extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' }, ...onDeviceOnly(providers) } },
   };
   if (options.intraOpThreads !== undefined) opts.intraOpNumThreads = options.intraOpThreads;
+  if (options.keepOnDevice && options.keepOnDevice.length > 0 && providers[0] === 'webgpu') {
+    opts.preferredOutputLocation = Object.fromEntries(options.keepOnDevice.map((name) => [name, 'gpu-buffer' as const]));
+  }
   if (options.saveOptimized) {
     opts.optimizedModelFilePath = options.saveOptimized.modelPath;
     opts.extra = {
