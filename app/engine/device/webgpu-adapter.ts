@@ -58,7 +58,7 @@ export function preferredDevice(devices: readonly VulkanDevice[]): VulkanDevice 
 /** The adapter the WebGPU provider would run on, probed now (~0.1-1 s: it starts the provider twice). */
 export async function describeWebgpuAdapter(): Promise<WebgpuAdapter> {
   const started = await probeProvider('webgpu');
-  if (!started.ok) return { available: false, reason: started.message ?? 'unknown reason' };
+  if (!started.ok) return { available: false, reason: shortReason(started.message ?? 'unknown reason') };
   const listed = process.platform === 'linux' ? vulkanDevices() : undefined;
   const vulkan = listed && listed.step === 0 ? preferredDevice(listed.devices) : undefined;
   const float16 = (await probeFloat16('webgpu')).ok;
@@ -77,6 +77,12 @@ export async function describeWebgpuAdapter(): Promise<WebgpuAdapter> {
       .join('; '),
   };
   return { available: true, info, ...(vulkan ? { vulkan } : {}) };
+}
+
+/** onnxruntime's message without its source location and check text: "Failed to get a WebGPU adapter: No supported adapters". */
+export function shortReason(message: string): string {
+  const m = /was false\.\s*(.*)$/s.exec(message);
+  return (m ? m[1]! : message).trim();
 }
 
 /** One line for logs and `longhand inspect`: name, vendor, software or not, float16. */
