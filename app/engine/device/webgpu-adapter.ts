@@ -57,9 +57,13 @@ export function preferredDevice(devices: readonly VulkanDevice[]): VulkanDevice 
 
 /** The adapter the WebGPU provider would run on, probed now (~0.1-1 s: it starts the provider twice). */
 export async function describeWebgpuAdapter(): Promise<WebgpuAdapter> {
+  // On Linux Dawn has only Vulkan: without a loader or a device there is no adapter, and asking Dawn
+  // anyway prints its own warning on stderr ("Couldn't load Vulkan") into every command's output
+  const listed = process.platform === 'linux' ? vulkanDevices() : undefined;
+  if (listed && listed.step !== 0) return { available: false, reason: `no Vulkan: ${listed.error}` };
+  if (listed && listed.devices.length === 0) return { available: false, reason: 'no Vulkan device (the loader lists none)' };
   const started = await probeProvider('webgpu');
   if (!started.ok) return { available: false, reason: shortReason(started.message ?? 'unknown reason') };
-  const listed = process.platform === 'linux' ? vulkanDevices() : undefined;
   const vulkan = listed && listed.step === 0 ? preferredDevice(listed.devices) : undefined;
   const float16 = (await probeFloat16('webgpu')).ok;
   const software = vulkan ? vulkan.type === 4 : null;
