@@ -20,7 +20,7 @@
 // gather (exact), so an fp16 pool's rows cross as their own bits.
 //
 // Variant 'ragged' (a policy whose KV heads keep different counts, as Quest's pages do): 'gather' plus
-// `lengths` int64 [kvHeads, 1, 1]; idx is padded to the longest list, and the scaled logits of entries
+// `lengths` int32 [kvHeads, 1, 1]; idx is padded to the longest list, and the scaled logits of entries
 // at or past a head's length become −∞ before the softmax (exp(−∞) = 0: the padding weighs nothing).
 //
 // Variant 'prefix' (every KV head attends its buffer rows 0..N−1 in order, which is what 'full' and
@@ -108,12 +108,15 @@ export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather
     scaled = g.op('Mul', [tanh, cap], {}, { name: 'capped' });
   }
   if (variant === 'ragged') {
-    // entry j of head g counts while j < lengths[g]: positions [1, N, 1] against lengths [kvHeads, 1, 1]
-    const lengths = g.input('lengths', 'int64', [kvHeads, 1, 1]);
-    const scalar = (name: string, x: number) => g.initializer(name, { elemType: 'int64', dims: [], data: BigInt64Array.of(BigInt(x)) });
-    const N = g.op('Gather', [g.op('Shape', [idx!], {}, { name: 'idx_shape' }), scalar('n_axis', 1)], { axis: 0 }, { name: 'n_entries' });
-    const entries = g.op('Range', [scalar('range_start', 0), N, scalar('range_step', 1)], {}, { name: 'entries' }); // [N]
-    const column = g.op('Reshape', [entries, shapeOf('entries_shape', [1, -1, 1])], {}, { name: 'entries_column' }); // [1, N, 1]
+    // entry j of head g counts while j < lengths[g]: positions [kvHeads, N, 1] against lengths [kvHeads, 1, 1].
+    // The positions are an exclusive CumSum of ones shaped like idx, all int32: WebGPU has no int64
+    // kernels by default, so Shape/Range arithmetic on int64 would land on the CPU (refused: device
+    // sessions run without the CPU fallback, session.ts)
+    const lengths = g.input('lengths', 'int32', [kvHeads, 1, 1]);
+    const int32 = (name: string, x: number) => g.initializer(name, { elemType: 'int32', dims: [], data: Int32Array.of(x) });
+    const ones = g.op('Add', [g.op('Mul', [idx!, int32('zero_i32', 0)], {}, { name: 'idx_zeros' }), int32('one_i32', 1)], {}, { name: 'idx_ones' }); // [kvHeads, N]
+    const entries = g.op('CumSum', [ones, int32('entries_axis', 1)], { exclusive: 1 }, { name: 'entries' }); // [kvHeads, N]: 0..N−1
+    const column = g.op('Unsqueeze', [entries, g.initializer('entries_unsqueeze', { elemType: 'int64', dims: [1], data: BigInt64Array.of(2n) })], {}, { name: 'entries_column' }); // [kvHeads, N, 1]
     const counts = g.op('Less', [column, lengths], {}, { name: 'counts' }); // [kvHeads, N, 1]
     const minusInf = g.initializer('minus_inf', { elemType: 'float32', dims: [], data: Float32Array.of(-Infinity) });
     scaled = g.op('Where', [counts, scaled, minusInf], {}, { name: 'masked' }); // [kvHeads, N, group]
@@ -335,7 +338,7 @@ export class AttentionSession {
   /** the 'ragged' variant, built at the first step whose KV heads list different counts */
   private ragged: Promise<ort.InferenceSession> | undefined;
   private released = false;
-  private lengthsData = new BigInt64Array(0);
+  private lengthsData = new Int32Array(0);
   private readonly nData = new BigInt64Array(1);
   private readonly nT: ort.Tensor;
   private readonly out: ort.Tensor;
@@ -391,9 +394,9 @@ export class AttentionSession {
     if (prefix) this.nData[0] = BigInt(n);
     let lengthsT: ort.Tensor | undefined;
     if (lengths) {
-      if (this.lengthsData.length !== kvHeads) this.lengthsData = new BigInt64Array(kvHeads);
-      for (let g = 0; g < kvHeads; g++) this.lengthsData[g] = BigInt(lengths[g]!);
-      lengthsT = new ort.Tensor('int64', this.lengthsData, [kvHeads, 1, 1]);
+      if (this.lengthsData.length !== kvHeads) this.lengthsData = new Int32Array(kvHeads);
+      this.lengthsData.set(lengths.subarray(0, kvHeads));
+      lengthsT = new ort.Tensor('int32', this.lengthsData, [kvHeads, 1, 1]);
     }
     try {
       await s.run({ q: this.q, k_rows: rows.k, v_rows: rows.v, ...(prefix ? { n: this.nT } : { idx: idxT }), ...(lengthsT ? { lengths: lengthsT } : {}) }, { attn: this.out });
