@@ -1,8 +1,11 @@
 // `longhand generate --device webgpu` end to end (issue 33): the real bin, engine host and model, on
 // the adapter test/support/webgpu.ts finds (SwiftShader where there is no GPU), against --device cpu:
 // the same greedy text and ids. The load says which adapter it runs on and why the KV rows are fp32
-// (SwiftShader has no float16), and --device auto refuses the software adapter, saying why.
+// (SwiftShader has no float16), and --device auto refuses the software adapter, saying why. A session
+// saved on WebGPU and loaded into a new WebGPU process is reused as a prefix, with --device cpu's text.
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
@@ -30,6 +33,29 @@ describe.runIf(have)(`longhand generate --device webgpu (${setup?.source ?? 'no 
     const adapter = setup!.adapter!;
     expect(gpu.stderr).toContain(`device webgpu: ${adapter.name}`);
     if (!adapter.float16) expect(gpu.stderr).toMatch(/the adapter has no float16, so the KV rows are fp32/);
+  });
+
+  it('a session saved on WebGPU, loaded by another WebGPU process: its prefix is reused and the text is --device cpu\'s (fp32 KV)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'longhand-webgpu-session-'));
+    try {
+      const file = join(dir, 'story.lhkv');
+      const first = ['--model', STORIES_260K, '--prompt', 'Once upon a time', '--max-tokens', '20', '--temperature', '0', '--kv-type', 'fp32', '--json'];
+      const saved = longhand(setup!.env, 'generate', ...first, '--device', 'webgpu', '--save-session', file);
+      expect(saved.status, saved.stderr).toBe(0);
+      const a = JSON.parse(saved.stdout);
+      expect(a.savedSession.tokens).toBe(a.promptIds.length + 19); // the last token is sampled, not yet appended
+      // the second prompt continues the first generation's text
+      const next = ['--model', STORIES_260K, '--prompt', `Once upon a time${a.text}`, '--max-tokens', '20', '--temperature', '0', '--kv-type', 'fp32', '--json'];
+      const resumed = longhand(setup!.env, 'generate', ...next, '--device', 'webgpu', '--load-session', file);
+      expect(resumed.status, resumed.stderr).toBe(0);
+      const b = JSON.parse(resumed.stdout);
+      expect(b.cache.reusedTokens).toBeGreaterThan(a.promptIds.length);
+      const cpu = longhand(process.env, 'generate', ...next, '--device', 'cpu');
+      expect(cpu.status, cpu.stderr).toBe(0);
+      expect(b.tokenIds).toEqual(JSON.parse(cpu.stdout).tokenIds);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('--device auto stays on the CPU where the only adapter is a software one, and says why', () => {
