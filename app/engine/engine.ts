@@ -41,7 +41,7 @@ import { loadModel } from './model/load-model.ts';
 import { createTokenizer, type Tokenizer } from './model/tokenizer/tokenizer.ts';
 import type { LoadedModel } from './model/types.ts';
 import { probeProvider } from './onnx/session.ts';
-import { adapterLine, describeWebgpuAdapter } from './device/webgpu-adapter.ts';
+import { adapterLine, describeWebgpuAdapter, type WebgpuAdapter } from './device/webgpu-adapter.ts';
 
 /** A KV policy with the knobs it reads (the other policy's knobs are left out: they change nothing). */
 export interface PolicyChoice {
@@ -111,7 +111,7 @@ export function stageCacheOptions(env: NodeJS.ProcessEnv = process.env): StageCa
 const DEFAULT_CONTEXT = 4096;
 
 /** Where a load runs: the CPU, or WebGPU (offload mode: dense graphs and attention on the device) with its adapter. */
-type ResolvedDevice = { device: 'cpu' } | { device: 'webgpu'; adapter: AdapterInfo };
+export type ResolvedDevice = { device: 'cpu' } | { device: 'webgpu'; adapter: AdapterInfo };
 
 /**
  * The device a load runs on (issue 33). 'webgpu' runs the offload path on onnxruntime's WebGPU
@@ -121,10 +121,10 @@ type ResolvedDevice = { device: 'cpu' } | { device: 'webgpu'; adapter: AdapterIn
  * a software adapter computes correctly and much slower than the CPU path. cuda, dml and coreml:
  * their providers are not in this onnxruntime-node build (or not wired to the forward pass).
  */
-async function resolveDevice(device: Device, log: (line: string) => void): Promise<ResolvedDevice> {
+export async function resolveDevice(device: Device, log: (line: string) => void, describe: () => Promise<WebgpuAdapter> = describeWebgpuAdapter): Promise<ResolvedDevice> {
   if (device === 'cpu') return { device: 'cpu' };
   if (device === 'auto') {
-    const gpu = await describeWebgpuAdapter();
+    const gpu = await describe();
     if (!gpu.available) {
       log(`device auto: no WebGPU adapter here (${gpu.reason}); using cpu`);
       return { device: 'cpu' };
@@ -143,7 +143,7 @@ async function resolveDevice(device: Device, log: (line: string) => void): Promi
     return { device: 'webgpu', adapter: info };
   }
   if (device === 'webgpu') {
-    const gpu = await describeWebgpuAdapter();
+    const gpu = await describe();
     if (!gpu.available) throw new LonghandError('DEVICE_UNAVAILABLE', `device webgpu is not available: ${gpu.reason}; use --device cpu or --device auto`, { device });
     log(`device webgpu: ${adapterLine(gpu.info!)}${gpu.info!.note ? ` — ${gpu.info!.note}` : ''}`);
     return { device: 'webgpu', adapter: gpu.info! };
