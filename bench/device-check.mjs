@@ -13,7 +13,14 @@
 //
 //   node --import tsx bench/device-check.mjs [--providers webgpu,cuda] [--contexts 2048,8192,16384]
 //        [--steps 8] [--exact-steps 32] [--kv-heads 4] [--threads N] [--budget-s 540] [--json FILE]
-//        [--row-update host|graph]
+//        [--row-update host|graph] [--exact-only] [--speed-on-software]
+//
+// The WebGPU adapter is identified (app/engine/device/webgpu-adapter.ts: name, vendor, software or not,
+// float16) and printed with the report. On a software adapter (SwiftShader, lavapipe: what machines
+// without a GPU have, e.g. `LD_LIBRARY_PATH=/usr/lib/chromium VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json`)
+// the check is a dry run of this script: exactness only, the speed phase skipped unless
+// --speed-on-software, and then its rows marked "software" (their timings say nothing about a GPU).
+// An adapter without float16 runs the speed phase's KV rows in fp32. --exact-only skips the speed phase anywhere.
 //
 // --row-update: how the row buffer gets its misses (app/engine/forward/placement/offload-attention.ts): 'graph' (the default on a
 // non-CPU provider) keeps the buffer in onnxruntime's device tensors and writes the misses with a
@@ -54,6 +61,8 @@ const { values: opts } = parseArgs({
     'budget-s': { type: 'string', default: '540' },
     json: { type: 'string' },
     'row-update': { type: 'string' },
+    'exact-only': { type: 'boolean', default: false },
+    'speed-on-software': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
@@ -87,6 +96,7 @@ function printReport() {
   lines.push('| provider | starts | ms | onnxruntime says |');
   lines.push('|---|---|---|---|');
   for (const p of report.probes) lines.push(`| ${p.provider} | ${p.ok ? 'yes' : 'no'} | ${fmt(p.ms, 0)} | ${(p.message ?? '').replaceAll('|', '/').replaceAll('\n', ' ').slice(0, 300)} |`);
+  if (report.adapter) lines.push('', `WebGPU adapter: ${report.adapter.line}${report.adapter.note ? ` — ${report.adapter.note}` : ''}`);
   if (report.exactness.length > 0) {
     lines.push('');
     lines.push('| provider | model | policy | steps | ids == CPU in place | first divergence | max abs Δ logit |');
@@ -131,7 +141,7 @@ async function greedy(createModelRunner, model, prompt, options, steps) {
 
 async function main() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/device-check.mjs [--providers webgpu,cuda] [--contexts 2048,8192,16384] [--steps 8] [--exact-steps 32] [--kv-heads 4] [--threads N] [--budget-s 540] [--json FILE]');
+    console.log('usage: node --import tsx bench/device-check.mjs [--providers webgpu,cuda] [--contexts 2048,8192,16384] [--steps 8] [--exact-steps 32] [--kv-heads 4] [--threads N] [--budget-s 540] [--json FILE] [--row-update host|graph] [--exact-only] [--speed-on-software]');
     return;
   }
   const { probeProvider, listProviders } = await import('../app/engine/onnx/session.ts');
@@ -143,6 +153,18 @@ async function main() {
     console.log(`${p}: ${r.ok ? `starts (${fmt(r.ms, 0)} ms)` : `does not start: ${(r.message ?? '').split('\n')[0]}`}`);
   }
   const usable = report.probes.filter((p) => p.ok).map((p) => p.provider);
+  let software = false;
+  let float16 = true;
+  if (usable.includes('webgpu')) {
+    const { describeWebgpuAdapter, adapterLine } = await import('../app/engine/device/webgpu-adapter.ts');
+    const a = await describeWebgpuAdapter();
+    if (a.available) {
+      report.adapter = { ...a.info, line: adapterLine(a.info) };
+      software = a.info.software === true;
+      float16 = a.info.float16;
+      console.log(`webgpu adapter: ${report.adapter.line}`);
+    }
+  }
   if (usable.length === 0) {
     report.skipped.push(`no execution provider of ${providers.join(', ')} starts on this machine, so nothing ran on a device: no exactness check, no tok/s (the CPU provider's offload figures are bench/long-context.mjs --offload)`);
     exitCode = 2;
@@ -197,6 +219,14 @@ async function main() {
     }
 
     // 2. speed on the 1 GB fixture
+    if (opts['exact-only']) {
+      report.skipped.push('speed: --exact-only');
+      return;
+    }
+    if (software && !opts['speed-on-software']) {
+      report.skipped.push(`speed: the WebGPU adapter is a software rasteriser (${report.adapter.line}); this was a dry run of the script (exactness only); --speed-on-software times it anyway`);
+      return;
+    }
     const contexts = opts.contexts.split(',').map((s) => positiveInt(s, '--contexts')).sort((a, b) => a - b);
     const steps = positiveInt(opts.steps, '--steps');
     const kvHeads = positiveInt(opts['kv-heads'], '--kv-heads');
@@ -221,14 +251,16 @@ async function main() {
         // first the CPU provider in place (the baseline), then offload on each provider that starts
         for (const provider of [undefined, ...usable]) {
           const offload = provider !== undefined;
-          const target = provider ?? 'cpu (in place)';
+          const target = provider === undefined ? 'cpu (in place)' : provider === 'webgpu' && software ? 'webgpu (software: timings mean nothing)' : provider;
           if (left() < 45_000) {
             report.skipped.push(`speed ${target} ${policy}: out of budget`);
             continue;
           }
           let runner;
           try {
-            runner = await createModelRunner(model, { threads, contextLength: maxN + 2 * steps + 8, kvType: 'fp16', policy, infinigen: { fetchCap: 0.1, cacheDir: skewDir }, ...(offload ? { offload: true, device: provider, ...(rowUpdate ? { offloadRowUpdate: rowUpdate } : {}) } : {}) });
+            // an adapter without float16 cannot run fp16 rows (its graphs fail at run())
+            const kvType = provider === 'webgpu' && !float16 ? 'fp32' : 'fp16';
+            runner = await createModelRunner(model, { threads, contextLength: maxN + 2 * steps + 8, kvType, policy, infinigen: { fetchCap: 0.1, cacheDir: skewDir }, ...(offload ? { offload: true, device: provider, ...(rowUpdate ? { offloadRowUpdate: rowUpdate } : {}) } : {}) });
             let logits = await runner.prefill(prompt);
             for (const N of contexts) {
               if (left() < 20_000) {

@@ -37,6 +37,7 @@
         "src/row_gather.cc",
         "src/skew_energy.cc",
         "src/heap_trim.cc",
+        "src/vulkan_adapters.cc",
         "src/parallel_ranges.cc",
         "src/quant_dot.cc",
         "src/quant_dot_q.cc",

@@ -106,6 +106,31 @@ export declare function setMallocMmapThreshold(bytes: number): boolean;
  */
 export declare function mallocTrim(): boolean;
 
+/** One Vulkan physical device as the loader reports it (src/vulkan_adapters.h). */
+export interface VulkanDevice {
+  name: string;
+  /** PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel) or a Khronos id (0x1ae0 Google: SwiftShader; 0x10005 Mesa: lavapipe) */
+  vendorId: number;
+  deviceId: number;
+  apiVersion: number;
+  driverVersion: number;
+  /** VkPhysicalDeviceType: 0 other, 1 integrated GPU, 2 discrete GPU, 3 virtual GPU, 4 CPU (a software rasteriser) */
+  type: number;
+  shaderFloat16: boolean;
+  storageBuffer16Bit: boolean;
+  /** false: a Vulkan 1.0 device, whose 16-bit features were not read */
+  featuresKnown: boolean;
+}
+
+/**
+ * The physical devices of the Vulkan loader `library` (dlopen'ed as given: a file name is searched
+ * the way the dynamic loader searches, LD_LIBRARY_PATH included; default 'libvulkan.so.1'). What
+ * onnxruntime's WebGPU provider (Dawn, on Vulkan under Linux) chooses among. A machine without a
+ * loader or a driver answers with `step` != 0 and `error` saying why (1 no loader, 2 a loader
+ * function missing, 3 vkCreateInstance failed, 4 enumeration failed); it does not throw.
+ */
+export declare function vulkanDevices(library?: string): { devices: VulkanDevice[]; error: string | null; step: number };
+
 export interface KvPoolOptions {
   /** Upper bound for the pool's one allocation, in bytes (integer, >= one token's bytes). */
   budgetBytes: number;

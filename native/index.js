@@ -17,7 +17,7 @@ const require = createRequire(import.meta.url);
 export const ADDON_PATH = join(dirname(fileURLToPath(import.meta.url)), 'build', 'Release', 'longhand.node');
 
 /** Must equal kAbiVersion in src/addon.cc; a different number means a stale binary. */
-const ABI_VERSION = 19;
+const ABI_VERSION = 20;
 
 const REBUILD_HINT = 'Rebuild it with `npm run build:native` (needs python3, make and g++).';
 
@@ -138,6 +138,11 @@ export function setMallocMmapThreshold(bytes) {
 /** glibc's malloc_trim(0): free heap memory back to the system (see index.d.ts); false elsewhere or when none was. */
 export function mallocTrim() {
   return loadAddon().mallocTrim();
+}
+
+/** The Vulkan physical devices the loader `library` (default libvulkan.so.1) lists; see index.d.ts. */
+export function vulkanDevices(library = 'libvulkan.so.1') {
+  return loadAddon().vulkanDevices(library);
 }
 
 /** Creates the KV pool: one allocation of at most `budgetBytes`; see index.d.ts. */

@@ -177,6 +177,20 @@ export type LoadOptions = z.infer<typeof LoadOptionsSchema>;
 /** Load options as a client writes them (defaults may be left out). */
 export type LoadOptionsInput = z.input<typeof LoadOptionsSchema>;
 
+/** The GPU adapter a WebGPU load runs on (app/engine/device/webgpu-adapter.ts), as the engine identified it. */
+export const AdapterInfoSchema = z.strictObject({
+  /** the adapter's name ('NVIDIA GeForce RTX 4070', 'SwiftShader Device (Subzero)'); 'unknown' where it could not be read */
+  name: z.string(),
+  vendor: z.string(),
+  /** a software rasteriser on the CPU (SwiftShader, lavapipe): correct, slower than the CPU path; null: not known */
+  software: z.boolean().nullable(),
+  /** the provider computes in float16 on it (else the KV rows and graphs run in float32) */
+  float16: z.boolean(),
+  /** what the engine made of it, in words (why fp32, why not chosen by auto) */
+  note: z.string().optional(),
+});
+export type AdapterInfo = z.infer<typeof AdapterInfoSchema>;
+
 /** One layer's KV as the pool holds it: a global layer every token, a sliding-window layer its ring. */
 export const KvLayerInfoSchema = z.strictObject({
   kind: z.enum(['global', 'window']),
@@ -212,6 +226,8 @@ export const ModelInfoSchema = z.strictObject({
   offload: z.boolean().optional(),
   /** Offload mode: bytes of the device-side row buffer at load (it grows with InfiniGen's selections). */
   rowBufferBytes: z.number().nonnegative().optional(),
+  /** device webgpu: the adapter it runs on (absent on the CPU) */
+  adapter: AdapterInfoSchema.optional(),
   /** Who runs the dense stages: 'native (avx512)' and the like, or 'onnxruntime' (with why not native). */
   dense: z.string().optional(),
   /** Per layer: its kind (window / global) and its pool slots and bytes (absent: every layer global, the context). */

@@ -19,7 +19,7 @@ import { existsSync } from 'node:fs';
 import { availableParallelism, homedir } from 'node:os';
 import { basename, join } from 'node:path';
 import { isLonghandError, LonghandError, UsageError } from '../common/errors.ts';
-import type { CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, LoadProgress, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
+import type { AdapterInfo, CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, LoadProgress, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
 import { CachedSequence } from './forward/cached-sequence.ts';
 import { assertPolicySupported } from './forward/layers/families.ts';
 import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
@@ -41,6 +41,7 @@ import { loadModel } from './model/load-model.ts';
 import { createTokenizer, type Tokenizer } from './model/tokenizer/tokenizer.ts';
 import type { LoadedModel } from './model/types.ts';
 import { probeProvider } from './onnx/session.ts';
+import { adapterLine, describeWebgpuAdapter, type WebgpuAdapter } from './device/webgpu-adapter.ts';
 
 /** A KV policy with the knobs it reads (the other policy's knobs are left out: they change nothing). */
 export interface PolicyChoice {
@@ -109,29 +110,60 @@ export function stageCacheOptions(env: NodeJS.ProcessEnv = process.env): StageCa
 /** Longest default context: the KV pool is sized for it at load. */
 const DEFAULT_CONTEXT = 4096;
 
+/** Where a load runs: the CPU, or WebGPU (offload mode: dense graphs and attention on the device) with its adapter. */
+export type ResolvedDevice = { device: 'cpu' } | { device: 'webgpu'; adapter: AdapterInfo };
+
 /**
- * The forward pass runs its dense graphs on the CPU provider today. A GPU provider is checked
- * for availability so the user hears why it cannot be used; `auto` falls back to the CPU and
- * says so on stderr (the host's log).
+ * The device a load runs on (issue 33). 'webgpu' runs the offload path on onnxruntime's WebGPU
+ * provider on whatever adapter it finds, a software one (SwiftShader, lavapipe) included, since the
+ * user asked for it; no adapter is DEVICE_UNAVAILABLE with onnxruntime's reason. 'auto' takes WebGPU
+ * only on an identified hardware adapter with float16, and otherwise says why it stays on the CPU:
+ * a software adapter computes correctly and much slower than the CPU path. cuda, dml and coreml:
+ * their providers are not in this onnxruntime-node build (or not wired to the forward pass).
  */
-async function resolveDevice(device: Device, log: (line: string) => void): Promise<'cpu'> {
-  if (device === 'cpu') return 'cpu';
+export async function resolveDevice(device: Device, log: (line: string) => void, describe: () => Promise<WebgpuAdapter> = describeWebgpuAdapter): Promise<ResolvedDevice> {
+  if (device === 'cpu') return { device: 'cpu' };
   if (device === 'auto') {
-    for (const candidate of ['cuda', 'webgpu', 'dml', 'coreml'] as const) {
-      const probe = await probeProvider(candidate);
-      if (probe.ok) {
-        log(`device auto: ${candidate} is available, but the forward pass runs on the CPU provider in this version; using cpu`);
-        return 'cpu';
-      }
+    const gpu = await describe();
+    if (!gpu.available) {
+      log(`device auto: no WebGPU adapter here (${gpu.reason}); using cpu`);
+      return { device: 'cpu' };
     }
-    log('device auto: no GPU execution provider is available here; using cpu');
-    return 'cpu';
+    const info = gpu.info!;
+    if (info.software !== false) {
+      const why = info.software ? 'a software rasteriser, slower than the CPU path (ask for --device webgpu to use it anyway)' : 'the adapter could not be identified';
+      log(`device auto: WebGPU adapter ${adapterLine(info)} is ${why}; using cpu`);
+      return { device: 'cpu' };
+    }
+    if (!info.float16) {
+      log(`device auto: WebGPU adapter ${adapterLine(info)} has no float16; using cpu`);
+      return { device: 'cpu' };
+    }
+    log(`device auto: WebGPU on ${adapterLine(info)} (offload mode)`);
+    return { device: 'webgpu', adapter: info };
+  }
+  if (device === 'webgpu') {
+    const gpu = await describe();
+    if (!gpu.available) throw new LonghandError('DEVICE_UNAVAILABLE', `device webgpu is not available: ${gpu.reason}; use --device cpu or --device auto`, { device });
+    log(`device webgpu: ${adapterLine(gpu.info!)}${gpu.info!.note ? ` — ${gpu.info!.note}` : ''}`);
+    return { device: 'webgpu', adapter: gpu.info! };
   }
   const probe = await probeProvider(device);
   if (!probe.ok) {
     throw new LonghandError('DEVICE_UNAVAILABLE', `device ${device} is not available: ${probe.message ?? 'unknown reason'}; use --device cpu or --device auto`, { device });
   }
-  throw new LonghandError('DEVICE_UNAVAILABLE', `device ${device} is available to onnxruntime, but Longhand's forward pass runs only on cpu in this version; use --device cpu or --device auto`, { device });
+  throw new LonghandError('DEVICE_UNAVAILABLE', `device ${device} is available to onnxruntime, but Longhand's forward pass runs on cpu and webgpu only in this version; use --device cpu, webgpu or auto`, { device });
+}
+
+/**
+ * On WebGPU the load runs in offload mode (the placement that keeps attention on the device), its
+ * dense stages as onnxruntime graphs; an adapter without float16 keeps the KV rows in float32 (the
+ * row buffer and the attention graph read the pool's row type). int8 rows have no device graph.
+ */
+function deviceKvType(resolved: ResolvedDevice, kvType: LoadOptions['kvType']): LoadOptions['kvType'] {
+  if (resolved.device === 'cpu') return kvType;
+  if (kvType === 'int8') throw new UsageError('kv-type int8 does not run on webgpu (the device row buffer holds fp16 or fp32 rows); use --kv-type fp16 or fp32', { field: 'kvType' });
+  return kvType === 'fp16' && !resolved.adapter.float16 ? 'fp32' : kvType;
 }
 
 /** The model file's SHA-256, read through once per file (model-digest.ts), then kept for the load. */
@@ -295,7 +327,11 @@ export function createEngineCore(log: (line: string) => void = (line) => process
     async load(options: LoadOptions, onProgress?: (progress: LoadProgress) => void): Promise<ModelInfo> {
       await unload();
       const started = performance.now();
-      const device = await resolveDevice(options.device, log);
+      const resolved = await resolveDevice(options.device, log);
+      const device = resolved.device;
+      const kvType = deviceKvType(resolved, options.kvType);
+      if (kvType !== options.kvType) log(`device webgpu: the adapter has no float16, so the KV rows are ${kvType} (asked: ${options.kvType})`);
+      const offload = options.offload === true || device === 'webgpu';
       const model = await loadModel(options.modelPath);
       try {
         const tokenizer = await createTokenizer(model.tokenizer);
@@ -303,18 +339,18 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         const contextLength = options.contextLength ?? Math.min(model.hyper.contextLength, DEFAULT_CONTEXT);
         // Refuse before building anything when weights + KV at this context cannot fit.
         // per layer as the family lays the rows out (window layers' rings; Gemma 4: each layer's own shape, none for KV-shared layers)
-        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType: options.kvType, layers: familyLayers(model.hyper) }), basename(model.path), options.poolBudgetBytes);
+        assertFits(estimateMemory(model.hyper, summariseWeights(model).summary, contextLength, { kvType, layers: familyLayers(model.hyper) }), basename(model.path), options.poolBudgetBytes);
         const threads = options.threads ?? availableParallelism();
         const stageCache = stageCacheOptions();
         const base: Loaded['base'] = {
           threads,
           contextLength,
-          kvType: options.kvType,
+          kvType,
           prefillChunk: options.prefillChunk,
           device,
           eosIds: tokenizer.eosIds,
           ...(options.poolBudgetBytes > 0 ? { poolBudgetBytes: options.poolBudgetBytes } : {}),
-          ...(options.offload === true ? { offload: true } : {}),
+          ...(offload ? { offload: true } : {}),
           ...(stageCache ? { stageCache } : {}),
           dense: options.dense,
         };
@@ -344,11 +380,12 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           contextLength: runner.contextLength,
           device: options.device === 'auto' ? 'auto' : device,
           threads,
-          kvType: options.kvType,
+          kvType,
           policy: options.policy,
           chatTemplate: !chat.isFallback,
           loadMs: performance.now() - started,
-          ...(options.offload === true ? { offload: true, rowBufferBytes: runner.rowBufferBytes ?? 0 } : {}),
+          ...(offload ? { offload: true, rowBufferBytes: runner.rowBufferBytes ?? 0 } : {}),
+          ...(resolved.device === 'webgpu' ? { adapter: resolved.adapter } : {}),
           dense: runner.dense.engine === 'native' ? `native (${runner.dense.kernel})` : `onnxruntime${runner.dense.whyNotNative ? ` (${runner.dense.whyNotNative})` : ''}`,
           // window layers keep rings: their kinds and sizes go to the Memory view, the token map and /metrics
           ...(runner.kvLayers().some((l) => l.kind === 'window')

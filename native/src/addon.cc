@@ -41,12 +41,13 @@
 #include "skew_energy.h"
 #include "sparse_attention.h"
 #include "status.h"
+#include "vulkan_adapters.h"
 #include "worker_pool.h"
 
 namespace {
 
 // Bumped whenever the JS-visible surface changes; native/index.js refuses a stale binary.
-constexpr int kAbiVersion = 19;
+constexpr int kAbiVersion = 20;
 
 // Type tags: a KvPool argument is only trusted if it carries this tag (napi_type_tag), so a
 // MappedFile or a forged object can never be unwrapped as a pool.
@@ -2047,6 +2048,41 @@ Napi::Value MeasureDotPeak(const Napi::CallbackInfo& info) {
 }
 
 // measureReadBandwidth(bytes, repeats, threads = 1) -> GB/s (best pass; see bandwidth.h)
+// vulkanDevices(library: string) -> { devices: [{ name, vendorId, deviceId, apiVersion, driverVersion,
+//   type, shaderFloat16, storageBuffer16Bit, featuresKnown }], error: string | null, step: number }
+// (vulkan_adapters.h). A machine without Vulkan is an answer (step != 0, error says why), not a throw.
+Napi::Value VulkanDevices(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    if (!info[0].IsString()) fail(env, LH_BAD_ARGUMENT, "library must be a string, got " + describe(info[0]));
+    const std::string library = info[0].As<Napi::String>().Utf8Value();
+    if (library.empty() || library.find('\0') != std::string::npos) fail(env, LH_BAD_ARGUMENT, "library must be a non-empty file name or path");
+    std::vector<lh_vulkan_device> devices;
+    std::string error;
+    const int step = lh_vulkan_devices(library.c_str(), &devices, &error);
+    Napi::Array list = Napi::Array::New(env, devices.size());
+    for (size_t i = 0; i < devices.size(); i++) {
+      const lh_vulkan_device& d = devices[i];
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("name", d.name);
+      o.Set("vendorId", Napi::Number::New(env, d.vendor_id));
+      o.Set("deviceId", Napi::Number::New(env, d.device_id));
+      o.Set("apiVersion", Napi::Number::New(env, d.api_version));
+      o.Set("driverVersion", Napi::Number::New(env, d.driver_version));
+      o.Set("type", Napi::Number::New(env, d.type));
+      o.Set("shaderFloat16", Napi::Boolean::New(env, d.shader_float16));
+      o.Set("storageBuffer16Bit", Napi::Boolean::New(env, d.storage_buffer_16bit));
+      o.Set("featuresKnown", Napi::Boolean::New(env, d.features_known));
+      list.Set(static_cast<uint32_t>(i), o);
+    }
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("devices", list);
+    out.Set("error", step == 0 ? env.Null() : Napi::String::New(env, error));
+    out.Set("step", Napi::Number::New(env, step));
+    return out;
+  });
+}
+
 Napi::Value MeasureReadBandwidth(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
@@ -2158,6 +2194,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("repackGguf", Napi::Function::New(env, RepackGguf, "repackGguf"));
   exports.Set("setMallocMmapThreshold", Napi::Function::New(env, SetMallocMmapThreshold, "setMallocMmapThreshold"));
   exports.Set("mallocTrim", Napi::Function::New(env, MallocTrim, "mallocTrim"));
+  exports.Set("vulkanDevices", Napi::Function::New(env, VulkanDevices, "vulkanDevices"));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth, "measureReadBandwidth"));
   exports.Set("setErrorFactory", Napi::Function::New(env, SetErrorFactory, "setErrorFactory"));
   if (test_faults_enabled()) exports.Set("testFault", Napi::Function::New(env, TestFault, "testFault"));

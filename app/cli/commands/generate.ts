@@ -28,7 +28,9 @@ const HELP = `usage: longhand generate --model PATH (--prompt TEXT | --prompt-fi
   --threads N           threads for the dense work
   --dense E             who runs the dense layers: auto (default: native C++ over the file's own
                         blocks where its kernels cover every weight type, else onnxruntime), native, onnx
-  --device D            ${DEVICES.join('|')} (default cpu)
+  --device D            ${DEVICES.join('|')} (default cpu); webgpu: offload mode on onnxruntime's
+                        WebGPU provider, any adapter (a software one too); auto: WebGPU on a hardware
+                        adapter with float16, else cpu
   --policy P            KV policy: full (default), infinigen, streaming, h2o, quest, oracle, snapkv, window
 ${POLICY_HELP}
   --pool-budget BYTES   byte budget of the KV pool; smaller than the full cache evicts (full, infinigen)

@@ -1,5 +1,6 @@
 // longhand inspect <path> [--json] [--context N] [--kv-type fp16|fp32|int8]
 import { UsageError } from '../../common/errors.ts';
+import { adapterLine, describeWebgpuAdapter, type WebgpuAdapter } from '../../engine/device/webgpu-adapter.ts';
 import { inspectModel, type ModelReport } from '../../engine/model/inspect.ts';
 import { loadModel } from '../../engine/model/load-model.ts';
 import { KV_ELEMENT_BYTES, type KvElementType } from '../../engine/model/memory-estimate.ts';
@@ -11,7 +12,10 @@ const HELP = `usage: longhand inspect <path> [--json] [--context N] [--kv-type f
   <path>          a .gguf file or a Hugging Face folder (config.json + safetensors)
   --json          print one JSON object instead of a table
   --context N     tokens of context for the KV-cache estimate (default: the trained context)
-  --kv-type T     KV row precision for the estimate (default fp16)`;
+  --kv-type T     KV row precision for the estimate (default fp16)
+
+The report ends with the WebGPU adapter onnxruntime finds here (what --device webgpu runs on):
+its name, vendor, whether it is a software rasteriser and whether it computes in float16.`;
 
 export async function runInspect(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
@@ -31,7 +35,9 @@ export async function runInspect(args: string[], io: CliIO): Promise<number> {
   const model = await loadModel(positionals[0]!);
   try {
     const report = inspectModel(model, { contextTokens, kvType });
-    io.out(values.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
+    const webgpu = await describeWebgpuAdapter();
+    const devices = { webgpu: webgpu.available ? { available: true, ...webgpu.info! } : { available: false, reason: webgpu.reason } };
+    io.out(values.json ? `${JSON.stringify({ ...report, devices }, null, 2)}\n` : formatReport(report) + formatDevices(webgpu));
   } finally {
     model.close();
   }
@@ -116,4 +122,11 @@ function formatReport(r: ModelReport): string {
     `  host: KV pool             ${formatBytes(m.offload.hostKvBytes)} full, ${formatBytes(m.offload.hostKvInfinigenBytes)} InfiniGen (with partial keys)`,
   ];
   return `${lines.join('\n')}\n`;
+}
+
+/** The WebGPU adapter section: what `--device webgpu` would run on, or why there is none. */
+function formatDevices(webgpu: WebgpuAdapter): string {
+  if (!webgpu.available) return `devices:\n  webgpu                    none (${webgpu.reason})\n`;
+  const info = webgpu.info!;
+  return `devices:\n  webgpu                    ${adapterLine(info)}${info.note ? `\n                            ${info.note}` : ''}\n`;
 }

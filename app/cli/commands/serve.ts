@@ -29,7 +29,9 @@ const HELP = `usage: longhand serve [--model PATH] [options]
   --dense E             who runs the dense layers: auto (default: native C++ over the file's own
                         blocks where its kernels cover every weight type, else onnxruntime), native, onnx
   --kv-type T           KV-cache precision: fp16 (default), fp32, int8 (one scale per row)
-  --device D            ${DEVICES.join('|')} (default cpu)
+  --device D            ${DEVICES.join('|')} (default cpu); webgpu: offload mode on onnxruntime's
+                        WebGPU provider, any adapter (a software one too); auto: WebGPU on a hardware
+                        adapter with float16, else cpu
   --policy P            KV policy of the loaded model (default full); a request may choose its own
                         with the 'longhand' extension field (app/server/README.md)
 ${POLICY_HELP}

@@ -138,8 +138,8 @@ for (const [name, path, reference] of [
           for (const l of step.layers) {
             expect(l.hits + l.misses, `${policy} layer ${l.layer}`).toBeLessThanOrEqual(kvHeads * l.rows);
             expect(l.crossedBytes).toBe(l.uploadBytes + l.hostTensorBytes);
-            // a ragged step binds each KV head's length (int64) beside the padded idx
-            if (l.hostTensorBytes === kvHeads * l.rows * 4 + kvHeads * 8) ragged++;
+            // a ragged step binds each KV head's length (int32) beside the padded idx
+            if (l.hostTensorBytes === kvHeads * l.rows * 4 + kvHeads * 4) ragged++;
           }
         }
         console.log(`${name} ${policy} under offload: max |Δ logit| ${worst.toExponential(2)}`);

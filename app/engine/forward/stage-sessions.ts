@@ -86,6 +86,9 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
   const graphs: StageGraph[] = [];
   let graphWeightBytes = 0;
   const base = { intraOpThreads: threads, ...(providers ? { executionProviders: providers } : {}) };
+  // on WebGPU the hidden state stays on the device from one layer graph to the next (step.ts feeds it
+  // back): stages 1..L−1 output h_next (graphs.ts)
+  const deviceResident = (s: number) => (providers && s >= 1 && s < hyper.layers ? { keepOnDevice: ['h_next'] } : {});
   try {
     for (let s = 0; s <= hyper.layers; s++) {
       const stageOptions = { speculateNext: options.speculates[s]! };
@@ -119,7 +122,7 @@ export async function createStageSessions(model: LoadedModel, weights: ModelWeig
             writing = false;
           }
         }
-        session ??= await createSession(built.model, { ...base, label: built.name });
+        session ??= await createSession(built.model, { ...base, ...deviceResident(s), label: built.name });
         graph = { ...built, model: NO_BYTES };
         if (staged) {
           const bytes = await cache!.stagedBytes(staged);

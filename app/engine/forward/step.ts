@@ -19,6 +19,7 @@ import type { KvPool } from '../../../native/index.js';
 import type { StepProbe } from '../metrics/step-probe.ts';
 import { ropeRows, type RopeFrequencies } from '../onnx/ops.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
+import { DeviceTensor, type StageValue } from '../onnx/session.ts';
 import type { EmbeddingTable } from './embedding.ts';
 import { ForwardAbortedError } from './errors.ts';
 import type { StageGraph } from './graphs.ts';
@@ -179,7 +180,7 @@ export class StepLoop {
     let out = await this.runStage(0, { h: hT, pos, ...ropeRowsOf(0), ...(perLayer ? { ple_tok: f32([1, T, perLayer.width], this.rows(perLayer, ids)) } : {}) });
     // per-layer inputs [T, L·P] from stage 0; stage ℓ+1 takes layer ℓ's [T, P]
     const ple = perLayer ? (out.ple!.data as Float32Array) : undefined;
-    let residual = hT;
+    let residual: StageValue = hT;
     let logits: Float32Array | undefined;
 
     const decoding = T === 1 && !o.prompt && !o.detached;
@@ -190,74 +191,84 @@ export class StepLoop {
     const measure = sparse && probe?.armed === true;
     const placement = this.placement;
     if (decoding) this.trace.begin(p0, sparse);
-    for (let l = 0; l < layers; l++) {
-      if (o.signal) {
-        // session.run may finish without giving timers a turn: let an abort be delivered
-        await yieldToEventLoop();
-        if (o.signal.aborted) throw new ForwardAbortedError(p0, { cause: o.signal.reason });
-      }
-      const q = out.q!.data as Float32Array;
-      // a KV-shared layer's stage outputs no k and v (ownsKv[ℓ] false)
-      const k = out.k?.data as Float32Array | undefined;
-      const v = out.v?.data as Float32Array | undefined;
-      if (l > 0) residual = out.h_next!;
-      if (k !== undefined) sequence?.observe(l, q, k, T);
-      const policy = this.plan[l]!;
-      const selects = sparse && policy.selects(l);
-      // a placement that reads lists waits for layer ℓ's selection now, before layer ℓ+1's job is
-      // queued: then it waits for that one job only
-      const waitedMs = selects && placement.readsLists ? (policy.settle?.(l) ?? 0) : 0;
-      if (sparse) {
-        // layer ℓ+1's selection starts now and runs while the rest of layer ℓ does
-        const qSpec = out.q_spec?.data as Float32Array | undefined;
-        if (qSpec && l + 1 < layers) this.plan[l + 1]!.prefetch?.(l + 1, qSpec);
-        // no layer before layer 0 to speculate from: it selects with its own query
-        if (l === 0) policy.prefetch?.(0, q);
-      }
-      let a = performance.now();
-      // a KV-shared layer computes no k/v: it attends the rows its source appended earlier in this chunk
-      if (ownsKv[l]) {
-        if (k === undefined || v === undefined) throw new Error(`stage ${l} output no k/v for a layer that keeps its own rows`);
-        const slot = pool.appendBatch(l, k, v, p0);
-        placement.appended(l, slot, T);
-        if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
-      }
-      const b = performance.now();
-      this.t.append += b - a;
+    // the hidden state between layer graphs: on WebGPU a device tensor (keepOnDevice h_next), released
+    // once the next stage has read it, or here when the chunk ends early (an abort, rows none, an error)
+    try {
+      for (let l = 0; l < layers; l++) {
+        if (o.signal) {
+          // session.run may finish without giving timers a turn: let an abort be delivered
+          await yieldToEventLoop();
+          if (o.signal.aborted) throw new ForwardAbortedError(p0, { cause: o.signal.reason });
+        }
+        const q = out.q!.data as Float32Array;
+        // a KV-shared layer's stage outputs no k and v (ownsKv[ℓ] false)
+        const k = out.k?.data as Float32Array | undefined;
+        const v = out.v?.data as Float32Array | undefined;
+        if (l > 0) {
+          releaseIfOnDevice(residual); // read by this layer's stage already
+          residual = out.h_next!;
+        }
+        if (k !== undefined) sequence?.observe(l, q, k, T);
+        const policy = this.plan[l]!;
+        const selects = sparse && policy.selects(l);
+        // a placement that reads lists waits for layer ℓ's selection now, before layer ℓ+1's job is
+        // queued: then it waits for that one job only
+        const waitedMs = selects && placement.readsLists ? (policy.settle?.(l) ?? 0) : 0;
+        if (sparse) {
+          // layer ℓ+1's selection starts now and runs while the rest of layer ℓ does
+          const qSpec = out.q_spec?.data as Float32Array | undefined;
+          if (qSpec && l + 1 < layers) this.plan[l + 1]!.prefetch?.(l + 1, qSpec);
+          // no layer before layer 0 to speculate from: it selects with its own query
+          if (l === 0) policy.prefetch?.(0, q);
+        }
+        let a = performance.now();
+        // a KV-shared layer computes no k/v: it attends the rows its source appended earlier in this chunk
+        if (ownsKv[l]) {
+          if (k === undefined || v === undefined) throw new Error(`stage ${l} output no k/v for a layer that keeps its own rows`);
+          const slot = pool.appendBatch(l, k, v, p0);
+          placement.appended(l, slot, T);
+          if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
+        }
+        const b = performance.now();
+        this.t.append += b - a;
 
-      const qw = heads * headDims[l]!;
-      const attn = T === 1 ? this.attnOne.subarray(0, qw) : new Float32Array(T * qw); // [T, heads·headDim(ℓ)]
-      if (!decoding) {
-        placement.attendPrompt(l, q, T, attn);
-        if (o.prompt) policy.observePrompt?.(l, q, p0, T);
-      } else if (selects) {
-        this.trace.sparseLayer(l);
-        await placement.attendSelected(l, policy, q, p0, attn);
-        policy.attended?.(l, q, p0);
-        policy.figures(l, p0, this.trace);
-        placement.figures(l, this.trace, waitedMs);
-        if (measure) probe!.measure(pool, l, q, heads, policy.selection(l));
-      } else {
-        await placement.attendAll(l, q, attn);
-        this.trace.denseLayer(l, p0, this.parts.tokenRowBytes[l]!);
-        placement.figures(l, this.trace, 0);
-      }
-      a = performance.now();
-      this.t.attention += a - b;
+        const qw = heads * headDims[l]!;
+        const attn = T === 1 ? this.attnOne.subarray(0, qw) : new Float32Array(T * qw); // [T, heads·headDim(ℓ)]
+        if (!decoding) {
+          placement.attendPrompt(l, q, T, attn);
+          if (o.prompt) policy.observePrompt?.(l, q, p0, T);
+        } else if (selects) {
+          this.trace.sparseLayer(l);
+          await placement.attendSelected(l, policy, q, p0, attn);
+          policy.attended?.(l, q, p0);
+          policy.figures(l, p0, this.trace);
+          placement.figures(l, this.trace, waitedMs);
+          if (measure) probe!.measure(pool, l, q, heads, policy.selection(l));
+        } else {
+          await placement.attendAll(l, q, attn);
+          this.trace.denseLayer(l, p0, this.parts.tokenRowBytes[l]!);
+          placement.figures(l, this.trace, 0);
+        }
+        a = performance.now();
+        this.t.attention += a - b;
 
-      const feeds: Record<string, TensorData> = { h: residual, attn: f32([1, T, qw], attn) };
-      const last = l === layers - 1;
-      if (!last) Object.assign(feeds, { pos, ...ropeRowsOf(l + 1) });
-      else if (o.rows === 'none') break;
-      else feeds.rows = { elemType: 'int64', dims: [o.rows === 'all' ? T : 1], data: o.rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
-      if (ple) {
-        const P = ple.length / (T * layers);
-        const slice = new Float32Array(T * P); // [T, P]: layer ℓ's per-layer input of each token
-        for (let t = 0; t < T; t++) slice.set(ple.subarray((t * layers + l) * P, (t * layers + l + 1) * P), t * P);
-        feeds.ple = f32([1, T, P], slice);
+        const feeds: Record<string, StageValue> = { h: residual, attn: f32([1, T, qw], attn) };
+        const last = l === layers - 1;
+        if (!last) Object.assign(feeds, { pos, ...ropeRowsOf(l + 1) });
+        else if (o.rows === 'none') break;
+        else feeds.rows = { elemType: 'int64', dims: [o.rows === 'all' ? T : 1], data: o.rows === 'all' ? BigInt64Array.from({ length: T }, (_, i) => BigInt(i)) : BigInt64Array.of(BigInt(T - 1)) };
+        if (ple) {
+          const P = ple.length / (T * layers);
+          const slice = new Float32Array(T * P); // [T, P]: layer ℓ's per-layer input of each token
+          for (let t = 0; t < T; t++) slice.set(ple.subarray((t * layers + l) * P, (t * layers + l + 1) * P), t * P);
+          feeds.ple = f32([1, T, P], slice);
+        }
+        out = await this.runStage(l + 1, feeds);
+        if (last) logits = out.logits!.data as Float32Array;
       }
-      out = await this.runStage(l + 1, feeds);
-      if (last) logits = out.logits!.data as Float32Array;
+    } finally {
+      releaseIfOnDevice(residual);
+      releaseIfOnDevice(out.h_next);
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
     if (decoding) placement.endStep(p0);
@@ -327,10 +338,10 @@ export class StepLoop {
     };
   }
 
-  private async runStage(s: number, feeds: Record<string, TensorData>): Promise<Record<string, TensorData>> {
+  private async runStage(s: number, feeds: Record<string, StageValue>): Promise<Record<string, StageValue>> {
     const a = performance.now();
     const wanted = this.parts.graphs[s]!.inputs;
-    const f: Record<string, TensorData> = {};
+    const f: Record<string, StageValue> = {};
     for (const name of wanted) f[name] = feeds[name]!;
     this.trace.stageStartNs[s] = Number(process.hrtime.bigint());
     const out = await this.parts.stages[s]!.run(f);
@@ -343,6 +354,11 @@ export class StepLoop {
 }
 
 const f32 = (dims: number[], data: Float32Array): TensorData => ({ elemType: 'float32', dims, data });
+
+/** Frees a hidden state kept on the device (disposing twice is harmless); host arrays are left to the GC. */
+function releaseIfOnDevice(v: StageValue | undefined): void {
+  if (v instanceof DeviceTensor) v.dispose();
+}
 
 function yieldToEventLoop(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));

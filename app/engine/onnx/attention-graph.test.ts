@@ -114,7 +114,7 @@ describe('attention graph arguments', () => {
         k_rows: new ort.Tensor('float32', k, [R, d]),
         v_rows: new ort.Tensor('float32', v, [R, d]),
         idx: new ort.Tensor('int32', idx, [kvHeads, n]),
-        lengths: new ort.Tensor('int64', BigInt64Array.from(lengths, BigInt), [kvHeads, 1, 1]),
+        lengths: new ort.Tensor('int32', Int32Array.from(lengths), [kvHeads, 1, 1]),
       });
       const attn = got.attn!.data as Float32Array;
       const group = heads / kvHeads;

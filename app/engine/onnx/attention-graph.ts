@@ -20,7 +20,7 @@
 // gather (exact), so an fp16 pool's rows cross as their own bits.
 //
 // Variant 'ragged' (a policy whose KV heads keep different counts, as Quest's pages do): 'gather' plus
-// `lengths` int64 [kvHeads, 1, 1]; idx is padded to the longest list, and the scaled logits of entries
+// `lengths` int32 [kvHeads, 1, 1]; idx is padded to the longest list, and the scaled logits of entries
 // at or past a head's length become −∞ before the softmax (exp(−∞) = 0: the padding weighs nothing).
 //
 // Variant 'prefix' (every KV head attends its buffer rows 0..N−1 in order, which is what 'full' and
@@ -108,12 +108,15 @@ export function buildAttentionGraph(shape: AttentionGraphShape, variant: 'gather
     scaled = g.op('Mul', [tanh, cap], {}, { name: 'capped' });
   }
   if (variant === 'ragged') {
-    // entry j of head g counts while j < lengths[g]: positions [1, N, 1] against lengths [kvHeads, 1, 1]
-    const lengths = g.input('lengths', 'int64', [kvHeads, 1, 1]);
-    const scalar = (name: string, x: number) => g.initializer(name, { elemType: 'int64', dims: [], data: BigInt64Array.of(BigInt(x)) });
-    const N = g.op('Gather', [g.op('Shape', [idx!], {}, { name: 'idx_shape' }), scalar('n_axis', 1)], { axis: 0 }, { name: 'n_entries' });
-    const entries = g.op('Range', [scalar('range_start', 0), N, scalar('range_step', 1)], {}, { name: 'entries' }); // [N]
-    const column = g.op('Reshape', [entries, shapeOf('entries_shape', [1, -1, 1])], {}, { name: 'entries_column' }); // [1, N, 1]
+    // entry j of head g counts while j < lengths[g]: positions [kvHeads, N, 1] against lengths [kvHeads, 1, 1].
+    // The positions are an exclusive CumSum of ones shaped like idx, all int32: WebGPU has no int64
+    // kernels by default, so Shape/Range arithmetic on int64 would land on the CPU (refused: device
+    // sessions run without the CPU fallback, session.ts)
+    const lengths = g.input('lengths', 'int32', [kvHeads, 1, 1]);
+    const int32 = (name: string, x: number) => g.initializer(name, { elemType: 'int32', dims: [], data: Int32Array.of(x) });
+    const ones = g.op('Add', [g.op('Mul', [idx!, int32('zero_i32', 0)], {}, { name: 'idx_zeros' }), int32('one_i32', 1)], {}, { name: 'idx_ones' }); // [kvHeads, N]
+    const entries = g.op('CumSum', [ones, int32('entries_axis', 1)], { exclusive: 1 }, { name: 'entries' }); // [kvHeads, N]: 0..N−1
+    const column = g.op('Unsqueeze', [entries, g.initializer('entries_unsqueeze', { elemType: 'int64', dims: [1], data: BigInt64Array.of(2n) })], {}, { name: 'entries_column' }); // [kvHeads, N, 1]
     const counts = g.op('Less', [column, lengths], {}, { name: 'counts' }); // [kvHeads, N, 1]
     const minusInf = g.initializer('minus_inf', { elemType: 'float32', dims: [], data: Float32Array.of(-Infinity) });
     scaled = g.op('Where', [counts, scaled, minusInf], {}, { name: 'masked' }); // [kvHeads, N, group]
@@ -152,6 +155,22 @@ export function buildRowUpdateGraph(shape: Pick<AttentionGraphShape, 'headDim' |
   const vNew = g.input('v_new', rowType, ['M', d]);
   g.op('ScatterND', [kBuf, rows, kNew], {}, { name: 'scatter_k', output: 'k_out' });
   g.op('ScatterND', [vBuf, rows, vNew], {}, { name: 'scatter_v', output: 'v_out' });
+  g.output('k_out', rowType, ['R', d]);
+  g.output('v_out', rowType, ['R', d]);
+  return g.toModel();
+}
+
+/**
+ * The zero buffer a layer's first row update starts from, made on the provider's device: Expand of a
+ * zero scalar to `shape` int64 [2] = [R, headDim] for K and V (only the 16 shape bytes cross).
+ */
+export function buildZeroRowsGraph(shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>): Uint8Array {
+  const { headDim: d, rowType } = shape;
+  const g = new GraphBuilder(`offload.zero_rows.${d}.${rowType}`);
+  const dims = g.input('shape', 'int64', [2]);
+  const zero = g.initializer('zero', rowType === 'float16' ? { elemType: 'float16', dims: [1, 1], data: new Uint16Array(1) } : { elemType: 'float32', dims: [1, 1], data: new Float32Array(1) });
+  g.op('Expand', [zero, dims], {}, { name: 'zeros_k', output: 'k_out' });
+  g.op('Expand', [zero, dims], {}, { name: 'zeros_v', output: 'v_out' });
   g.output('k_out', rowType, ['R', d]);
   g.output('v_out', rowType, ['R', d]);
   return g.toModel();
@@ -216,31 +235,55 @@ class UpdatedRows implements RowTensors {
  */
 export class RowUpdateSession {
   private session: ort.InferenceSession | undefined;
+  private zeroSession: ort.InferenceSession | undefined;
   private constructor(
     session: ort.InferenceSession,
+    /** WebGPU: makes a layer's first buffer on the device (undefined: host zeros, the CPU provider) */
+    zeroSession: ort.InferenceSession | undefined,
     readonly shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>,
     readonly providers: readonly string[],
   ) {
     this.session = session;
+    this.zeroSession = zeroSession;
   }
 
   static async create(shape: Pick<AttentionGraphShape, 'headDim' | 'rowType'>, options: EngineSessionOptions = {}): Promise<RowUpdateSession> {
     const providers = options.executionProviders ?? ['cpu'];
     const opts = sessionOptions(options);
-    if (providers[0] === 'webgpu') opts.preferredOutputLocation = 'gpu-buffer';
+    const onDevice = providers[0] === 'webgpu';
+    if (onDevice) opts.preferredOutputLocation = 'gpu-buffer';
+    let s: ort.InferenceSession | undefined;
     try {
-      const s = await ort.InferenceSession.create(buildRowUpdateGraph(shape), opts);
-      return new RowUpdateSession(s, shape, providers);
+      s = await ort.InferenceSession.create(buildRowUpdateGraph(shape), opts);
+      const z = onDevice ? await ort.InferenceSession.create(buildZeroRowsGraph(shape), opts) : undefined;
+      return new RowUpdateSession(s, z, shape, providers);
     } catch (cause) {
+      await s?.release();
       throw new OnnxError('ONNX_SESSION_FAILED', `offload row update: onnxruntime rejected the graph: ${(cause as Error).message}`, { providers: providers.join(',') }, { cause });
     }
   }
 
-  /** An all-zero layer buffer of `rows` rows in host memory (what the first update starts from). */
-  zeros(rows: number): RowTensors {
-    const Arr = this.shape.rowType === 'float16' ? Uint16Array : Float32Array;
-    const n = rows * this.shape.headDim;
-    return new BoundRows(new Arr(n), new Arr(n), rows, this.shape.headDim, this.shape.rowType);
+  /**
+   * An all-zero layer buffer of `rows` rows (what the first update starts from): made on the device
+   * where outputs stay there (WebGPU: only its shape crosses), else host arrays (the CPU provider's memory).
+   */
+  async zeros(rows: number): Promise<{ rows: RowTensors; bound: BoundTensor[] }> {
+    const { headDim: d, rowType } = this.shape;
+    const byteLength = 2 * rows * d * (rowType === 'float16' ? 2 : 4);
+    if (this.zeroSession) {
+      const dims = BigInt64Array.of(BigInt(rows), BigInt(d));
+      let out: ort.InferenceSession.ReturnType;
+      try {
+        out = await this.zeroSession.run({ shape: new ort.Tensor('int64', dims, [2]) });
+      } catch (cause) {
+        throw new OnnxError('ONNX_SESSION_FAILED', `offload zero rows: run failed: ${(cause as Error).message}`, { rows }, { cause });
+      }
+      const k = out.k_out as ort.Tensor;
+      const v = out.v_out as ort.Tensor;
+      return { rows: new UpdatedRows(k, v, rows, byteLength, k.location === 'gpu-buffer'), bound: [{ name: 'shape', bytes: dims.byteLength, resident: false }] };
+    }
+    const Arr = rowType === 'float16' ? Uint16Array : Float32Array;
+    return { rows: new BoundRows(new Arr(rows * d), new Arr(rows * d), rows, d, rowType), bound: [] };
   }
 
   /** Writes rows[i] (buffer rows) := kNew/vNew row i for i < m; returns the new rows and what was bound. */
@@ -277,8 +320,11 @@ export class RowUpdateSession {
 
   async release(): Promise<void> {
     const s = this.session;
+    const z = this.zeroSession;
     this.session = undefined;
+    this.zeroSession = undefined;
     if (s) await s.release();
+    if (z) await z.release();
   }
 }
 
@@ -292,7 +338,7 @@ export class AttentionSession {
   /** the 'ragged' variant, built at the first step whose KV heads list different counts */
   private ragged: Promise<ort.InferenceSession> | undefined;
   private released = false;
-  private lengthsData = new BigInt64Array(0);
+  private lengthsData = new Int32Array(0);
   private readonly nData = new BigInt64Array(1);
   private readonly nT: ort.Tensor;
   private readonly out: ort.Tensor;
@@ -348,9 +394,9 @@ export class AttentionSession {
     if (prefix) this.nData[0] = BigInt(n);
     let lengthsT: ort.Tensor | undefined;
     if (lengths) {
-      if (this.lengthsData.length !== kvHeads) this.lengthsData = new BigInt64Array(kvHeads);
-      for (let g = 0; g < kvHeads; g++) this.lengthsData[g] = BigInt(lengths[g]!);
-      lengthsT = new ort.Tensor('int64', this.lengthsData, [kvHeads, 1, 1]);
+      if (this.lengthsData.length !== kvHeads) this.lengthsData = new Int32Array(kvHeads);
+      this.lengthsData.set(lengths.subarray(0, kvHeads));
+      lengthsT = new ort.Tensor('int32', this.lengthsData, [kvHeads, 1, 1]);
     }
     try {
       await s.run({ q: this.q, k_rows: rows.k, v_rows: rows.v, ...(prefix ? { n: this.nT } : { idx: idxT }), ...(lengthsT ? { lengths: lengthsT } : {}) }, { attn: this.out });

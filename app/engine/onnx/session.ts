@@ -46,7 +46,46 @@ export interface EngineSessionOptions {
    * the saved files before loading them (session.test.ts shows both).
    */
   saveOptimized?: { modelPath: string; externalFile: string };
+  /**
+   * Outputs left on the provider's device (WebGPU: preferredOutputLocation 'gpu-buffer'): run()
+   * returns them as DeviceTensor, which a later run takes as a feed without a copy through the host
+   * (the dense stages' hidden state between layer graphs). Ignored on other providers.
+   */
+  keepOnDevice?: readonly string[];
 }
+
+/**
+ * An output kept on the device (EngineSessionOptions.keepOnDevice): fed to later runs as it is, and
+ * disposed by whoever holds it last. Its values are never read on the host: onnxruntime-node 1.30
+ * aborts the whole process (an uncatchable C++ terminate) on getData() of a WebGPU tensor, so
+ * `data` throws a typed error instead of ever reaching it.
+ */
+export class DeviceTensor {
+  readonly onDevice = true;
+  readonly elemType: TensorData['elemType'];
+  readonly dims: readonly number[];
+  private disposed = false;
+  constructor(
+    readonly tensor: ort.Tensor,
+    private readonly name: string,
+  ) {
+    this.elemType = tensor.type as TensorData['elemType'];
+    this.dims = [...tensor.dims];
+  }
+
+  get data(): never {
+    throw new OnnxError('ONNX_SESSION_FAILED', `${this.name} is kept on the device and is never read on the host`, { output: this.name });
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.tensor.dispose();
+  }
+}
+
+/** A feed or an output: host data, or a tensor left on the device by an earlier run. */
+export type StageValue = TensorData | DeviceTensor;
 
 /** onnxruntime-node's version (what a cache of onnxruntime's own files must be keyed by). */
 export function onnxruntimeVersion(): string {
@@ -70,7 +109,8 @@ function checkProviders(providers: readonly string[], label: string): void {
   }
 }
 
-function toOrtTensor(t: TensorData): ort.Tensor {
+function toOrtTensor(t: StageValue): ort.Tensor {
+  if (t instanceof DeviceTensor) return t.tensor;
   return new ort.Tensor(t.elemType, t.data, [...t.dims]);
 }
 
@@ -122,7 +162,7 @@ export class EngineSession {
     return this.session;
   }
 
-  async run(feeds: Readonly<Record<string, TensorData>>, outputNames?: readonly string[]): Promise<Record<string, TensorData>> {
+  async run(feeds: Readonly<Record<string, StageValue>>, outputNames?: readonly string[]): Promise<Record<string, StageValue>> {
     const session = this.live();
     const ortFeeds: Record<string, ort.Tensor> = {};
     for (const [name, t] of Object.entries(feeds)) ortFeeds[name] = toOrtTensor(t);
@@ -132,8 +172,8 @@ export class EngineSession {
     } catch (cause) {
       throw new OnnxError('ONNX_SESSION_FAILED', `${this.label}: run failed: ${(cause as Error).message}`, { session: this.label }, { cause });
     }
-    const out: Record<string, TensorData> = {};
-    for (const [name, t] of Object.entries(results)) out[name] = fromOrtTensor(name, t);
+    const out: Record<string, StageValue> = {};
+    for (const [name, t] of Object.entries(results)) out[name] = t.location === 'gpu-buffer' ? new DeviceTensor(t, `${this.label}.${name}`) : fromOrtTensor(name, t);
     return out;
   }
 
@@ -142,6 +182,15 @@ export class EngineSession {
     this.session = undefined;
     if (s) await s.release();
   }
+}
+
+/**
+ * A session on a device provider alone (no 'cpu' listed) runs every node there or fails to compile:
+ * onnxruntime would otherwise put nodes the provider lacks on the CPU and copy their inputs and
+ * outputs across every run, bytes the offload path's count would not see.
+ */
+function onDeviceOnly(providers: readonly string[]): { disable_cpu_ep_fallback?: string } {
+  return providers.includes('cpu') ? {} : { disable_cpu_ep_fallback: '1' };
 }
 
 /** onnxruntime's SessionOptions for our defaults (exported for tests and benchmarks). */
@@ -153,14 +202,18 @@ export function sessionOptions(options: EngineSessionOptions = {}): ort.Inferenc
     interOpNumThreads: 1,
     graphOptimizationLevel: options.graphOptimizationLevel ?? 'all',
     enableCpuMemArena: options.cpuMemArena ?? false,
-    extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' } } },
+    extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' }, ...onDeviceOnly(providers) } },
   };
   if (options.intraOpThreads !== undefined) opts.intraOpNumThreads = options.intraOpThreads;
+  if (options.keepOnDevice && options.keepOnDevice.length > 0 && providers[0] === 'webgpu') {
+    opts.preferredOutputLocation = Object.fromEntries(options.keepOnDevice.map((name) => [name, 'gpu-buffer' as const]));
+  }
   if (options.saveOptimized) {
     opts.optimizedModelFilePath = options.saveOptimized.modelPath;
     opts.extra = {
       session: {
         intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' },
+        ...onDeviceOnly(providers),
         save_external_prepacked_constant_initializers: '1',
         // a bare file name: onnxruntime writes it beside the model and records it relative to it
         optimized_model_external_initializers_file_name: options.saveOptimized.externalFile,
@@ -206,7 +259,7 @@ export async function createSession(model: Uint8Array | string, options: EngineS
 }
 
 function errorMessage(cause: unknown): string {
-  return cause instanceof Error ? cause.message : String(cause);
+  return (cause instanceof Error ? cause.message : String(cause)).trim();
 }
 
 /** A one-node model (Relu on float32 [1]): what a provider probe compiles. */
@@ -247,5 +300,48 @@ export async function probeProvider(provider: ProviderName): Promise<ProbeResult
     return { provider, ok: true, ms: performance.now() - t0 };
   } catch (cause) {
     return { provider, ok: false, message: errorMessage(cause), ms: performance.now() - t0 };
+  }
+}
+
+/** Cast float32 [1] → float16 → float32: what a float16 probe runs (compiling alone is not enough). */
+let probeF16: Uint8Array | undefined;
+function probeFloat16Model(): Uint8Array {
+  probeF16 ??= encodeModel({
+    irVersion: 8,
+    opsetImports: [{ domain: '', version: 13 }],
+    graph: {
+      name: 'probe_f16',
+      nodes: [
+        { opType: 'Cast', inputs: ['x'], outputs: ['h'], attributes: [{ name: 'to', type: 'INT', value: 10 }] },
+        { opType: 'Cast', inputs: ['h'], outputs: ['y'], attributes: [{ name: 'to', type: 'INT', value: 1 }] },
+      ],
+      initializers: [],
+      inputs: [{ name: 'x', elemType: 'float32', dims: [1] }],
+      outputs: [{ name: 'y', elemType: 'float32', dims: [1] }],
+    },
+  });
+  return probeF16;
+}
+
+/**
+ * Whether `provider` computes in float16 on this machine: runs a float32 → float16 → float32 cast on
+ * it alone (the CPU fallback disabled). On WebGPU a device without the shader-f16 feature (SwiftShader)
+ * compiles such a graph and fails only at run() ("requires f16 but the device does not support it").
+ */
+export async function probeFloat16(provider: ProviderName): Promise<ProbeResult> {
+  const t0 = performance.now();
+  if (!listProviders().some((k) => k.name === provider)) return { provider, ok: false, message: `not in this onnxruntime-node build`, ms: 0 };
+  let s: ort.InferenceSession | undefined;
+  try {
+    // severity 4 (fatal only): the failed run on a device without float16 is the answer, not an error to print
+    s = await ort.InferenceSession.create(probeFloat16Model(), { executionProviders: [provider], logSeverityLevel: 4, extra: { session: { disable_cpu_ep_fallback: '1', intra_op: { allow_spinning: '0' } } } });
+    const out = await s.run({ x: new ort.Tensor('float32', Float32Array.of(1.5), [1]) });
+    const y = (out.y as ort.Tensor).data as Float32Array;
+    if (y[0] !== 1.5) return { provider, ok: false, message: `float16 round trip of 1.5 gave ${y[0]}`, ms: performance.now() - t0 };
+    return { provider, ok: true, ms: performance.now() - t0 };
+  } catch (cause) {
+    return { provider, ok: false, message: errorMessage(cause), ms: performance.now() - t0 };
+  } finally {
+    await s?.release();
   }
 }

@@ -7,12 +7,14 @@ import { denseKernel, type DenseStage } from '../../../../native/index.js';
 import type { LoadProgress } from '../../../common/protocol.ts';
 import type { LoadedModel, TensorDType } from '../../model/types.ts';
 import type { TensorData } from '../../onnx/graph-builder.ts';
+import type { StageValue } from '../../onnx/session.ts';
 import type { ModelWeights } from '../weights.ts';
 import type { StageGraph } from './stage-graph.ts';
 
 /** What the runner needs of a stage: an onnxruntime session (EngineSession) or a native stage. */
 export interface StageRunner {
-  run(feeds: Readonly<Record<string, TensorData>>): Promise<Record<string, TensorData>>;
+  /** a StageValue on the device only where the stage is an onnxruntime session that keeps it there (EngineSessionOptions.keepOnDevice) */
+  run(feeds: Readonly<Record<string, StageValue>>): Promise<Record<string, StageValue>>;
   release(): Promise<void>;
   /**
    * A native stage with a mixture-of-experts MLP: what its latest run read of expert weights (the

@@ -10,12 +10,15 @@
 //           them and nothing else moves. (On another provider onnxruntime would copy them every run.)
 //   'graph' (default on other providers): the buffer lives in onnxruntime tensors on the provider's
 //           device (WebGPU: preferredOutputLocation 'gpu-buffer'), sized for every slot; the misses are
-//           staged and a ScatterND graph writes them in (attention-graph.ts RowUpdateSession). On the CPU
-//           it works too (tests), at the cost of a copy of the layer's buffer per update.
+//           staged and a ScatterND graph writes them in (attention-graph.ts RowUpdateSession); a layer's
+//           first buffer is made on the device too (only its shape crosses). On the CPU it works too
+//           (tests), at the cost of a copy of the layer's buffer per update.
 // Bytes that cross per layer and step, counted from what is bound (not estimated): the misses' K and V
 // rows (the native gather's own count) + every other host tensor bound to the runs (idx, or for rows
 // that are each head's buffer prefix in order — 'full', dense layers — just their count n; 'graph': the
-// rows to overwrite; on a non-CPU provider also q, the output and, 'host', the buffer itself).
+// rows to overwrite and a layer's first zero buffer's 16-byte shape; on a non-CPU provider also q, the
+// output and, 'host', the buffer itself). offload-webgpu.test.ts holds WebGPU's figures to the CPU
+// provider's, term by term.
 // InfiniGen's speculation (partial keys, scores, selection) runs natively on the host, so no partial
 // key crosses.
 import type { KvPool } from '../../../../native/index.js';
@@ -184,7 +187,13 @@ export class OffloadAttention {
     let hostTensorBytes = 0;
     let rows: RowTensors;
     if (this.update) {
-      rows = this.device[layer] ?? this.update.zeros(this.pool.kvHeads * this.rows.rowsPerHead(layer));
+      let held = this.device[layer];
+      if (!held) {
+        const z = await this.update.zeros(this.pool.kvHeads * this.rows.rowsPerHead(layer));
+        held = z.rows;
+        for (const b of z.bound) if (!b.resident) hostTensorBytes += b.bytes;
+      }
+      rows = held;
       if (plan.misses > 0) {
         const m = plan.misses;
         if (this.destScratch.length < m) this.destScratch = new BigInt64Array(Math.max(m, 2 * this.destScratch.length));

@@ -88,6 +88,15 @@ export function ModelsView() {
             <div><dt>Vocabulary</dt><dd>{model.vocabSize.toLocaleString('en-US')}</dd></div>
             <div><dt>Context</dt><dd>{model.contextLength.toLocaleString('en-US')} of {model.trainedContext.toLocaleString('en-US')} trained</dd></div>
             <div><dt>Device · threads · KV</dt><dd>{model.device} · {model.threads} · {model.kvType}</dd></div>
+            {model.adapter && (
+              <div>
+                <dt>GPU adapter</dt>
+                <dd>
+                  {model.adapter.name} ({model.adapter.vendor}; {model.adapter.software === null ? 'software or not unknown' : model.adapter.software ? 'software' : 'hardware'}; float16 {model.adapter.float16 ? 'yes' : 'no'})
+                  {model.adapter.note ? ` — ${model.adapter.note}` : ''}
+                </dd>
+              </div>
+            )}
             <div><dt>Chat template</dt><dd>{model.chatTemplate ? 'yes' : 'no'}</dd></div>
             <div><dt>Load time</dt><dd>{formatMs(model.loadMs)}</dd></div>
           </dl>

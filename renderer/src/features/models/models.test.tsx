@@ -164,6 +164,19 @@ describe('models view', () => {
     expect((await screen.findByText(/Load failed/)).textContent).toContain('no such file');
   });
 
+  it('shows the GPU adapter a WebGPU load runs on (software, no float16)', async () => {
+    api.autoLoad = false;
+    render(<ModelsView />);
+    fireEvent.change(screen.getByLabelText('Model path'), { target: { value: '/models/a.gguf' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Load' }));
+    const load = api.sent.find((r) => r.kind === 'load')!;
+    const adapter = { name: 'SwiftShader Device (Subzero)', vendor: 'Google', software: true, float16: false, note: 'no float16: KV rows and graphs run in float32' };
+    act(() => api.emit({ kind: 'loaded', requestId: load.requestId, model: { ...MODEL, device: 'webgpu', kvType: 'fp32', offload: true, adapter } }));
+    const loaded = await screen.findByRole('region', { name: 'Loaded model' });
+    expect(loaded.textContent).toContain('webgpu · ');
+    expect(within(loaded).getByText('GPU adapter').nextElementSibling!.textContent).toBe('SwiftShader Device (Subzero) (Google; software; float16 no) — no float16: KV rows and graphs run in float32');
+  });
+
   it('shows the load progress the engine reports, and takes the bar away once loaded', async () => {
     api.autoLoad = false;
     render(<ModelsView />);
