@@ -47,6 +47,7 @@ const POLICY_SECTION = 'policy';
 
 export async function saveSequenceSnapshot(path: string, sequence: CachedSequence, identity: SnapshotIdentity): Promise<{ tokens: number; bytes: number }> {
   const runner = sequence.runner;
+  refuseRecurrent(runner.recurrentStateBytes, path, 'SNAPSHOT_UNWRITABLE');
   const n = runner.resumePoint(sequence.exactTokens);
   const ids = Int32Array.from(sequence.tokens.slice(0, n)); // [n]
   const skew = await runner.skewId();
@@ -76,7 +77,8 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
 }
 
 /** The ids a snapshot holds, after checking that it fits, its policy state included (`needs`: runner.policyStateNeeds()), for choosing whether to restore it. */
-export async function peekSequenceSnapshot(path: string, identity: SnapshotIdentity, skew: string | null, needs?: { policy: string; layers: number[] }): Promise<number[]> {
+export async function peekSequenceSnapshot(path: string, identity: SnapshotIdentity, skew: string | null, needs?: { policy: string; layers: number[] }, recurrentStateBytes = 0): Promise<number[]> {
+  refuseRecurrent(recurrentStateBytes, path, 'SNAPSHOT_MISMATCH');
   const reader = await openSnapshotFile(path);
   try {
     const ids = await checkedIds(reader, identity, skew);
@@ -93,6 +95,7 @@ export async function peekSequenceSnapshot(path: string, identity: SnapshotIdent
  */
 export async function restoreSequenceSnapshot(path: string, sequence: CachedSequence, identity: SnapshotIdentity): Promise<{ tokens: number; bytes: number }> {
   const runner = sequence.runner;
+  refuseRecurrent(runner.recurrentStateBytes, path, 'SNAPSHOT_MISMATCH');
   const reader = await openSnapshotFile(path);
   try {
     const ids = await checkedIds(reader, identity, await runner.skewId());
@@ -119,6 +122,17 @@ export async function restoreSequenceSnapshot(path: string, sequence: CachedSequ
   } finally {
     await reader.close();
   }
+}
+
+/**
+ * A model with linear-attention layers (Qwen3.5) keeps a recurrent state that this snapshot format
+ * (rows per layer) does not hold: writing one would restore rows without the state, so it is
+ * refused, as is restoring any snapshot into such a model (details.reason 'recurrent-state'),
+ * until the format carries the state.
+ */
+function refuseRecurrent(stateBytes: number, path: string, code: 'SNAPSHOT_UNWRITABLE' | 'SNAPSHOT_MISMATCH'): void {
+  if (stateBytes <= 0) return;
+  throw new LonghandError(code, `${path}: the model has linear-attention layers whose recurrent state (${stateBytes} bytes) KV snapshots do not hold yet`, { reason: 'recurrent-state', path });
 }
 
 async function checkedIds(reader: SnapshotReader, identity: SnapshotIdentity, skew: string | null): Promise<number[]> {

@@ -41,7 +41,7 @@ export interface RopeScaling {
   attnFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3';
+export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen35';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -73,6 +73,25 @@ export interface ModelHyperparameters {
   gemma?: GemmaHyperparameters;
   /** Gemma 4: its per-layer shapes, KV sharing and proportional RoPE (Gemma4Config below; forward/layers/gemma4.ts). */
   gemma4?: Gemma4Config;
+  /** Hybrid models (Qwen3.5): which layers are linear attention and their shape (model/arch/qwen35.ts). */
+  linearAttention?: LinearAttentionConfig;
+}
+
+/**
+ * The linear-attention (Gated DeltaNet) layers of a hybrid model, as GGUF's ssm.* keys state them
+ * (llama.cpp's qwen35 loader): forward/layers/qwen35.ts turns them into LayerSpecs.
+ */
+export interface LinearAttentionConfig {
+  /** [layer] true where the layer is linear attention, false where it is full attention */
+  readonly layers: readonly boolean[];
+  /** ssm.group_count: q/k heads */
+  readonly keyHeads: number;
+  /** ssm.time_step_rank: v heads (a multiple of keyHeads) */
+  readonly valueHeads: number;
+  /** ssm.state_size: elements per head of q, k and v */
+  readonly headDim: number;
+  /** ssm.conv_kernel: taps of the causal convolution */
+  readonly convKernel: number;
 }
 
 /**

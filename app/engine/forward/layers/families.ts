@@ -9,6 +9,7 @@ import { LLAMA_FAMILY } from './llama.ts';
 import { OPT_FAMILY } from './opt.ts';
 import { PHI3_FAMILY } from './phi3.ts';
 import { QWEN3_FAMILY } from './qwen3.ts';
+import { QWEN35_FAMILY } from './qwen35.ts';
 
 export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts';
 
@@ -21,6 +22,7 @@ export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   gemma3: GEMMA3_FAMILY,
   qwen3: QWEN3_FAMILY,
   gemma4: GEMMA4_FAMILY,
+  qwen35: QWEN35_FAMILY,
 };
 
 /**

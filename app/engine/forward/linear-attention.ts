@@ -1,0 +1,235 @@
+// The per-sequence state of a model's linear-attention layers (LayerSpec kind 'linear': Gated
+// DeltaNet, Qwen3.5) and the recurrence that advances it, held by the runner beside the KV pool.
+// What each token computes is layer-spec.ts's LinearAttentionSpec; here is how, as llama.cpp's
+// src/models/delta-net-base.cpp and ggml's gated_delta_net op compute it:
+//
+//   stage ℓ (qwen35-graph.ts) ─► lin_qkv [T, C], lin_z [T, Hv·D], lin_beta [T, Hv], lin_decay [T, Hv]
+//   run(ℓ):  conv   x_t[c] = silu(Σ_k in[t + k][c]·w[c][k])   in = tail (K−1 rows) ++ qkv; tail ← last K−1 rows of in
+//            split  q = x[0, Hk·D), k = x[Hk·D, 2·Hk·D), v = x[2·Hk·D, C); q, k L2-normed per head (1/max(‖·‖, ε))
+//            per value head h (key head h mod Hk):
+//              S ← e^{decay}·S;  δ = β·(v − Sᵀk);  S ← S + k·δᵀ;  o = (Sᵀq)/√D
+//            out = rmsnorm(o)·ssm_norm ⊙ silu(z)      per head ─► attn [T, Hv·D] for stage ℓ+1's ssm_out
+//
+// The matrices are kept as ggml keeps them, transposed: M[h][j][i] = S[i][j], so row j of M is
+// column j of S and every inner loop runs over contiguous memory. Prefill runs the same recurrence
+// token by token (exact by construction; a chunked form is left for later). TypeScript, not C++:
+// the state is small (Qwen3.5-0.8B: 16 heads × 128² floats per layer) and this is the first,
+// correctness-first form, checked against llama.cpp at tiny sizes; arithmetic is float64 over
+// float32 storage, which is closer to the exact value than ggml's float32 sums, not further.
+//
+// Prefix reuse: a state cannot be cut back to an earlier position. The state keeps one backup, of
+// where the current chunk began, so a chunk that fails or is aborted half-way through its layers
+// rolls back exactly; any other cut (a prompt that shares only part of the cache) must start
+// again from position 0 (resumePoint says so). Checkpoints at chunk boundaries are the next step.
+import type { TensorData } from '../onnx/graph-builder.ts';
+import { linearConvChannels, linearStateFloats, type LayerSpec, type LinearAttentionSpec } from './layers/layer-spec.ts';
+
+/** The weights of one linear-attention layer the recurrence reads (the projections are the stages'). */
+export interface LinearLayerWeights {
+  /** [C, K] taps of the causal convolution per channel (GGUF ssm_conv1d: ne [K, C]) */
+  conv: Float32Array;
+  /** [D] the gated RMSNorm's weight (ssm_norm) */
+  norm: Float32Array;
+}
+
+interface LayerState {
+  readonly layer: number;
+  readonly spec: LinearAttentionSpec;
+  readonly weights: LinearLayerWeights;
+  /** [Hv, D, D] M[h][j][i] = S_h[i][j], then [(K−1), C] the convolution's tail (oldest row first) */
+  readonly state: Float32Array;
+  /** the state where the running chunk began */
+  readonly backup: Float32Array;
+}
+
+export class LinearAttentionState {
+  private readonly byLayer = new Map<number, LayerState>();
+  /** tokens the state has folded in */
+  private at = 0;
+  /** where the backup was taken (−1: none) */
+  private backupAt = -1;
+  /** [max C] one token's convolved q|k|v; [max D] scratch of one head's δ and output */
+  private readonly x: Float32Array;
+  private readonly delta: Float64Array;
+  private readonly o: Float64Array;
+
+  constructor(specs: readonly LayerSpec[], weights: (layer: number) => LinearLayerWeights) {
+    let maxC = 0;
+    let maxD = 0;
+    for (let l = 0; l < specs.length; l++) {
+      const a = specs[l]!.attention;
+      if (a.kind !== 'linear') continue;
+      const w = weights(l);
+      const C = linearConvChannels(a);
+      if (w.conv.length !== C * a.convKernel) throw new RangeError(`layer ${l}: the convolution has ${w.conv.length} taps, expected ${C} channels × ${a.convKernel}`);
+      if (w.norm.length !== a.headDim) throw new RangeError(`layer ${l}: the output norm has ${w.norm.length} values, expected ${a.headDim}`);
+      if (a.valueHeads % a.keyHeads !== 0) throw new RangeError(`layer ${l}: ${a.valueHeads} value heads cannot share ${a.keyHeads} key heads`);
+      const n = linearStateFloats(a);
+      this.byLayer.set(l, { layer: l, spec: a, weights: w, state: new Float32Array(n), backup: new Float32Array(n) });
+      maxC = Math.max(maxC, C);
+      maxD = Math.max(maxD, a.headDim);
+    }
+    this.x = new Float32Array(maxC);
+    this.delta = new Float64Array(maxD);
+    this.o = new Float64Array(maxD);
+  }
+
+  /** Whether the model has linear-attention layers at all. */
+  get any(): boolean {
+    return this.byLayer.size > 0;
+  }
+
+  /** Tokens folded into the state. */
+  get position(): number {
+    return this.at;
+  }
+
+  /** Bytes of one sequence's state over every linear layer (the matrices and the convolution tails; the chunk backup doubles it). */
+  get bytes(): number {
+    let n = 0;
+    for (const s of this.byLayer.values()) n += s.state.byteLength;
+    return n;
+  }
+
+  /** [layer] bytes of each layer's state (0 for the attention layers). */
+  layerBytes(layers: number): number[] {
+    return Array.from({ length: layers }, (_, l) => this.byLayer.get(l)?.state.byteLength ?? 0);
+  }
+
+  /** A chunk at position p0 starts: the state there is kept, so a failure inside the chunk rolls back to it. */
+  beginChunk(p0: number): void {
+    if (p0 !== this.at) throw new RangeError(`linear attention: a chunk at ${p0}, the state is at ${this.at}`);
+    for (const s of this.byLayer.values()) s.backup.set(s.state);
+    this.backupAt = p0;
+  }
+
+  /** The chunk ran through every layer: the state is at p0 + T. */
+  endChunk(tokens: number): void {
+    this.at += tokens;
+  }
+
+  /** The largest position ≤ n the state can be cut back to: n itself when it is where the state is, else 0 (no checkpoints yet). */
+  resumePoint(n: number): number {
+    return n === this.at ? n : 0;
+  }
+
+  /**
+   * Cuts the state back to n: nothing at its own position, the chunk backup at the chunk's start,
+   * zeros at 0. Returns false (changing nothing) for any other n: the caller must start again from 0.
+   */
+  cutTo(n: number): boolean {
+    if (n === this.at) return true;
+    if (n === 0) {
+      this.reset();
+      return true;
+    }
+    if (n === this.backupAt) {
+      for (const s of this.byLayer.values()) s.state.set(s.backup);
+      this.at = n;
+      this.backupAt = -1;
+      return true;
+    }
+    return false;
+  }
+
+  reset(): void {
+    for (const s of this.byLayer.values()) s.state.fill(0);
+    this.at = 0;
+    this.backupAt = -1;
+  }
+
+  /**
+   * Layer ℓ over a chunk of T tokens: reads its stage's outputs (lin_qkv, lin_z, lin_beta,
+   * lin_decay), advances the state token by token and writes the gated, normed output into
+   * out [T, Hv·D].
+   */
+  run(layer: number, stage: Readonly<Record<string, TensorData>>, T: number, out: Float32Array): void {
+    const s = this.byLayer.get(layer);
+    if (s === undefined) throw new RangeError(`layer ${layer} is not a linear-attention layer`);
+    const { spec, weights, state } = s;
+    const qkv = data(stage, 'lin_qkv', layer);
+    const z = data(stage, 'lin_z', layer);
+    const beta = data(stage, 'lin_beta', layer);
+    const decay = data(stage, 'lin_decay', layer);
+    const { keyHeads: Hk, valueHeads: Hv, headDim: D, convKernel: K, eps } = spec;
+    const C = linearConvChannels(spec);
+    const V = Hv * D;
+    if (qkv.length !== T * C || z.length !== T * V || beta.length !== T * Hv || decay.length !== T * Hv || out.length !== T * V) {
+      throw new RangeError(`layer ${layer}: linear-attention inputs of the wrong size for ${T} tokens`);
+    }
+    const matrices = Hv * D * D;
+    const tail = state.subarray(matrices); // [(K−1), C]
+    const x = this.x;
+    const delta = this.delta;
+    const o = this.o;
+    const scale = 1 / Math.sqrt(D);
+    for (let t = 0; t < T; t++) {
+      const row = qkv.subarray(t * C, (t + 1) * C);
+      // causal convolution over (tail, this row), then silu; the tail moves on by one row
+      for (let c = 0; c < C; c++) {
+        const w = c * K;
+        let acc = 0;
+        for (let k = 0; k < K - 1; k++) acc += tail[k * C + c]! * weights.conv[w + k]!;
+        acc += row[c]! * weights.conv[w + K - 1]!;
+        x[c] = acc / (1 + Math.exp(-acc));
+      }
+      tail.copyWithin(0, C);
+      tail.set(row, (K - 2) * C);
+      // q and k: L2 norm per key head (ggml_l2_norm: x / max(‖x‖, ε))
+      for (let part = 0; part < 2; part++) {
+        for (let h = 0; h < Hk; h++) {
+          const base = part * Hk * D + h * D;
+          let sum = 0;
+          for (let i = 0; i < D; i++) sum += x[base + i]! * x[base + i]!;
+          const inv = 1 / Math.max(Math.sqrt(sum), eps);
+          for (let i = 0; i < D; i++) x[base + i] = x[base + i]! * inv;
+        }
+      }
+      const vOff = 2 * Hk * D;
+      for (let h = 0; h < Hv; h++) {
+        const kh = h % Hk; // llama.cpp tiles the key heads over the value heads
+        const qOff = kh * D;
+        const kOff = Hk * D + kh * D;
+        const m = state.subarray(h * D * D, (h + 1) * D * D); // M[j][i] = S[i][j]
+        const g = Math.exp(decay[t * Hv + h]!);
+        const b = beta[t * Hv + h]!;
+        for (let j = 0; j < D; j++) {
+          const mj = j * D;
+          let sk = 0;
+          for (let i = 0; i < D; i++) {
+            const decayed = m[mj + i]! * g;
+            m[mj + i] = decayed;
+            sk += decayed * x[kOff + i]!;
+          }
+          delta[j] = (x[vOff + h * D + j]! - sk) * b;
+        }
+        for (let j = 0; j < D; j++) {
+          const mj = j * D;
+          const dj = delta[j]!;
+          let acc = 0;
+          for (let i = 0; i < D; i++) {
+            const updated = m[mj + i]! + x[kOff + i]! * dj;
+            m[mj + i] = updated;
+            acc += updated * x[qOff + i]!;
+          }
+          o[j] = acc * scale;
+        }
+        // gated RMSNorm of the head's output: rmsnorm(o)·w ⊙ silu(z)
+        let ss = 0;
+        for (let j = 0; j < D; j++) ss += o[j]! * o[j]!;
+        const inv = 1 / Math.sqrt(ss / D + eps);
+        const zOff = t * V + h * D;
+        for (let j = 0; j < D; j++) {
+          const zj = z[zOff + j]!;
+          out[zOff + j] = o[j]! * inv * weights.norm[j]! * (zj / (1 + Math.exp(-zj)));
+        }
+      }
+    }
+  }
+}
+
+function data(stage: Readonly<Record<string, TensorData>>, name: string, layer: number): Float32Array {
+  const t = stage[name];
+  if (t === undefined) throw new RangeError(`stage ${layer} output no ${name} for a linear-attention layer`);
+  return t.data as Float32Array;
+}
