@@ -48,6 +48,8 @@ export class LinearAttentionState {
   private at = 0;
   /** where the backup was taken (−1: none) */
   private backupAt = -1;
+  /** a chunk began and has not ended: some layers may have advanced the state past `at` */
+  private pending = false;
   /** [max C] one token's convolved q|k|v; [max D] scratch of one head's δ and output */
   private readonly x: Float32Array;
   private readonly delta: Float64Array;
@@ -99,13 +101,16 @@ export class LinearAttentionState {
   /** A chunk at position p0 starts: the state there is kept, so a failure inside the chunk rolls back to it. */
   beginChunk(p0: number): void {
     if (p0 !== this.at) throw new RangeError(`linear attention: a chunk at ${p0}, the state is at ${this.at}`);
+    if (this.pending) throw new RangeError(`linear attention: a chunk at ${p0} began before the one at ${this.backupAt} ended or was cut back`);
     for (const s of this.byLayer.values()) s.backup.set(s.state);
     this.backupAt = p0;
+    this.pending = true;
   }
 
   /** The chunk ran through every layer: the state is at p0 + T. */
   endChunk(tokens: number): void {
     this.at += tokens;
+    this.pending = false;
   }
 
   /** The largest position ≤ n the state can be cut back to: n itself when it is where the state is, else 0 (no checkpoints yet). */
@@ -118,12 +123,19 @@ export class LinearAttentionState {
    * zeros at 0. Returns false (changing nothing) for any other n: the caller must start again from 0.
    */
   cutTo(n: number): boolean {
-    if (n === this.at) return true;
+    // a chunk that failed part-way: its first layers moved their state on, the rest did not
+    if (this.pending && n === this.backupAt) {
+      for (const s of this.byLayer.values()) s.state.set(s.backup);
+      this.at = n;
+      this.pending = false;
+      return true;
+    }
     if (n === 0) {
       this.reset();
       return true;
     }
-    if (n === this.backupAt) {
+    if (!this.pending && n === this.at) return true;
+    if (!this.pending && n === this.backupAt) {
       for (const s of this.byLayer.values()) s.state.set(s.backup);
       this.at = n;
       this.backupAt = -1;
@@ -136,6 +148,7 @@ export class LinearAttentionState {
     for (const s of this.byLayer.values()) s.state.fill(0);
     this.at = 0;
     this.backupAt = -1;
+    this.pending = false;
   }
 
   /**

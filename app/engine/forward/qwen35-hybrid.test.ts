@@ -1,0 +1,168 @@
+// What a hybrid model (Qwen3.5: linear-attention layers with a recurrent state, full-attention
+// layers with KV rows) changes around the forward pass, on the converter-written F32 fixture
+// (test/fixtures/families/qwen35.ts): the pool keeps rows for the attention layers only and the
+// memory figures count the state instead; prefix reuse is honest about the state (it cannot be cut
+// back, so a prompt that shares only part of the cache starts again from 0 and says so, while one
+// that continues the cache keeps all of it); an abort in the middle of a chunk rolls the state back
+// with the rows; snapshots are refused with a typed reason until they carry the state; policies
+// other than 'full' are refused. Every continuation is held token for token against a fresh run.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { qwen35GgufFixture, qwen35IsLinear, QWEN35_TEST_MODEL } from '../../../test/fixtures/families/qwen35.ts';
+import { argmax } from '../../../test/support/reference-forward.ts';
+import { LonghandError, UsageError } from '../../common/errors.ts';
+import { loadModel } from '../model/load-model.ts';
+import { estimateMemory } from '../model/memory-estimate.ts';
+import type { LoadedModel } from '../model/types.ts';
+import { CachedSequence } from './cached-sequence.ts';
+import { ForwardAbortedError } from './errors.ts';
+import { familyOf } from './layers/families.ts';
+import { createModelRunner, type ModelRunner } from './model-runner.ts';
+import { restoreSequenceSnapshot, saveSequenceSnapshot, type SnapshotIdentity } from './sequence-snapshot.ts';
+
+let model: LoadedModel;
+beforeAll(async () => {
+  model = await loadModel(qwen35GgufFixture('F32'));
+});
+afterAll(() => model?.close());
+
+const make = (): Promise<ModelRunner> => createModelRunner(model, { kvType: 'fp32', contextLength: 256, prefillChunk: 16 });
+/** n ids of a fixed walk through the vocabulary (seed s) */
+const prompt = (n: number, s = 1): number[] => Array.from({ length: n }, (_, i) => (i * 7919 + 13 * s) % 151669);
+
+/** `steps` greedy tokens after `ids` through `seq` (reuse first, then the rest of the prompt), and the reuse plan. */
+async function greedy(seq: CachedSequence, ids: number[], steps: number): Promise<{ reused: number; tokens: number[] }> {
+  const { reused } = seq.reuse(ids, true);
+  let logits = await seq.prefill(ids);
+  const tokens: number[] = [];
+  for (let i = 0; i < steps; i++) {
+    const next = argmax(logits);
+    tokens.push(next);
+    if (i < steps - 1) logits = await seq.decode(next);
+  }
+  return { reused, tokens };
+}
+
+describe('Qwen3.5 hybrid: layers, pool and memory', () => {
+  it('linear layers are LayerSpec kind linear with no KV rows; the pool and the memory estimate count the attention layers only, and the state', async () => {
+    const specs = familyOf(model.hyper).layers(model.hyper);
+    expect(specs.map((s) => s.attention.kind)).toEqual(Array.from({ length: 8 }, (_, l) => (qwen35IsLinear(QWEN35_TEST_MODEL, l) ? 'linear' : 'attention')));
+    const runner = await make();
+    try {
+      const layers = runner.kvLayers();
+      expect(layers.map((l) => l.kind)).toEqual(['linear', 'linear', 'linear', 'global', 'linear', 'linear', 'linear', 'global']);
+      // a linear layer: Hv·D² floats of state + (K−1)·C of convolution tail, no slots
+      const stateFloats = 4 * 64 * 64 + 3 * (2 * 2 + 4) * 64;
+      for (const l of layers.filter((x) => x.kind === 'linear')) expect(l).toEqual({ kind: 'linear', capacityTokens: 0, tokens: 0, bytes: 4 * stateFloats });
+      expect(runner.recurrentStateBytes).toBe(6 * 4 * stateFloats);
+      const estimate = estimateMemory(model.hyper, { bytesByType: {}, storedBytes: 0 }, 256, { kvType: 'fp32', layers: familyOf(model.hyper).layers(model.hyper), freeBytes: 1e12, totalBytes: 1e12 });
+      expect(estimate.kvLayers.map((l) => l.layer)).toEqual([3, 7]);
+      // K and V, 2 KV heads × 64, fp32, 256 tokens, 2 layers
+      expect(estimate.kvFullBytes).toBe(2 * 256 * 2 * 2 * 64 * 4);
+      expect(estimate.recurrentStateBytes).toBe(2 * runner.recurrentStateBytes); // the state and the chunk's rollback copy
+      console.log(`qwen35 tiny at 256 tokens: KV ${estimate.kvFullBytes} bytes in 2 of 8 layers, recurrent state ${runner.recurrentStateBytes} bytes (+ its rollback copy)`);
+    } finally {
+      await runner.dispose();
+    }
+  });
+
+  it("policies other than 'full' are refused with a UsageError naming why", async () => {
+    for (const policy of ['infinigen', 'h2o', 'streaming'] as const) {
+      const error = await createModelRunner(model, { policy, contextLength: 64 }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(UsageError);
+      expect((error as Error).message).toMatch(/Qwen3\.5 .*runs policy 'full' only/);
+    }
+  });
+});
+
+describe('Qwen3.5 hybrid: prefix reuse is honest about the recurrent state', () => {
+  it('continue keeps the whole cache; a prompt diverging early or late starts again from 0 and says so; each == a fresh run', async () => {
+    const runner = await make();
+    const freshRunner = await make();
+    try {
+      const seq = new CachedSequence(runner);
+      const fresh = async (ids: number[]): Promise<number[]> => {
+        const s = new CachedSequence(freshRunner);
+        s.clear();
+        return (await greedy(s, ids, 12)).tokens;
+      };
+      const draft = prompt(70);
+      const first = await greedy(seq, draft, 12);
+      expect(first.reused).toBe(0);
+
+      // Continue: the prompt is the cache (draft + 11 decoded tokens) and more text
+      const cont = [...seq.tokens, ...prompt(9, 5)];
+      const cached = seq.tokens.length;
+      const c = await greedy(seq, cont, 12);
+      console.log(`qwen35 continue: reusedTokens ${c.reused} of ${cont.length} (cache held ${cached})`);
+      expect(c.reused).toBe(cached);
+      expect(c.tokens).toEqual(await fresh(cont));
+
+      // diverging late (5 tokens before the end of the cache) and early (at 10): no checkpoints of
+      // the state yet, so both start from 0, and reusedTokens says 0
+      for (const at of [seq.tokens.length - 5, 10]) {
+        const edited = seq.tokens.slice();
+        edited[at] = (edited[at]! + 1) % 151669;
+        const d = await greedy(seq, edited, 12);
+        console.log(`qwen35 edit at ${at} of ${edited.length}: reusedTokens ${d.reused}`);
+        expect(d.reused).toBe(0);
+        expect(d.tokens).toEqual(await fresh(edited));
+      }
+      // the runner itself refuses a cut it cannot make exactly
+      expect(runner.resumePoint(10)).toBe(0);
+      expect(() => runner.truncate(10)).toThrow(/cannot be cut back to 10/);
+    } finally {
+      await runner.dispose();
+      await freshRunner.dispose();
+    }
+  });
+
+  it('an abort in the middle of a chunk keeps the chunks before it, state included; the resumed prompt == a fresh run', async () => {
+    const runner = await make();
+    const freshRunner = await make();
+    try {
+      const ids = prompt(60, 2);
+      // aborts at the 4th layer of the 3rd chunk: enter() reads the signal once, then one read per layer
+      let reads = 0;
+      const signal = { get aborted() { return ++reads > 1 + 8 * 2 + 4; }, reason: 'test', addEventListener() {}, removeEventListener() {} } as unknown as AbortSignal;
+      const seq = new CachedSequence(runner);
+      const error = await seq.prefill(ids, signal).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(ForwardAbortedError);
+      expect((error as ForwardAbortedError).position).toBe(32);
+      expect(runner.position).toBe(32);
+      const resumed = await greedy(seq, ids, 12);
+      console.log(`qwen35 abort mid-chunk at layer 4 of chunk 3: kept ${32} tokens, resumed with reusedTokens ${resumed.reused}`);
+      expect(resumed.reused).toBe(32);
+      expect(resumed.tokens).toEqual((await greedy(new CachedSequence(freshRunner), ids, 12)).tokens);
+    } finally {
+      await runner.dispose();
+      await freshRunner.dispose();
+    }
+  });
+});
+
+describe('Qwen3.5 hybrid: snapshots', () => {
+  it("are refused with a typed code and reason 'recurrent-state' (the format holds rows, not the state)", async () => {
+    const runner = await make();
+    try {
+      const seq = new CachedSequence(runner);
+      await greedy(seq, prompt(20), 2);
+      const identity = { modelSha256: 'x', architecture: 'qwen35', layers: 8, heads: 4, kvHeads: 2, headDim: 64, vocabSize: 151936, kvType: 'fp32', policy: 'full', knobs: {} } as SnapshotIdentity;
+      const save = await saveSequenceSnapshot('/nonexistent/never-written.lhkv', seq, identity).then(() => undefined, (e: unknown) => e);
+      expect(save).toBeInstanceOf(LonghandError);
+      expect((save as LonghandError).code).toBe('SNAPSHOT_UNWRITABLE');
+      expect((save as LonghandError).details).toMatchObject({ reason: 'recurrent-state' });
+      const restore = await restoreSequenceSnapshot('/nonexistent/never-written.lhkv', seq, identity).then(() => undefined, (e: unknown) => e);
+      expect((restore as LonghandError).code).toBe('SNAPSHOT_MISMATCH');
+      expect((restore as LonghandError).details).toMatchObject({ reason: 'recurrent-state' });
+      expect(seq.tokens.length).toBe(21); // a refused restore leaves the cache as it was
+    } finally {
+      await runner.dispose();
+    }
+  });
+});
