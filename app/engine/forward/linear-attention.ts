@@ -19,8 +19,16 @@
 //
 // Prefix reuse: a state cannot be cut back to an earlier position. The state keeps one backup, of
 // where the current chunk began, so a chunk that fails or is aborted half-way through its layers
-// rolls back exactly; any other cut (a prompt that shares only part of the cache) must start
-// again from position 0 (resumePoint says so). Checkpoints at chunk boundaries are the next step.
+// rolls back exactly; and CHECKPOINTS, copies of every linear layer's state taken at the end of a
+// chunk (prompt or decode step) once every `every` tokens (default 1024), at most `max` of them
+// (default ⌊context / every⌋, at most 8: stateCheckpointCount). When all are used the one whose
+// removal leaves the smallest gap goes (never the newest; ring-checkpoints.ts's rule), so a long
+// draft keeps them spread over its length. A cut to n resumes at the newest checkpoint at or before
+// n (resumePoint), or at the state's own position when n is it, else at 0; the tokens after it are
+// prefilled again and `reusedTokens` says how many were not. Buffers are allocated as checkpoints
+// are first taken and reused after; a checkpoint costs one state (Qwen3.5-0.8B-like: 18 layers of
+// 16 heads × 128² floats, ~19 MB), so the default stays within 8 of them.
+import { thinnestCheckpoint } from '../kv/ring-checkpoints.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { linearConvChannels, linearStateFloats, type LayerSpec, type LinearAttentionSpec } from './layers/layer-spec.ts';
 
@@ -30,6 +38,20 @@ export interface LinearLayerWeights {
   conv: Float32Array;
   /** [D] the gated RMSNorm's weight (ssm_norm) */
   norm: Float32Array;
+}
+
+export interface StateCheckpointOptions {
+  /** tokens between checkpoints (default 1024) */
+  every?: number;
+  /** checkpoints kept at most (default stateCheckpointCount(context, every); 0: none, a cut re-prefills from 0) */
+  max?: number;
+}
+
+export const STATE_CHECKPOINT_DEFAULTS = { every: 1024, most: 8 } as const;
+
+/** The default number of state checkpoints for a context of `contextLength` tokens: one per `every`, at most 8. */
+export function stateCheckpointCount(contextLength: number, every: number = STATE_CHECKPOINT_DEFAULTS.every): number {
+  return Math.min(STATE_CHECKPOINT_DEFAULTS.most, Math.floor(contextLength / every));
 }
 
 interface LayerState {
@@ -54,8 +76,15 @@ export class LinearAttentionState {
   private readonly x: Float32Array;
   private readonly delta: Float64Array;
   private readonly o: Float64Array;
+  /** floats of every linear layer's state together: one checkpoint */
+  private readonly total: number;
+  private readonly every: number;
+  private readonly max: number;
+  /** the checkpoints held, ascending by position; buffers of dropped ones are kept for the next */
+  private readonly held: { at: number; data: Float32Array }[] = [];
+  private readonly spare: Float32Array[] = [];
 
-  constructor(specs: readonly LayerSpec[], weights: (layer: number) => LinearLayerWeights) {
+  constructor(specs: readonly LayerSpec[], weights: (layer: number) => LinearLayerWeights, contextLength: number, checkpoints: StateCheckpointOptions = {}) {
     let maxC = 0;
     let maxD = 0;
     for (let l = 0; l < specs.length; l++) {
@@ -74,6 +103,23 @@ export class LinearAttentionState {
     this.x = new Float32Array(maxC);
     this.delta = new Float64Array(maxD);
     this.o = new Float64Array(maxD);
+    let total = 0;
+    for (const s of this.byLayer.values()) total += s.state.length;
+    this.total = total;
+    this.every = checkpoints.every ?? STATE_CHECKPOINT_DEFAULTS.every;
+    this.max = checkpoints.max ?? stateCheckpointCount(contextLength, this.every);
+    if (!(Number.isInteger(this.every) && this.every > 0)) throw new RangeError(`state checkpoints: every must be a positive integer, got ${this.every}`);
+    if (!(Number.isInteger(this.max) && this.max >= 0)) throw new RangeError(`state checkpoints: max must be a non-negative integer, got ${this.max}`);
+  }
+
+  /** Positions of the checkpoints held, ascending. */
+  checkpointPositions(): number[] {
+    return this.held.map((c) => c.at);
+  }
+
+  /** Bytes of the checkpoints held. */
+  get checkpointBytes(): number {
+    return this.held.length * this.total * 4;
   }
 
   /** Whether the model has linear-attention layers at all. */
@@ -107,15 +153,21 @@ export class LinearAttentionState {
     this.pending = true;
   }
 
-  /** The chunk ran through every layer: the state is at p0 + T. */
+  /** The chunk ran through every layer: the state is at p0 + T (a checkpoint is taken there when one is due). */
   endChunk(tokens: number): void {
     this.at += tokens;
     this.pending = false;
+    if (this.max === 0) return;
+    const last = this.held.length > 0 ? this.held[this.held.length - 1]!.at : 0;
+    if (Math.floor(this.at / this.every) > Math.floor(last / this.every)) this.take();
   }
 
-  /** The largest position ≤ n the state can be cut back to: n itself when it is where the state is, else 0 (no checkpoints yet). */
+  /** The largest position ≤ n the state can be cut back to: n itself when it is where the state is, else the newest checkpoint at or before n, else 0. */
   resumePoint(n: number): number {
-    return n === this.at ? n : 0;
+    if (n === this.at && !this.pending) return n;
+    let best = 0;
+    for (const c of this.held) if (c.at <= n) best = c.at;
+    return best;
   }
 
   /**
@@ -134,14 +186,35 @@ export class LinearAttentionState {
       this.reset();
       return true;
     }
-    if (!this.pending && n === this.at) return true;
-    if (!this.pending && n === this.backupAt) {
+    if (this.pending) return false;
+    if (n === this.at) return true;
+    if (n === this.backupAt) {
       for (const s of this.byLayer.values()) s.state.set(s.backup);
-      this.at = n;
-      this.backupAt = -1;
-      return true;
+    } else {
+      const c = this.held.find((h) => h.at === n);
+      if (c === undefined) return false;
+      let o = 0;
+      for (const s of this.byLayer.values()) {
+        s.state.set(c.data.subarray(o, o + s.state.length));
+        o += s.state.length;
+      }
     }
-    return false;
+    this.at = n;
+    this.backupAt = -1;
+    // what was taken after n is of tokens that are gone
+    for (let i = this.held.length - 1; i >= 0 && this.held[i]!.at > n; i--) this.spare.push(this.held.pop()!.data);
+    return true;
+  }
+
+  private take(): void {
+    if (this.held.length >= this.max) this.spare.push(this.held.splice(thinnestCheckpoint(this.held), 1)[0]!.data);
+    const data = this.spare.pop() ?? new Float32Array(this.total);
+    let o = 0;
+    for (const s of this.byLayer.values()) {
+      data.set(s.state, o);
+      o += s.state.length;
+    }
+    this.held.push({ at: this.at, data });
   }
 
   reset(): void {
@@ -149,6 +222,7 @@ export class LinearAttentionState {
     this.at = 0;
     this.backupAt = -1;
     this.pending = false;
+    while (this.held.length > 0) this.spare.push(this.held.pop()!.data);
   }
 
   /**

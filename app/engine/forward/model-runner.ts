@@ -34,7 +34,7 @@ import type { StageGraph } from './graphs.ts';
 import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
 import { checkLayerSpecs, isLinear, kvOwner, ownsKv, ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
-import { LinearAttentionState } from './linear-attention.ts';
+import { LinearAttentionState, type StateCheckpointOptions } from './linear-attention.ts';
 import type { RopeFrequencies } from '../onnx/ops.ts';
 import { layerAttentionArgs } from './placement/attention-args.ts';
 import { RingCheckpoints, ringKeepRows, ringSlots, windowRingLayers, type RingCheckpointOptions, type RingLayer } from '../kv/ring-checkpoints.ts';
@@ -116,6 +116,8 @@ export interface ModelRunnerOptions {
   windowRings?: boolean;
   /** Checkpoints of the rings for prefix reuse and snapshots (kv/ring-checkpoints.ts; default every 1024 tokens, ringCheckpointCount of them). */
   ringCheckpoints?: RingCheckpointOptions;
+  /** Checkpoints of the linear-attention layers' state for prefix reuse (linear-attention.ts; default every 1024 tokens, stateCheckpointCount of them). */
+  stateCheckpoints?: StateCheckpointOptions;
 }
 
 /** What one layer's KV is: its kind, its slots and the pool bytes of its rows (figures per layer kind). */
@@ -219,6 +221,9 @@ export interface ModelRunner extends TokenRunner {
    * such layers); held beside the pool, with as much again for the rollback of a running chunk.
    */
   readonly recurrentStateBytes: number;
+  /** Bytes of the checkpoints of that state held now (a copy of it each; linear-attention.ts), and their positions (ascending). */
+  readonly recurrentCheckpointBytes: number;
+  recurrentCheckpointPositions(): number[];
   /** Positions of the ring checkpoints held (ascending; empty without window layers). */
   ringCheckpointPositions(): number[];
   /** Offload mode: the latest decode step's bytes crossed, hits and misses per layer (undefined otherwise or before one). */
@@ -378,7 +383,9 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     });
   }
   const ringCheckpoints = new RingCheckpoints(pool, rings, contextLength, options.ringCheckpoints);
-  const recurrent = specs.some(isLinear) ? new LinearAttentionState(specs, (l) => ({ conv: weights.vector(`blk.${l}.ssm_conv1d.weight`), norm: weights.vector(`blk.${l}.ssm_norm.weight`) })) : undefined;
+  const recurrent = specs.some(isLinear)
+    ? new LinearAttentionState(specs, (l) => ({ conv: weights.vector(`blk.${l}.ssm_conv1d.weight`), norm: weights.vector(`blk.${l}.ssm_norm.weight`) }), contextLength, options.stateCheckpoints)
+    : undefined;
   let rowPolicy: RowPolicy | undefined;
   let placement: AttentionPlacement;
   try {
@@ -618,6 +625,14 @@ class Runner implements ModelRunner {
     return this.cfg.recurrent?.bytes ?? 0;
   }
 
+  get recurrentCheckpointBytes(): number {
+    return this.cfg.recurrent?.checkpointBytes ?? 0;
+  }
+
+  recurrentCheckpointPositions(): number[] {
+    return this.cfg.recurrent?.checkpointPositions() ?? [];
+  }
+
   ringCheckpointPositions(): number[] {
     return this.cfg.rings.positions();
   }
@@ -727,7 +742,7 @@ class Runner implements ModelRunner {
     for (;;) {
       const policy = this.active.resumePoint ? this.active.resumePoint(at) : at;
       const rings = this.cfg.rings.resumePoint(this.sequence ? this.sequence.resumePoint(policy) : policy);
-      // a linear-attention state is exact at its own position only (no checkpoints yet): else from 0
+      // a linear-attention state is exact at its own position and at its checkpoints: else from 0
       const next = this.cfg.recurrent ? this.cfg.recurrent.resumePoint(rings) : rings;
       if (next === at) return at;
       at = next;

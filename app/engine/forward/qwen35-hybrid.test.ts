@@ -2,9 +2,9 @@
 // layers with KV rows) changes around the forward pass, on the converter-written F32 fixture
 // (test/fixtures/families/qwen35.ts): the pool keeps rows for the attention layers only and the
 // memory figures count the state instead; prefix reuse is honest about the state (it cannot be cut
-// back, so a prompt that shares only part of the cache starts again from 0 and says so, while one
-// that continues the cache keeps all of it); an abort in the middle of a chunk rolls the state back
-// with the rows; snapshots are refused with a typed reason until they carry the state; policies
+// back: a prompt that shares only part of the cache resumes at the newest state checkpoint before
+// the edit, or at 0 without one, and says so, while one that continues the cache keeps all of it);
+// an abort in the middle of a chunk rolls the state back with the rows; snapshots are refused with a typed reason until they carry the state; policies
 // other than 'full' are refused. Every continuation is held token for token against a fresh run.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { qwen35GgufFixture, qwen35IsLinear, QWEN35_TEST_MODEL } from '../../../test/fixtures/families/qwen35.ts';
@@ -25,7 +25,8 @@ beforeAll(async () => {
 });
 afterAll(() => model?.close());
 
-const make = (): Promise<ModelRunner> => createModelRunner(model, { kvType: 'fp32', contextLength: 256, prefillChunk: 16 });
+// at a context of 256 the default keeps no state checkpoints (one per 1024 tokens): every cut re-prefills from 0
+const make = (options: Parameters<typeof createModelRunner>[1] = {}): Promise<ModelRunner> => createModelRunner(model, { kvType: 'fp32', contextLength: 256, prefillChunk: 16, ...options });
 /** n ids of a fixed walk through the vocabulary (seed s) */
 const prompt = (n: number, s = 1): number[] => Array.from({ length: n }, (_, i) => (i * 7919 + 13 * s) % 151669);
 
@@ -59,6 +60,9 @@ describe('Qwen3.5 hybrid: layers, pool and memory', () => {
       // K and V, 2 KV heads × 64, fp32, 256 tokens, 2 layers
       expect(estimate.kvFullBytes).toBe(2 * 256 * 2 * 2 * 64 * 4);
       expect(estimate.recurrentStateBytes).toBe(2 * runner.recurrentStateBytes); // the state and the chunk's rollback copy
+      expect(estimate.recurrentCheckpointBytes).toBe(0); // none at 256 tokens
+      // at 32K: 8 checkpoints (one per 1024 tokens, at most 8), one state each
+      expect(estimateMemory(model.hyper, { bytesByType: {}, storedBytes: 0 }, 32768, { layers: familyOf(model.hyper).layers(model.hyper), freeBytes: 1e12, totalBytes: 1e12 }).recurrentCheckpointBytes).toBe(8 * runner.recurrentStateBytes);
       console.log(`qwen35 tiny at 256 tokens: KV ${estimate.kvFullBytes} bytes in 2 of 8 layers, recurrent state ${runner.recurrentStateBytes} bytes (+ its rollback copy)`);
     } finally {
       await runner.dispose();
@@ -100,8 +104,8 @@ describe('Qwen3.5 hybrid: prefix reuse is honest about the recurrent state', () 
       expect(c.reused).toBe(cached);
       expect(c.tokens).toEqual(await fresh(cont));
 
-      // diverging late (5 tokens before the end of the cache) and early (at 10): no checkpoints of
-      // the state yet, so both start from 0, and reusedTokens says 0
+      // diverging late (5 tokens before the end of the cache) and early (at 10): no state
+      // checkpoints at this context, so both start from 0, and reusedTokens says 0
       for (const at of [seq.tokens.length - 5, 10]) {
         const edited = seq.tokens.slice();
         edited[at] = (edited[at]! + 1) % 151669;
@@ -113,6 +117,36 @@ describe('Qwen3.5 hybrid: prefix reuse is honest about the recurrent state', () 
       // the runner itself refuses a cut it cannot make exactly
       expect(runner.resumePoint(10)).toBe(0);
       expect(() => runner.truncate(10)).toThrow(/cannot be cut back to 10/);
+    } finally {
+      await runner.dispose();
+      await freshRunner.dispose();
+    }
+  });
+
+  it('with state checkpoints (every 32 tokens, at most 3): an edit resumes at the newest checkpoint before it; == a fresh run', async () => {
+    const runner = await make({ stateCheckpoints: { every: 32, max: 3 } });
+    const freshRunner = await make();
+    try {
+      const seq = new CachedSequence(runner);
+      const draft = prompt(150, 3);
+      await greedy(seq, draft, 2);
+      // chunks of 16 end at 16, 32, ... 144, 150, then the decode step at 151: a checkpoint at the
+      // first chunk end past each multiple of 32 (32, 64, 96, 128), thinned to 3 spread over the draft
+      const points = runner.recurrentCheckpointPositions();
+      console.log(`qwen35 state checkpoints after a 150-token prompt: ${points.join(', ')} (${runner.recurrentCheckpointBytes} bytes)`);
+      expect(points).toEqual([64, 96, 128]);
+      expect(runner.recurrentCheckpointBytes).toBe(3 * runner.recurrentStateBytes);
+      for (const [at, resume] of [[100, 96], [70, 64], [40, 0]] as const) {
+        const edited = seq.tokens.slice();
+        edited[at] = (edited[at]! + 1) % 151669;
+        const held = runner.recurrentCheckpointPositions();
+        const d = await greedy(seq, edited, 12);
+        console.log(`qwen35 edit at ${at} of ${edited.length} (checkpoints ${held.join(', ')}): reusedTokens ${d.reused}`);
+        expect(d.reused).toBe(resume);
+        const s = new CachedSequence(freshRunner);
+        s.clear();
+        expect(d.tokens).toEqual((await greedy(s, edited, 12)).tokens);
+      }
     } finally {
       await runner.dispose();
       await freshRunner.dispose();
