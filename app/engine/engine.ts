@@ -250,7 +250,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
         while (n < limit && ids[n] === prompt[n]) n++;
         return n;
       };
-      const saved = await peekSequenceSnapshot(file, id, await state.runner.skewId(), state.runner.policyStateNeeds(), state.runner.recurrentStateBytes);
+      const saved = await peekSequenceSnapshot(file, id, await state.runner.skewId(), state.runner.policyStateNeeds());
       // what the cache really keeps is its resume point (H2O, SnapKV, InfiniGen and the rings may cut further back)
       if (common(saved) <= state.runner.resumePoint(common(state.sequence.tokens.slice(0, state.sequence.exactTokens)))) return undefined;
       const { bytes } = await restoreSequenceSnapshot(file, state.sequence, id);

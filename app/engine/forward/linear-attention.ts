@@ -206,6 +206,50 @@ export class LinearAttentionState {
     return true;
   }
 
+  /** The layers with a state, ascending, and the floats of each (a snapshot's sections). */
+  stateLayers(): { layer: number; floats: number }[] {
+    return [...this.byLayer.values()].map((s) => ({ layer: s.layer, floats: s.state.length }));
+  }
+
+  /**
+   * Layer ℓ's state at position n, a copy: n must be the state's own position or a checkpoint's
+   * (a resumePoint), else a RangeError.
+   */
+  exportLayer(layer: number, n: number): Float32Array {
+    const s = this.byLayer.get(layer);
+    if (s === undefined) throw new RangeError(`layer ${layer} is not a linear-attention layer`);
+    if (!this.pending && n === this.at) return s.state.slice();
+    const c = this.held.find((h) => h.at === n);
+    if (c === undefined) throw new RangeError(`linear attention: no state at position ${n} (the state is at ${this.at}, checkpoints at ${this.checkpointPositions().join(', ') || 'none'})`);
+    let o = 0;
+    for (const t of this.byLayer.values()) {
+      if (t === s) return c.data.slice(o, o + s.state.length);
+      o += t.state.length;
+    }
+    throw new Error('unreachable');
+  }
+
+  /**
+   * Replaces the state with a restored one at position n: `states` holds every linear layer's
+   * (stateLayers' sizes; values finite), else a RangeError and the state is left empty. The
+   * checkpoints start again from n.
+   */
+  importStates(n: number, states: ReadonlyMap<number, Float32Array>): void {
+    this.reset();
+    for (const s of this.byLayer.values()) {
+      const data = states.get(s.layer);
+      if (data === undefined || data.length !== s.state.length) throw new RangeError(`layer ${s.layer}: a restored state of ${data?.length ?? 'no'} floats, expected ${s.state.length}`);
+      for (let i = 0; i < data.length; i++) {
+        if (!Number.isFinite(data[i]!)) {
+          this.reset();
+          throw new RangeError(`layer ${s.layer}: the restored state holds a non-finite value at ${i}`);
+        }
+      }
+    }
+    for (const s of this.byLayer.values()) s.state.set(states.get(s.layer)!);
+    this.at = n;
+  }
+
   private take(): void {
     if (this.held.length >= this.max) this.spare.push(this.held.splice(thinnestCheckpoint(this.held), 1)[0]!.data);
     const data = this.spare.pop() ?? new Float32Array(this.total);

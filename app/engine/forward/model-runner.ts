@@ -224,6 +224,15 @@ export interface ModelRunner extends TokenRunner {
   /** Bytes of the checkpoints of that state held now (a copy of it each; linear-attention.ts), and their positions (ascending). */
   readonly recurrentCheckpointBytes: number;
   recurrentCheckpointPositions(): number[];
+  /** The linear-attention layers and the floats of each one's state (a snapshot's sections); empty for a model without them. */
+  recurrentLayers(): { layer: number; floats: number }[];
+  /** Layer ℓ's linear-attention state at `tokens` (a resumePoint), a copy, for a snapshot. */
+  exportRecurrent(layer: number, tokens: number): Float32Array;
+  /**
+   * After importSequence(tokens, ...): the linear-attention states at `tokens` (every layer of
+   * recurrentLayers()), so the cache continues as it did. Any failure leaves the cache empty.
+   */
+  importRecurrent(tokens: number, states: ReadonlyMap<number, Float32Array>): void;
   /** Positions of the ring checkpoints held (ascending; empty without window layers). */
   ringCheckpointPositions(): number[];
   /** Offload mode: the latest decode step's bytes crossed, hits and misses per layer (undefined otherwise or before one). */
@@ -631,6 +640,29 @@ class Runner implements ModelRunner {
 
   recurrentCheckpointPositions(): number[] {
     return this.cfg.recurrent?.checkpointPositions() ?? [];
+  }
+
+  recurrentLayers(): { layer: number; floats: number }[] {
+    return this.cfg.recurrent?.stateLayers() ?? [];
+  }
+
+  exportRecurrent(layer: number, tokens: number): Float32Array {
+    this.live();
+    if (!this.cfg.recurrent) throw new RangeError('exportRecurrent: the model has no linear-attention layers');
+    return this.cfg.recurrent.exportLayer(layer, tokens);
+  }
+
+  importRecurrent(tokens: number, states: ReadonlyMap<number, Float32Array>): void {
+    this.live();
+    if (this.busy) throw new LonghandError('ENGINE_BUSY', 'the model runner is running a prefill or decode');
+    if (!this.cfg.recurrent) throw new RangeError('importRecurrent: the model has no linear-attention layers');
+    if (tokens !== this.pos) throw new RangeError(`importRecurrent(${tokens}): the cache holds ${this.pos} tokens`);
+    try {
+      this.cfg.recurrent.importStates(tokens, states);
+    } catch (error) {
+      this.reset();
+      throw error;
+    }
   }
 
   ringCheckpointPositions(): number[] {

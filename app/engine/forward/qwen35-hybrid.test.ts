@@ -4,8 +4,13 @@
 // memory figures count the state instead; prefix reuse is honest about the state (it cannot be cut
 // back: a prompt that shares only part of the cache resumes at the newest state checkpoint before
 // the edit, or at 0 without one, and says so, while one that continues the cache keeps all of it);
-// an abort in the middle of a chunk rolls the state back with the rows; snapshots are refused with a typed reason until they carry the state; policies
+// an abort in the middle of a chunk rolls the state back with the rows; snapshots carry the state
+// (sections 'recurrent.ℓ', format v2) and every damage to it is refused with its typed reason; policies
 // other than 'full' are refused. Every continuation is held token for token against a fresh run.
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { qwen35GgufFixture, qwen35IsLinear, QWEN35_TEST_MODEL } from '../../../test/fixtures/families/qwen35.ts';
 import { argmax } from '../../../test/support/reference-forward.ts';
@@ -15,6 +20,7 @@ import { estimateMemory } from '../model/memory-estimate.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { CachedSequence } from './cached-sequence.ts';
 import { ForwardAbortedError } from './errors.ts';
+import { headerText, resealHeader } from '../kv/snapshot-test-builder.ts';
 import { familyOf } from './layers/families.ts';
 import { createModelRunner, type ModelRunner } from './model-runner.ts';
 import { restoreSequenceSnapshot, saveSequenceSnapshot, type SnapshotIdentity } from './sequence-snapshot.ts';
@@ -180,23 +186,78 @@ describe('Qwen3.5 hybrid: prefix reuse is honest about the recurrent state', () 
   });
 });
 
-describe('Qwen3.5 hybrid: snapshots', () => {
-  it("are refused with a typed code and reason 'recurrent-state' (the format holds rows, not the state)", async () => {
-    const runner = await make();
+describe('Qwen3.5 hybrid: snapshots carry the recurrent state', () => {
+  const identity = { modelSha256: 'ab'.repeat(32), architecture: 'qwen35', layers: 8, heads: 4, kvHeads: 2, headDim: 64, vocabSize: 151936, kvType: 'fp32', policy: 'full', knobs: {} } as SnapshotIdentity;
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'qwen35-snap-'));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('save, restore into a fresh runner, continue: reusedTokens = the snapshot, tokens == a fresh run; damaged state sections and v1 files refused with their typed reason', async () => {
+    const a = await make();
+    const b = await make();
+    const freshRunner = await make();
     try {
-      const seq = new CachedSequence(runner);
-      await greedy(seq, prompt(20), 2);
-      const identity = { modelSha256: 'x', architecture: 'qwen35', layers: 8, heads: 4, kvHeads: 2, headDim: 64, vocabSize: 151936, kvType: 'fp32', policy: 'full', knobs: {} } as SnapshotIdentity;
-      const save = await saveSequenceSnapshot('/nonexistent/never-written.lhkv', seq, identity).then(() => undefined, (e: unknown) => e);
-      expect(save).toBeInstanceOf(LonghandError);
-      expect((save as LonghandError).code).toBe('SNAPSHOT_UNWRITABLE');
-      expect((save as LonghandError).details).toMatchObject({ reason: 'recurrent-state' });
-      const restore = await restoreSequenceSnapshot('/nonexistent/never-written.lhkv', seq, identity).then(() => undefined, (e: unknown) => e);
-      expect((restore as LonghandError).code).toBe('SNAPSHOT_MISMATCH');
-      expect((restore as LonghandError).details).toMatchObject({ reason: 'recurrent-state' });
-      expect(seq.tokens.length).toBe(21); // a refused restore leaves the cache as it was
+      const seq = new CachedSequence(a);
+      const first = await greedy(seq, prompt(45, 4), 6);
+      const file = join(dir, 'doc.lhkv');
+      const saved = await saveSequenceSnapshot(file, seq, identity);
+      expect(saved.tokens).toBe(45 + 5); // the prompt and the decoded tokens (the last one was never fed)
+      const bytes = new Uint8Array(readFileSync(file));
+      const header = JSON.parse(headerText(bytes)) as { sections: { name: string; offset: number; bytes: number; sha256: string }[] };
+      const stateSections = header.sections.filter((x) => x.name.startsWith('recurrent.')).map((x) => x.name);
+      expect(stateSections).toEqual(['recurrent.0', 'recurrent.1', 'recurrent.2', 'recurrent.4', 'recurrent.5', 'recurrent.6']);
+      expect(header.sections.find((x) => x.name === 'layer.0')!.bytes).toBe(0); // a linear layer has no rows
+
+      const seqB = new CachedSequence(b);
+      const restored = await restoreSequenceSnapshot(file, seqB, identity);
+      expect(restored.tokens).toBe(saved.tokens);
+      const next = [...seq.tokens, first.tokens.at(-1)!, ...prompt(7, 6)];
+      const continued = await greedy(seqB, next, 12);
+      console.log(`qwen35 snapshot of ${saved.tokens} tokens (${saved.bytes} bytes, ${stateSections.length} state sections) restored in a fresh runner: reusedTokens ${continued.reused}`);
+      expect(continued.reused).toBe(saved.tokens);
+      const fresh = new CachedSequence(freshRunner);
+      expect(continued.tokens).toEqual((await greedy(fresh, next, 12)).tokens);
+
+      // the damage a state section can take, each refused before the cache is half-restored
+      const at = (name: string) => header.sections.find((x) => x.name === name)!;
+      const s0 = at('recurrent.0');
+      const write = (name: string, data: Uint8Array): string => {
+        const p = join(dir, `${name}.lhkv`);
+        writeFileSync(p, data);
+        return p;
+      };
+      const flipped = bytes.slice();
+      flipped[s0.offset + 100]! ^= 0x10;
+      const v1 = bytes.slice();
+      new DataView(v1.buffer).setUint32(8, 1, true);
+      const renamed = resealHeader(bytes, headerText(bytes).replace('"recurrent.0"', '"recurrent.9"'));
+      // a NaN with its section checksum redone: only the value check can catch it
+      const nan = bytes.slice();
+      new DataView(nan.buffer).setFloat32(s0.offset + 8, Number.NaN, true);
+      const nanHeader = headerText(bytes).replace(s0.sha256, createHash('sha256').update(nan.subarray(s0.offset, s0.offset + s0.bytes)).digest('hex'));
+      const cases: [string, string, string, string][] = [
+        ['flipped byte in a state section', write('flip', flipped), 'SNAPSHOT_CORRUPT', 'checksum'],
+        ['truncated in a state section', write('trunc', bytes.subarray(0, s0.offset + 64)), 'SNAPSHOT_CORRUPT', 'truncated'],
+        ['a state section missing', write('missing', renamed), 'SNAPSHOT_CORRUPT', 'layout'],
+        ['a non-finite state value', write('nan', resealHeader(nan, nanHeader)), 'SNAPSHOT_CORRUPT', 'layout'],
+        ['format v1 (no state sections)', write('v1', v1), 'SNAPSHOT_VERSION', 'version'],
+      ];
+      for (const [what, file2, code, reason] of cases) {
+        const target = new CachedSequence(b);
+        target.clear();
+        const error = await restoreSequenceSnapshot(file2, target, identity).then(() => undefined, (e: unknown) => e);
+        console.log(`qwen35 snapshot, ${what}: ${(error as LonghandError).code} (${String((error as LonghandError).details?.reason)})`);
+        expect(error).toBeInstanceOf(LonghandError);
+        expect((error as LonghandError).code).toBe(code);
+        expect((error as LonghandError).details).toMatchObject({ reason });
+        expect(b.position).toBe(0);
+      }
     } finally {
-      await runner.dispose();
+      await a.dispose();
+      await b.dispose();
+      await freshRunner.dispose();
     }
   });
 });

@@ -8,11 +8,13 @@
 //         layer, the window before n of a sliding-window layer's ring, from the ring or from its
 //         checkpoint at n, kv/ring-checkpoints.ts), 'infinigen' (float64 energies, under InfiniGen),
 //         'policy.<name>' (H2O's accumulated mass, SnapKV's window queries at n, under those
-//         policies: their state is not in the rows) ─► written atomically
+//         policies: their state is not in the rows), 'recurrent.ℓ' (a linear-attention layer's
+//         state at n: Qwen3.5; its 'layer.ℓ' is empty) ─► written atomically
 //   restore: open (bounds, version) ─► the meta must fit the loaded model: file sha256, shape,
 //         vocabulary, KV type; under InfiniGen also its sparse layers, r and the skew ─► ids checked
 //         against the vocabulary ─► each layer's section read (sha256 checked) straight into the
-//         pool's import ─► nothing is recomputed
+//         pool's import, the linear-attention states (read and checked first) into the runner's
+//         ─► nothing is recomputed
 // What fits: the rows are the dense ones whatever policy was running, so a snapshot restores under
 // any policy with the same model and KV type; InfiniGen needs the energies, so it restores only
 // snapshots written under InfiniGen with the same denseLayers, partialRatio and skew; H2O and SnapKV
@@ -47,7 +49,6 @@ const POLICY_SECTION = 'policy';
 
 export async function saveSequenceSnapshot(path: string, sequence: CachedSequence, identity: SnapshotIdentity): Promise<{ tokens: number; bytes: number }> {
   const runner = sequence.runner;
-  refuseRecurrent(runner.recurrentStateBytes, path, 'SNAPSHOT_UNWRITABLE');
   const n = runner.resumePoint(sequence.exactTokens);
   const ids = Int32Array.from(sequence.tokens.slice(0, n)); // [n]
   const skew = await runner.skewId();
@@ -69,6 +70,9 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
       },
     });
   }
+  for (const { layer, floats } of runner.recurrentLayers()) {
+    sections.push({ name: `${RECURRENT_SECTION}.${layer}`, bytes: floats * 4, read: () => new Uint8Array(runner.exportRecurrent(layer, n).buffer) });
+  }
   if (ig) sections.push(...infinigenSections(ig));
   if (own) sections.push(...policySections(own));
   const meta: SnapshotMeta = { ...identity, skew, tokens: n, createdAt: new Date().toISOString() };
@@ -77,8 +81,7 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
 }
 
 /** The ids a snapshot holds, after checking that it fits, its policy state included (`needs`: runner.policyStateNeeds()), for choosing whether to restore it. */
-export async function peekSequenceSnapshot(path: string, identity: SnapshotIdentity, skew: string | null, needs?: { policy: string; layers: number[] }, recurrentStateBytes = 0): Promise<number[]> {
-  refuseRecurrent(recurrentStateBytes, path, 'SNAPSHOT_MISMATCH');
+export async function peekSequenceSnapshot(path: string, identity: SnapshotIdentity, skew: string | null, needs?: { policy: string; layers: number[] }): Promise<number[]> {
   const reader = await openSnapshotFile(path);
   try {
     const ids = await checkedIds(reader, identity, skew);
@@ -95,7 +98,6 @@ export async function peekSequenceSnapshot(path: string, identity: SnapshotIdent
  */
 export async function restoreSequenceSnapshot(path: string, sequence: CachedSequence, identity: SnapshotIdentity): Promise<{ tokens: number; bytes: number }> {
   const runner = sequence.runner;
-  refuseRecurrent(runner.recurrentStateBytes, path, 'SNAPSHOT_MISMATCH');
   const reader = await openSnapshotFile(path);
   try {
     const ids = await checkedIds(reader, identity, await runner.skewId());
@@ -108,9 +110,12 @@ export async function restoreSequenceSnapshot(path: string, sequence: CachedSequ
     const ig = identity.policy === 'infinigen' ? await readInfinigen(reader, path) : undefined;
     const needs = runner.policyStateNeeds();
     const own = needs && n > 0 ? await readPolicyState(reader, path, needs, true) : undefined;
+    // read and checked before the cache is touched, like the rest
+    const recurrent = runner.recurrentLayers().length > 0 ? await readRecurrent(reader, path, runner.recurrentLayers()) : undefined;
     sequence.clear();
     try {
       await runner.importSequence(n, async (l, into) => void (await reader.readSection(`layer.${l}`, into)), ig, own);
+      if (recurrent) runner.importRecurrent(n, recurrent);
     } catch (error) {
       sequence.clear();
       if (error instanceof LonghandError && error.code.startsWith('SNAPSHOT_')) throw error;
@@ -125,14 +130,25 @@ export async function restoreSequenceSnapshot(path: string, sequence: CachedSequ
 }
 
 /**
- * A model with linear-attention layers (Qwen3.5) keeps a recurrent state that this snapshot format
- * (rows per layer) does not hold: writing one would restore rows without the state, so it is
- * refused, as is restoring any snapshot into such a model (details.reason 'recurrent-state'),
- * until the format carries the state.
+ * A model with linear-attention layers (Qwen3.5) keeps a state per such layer instead of rows:
+ * section 'recurrent.<ℓ>' holds layer ℓ's, float32 (linear-attention.ts: its matrices, then its
+ * convolution tail) at the snapshot's tokens. Restoring checks each is there with its size and
+ * finite values (SNAPSHOT_CORRUPT otherwise; the checksums cover the bytes).
  */
-function refuseRecurrent(stateBytes: number, path: string, code: 'SNAPSHOT_UNWRITABLE' | 'SNAPSHOT_MISMATCH'): void {
-  if (stateBytes <= 0) return;
-  throw new LonghandError(code, `${path}: the model has linear-attention layers whose recurrent state (${stateBytes} bytes) KV snapshots do not hold yet`, { reason: 'recurrent-state', path });
+const RECURRENT_SECTION = 'recurrent';
+
+async function readRecurrent(reader: SnapshotReader, path: string, layers: readonly { layer: number; floats: number }[]): Promise<Map<number, Float32Array>> {
+  const out = new Map<number, Float32Array>();
+  for (const { layer, floats } of layers) {
+    const name = `${RECURRENT_SECTION}.${layer}`;
+    const found = reader.sections.find((x) => x.name === name);
+    if (!found || found.bytes !== floats * 4) throw corrupt(path, `section ${name} has ${found?.bytes ?? 'no'} bytes, ${floats * 4} expected (the linear-attention state of layer ${layer})`);
+    const data = new Float32Array(floats);
+    await reader.readSection(name, new Uint8Array(data.buffer));
+    if (data.some((x) => !Number.isFinite(x))) throw corrupt(path, `section ${name} holds a non-finite value`);
+    out.set(layer, data);
+  }
+  return out;
 }
 
 async function checkedIds(reader: SnapshotReader, identity: SnapshotIdentity, skew: string | null): Promise<number[]> {
