@@ -5,8 +5,9 @@
 // back: a prompt that shares only part of the cache resumes at the newest state checkpoint before
 // the edit, or at 0 without one, and says so, while one that continues the cache keeps all of it);
 // an abort in the middle of a chunk rolls the state back with the rows; snapshots carry the state
-// (sections 'recurrent.ℓ', format v2) and every damage to it is refused with its typed reason; policies
-// other than 'full' are refused. Every continuation is held token for token against a fresh run.
+// (sections 'recurrent.ℓ', format v2) and every damage to it is refused with its typed reason; the
+// comparison policies act on the attention layers only, InfiniGen is refused. Every continuation is
+// held token for token against a fresh run.
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -75,14 +76,42 @@ describe('Qwen3.5 hybrid: layers, pool and memory', () => {
     }
   });
 
-  it("policies other than 'full' are refused with a UsageError naming why", async () => {
-    for (const policy of ['infinigen', 'h2o', 'streaming'] as const) {
-      const error = await createModelRunner(model, { policy, contextLength: 64 }).then(
-        () => undefined,
-        (e: unknown) => e,
-      );
-      expect(error).toBeInstanceOf(UsageError);
-      expect((error as Error).message).toMatch(/Qwen3\.5 .*runs policy 'full' only/);
+  it("InfiniGen is refused with a UsageError naming why (its speculation from a linear layer's input is not built)", async () => {
+    const error = await createModelRunner(model, { policy: 'infinigen', contextLength: 64 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(UsageError);
+    expect((error as Error).message).toMatch(/Qwen3\.5 .*InfiniGen/);
+  });
+
+  it('the comparison policies select on the attention layers only; a Continue after their decode steps == a fresh run of the same policy', async () => {
+    // one pair of runners, the policy switched in place (the stages and the pool are the same for all)
+    const runner = await make();
+    const freshRunner = await make();
+    try {
+      for (const policy of ['streaming', 'h2o', 'quest', 'oracle', 'snapkv'] as const) {
+        const options = { policy, sparse: { budget: 24, recent: 8, sinks: 2 } };
+        for (const r of [runner, freshRunner]) {
+          r.reset();
+          expect(r.tryAdoptPolicy(options)).toBe(true);
+        }
+        const seq = new CachedSequence(runner);
+        const first = await greedy(seq, prompt(64), 8);
+        const stats = runner.lastStepStats()!;
+        // layers 3 and 7 selected fewer rows than they could; the linear layers have no rows at all
+        expect(stats.layers.filter((l) => !l.dense).map((l) => l.layer)).toEqual([3, 7]);
+        for (const l of stats.layers) if (l.layer % 4 !== 3) expect(l.candidates).toBe(0);
+        for (const l of [3, 7]) expect(stats.layers[l]!.selected).toBeLessThan(stats.layers[l]!.candidates);
+        const next = [...seq.tokens, first.tokens.at(-1)!, ...prompt(5, 7)];
+        const c = await greedy(seq, next, 8);
+        // the decoded tokens attended sparsely: they and the state after them are recomputed (no checkpoint at this context)
+        expect(c.reused).toBe(0);
+        expect(c.tokens).toEqual((await greedy(new CachedSequence(freshRunner), next, 8)).tokens);
+      }
+    } finally {
+      await runner.dispose();
+      await freshRunner.dispose();
     }
   });
 });

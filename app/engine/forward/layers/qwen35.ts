@@ -5,11 +5,12 @@
 // σ(gate) from the query projection's second half per head; qwen35-graph.ts). Every layer: RMSNorm
 // before the mixer and before the SwiGLU MLP (post_attention_norm), residual adds after each.
 //
-// Only the attention layers keep KV rows, so only they have row policies. What runs today: policy
-// 'full', onnxruntime's stages. The other policies are refused until they are checked on hybrid
-// models (InfiniGen's speculation for an attention layer would run from the input of the linear layer
-// before it; the comparison policies act on the attention layers only); native stages until the C++
-// stages learn the gated attention and the linear layers' projections.
+// Only the attention layers keep KV rows, so only they have row policies: 'full' and the comparison
+// policies run (they select on the attention layers; the step loop never asks them about a linear
+// layer). InfiniGen is refused until its speculative query for an attention layer is computed from
+// the input of the linear layer before it (nextKvLayer) and its calibration skips the linear layers.
+// The dense stages are onnxruntime's; the native ones are refused until the C++ stages learn the
+// gated attention and the linear layers' projections.
 import { QWEN35_TENSORS } from '../../model/arch/qwen35.ts';
 import type { ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
@@ -39,8 +40,7 @@ export const QWEN35_FAMILY: ModelFamily = {
   layers: qwen35Layers,
   embedding: () => ({ tokenTable: 'token_embd.weight', positions: undefined, scale: 1 }),
   contextLimit: () => undefined,
-  policyRefusal: (policy) =>
-    policy === 'full' ? undefined : `Qwen3.5 (hybrid linear attention) runs policy 'full' only so far; '${policy}' is not checked on its attention layers yet`,
+  policyRefusal: (policy) => (policy === 'infinigen' ? `Qwen3.5 (hybrid linear attention): InfiniGen's speculation from a linear layer's input is not built yet; use 'full' or a comparison policy` : undefined),
   onnxStage: qwen35StageGraph,
   nativeStages: { kind: 'none', reason: 'the native stages have no gated attention or linear-attention projections yet (Qwen3.5 runs onnxruntime stages)' },
 };
