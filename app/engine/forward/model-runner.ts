@@ -1039,8 +1039,12 @@ function argmax(x: Float32Array): number {
  * attention is refused (the step loop runs attention layers only; plan.ts says so too).
  */
 function layerRowShapes(specs: readonly LayerSpec[]): LayerRowShape[] {
+  // a linear-attention layer: 0 KV heads (no rows; its state is held beside the pool), with the
+  // attention layers' head dim so that per-layer checks of a row width (skew calibration) hold
+  const firstAttention = specs.find((spec) => spec.attention.kind === 'attention')?.attention;
+  const linearHeadDim = firstAttention?.kind === 'attention' ? firstAttention.headDim : 1;
   return specs.map((spec, l) => {
-    if (isLinear(spec)) return { kvHeads: 0, headDim: 0 }; // no rows: its state is held beside the pool
+    if (isLinear(spec)) return { kvHeads: 0, headDim: linearHeadDim };
     const owner = kvOwner(specs, l);
     const a = owner === undefined ? undefined : specs[owner]!.attention;
     if (a === undefined || a.kind !== 'attention') throw new UsageError(`layer ${l} has no attention (no KV rows): the forward pass runs attention layers only`, { field: 'model', layer: l });

@@ -6,8 +6,9 @@
 // the edit, or at 0 without one, and says so, while one that continues the cache keeps all of it);
 // an abort in the middle of a chunk rolls the state back with the rows; snapshots carry the state
 // (sections 'recurrent.ℓ', format v2) and every damage to it is refused with its typed reason; the
-// comparison policies act on the attention layers only, InfiniGen is refused. Every continuation is
-// held token for token against a fresh run.
+// policies act on the attention layers only (InfiniGen's speculative query for an attention layer
+// comes from the input of the linear layer before it). Every continuation is held token for token
+// against a fresh run.
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,7 +16,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { qwen35GgufFixture, qwen35IsLinear, QWEN35_TEST_MODEL } from '../../../test/fixtures/families/qwen35.ts';
 import { argmax } from '../../../test/support/reference-forward.ts';
-import { LonghandError, UsageError } from '../../common/errors.ts';
+import { LonghandError } from '../../common/errors.ts';
 import { loadModel } from '../model/load-model.ts';
 import { estimateMemory } from '../model/memory-estimate.ts';
 import type { LoadedModel } from '../model/types.ts';
@@ -76,13 +77,26 @@ describe('Qwen3.5 hybrid: layers, pool and memory', () => {
     }
   });
 
-  it("InfiniGen is refused with a UsageError naming why (its speculation from a linear layer's input is not built)", async () => {
-    const error = await createModelRunner(model, { policy: 'infinigen', contextLength: 64 }).then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-    expect(error).toBeInstanceOf(UsageError);
-    expect((error as Error).message).toMatch(/Qwen3\.5 .*InfiniGen/);
+  it("InfiniGen speculates for each attention layer from the input of the linear layer before it; it selects on layers 3 and 7 only; a Continue == a fresh run", async () => {
+    const options = { policy: 'infinigen' as const, infinigen: { fetchCap: 0.3 } };
+    const runner = await make(options);
+    const freshRunner = await make(options);
+    try {
+      const seq = new CachedSequence(runner);
+      const first = await greedy(seq, prompt(96), 8);
+      const stats = runner.lastStepStats()!;
+      console.log(`qwen35 infinigen: skew from ${runner.skewSource}; layer 3 selected ${stats.layers[3]!.selected} of ${stats.layers[3]!.candidates}, layer 7 ${stats.layers[7]!.selected} of ${stats.layers[7]!.candidates}`);
+      expect(stats.layers.filter((l) => !l.dense).map((l) => l.layer)).toEqual([3, 7]);
+      for (const l of stats.layers) if (l.layer % 4 !== 3) expect(l.candidates).toBe(0);
+      for (const l of [3, 7]) expect(stats.layers[l]!.selected).toBeLessThan(stats.layers[l]!.candidates);
+      const next = [...seq.tokens, first.tokens.at(-1)!, ...prompt(5, 7)];
+      const c = await greedy(seq, next, 8);
+      expect(c.reused).toBe(0); // the sparse decode steps (and the state after them) are recomputed
+      expect(c.tokens).toEqual((await greedy(new CachedSequence(freshRunner), next, 8)).tokens);
+    } finally {
+      await runner.dispose();
+      await freshRunner.dispose();
+    }
   });
 
   it('the comparison policies select on the attention layers only; a Continue after their decode steps == a fresh run of the same policy', async () => {

@@ -212,7 +212,10 @@ export class StepLoop {
       const attn = T === 1 ? this.attnOne.subarray(0, qw) : new Float32Array(T * qw); // [T, attnWidths(ℓ)]
       let a = performance.now();
       if (linear[l]) {
-        // no rows, no policy: the layer's state takes the chunk (the trace keeps its zeros)
+        // no rows, no policy: the layer's state takes the chunk (the trace keeps its zeros); the
+        // attention layer after it may select from this layer's input (InfiniGen's q̃)
+        const qSpec = sparse ? (out.q_spec?.data as Float32Array | undefined) : undefined;
+        if (qSpec && l + 1 < layers) this.plan[l + 1]!.prefetch?.(l + 1, qSpec);
         recurrent!.run(l, out, T, attn);
         this.t.attention += performance.now() - a;
       } else {

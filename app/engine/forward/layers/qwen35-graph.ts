@@ -22,7 +22,6 @@ import { blk, finishStage, lmHead, startStage, stageRope, type StageGraph, type 
 /** Stage `s` (0..L) of a Qwen3.5 model. */
 export function qwen35StageGraph(w: ModelWeights, s: number, opts: StageOptions): StageGraph {
   const { hyper, d, L, eps, g, h, inputs } = startStage(w, s);
-  if (opts.speculateNext === true) throw new Error('Qwen3.5 stages: no speculative query (InfiniGen is refused for hybrid models)');
   const lin = hyper.linearAttention!;
   const H = hyper.heads;
   const hd = hyper.headDim;
@@ -59,6 +58,45 @@ export function qwen35StageGraph(w: ModelWeights, s: number, opts: StageOptions)
     lmHead(g, w, normed, hyper.vocabSize);
     return finishStage(g, inputs);
   }
+  // InfiniGen: layer s+1's query from this layer's normed input, as layer s+1 computes it (its query
+  // half of W_q per head, its q norm, its RoPE), when layer s+1 is an attention layer
+  const speculate = opts.speculateNext === true && s + 1 < L && !lin.layers[s + 1];
+  let pos: string | undefined;
+  let caches: RopeCaches | undefined;
+  // the step feeds a stage its own layer's RoPE rows as rope_cos/rope_sin and layer s+1's as
+  // spec_rope_cos/spec_rope_sin; a linear layer has none of its own, so its q̃ reads the latter
+  const ropeInputs = (): { pos: string; caches: RopeCaches } => {
+    if (pos === undefined || caches === undefined) {
+      pos = g.input('pos', 'int64', [1, 'T']);
+      inputs.push('pos');
+      if (lin.layers[s]) {
+        const freq = stageRope(hyper);
+        const half = (freq.rotaryDim ?? freq.headDim) / 2;
+        caches = { cos: g.input('spec_rope_cos', 'float32', ['T', half]), sin: g.input('spec_rope_sin', 'float32', ['T', half]), options: freq };
+        inputs.push('spec_rope_cos', 'spec_rope_sin');
+      } else {
+        caches = addRopeInputs(g, stageRope(hyper));
+        inputs.push('rope_cos', 'rope_sin');
+      }
+    }
+    return { pos, caches };
+  };
+  /** Layer l's gated query projection of `normed`, split per head into its query (normed, rotated) and its gate. */
+  const query = (l: number, tag: string): { q: string; gate: string } => {
+    const { pos: p, caches: c } = ropeInputs();
+    const qFull = linear(g, normed, w.linear(blk(l, 'attn_q.weight')), `l${l}.${tag}_full`); // [1, T, H·2hd]
+    const perHead = g.initializer(`l${l}.${tag}_full_shape`, { elemType: 'int64', dims: [4], data: new BigInt64Array([0n, 0n, BigInt(H), BigInt(2 * hd)]) });
+    const flat = g.initializer(`l${l}.${tag}_flat_shape`, { elemType: 'int64', dims: [3], data: new BigInt64Array([0n, 0n, BigInt(qw)]) });
+    const split = g.op('Reshape', [qFull, perHead], {}, { name: `l${l}.${tag}_heads` });
+    const axis = g.initializer(`l${l}.${tag}_axis`, { elemType: 'int64', dims: [1], data: new BigInt64Array([3n]) });
+    const at = (name: string, v: number): string => g.initializer(`l${l}.${tag}_${name}`, { elemType: 'int64', dims: [1], data: new BigInt64Array([BigInt(v)]) });
+    const qPart = g.op('Slice', [split, at('q_start', 0), at('q_end', hd), axis], {}, { name: `l${l}.${tag}_q_part` });
+    const gatePart = g.op('Slice', [split, at('gate_start', hd), at('gate_end', 2 * hd), axis], {}, { name: `l${l}.${tag}_gate_part` });
+    const q0 = g.op('Reshape', [qPart, flat], {}, { name: `l${l}.${tag}_q_flat` });
+    const gate = g.op('Reshape', [gatePart, flat], {}, { name: `l${l}.${tag}_gate_flat` });
+    const qNormed = perHeadRmsNorm(g, q0, w.vector(blk(l, 'attn_q_norm.weight')), H, eps, `l${l}.${tag}_norm`);
+    return { q: rope(g, qNormed, p, c, H, `l${l}.${tag}_rope`), gate };
+  };
   if (lin.layers[s]) {
     const convDim = (2 * lin.keyHeads + lin.valueHeads) * lin.headDim;
     const qkv = linear(g, normed, w.linear(blk(s, 'attn_qkv.weight')), `l${s}.qkv`);
@@ -76,25 +114,12 @@ export function qwen35StageGraph(w: ModelWeights, s: number, opts: StageOptions)
     g.output(g.rename(beta, 'lin_beta'), 'float32', [1, 'T', lin.valueHeads]);
     g.output(g.rename(decay, 'lin_decay'), 'float32', [1, 'T', lin.valueHeads]);
   } else {
-    const pos = g.input('pos', 'int64', [1, 'T']);
-    const caches: RopeCaches = addRopeInputs(g, stageRope(hyper));
-    inputs.push('pos', 'rope_cos', 'rope_sin');
+    const { pos: p, caches: c } = ropeInputs();
     const kvw = hyper.kvHeads * hd;
-    const qFull = linear(g, normed, w.linear(blk(s, 'attn_q.weight')), `l${s}.q_full`); // [1, T, H·2hd]
-    const perHead = g.initializer(`l${s}.q_full_shape`, { elemType: 'int64', dims: [4], data: new BigInt64Array([0n, 0n, BigInt(H), BigInt(2 * hd)]) });
-    const flat = g.initializer(`l${s}.q_flat_shape`, { elemType: 'int64', dims: [3], data: new BigInt64Array([0n, 0n, BigInt(qw)]) });
-    const split = g.op('Reshape', [qFull, perHead], {}, { name: `l${s}.q_full_heads` });
-    const axis = g.initializer(`l${s}.q_axis`, { elemType: 'int64', dims: [1], data: new BigInt64Array([3n]) });
-    const at = (name: string, v: number): string => g.initializer(`l${s}.${name}`, { elemType: 'int64', dims: [1], data: new BigInt64Array([BigInt(v)]) });
-    const qPart = g.op('Slice', [split, at('q_start', 0), at('q_end', hd), axis], {}, { name: `l${s}.q_part` });
-    const gatePart = g.op('Slice', [split, at('gate_start', hd), at('gate_end', 2 * hd), axis], {}, { name: `l${s}.gate_part` });
-    const q0 = g.op('Reshape', [qPart, flat], {}, { name: `l${s}.q_flat` });
-    const gate = g.op('Reshape', [gatePart, flat], {}, { name: `l${s}.gate_flat` });
-    const qNormed = perHeadRmsNorm(g, q0, w.vector(blk(s, 'attn_q_norm.weight')), H, eps, `l${s}.q_norm`);
-    const q = rope(g, qNormed, pos, caches, H, `l${s}.q_rope`);
+    const { q, gate } = query(s, 'q');
     const kProjected = linear(g, normed, w.linear(blk(s, 'attn_k.weight')), `l${s}.k_proj`);
     const kNormed = perHeadRmsNorm(g, kProjected, w.vector(blk(s, 'attn_k_norm.weight')), hyper.kvHeads, eps, `l${s}.k_norm`);
-    const k = rope(g, kNormed, pos, caches, hyper.kvHeads, `l${s}.k_rope`);
+    const k = rope(g, kNormed, p, c, hyper.kvHeads, `l${s}.k_rope`);
     const v = linear(g, normed, w.linear(blk(s, 'attn_v.weight')), `l${s}.v_proj`);
     g.output(g.rename(q, 'q'), 'float32', [1, 'T', qw]);
     g.output(g.rename(k, 'k'), 'float32', [1, 'T', kvw]);
@@ -102,5 +127,6 @@ export function qwen35StageGraph(w: ModelWeights, s: number, opts: StageOptions)
     g.output(g.rename(gate, 'gate'), 'float32', [1, 'T', qw]);
   }
   if (s > 0) g.output(g.rename(residual, 'h_next'), 'float32', [1, 'T', d]);
+  if (speculate) g.output(g.rename(query(s + 1, 'q_spec').q, 'q_spec'), 'float32', [1, 'T', qw]);
   return finishStage(g, inputs);
 }

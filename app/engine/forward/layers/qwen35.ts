@@ -5,12 +5,13 @@
 // σ(gate) from the query projection's second half per head; qwen35-graph.ts). Every layer: RMSNorm
 // before the mixer and before the SwiGLU MLP (post_attention_norm), residual adds after each.
 //
-// Only the attention layers keep KV rows, so only they have row policies: 'full' and the comparison
-// policies run (they select on the attention layers; the step loop never asks them about a linear
-// layer). InfiniGen is refused until its speculative query for an attention layer is computed from
-// the input of the linear layer before it (nextKvLayer) and its calibration skips the linear layers.
-// The dense stages are onnxruntime's; the native ones are refused until the C++ stages learn the
-// gated attention and the linear layers' projections.
+// Only the attention layers keep KV rows, so only they have row policies: every policy runs and
+// selects on the attention layers (the step loop never asks a policy about a linear layer; the pool
+// and InfiniGen's shape see a linear layer as 0 KV heads). InfiniGen's speculative query for an
+// attention layer comes from the stage of the linear layer before it (its normed input through the
+// attention layer's query half, q norm and RoPE, qwen35-graph.ts), as the paper's rule says: from
+// the input of the layer before it. The dense stages are onnxruntime's; the native ones are
+// refused until the C++ stages learn the gated attention and the linear layers' projections.
 import { QWEN35_TENSORS } from '../../model/arch/qwen35.ts';
 import type { ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
@@ -40,7 +41,7 @@ export const QWEN35_FAMILY: ModelFamily = {
   layers: qwen35Layers,
   embedding: () => ({ tokenTable: 'token_embd.weight', positions: undefined, scale: 1 }),
   contextLimit: () => undefined,
-  policyRefusal: (policy) => (policy === 'infinigen' ? `Qwen3.5 (hybrid linear attention): InfiniGen's speculation from a linear layer's input is not built yet; use 'full' or a comparison policy` : undefined),
+  policyRefusal: () => undefined,
   onnxStage: qwen35StageGraph,
   nativeStages: { kind: 'none', reason: 'the native stages have no gated attention or linear-attention projections yet (Qwen3.5 runs onnxruntime stages)' },
 };
