@@ -17,6 +17,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { qwen35GgufFixture, qwen35IsLinear, QWEN35_TEST_MODEL } from '../../../test/fixtures/families/qwen35.ts';
 import { argmax } from '../../../test/support/reference-forward.ts';
 import { LonghandError } from '../../common/errors.ts';
+import { GenerateParamsSchema, LoadOptionsSchema } from '../../common/protocol.ts';
+import { createEngineCore } from '../engine.ts';
 import { loadModel } from '../model/load-model.ts';
 import { estimateMemory } from '../model/memory-estimate.ts';
 import type { LoadedModel } from '../model/types.ts';
@@ -301,6 +303,35 @@ describe('Qwen3.5 hybrid: snapshots carry the recurrent state', () => {
       await a.dispose();
       await b.dispose();
       await freshRunner.dispose();
+    }
+  });
+});
+
+describe('Qwen3.5 hybrid through the engine', () => {
+  it('loads (kvLayers: 6 linear, 2 global), generates, and a Continue reuses the whole cache (done.cache.reusedTokens)', async () => {
+    const core = createEngineCore(() => {});
+    try {
+      const info = await core.load(LoadOptionsSchema.parse({ modelPath: qwen35GgufFixture('F32'), threads: 1, contextLength: 256, prefillChunk: 32, kvType: 'fp32' }));
+      expect(info.architecture).toBe('qwen35');
+      expect(info.kvLayers?.map((l) => l.kind)).toEqual(['linear', 'linear', 'linear', 'global', 'linear', 'linear', 'linear', 'global']);
+      const params = GenerateParamsSchema.parse({ maxTokens: 6, stopOnEos: false, sampling: { temperature: 0 } });
+      const gen = async (ids: number[]): Promise<{ ids: number[]; reused: number }> => {
+        const out: number[] = [];
+        let reused = -1;
+        for await (const e of core.generate({ ids }, params, new AbortController().signal)) {
+          if (e.kind === 'token') out.push(e.id);
+          else if (e.kind === 'done') reused = e.cache?.reusedTokens ?? -1;
+        }
+        return { ids: out, reused };
+      };
+      const p1 = prompt(40, 8);
+      const a = await gen(p1);
+      const p2 = [...p1, ...a.ids, ...prompt(4, 9)];
+      const b = await gen(p2);
+      console.log(`qwen35 through the engine: a Continue reused ${b.reused} of ${p2.length} prompt tokens`);
+      expect(b.reused).toBe(p1.length + a.ids.length - 1); // everything cached: the prompt and the tokens fed back
+    } finally {
+      await core.unload();
     }
   });
 });
