@@ -108,6 +108,31 @@ describe('Qwen3.5 vs llama.cpp: next-token distributions per file type', () => {
   }, 600_000);
 });
 
+describe('Qwen3.5 with the multi-token-prediction block the converter appends', () => {
+  it("runs the model layers only (as llama.cpp does): the logits of the file without it, and llama.cpp's next token", async () => {
+    const withMtp = await loadModel(qwen35GgufFixture('F32', true));
+    const plain = await loadModel(qwen35GgufFixture('F32'));
+    try {
+      expect(withMtp.hyper.layers).toBe(8); // block_count 9, nextn_predict_layers 1
+      expect(withMtp.tensors.has('blk.8.nextn.eh_proj.weight')).toBe(true);
+      const logits: Float32Array[] = [];
+      for (const model of [withMtp, plain]) {
+        const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 64, prefillChunk: 16 });
+        logits.push(await runner.prefill(ids.slice(0, 20)));
+        await runner.dispose();
+      }
+      expect(logits[0]).toEqual(logits[1]);
+      const reference = await llamaCppLogProbs(qwen35GgufFixture('F32', true), ids.slice(0, 20), { kvType: 'f32', threads: 1, greedy: true, positions: [19] });
+      console.log(`qwen35 with its MTP block: llama.cpp's next token ${reference.greedy!.at(-1)}, ours ${argmax(logits[0]!)}, top-5 |Δ log p| ${maxAbsLogProbDiffTopK(reference.logProbs, [logSoftmax(logits[0]!)], 5).toExponential(2)}`);
+      expect(argmax(logits[0]!)).toBe(reference.greedy!.at(-1));
+      expect(maxAbsLogProbDiffTopK(reference.logProbs, [logSoftmax(logits[0]!)], 5)).toBeLessThan(BOUNDS.F32.top5);
+    } finally {
+      withMtp.close();
+      plain.close();
+    }
+  }, 600_000);
+});
+
 describe('Qwen3.5 linear attention in prefill chunks', () => {
   it('chunks of 1, 7 and 64 tokens carry the state across chunks to the same logits at every position', async () => {
     const model = await loadModel(qwen35GgufFixture('F32'));

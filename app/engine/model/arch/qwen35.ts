@@ -12,7 +12,10 @@
 //
 // Which layers are linear: attention.recurrent_layers when the file has it, else llama.cpp's default
 // rule from full_attention_interval (default 4): layer ℓ is linear iff (ℓ + 1) mod interval ≠ 0.
-// The multi-token-prediction block some files append (nextn_predict_layers) is not run: it is refused.
+// The converter appends the multi-token-prediction block by default (block_count = the model's
+// layers + nextn_predict_layers, tensors blk.L.* and blk.L.nextn.*): as llama.cpp's main pass does,
+// the model is the first block_count − nextn_predict_layers layers and the MTP block is not run
+// (its tensors stay in the file, unread).
 // Hugging Face folders (Qwen3_5ForCausalLM) are not read yet: the converter reorders the value heads
 // (_LinearAttentionVReorderBase), which a folder reader would have to repeat.
 import type { LinearAttentionConfig, ModelHyperparameters } from '../types.ts';
@@ -63,7 +66,18 @@ export const QWEN35_TENSORS: ArchTensorTable = {
   },
 };
 
-/** The linear-attention layers of a qwen35 GGUF from its ssm.* keys (checked: typed MODEL_BAD_VALUE naming the key). */
+/**
+ * The layers of a qwen35 GGUF the main pass runs (block_count less the MTP block) and its
+ * linear-attention layers from the ssm.* keys (checked: typed MODEL_BAD_VALUE naming the key).
+ */
+export function qwen35Hyperparameters(keys: GgufKeys, arch: string, blockCount: number): { layers: number; linearAttention: LinearAttentionConfig } {
+  const nextn = keys.int(`${arch}.nextn_predict_layers`, 0);
+  if (nextn >= blockCount) keys.bad(`${arch}.nextn_predict_layers`, `below block_count ${blockCount}`);
+  const layers = blockCount - nextn;
+  return { layers, linearAttention: qwen35LinearAttention(keys, arch, layers) };
+}
+
+/** The linear-attention layers among the first `layers` of a qwen35 GGUF (typed MODEL_BAD_VALUE naming a bad key). */
 export function qwen35LinearAttention(keys: GgufKeys, arch: string, layers: number): LinearAttentionConfig {
   const k = (suffix: string): string => `${arch}.${suffix}`;
   const positive = (suffix: string): number => {
@@ -71,8 +85,6 @@ export function qwen35LinearAttention(keys: GgufKeys, arch: string, layers: numb
     if (!(n > 0)) keys.bad(k(suffix), 'a positive integer');
     return n;
   };
-  const nextn = keys.int(k('nextn_predict_layers'), 0);
-  if (nextn > 0) keys.bad(k('nextn_predict_layers'), '0: the multi-token-prediction layers are not run');
   const keyHeads = positive('ssm.group_count');
   const valueHeads = positive('ssm.time_step_rank');
   const headDim = positive('ssm.state_size');

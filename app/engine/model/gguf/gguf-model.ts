@@ -17,7 +17,7 @@ import { GEMMA4_TENSORS, gemma4Hyperparameters } from '../arch/gemma4.ts';
 import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '../arch/phi3.ts';
 import { QWEN3_TENSORS } from '../arch/qwen3.ts';
-import { QWEN35_TENSORS, qwen35LinearAttention } from '../arch/qwen35.ts';
+import { QWEN35_TENSORS, qwen35Hyperparameters } from '../arch/qwen35.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
 import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
@@ -50,7 +50,7 @@ const FAMILIES: Readonly<Record<string, Family>> = {
   gemma3: { ropeLayout: 'neox', architecture: 'gemma3', tensors: GEMMA3_TENSORS, extra: (keys, base) => ({ gemma: gemmaGgufHyper(keys, 'gemma3', base) }) },
   gemma4: { ropeLayout: 'neox', architecture: 'gemma4', tensors: GEMMA4_TENSORS, whole: gemma4GgufHyper },
   qwen3: { ropeLayout: 'neox', architecture: 'qwen3', tensors: QWEN3_TENSORS },
-  qwen35: { ropeLayout: 'neox', architecture: 'qwen35', tensors: QWEN35_TENSORS, partialRotary: true, extra: (keys, base) => ({ linearAttention: qwen35LinearAttention(keys, 'qwen35', base.layers) }) },
+  qwen35: { ropeLayout: 'neox', architecture: 'qwen35', tensors: QWEN35_TENSORS, partialRotary: true, extra: (keys, base) => qwen35Hyperparameters(keys, 'qwen35', base.layers) },
 };
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
