@@ -222,7 +222,7 @@ export interface KvPool {
   layerKvHeads(layer: number): number;
   layerHeadDim(layer: number): number;
   layerPartialDim(layer: number): number;
-  /** Whether `layer` keeps rows of its own (false: a KV-shared layer; appends to it are refused). */
+  /** Whether `layer` keeps rows of its own (false: a KV-shared layer, or a layer without rows; appends to it are refused). */
   owns(layer: number): boolean;
   /** The layer whose rows `layer` reads (itself when it owns rows). */
   kvSource(layer: number): number;
@@ -296,7 +296,8 @@ export interface KvPool {
 export declare function createKvPool(options: KvPoolOptions): KvPool;
 
 /** One layer of a LayeredKvPool: its row shape (and InfiniGen's p for it), or the earlier layer whose rows it reads. */
-export type LayeredKvPoolLayer = { kvHeads: number; headDim: number; partialDim?: number } | { kvSource: number };
+/** A layer's rows: a shape of its own, an earlier layer's (kvSource), or none at all (a linear-attention layer: its questions are refused, owns() is false, its snapshot section is 0 bytes). */
+export type LayeredKvPoolLayer = { kvHeads: number; headDim: number; partialDim?: number } | { kvSource: number } | { rows: 'none' };
 
 export interface LayeredKvPoolOptions {
   /** [layer] each model layer's rows: layers of one shape share one native pool, a kvSource layer has none. */

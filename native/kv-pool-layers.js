@@ -7,7 +7,9 @@
 // and routes each model layer ℓ to (group pool, layer index inside it):
 //
 //   model layer ℓ ─ owns rows ─► groups[group[ℓ]], local[ℓ]
-//                 └ kvSource s ► the route of s (reads only: appends, projections and imports go to s)
+//                 ├ kvSource s ► the route of s (reads only: appends, projections and imports go to s)
+//                 └ rows 'none' ► no route: a linear-attention layer (Qwen3.5) keeps a recurrent state
+//                                 beside the pool, no rows; a question about its rows is refused
 //
 // index.js resolves the route in every native entry point that takes (pool, layer), so the kernels
 // and the callers stay as they are; a caller that asks the whole pool for one kvHeads / headDim /
@@ -30,6 +32,14 @@ function isSource(shape) {
   return shape !== null && typeof shape === 'object' && 'kvSource' in shape;
 }
 
+/** A layer without rows of any kind (`{ rows: 'none' }`). */
+function isNone(shape) {
+  return shape !== null && typeof shape === 'object' && shape.rows === 'none';
+}
+
+/** group[ℓ] of a layer without rows */
+const NO_ROWS = -2;
+
 export class LayeredKvPool {
   /**
    * @param create (options) => native KvPool
@@ -39,10 +49,11 @@ export class LayeredKvPool {
   constructor(create, error, options) {
     const shapes = options.layerShapes;
     if (!Array.isArray(shapes) || shapes.length === 0) throw error('NATIVE_BAD_ARGUMENT', 'layerShapes must list at least one layer', {});
+    if (shapes.every(isNone)) throw error('NATIVE_BAD_ARGUMENT', 'layerShapes must have at least one layer with rows', {});
     const L = shapes.length;
     this.layers = L;
     this.error = error;
-    /** [layer] group index, or -1 for a KV-shared layer */
+    /** [layer] group index, -1 for a KV-shared layer, NO_ROWS for a layer without rows */
     this.group = new Int32Array(L);
     /** [layer] layer index inside its group's pool (a shared layer: its source's) */
     this.local = new Int32Array(L);
@@ -52,9 +63,14 @@ export class LayeredKvPool {
     const groupShapes = []; // [group] { kvHeads, headDim, partialDim, layers: model layers }
     for (let l = 0; l < L; l++) {
       const s = shapes[l];
+      if (isNone(s)) {
+        this.group[l] = NO_ROWS;
+        this.owner[l] = -1;
+        continue;
+      }
       if (isSource(s)) {
         const src = s.kvSource;
-        if (!Number.isInteger(src) || src < 0 || src >= l || isSource(shapes[src])) {
+        if (!Number.isInteger(src) || src < 0 || src >= l || isSource(shapes[src]) || isNone(shapes[src])) {
           throw error('NATIVE_BAD_ARGUMENT', `layer ${l}: kvSource ${String(src)} is not an earlier layer with rows of its own`, { layer: l, kvSource: src });
         }
         this.group[l] = -1;
@@ -128,13 +144,20 @@ export class LayeredKvPool {
   /** [native pool, its layer] whose rows model layer `layer` reads. */
   route(layer) {
     if (!Number.isInteger(layer) || layer < 0 || layer >= this.layers) throw this.error('NATIVE_BAD_ARGUMENT', `layer ${String(layer)} is outside 0..${this.layers - 1}`, { layer });
+    if (this.group[layer] === NO_ROWS) throw this.error('NATIVE_BAD_ARGUMENT', `layer ${layer} keeps no KV rows (a linear-attention layer: its state is held beside the pool)`, { layer });
     const owner = this.owner[layer];
     return [this.pools[this.group[owner]], this.local[layer]];
   }
 
-  /** Whether `layer` keeps rows of its own (false: a KV-shared layer reading kvSource(layer)'s). */
+  /** Whether `layer` has rows at all, its own or a source's (false: a layer without rows). */
+  hasRows(layer) {
+    if (!Number.isInteger(layer) || layer < 0 || layer >= this.layers) throw this.error('NATIVE_BAD_ARGUMENT', `layer ${String(layer)} is outside 0..${this.layers - 1}`, { layer });
+    return this.group[layer] !== NO_ROWS;
+  }
+
+  /** Whether `layer` keeps rows of its own (false: a KV-shared layer reading kvSource(layer)'s, or a layer without rows). */
   owns(layer) {
-    this.route(layer);
+    if (!this.hasRows(layer)) return false;
     return this.group[layer] !== -1;
   }
 
@@ -251,6 +274,7 @@ export class LayeredKvPool {
   // layer sees its source's ring; a write (clearLayer, import) goes to a layer that keeps rows only
 
   isRing(layer) {
+    if (!this.hasRows(layer)) return false; // no rows, no ring
     const [p, l] = this.route(layer);
     return p.isRing(l);
   }
@@ -296,11 +320,16 @@ export class LayeredKvPool {
       if (sizes.every((s) => s === sizes[0])) return sizes[0];
       throw this.error('NATIVE_BAD_ARGUMENT', "the pool's layers differ in row shape: snapshotLayerBytes(tokens, layer)", {});
     }
+    if (!this.hasRows(layer)) return 0;
     const [p] = this.route(layer);
     return this.group[layer] === -1 ? 0 : p.snapshotLayerBytes(tokens);
   }
 
   exportLayer(layer, tokens, out) {
+    if (!this.hasRows(layer)) {
+      if (out.byteLength !== 0) throw this.error('NATIVE_BAD_ARGUMENT', `exportLayer: layer ${layer} keeps no rows; its section is 0 bytes, got ${out.byteLength}`, { layer });
+      return;
+    }
     const [p, l] = this.route(layer);
     if (this.group[layer] === -1) {
       if (out.byteLength !== 0) throw this.error('NATIVE_BAD_ARGUMENT', `exportLayer: layer ${layer} keeps no rows; its section is 0 bytes, got ${out.byteLength}`, { layer });
@@ -310,6 +339,10 @@ export class LayeredKvPool {
   }
 
   importLayer(layer, tokens, data) {
+    if (!this.hasRows(layer)) {
+      if (data.byteLength !== 0) throw this.error('NATIVE_BAD_ARGUMENT', `importLayer: layer ${layer} keeps no rows; its section is 0 bytes, got ${data.byteLength}`, { layer });
+      return;
+    }
     const [p, l] = this.route(layer);
     if (this.group[layer] === -1) {
       if (data.byteLength !== 0) throw this.error('NATIVE_BAD_ARGUMENT', `importLayer: layer ${layer} keeps no rows; its section is 0 bytes, got ${data.byteLength}`, { layer });
@@ -320,6 +353,7 @@ export class LayeredKvPool {
 
   /** Evictions of the layer's own rows (a KV-shared layer evicts nothing itself). */
   evictions(layer) {
+    if (!this.hasRows(layer)) return 0;
     const [p, l] = this.route(layer);
     return this.group[layer] === -1 ? 0 : p.evictions(l);
   }

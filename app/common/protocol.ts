@@ -191,9 +191,9 @@ export const AdapterInfoSchema = z.strictObject({
 });
 export type AdapterInfo = z.infer<typeof AdapterInfoSchema>;
 
-/** One layer's KV as the pool holds it: a global layer every token, a sliding-window layer its ring. */
+/** One layer's KV as the pool holds it: a global layer every token, a sliding-window layer its ring, a linear-attention layer no slots (its bytes: its recurrent state). */
 export const KvLayerInfoSchema = z.strictObject({
-  kind: z.enum(['global', 'window']),
+  kind: z.enum(['global', 'window', 'linear']),
   /** the sliding window in tokens (window layers) */
   window: positiveInt.optional(),
   /** slots the pool gives the layer (a ring's capacity, or the context) */

@@ -387,8 +387,8 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           ...(offload ? { offload: true, rowBufferBytes: runner.rowBufferBytes ?? 0 } : {}),
           ...(resolved.device === 'webgpu' ? { adapter: resolved.adapter } : {}),
           dense: runner.dense.engine === 'native' ? `native (${runner.dense.kernel})` : `onnxruntime${runner.dense.whyNotNative ? ` (${runner.dense.whyNotNative})` : ''}`,
-          // window layers keep rings: their kinds and sizes go to the Memory view, the token map and /metrics
-          ...(runner.kvLayers().some((l) => l.kind === 'window')
+          // window layers keep rings, linear-attention layers a state: their kinds and sizes go to the Memory view, the token map and /metrics
+          ...(runner.kvLayers().some((l) => l.kind !== 'global')
             ? { kvLayers: runner.kvLayers().map(({ tokens: _tokens, ...l }) => l), ringCheckpointBytes: runner.ringCheckpointBytes }
             : {}),
         };

@@ -12,6 +12,7 @@ import { LonghandError } from '../common/errors.ts';
 import { GenerateParamsSchema, LoadOptionsSchema, type GenerateParamsInput, type LoadOptionsInput } from '../common/protocol.ts';
 import { haveSharedModel, KJV_EVAL_DIR, KJV_HD64, STORIES_260K } from '../../test/support/models.ts';
 import { headerText, resealHeader } from './kv/snapshot-test-builder.ts';
+import { SNAPSHOT_FORMAT_VERSION } from './kv/snapshot-file.ts';
 import { createEngineCore } from './engine.ts';
 import type { EngineCore, GenerationEvent } from './host/engine-core.ts';
 
@@ -109,7 +110,7 @@ for (const c of CASES) {
       };
       const withMeta = (patch: Record<string, unknown>): Uint8Array => resealHeader(bytes, JSON.stringify({ ...header, meta: { ...header.meta, ...patch } }));
       const version = bytes.slice();
-      new DataView(version.buffer).setUint32(8, 2, true);
+      new DataView(version.buffer).setUint32(8, SNAPSHOT_FORMAT_VERSION - 1, true); // an older format (v1: before the linear-attention state sections)
       const layer0 = at('layer.0');
       const last = header.sections.at(-1)!;
       mkdirSync(path.join(dir, 'a-directory.lhkv'), { recursive: true });

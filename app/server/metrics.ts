@@ -94,14 +94,16 @@ export class ServerMetrics {
       const kinds = model.kvLayers;
       if (kinds) {
         const bytes = (kind: string): number => kinds.filter((l) => l.kind === kind).reduce((a, l) => a + l.bytes, 0);
-        metric('longhand_kv_pool_layer_bytes', 'gauge', 'KV pool bytes by layer kind: window layers keep rings (their checkpoints counted apart), global layers every token.', [
+        metric('longhand_kv_pool_layer_bytes', 'gauge', 'KV pool bytes by layer kind: window layers keep rings (their checkpoints counted apart), global layers every token, linear-attention layers a recurrent state.', [
           ['{layer_kind="window"}', bytes('window')],
           ['{layer_kind="global"}', bytes('global')],
           ['{layer_kind="window_checkpoints"}', model.ringCheckpointBytes ?? 0],
+          ['{layer_kind="linear"}', bytes('linear')],
         ]);
-        metric('longhand_kv_layers', 'gauge', 'Layers with KV, by kind.', [
+        metric('longhand_kv_layers', 'gauge', 'Layers with KV (window, global) and linear-attention layers (a state, no KV), by kind.', [
           ['{layer_kind="window"}', kinds.filter((l) => l.kind === 'window').length],
           ['{layer_kind="global"}', kinds.filter((l) => l.kind === 'global').length],
+          ['{layer_kind="linear"}', kinds.filter((l) => l.kind === 'linear').length],
         ]);
       }
     }

@@ -33,7 +33,8 @@ import { contextOverflow, ForwardAbortedError } from './errors.ts';
 import type { StageGraph } from './graphs.ts';
 import type { ModelFamily } from './layers/family.ts';
 import { assertPolicySupported, familyOf } from './layers/families.ts';
-import { checkLayerSpecs, kvOwner, ownsKv, ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
+import { checkLayerSpecs, isLinear, kvOwner, ownsKv, ropeFrequencies, uniformAttention, type LayerSpec } from './layers/layer-spec.ts';
+import { LinearAttentionState, type StateCheckpointOptions } from './linear-attention.ts';
 import type { RopeFrequencies } from '../onnx/ops.ts';
 import { layerAttentionArgs } from './placement/attention-args.ts';
 import { RingCheckpoints, ringKeepRows, ringSlots, windowRingLayers, type RingCheckpointOptions, type RingLayer } from '../kv/ring-checkpoints.ts';
@@ -115,11 +116,14 @@ export interface ModelRunnerOptions {
   windowRings?: boolean;
   /** Checkpoints of the rings for prefix reuse and snapshots (kv/ring-checkpoints.ts; default every 1024 tokens, ringCheckpointCount of them). */
   ringCheckpoints?: RingCheckpointOptions;
+  /** Checkpoints of the linear-attention layers' state for prefix reuse (linear-attention.ts; default every 1024 tokens, stateCheckpointCount of them). */
+  stateCheckpoints?: StateCheckpointOptions;
 }
 
 /** What one layer's KV is: its kind, its slots and the pool bytes of its rows (figures per layer kind). */
 export interface KvLayerFigure {
-  kind: 'global' | 'window';
+  /** 'linear': a linear-attention layer, no slots; its bytes are its recurrent state's */
+  kind: 'global' | 'window' | 'linear';
   /** the sliding window (window layers) */
   window?: number;
   /** slots the layer holds at most (a ring's capacity, or the pool's) */
@@ -220,6 +224,23 @@ export interface ModelRunner extends TokenRunner {
   kvLayers(): KvLayerFigure[];
   /** Bytes of the window layers' checkpoint buffers (0 without window layers); part of the KV memory. */
   readonly ringCheckpointBytes: number;
+  /**
+   * Bytes of the linear-attention layers' recurrent state of the sequence (0 for a model without
+   * such layers); held beside the pool, with as much again for the rollback of a running chunk.
+   */
+  readonly recurrentStateBytes: number;
+  /** Bytes of the checkpoints of that state held now (a copy of it each; linear-attention.ts), and their positions (ascending). */
+  readonly recurrentCheckpointBytes: number;
+  recurrentCheckpointPositions(): number[];
+  /** The linear-attention layers and the floats of each one's state (a snapshot's sections); empty for a model without them. */
+  recurrentLayers(): { layer: number; floats: number }[];
+  /** Layer ℓ's linear-attention state at `tokens` (a resumePoint), a copy, for a snapshot. */
+  exportRecurrent(layer: number, tokens: number): Float32Array;
+  /**
+   * After importSequence(tokens, ...): the linear-attention states at `tokens` (every layer of
+   * recurrentLayers()), so the cache continues as it did. Any failure leaves the cache empty.
+   */
+  importRecurrent(tokens: number, states: ReadonlyMap<number, Float32Array>): void;
   /** Positions of the ring checkpoints held (ascending; empty without window layers). */
   ringCheckpointPositions(): number[];
   /** Offload mode: the latest decode step's bytes crossed, hits and misses per layer (undefined otherwise or before one). */
@@ -362,7 +383,8 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     // one native pool per row shape; a KV-shared layer keeps no rows (native/kv-pool-layers.js)
     pool = createLayeredKvPool({
       // InfiniGen's p follows each layer's head dim (⌊r·d_ℓ⌋)
-      layerShapes: specs.map((spec, l) => (ownsKv(spec) ? { ...rows[l]!, partialDim: recipe.partialDimFor(rows[l]!.headDim) } : { kvSource: kvOwner(specs, l)! })),
+      // a linear-attention layer keeps no rows at all (its state is the runner's, beside the pool)
+      layerShapes: specs.map((spec, l) => (isLinear(spec) ? { rows: 'none' as const } : ownsKv(spec) ? { ...rows[l]!, partialDim: recipe.partialDimFor(rows[l]!.headDim) } : { kvSource: kvOwner(specs, l)! })),
       ...(budget !== undefined ? { budgetBytes: budget, eviction } : { tokens: contextLength }),
       kvType,
       ...(layerCapacity ? { layerCapacity, ringLayers } : {}),
@@ -384,6 +406,9 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     });
   }
   const ringCheckpoints = new RingCheckpoints(pool, rings, contextLength, options.ringCheckpoints);
+  const recurrent = specs.some(isLinear)
+    ? new LinearAttentionState(specs, (l) => ({ conv: weights.vector(`blk.${l}.ssm_conv1d.weight`), norm: weights.vector(`blk.${l}.ssm_norm.weight`) }), contextLength, options.stateCheckpoints)
+    : undefined;
   let rowPolicy: RowPolicy | undefined;
   let placement: AttentionPlacement;
   try {
@@ -417,6 +442,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     dense,
     shape,
     rings: ringCheckpoints,
+    recurrent,
   });
 }
 
@@ -433,6 +459,8 @@ interface RunnerConfig {
   shape: PolicyShape;
   /** the window layers' rings and their checkpoints (no rings: an empty set) */
   rings: RingCheckpoints;
+  /** the linear-attention layers' state (none: undefined) */
+  recurrent: LinearAttentionState | undefined;
 }
 
 class Runner implements ModelRunner {
@@ -517,6 +545,9 @@ class Runner implements ModelRunner {
         d: h.hiddenSize,
         headDims: specs.map((spec) => (spec.attention.kind === 'attention' ? spec.attention.headDim : 0)),
         ownsKv: specs.map(ownsKv),
+        linear: specs.map(isLinear),
+        attnWidths: specs.map((spec) => (spec.attention.kind === 'attention' ? cfg.shape.heads * spec.attention.headDim : spec.attention.kind === 'linear' ? spec.attention.valueHeads * spec.attention.headDim : 0)),
+        recurrent: cfg.recurrent,
         tokenRowBytes: specs.map((_, l) => {
           const r = layerRowShapes(specs)[l]!;
           return r.kvHeads * 2 * kvRowBytes(cfg.kvType, r.headDim);
@@ -606,8 +637,10 @@ class Runner implements ModelRunner {
   }
 
   kvLayers(): KvLayerFigure[] {
+    const stateBytes = this.cfg.recurrent?.layerBytes(this.layers);
     return Array.from({ length: this.layers }, (_, l) => {
       const a = this.specs[l]!.attention;
+      if (a.kind === 'linear') return { kind: 'linear', capacityTokens: 0, tokens: 0, bytes: stateBytes![l]! };
       const window = a.kind === 'attention' ? a.window : undefined;
       // a KV-shared layer (Gemma 4) reads its owner's rows and keeps none of its own
       const owns = this.pool.owns(l);
@@ -624,6 +657,41 @@ class Runner implements ModelRunner {
 
   get ringCheckpointBytes(): number {
     return this.cfg.rings.bytes;
+  }
+
+  get recurrentStateBytes(): number {
+    return this.cfg.recurrent?.bytes ?? 0;
+  }
+
+  get recurrentCheckpointBytes(): number {
+    return this.cfg.recurrent?.checkpointBytes ?? 0;
+  }
+
+  recurrentCheckpointPositions(): number[] {
+    return this.cfg.recurrent?.checkpointPositions() ?? [];
+  }
+
+  recurrentLayers(): { layer: number; floats: number }[] {
+    return this.cfg.recurrent?.stateLayers() ?? [];
+  }
+
+  exportRecurrent(layer: number, tokens: number): Float32Array {
+    this.live();
+    if (!this.cfg.recurrent) throw new RangeError('exportRecurrent: the model has no linear-attention layers');
+    return this.cfg.recurrent.exportLayer(layer, tokens);
+  }
+
+  importRecurrent(tokens: number, states: ReadonlyMap<number, Float32Array>): void {
+    this.live();
+    if (this.busy) throw new LonghandError('ENGINE_BUSY', 'the model runner is running a prefill or decode');
+    if (!this.cfg.recurrent) throw new RangeError('importRecurrent: the model has no linear-attention layers');
+    if (tokens !== this.pos) throw new RangeError(`importRecurrent(${tokens}): the cache holds ${this.pos} tokens`);
+    try {
+      this.cfg.recurrent.importStates(tokens, states);
+    } catch (error) {
+      this.reset();
+      throw error;
+    }
   }
 
   ringCheckpointPositions(): number[] {
@@ -665,8 +733,8 @@ class Runner implements ModelRunner {
       const drop = this.active.abortPrompt?.() === true;
       const keep = error instanceof ForwardAbortedError && !drop ? this.pos : start;
       this.sequence?.discardChunk();
-      this.rollback(keep);
-      throw error instanceof ForwardAbortedError && keep !== error.position ? new ForwardAbortedError(keep, { cause: error.cause }) : error;
+      const kept = this.rollback(keep);
+      throw error instanceof ForwardAbortedError && kept !== error.position ? new ForwardAbortedError(kept, { cause: error.cause }) : error;
     } finally {
       this.busy = false;
     }
@@ -699,6 +767,7 @@ class Runner implements ModelRunner {
       this.step.forgetEvictions();
       this.pos = 0;
       this.cfg.rings.reset();
+      this.cfg.recurrent?.reset();
     }
   }
 
@@ -710,11 +779,14 @@ class Runner implements ModelRunner {
     this.forgetFrom(0);
     this.sequence?.clearSequence();
     this.cfg.rings.reset();
+    this.cfg.recurrent?.reset();
   }
 
   truncate(n: number): void {
     this.live();
     if (!Number.isInteger(n) || n < 0 || n > this.pos) throw new RangeError(`truncate(${n}): the cache holds ${this.pos} tokens`);
+    // a recurrent state cannot be cut back (resumePoint gives only the points it can): refuse before anything changes
+    if (this.cfg.recurrent && this.cfg.recurrent.resumePoint(n) !== n) throw new RangeError(`truncate(${n}): the linear-attention state holds ${this.pos} tokens and cannot be cut back to ${n} (resumePoint(${n}) is ${this.cfg.recurrent.resumePoint(n)})`);
     this.drainPolicies();
     this.cutPool(n);
     this.forgetFrom(n);
@@ -730,7 +802,9 @@ class Runner implements ModelRunner {
     let at = n;
     for (;;) {
       const policy = this.active.resumePoint ? this.active.resumePoint(at) : at;
-      const next = this.cfg.rings.resumePoint(this.sequence ? this.sequence.resumePoint(policy) : policy);
+      const rings = this.cfg.rings.resumePoint(this.sequence ? this.sequence.resumePoint(policy) : policy);
+      // a linear-attention state is exact at its own position and at its checkpoints: else from 0
+      const next = this.cfg.recurrent ? this.cfg.recurrent.resumePoint(rings) : rings;
       if (next === at) return at;
       at = next;
     }
@@ -839,6 +913,7 @@ class Runner implements ModelRunner {
       throw new RangeError(`appendRandomContextForBenchmark(${tokens}): the cache holds ${this.pos} of ${this.contextLength} tokens`);
     }
     if (this.pool.evicting) throw new RangeError('appendRandomContextForBenchmark: not with a pool budget (eviction)');
+    if (this.cfg.recurrent) throw new RangeError('appendRandomContextForBenchmark: not for a model with linear-attention layers (random rows would leave their state behind)');
     this.drainPolicies();
     const widthOf = (l: number): number => this.pool.layerKvHeads(l) * this.pool.layerHeadDim(l);
     let widest = 0;
@@ -926,12 +1001,19 @@ class Runner implements ModelRunner {
     this.busy = true;
   }
 
-  private rollback(start: number): void {
-    if (this.disposed) return;
+  /** Cuts the cache back to `start` after a failure; returns where it is now (0 when a linear-attention state could not go back to `start`). */
+  private rollback(start: number): number {
+    if (this.disposed) return start;
     this.drainPolicies();
+    // the state goes back to the start of the chunk that failed (its backup) or to nothing
+    if (this.cfg.recurrent && !this.cfg.recurrent.cutTo(start)) {
+      this.reset();
+      return 0;
+    }
     this.cutPool(start);
     this.forgetFrom(start);
     this.sequence?.truncate(start);
+    return start;
   }
 
   /**
@@ -939,6 +1021,7 @@ class Runner implements ModelRunner {
    * at n back (n is a resumePoint; a rollback of one chunk or step always finds the window in the ring).
    */
   private cutPool(n: number): void {
+    if (this.cfg.recurrent && !this.cfg.recurrent.cutTo(n)) throw new RangeError(`the linear-attention state cannot be cut back to ${n}`);
     const covered = this.cfg.rings.covers(n);
     this.pool.truncate(n);
     this.cfg.rings.cutTo(n, covered);
@@ -985,7 +1068,12 @@ function argmax(x: Float32Array): number {
  * attention is refused (the step loop runs attention layers only; plan.ts says so too).
  */
 function layerRowShapes(specs: readonly LayerSpec[]): LayerRowShape[] {
-  return specs.map((_, l) => {
+  // a linear-attention layer: 0 KV heads (no rows; its state is held beside the pool), with the
+  // attention layers' head dim so that per-layer checks of a row width (skew calibration) hold
+  const firstAttention = specs.find((spec) => spec.attention.kind === 'attention')?.attention;
+  const linearHeadDim = firstAttention?.kind === 'attention' ? firstAttention.headDim : 1;
+  return specs.map((spec, l) => {
+    if (isLinear(spec)) return { kvHeads: 0, headDim: linearHeadDim };
     const owner = kvOwner(specs, l);
     const a = owner === undefined ? undefined : specs[owner]!.attention;
     if (a === undefined || a.kind !== 'attention') throw new UsageError(`layer ${l} has no attention (no KV rows): the forward pass runs attention layers only`, { field: 'model', layer: l });

@@ -8,11 +8,13 @@
 //         layer, the window before n of a sliding-window layer's ring, from the ring or from its
 //         checkpoint at n, kv/ring-checkpoints.ts), 'infinigen' (float64 energies, under InfiniGen),
 //         'policy.<name>' (H2O's accumulated mass, SnapKV's window queries at n, under those
-//         policies: their state is not in the rows) ─► written atomically
+//         policies: their state is not in the rows), 'recurrent.ℓ' (a linear-attention layer's
+//         state at n: Qwen3.5; its 'layer.ℓ' is empty) ─► written atomically
 //   restore: open (bounds, version) ─► the meta must fit the loaded model: file sha256, shape,
 //         vocabulary, KV type; under InfiniGen also its sparse layers, r and the skew ─► ids checked
 //         against the vocabulary ─► each layer's section read (sha256 checked) straight into the
-//         pool's import ─► nothing is recomputed
+//         pool's import, the linear-attention states (read and checked first) into the runner's
+//         ─► nothing is recomputed
 // What fits: the rows are the dense ones whatever policy was running, so a snapshot restores under
 // any policy with the same model and KV type; InfiniGen needs the energies, so it restores only
 // snapshots written under InfiniGen with the same denseLayers, partialRatio and skew; H2O and SnapKV
@@ -68,6 +70,9 @@ export async function saveSequenceSnapshot(path: string, sequence: CachedSequenc
       },
     });
   }
+  for (const { layer, floats } of runner.recurrentLayers()) {
+    sections.push({ name: `${RECURRENT_SECTION}.${layer}`, bytes: floats * 4, read: () => new Uint8Array(runner.exportRecurrent(layer, n).buffer) });
+  }
   if (ig) sections.push(...infinigenSections(ig));
   if (own) sections.push(...policySections(own));
   const meta: SnapshotMeta = { ...identity, skew, tokens: n, createdAt: new Date().toISOString() };
@@ -105,9 +110,12 @@ export async function restoreSequenceSnapshot(path: string, sequence: CachedSequ
     const ig = identity.policy === 'infinigen' ? await readInfinigen(reader, path) : undefined;
     const needs = runner.policyStateNeeds();
     const own = needs && n > 0 ? await readPolicyState(reader, path, needs, true) : undefined;
+    // read and checked before the cache is touched, like the rest
+    const recurrent = runner.recurrentLayers().length > 0 ? await readRecurrent(reader, path, runner.recurrentLayers()) : undefined;
     sequence.clear();
     try {
       await runner.importSequence(n, async (l, into) => void (await reader.readSection(`layer.${l}`, into)), ig, own);
+      if (recurrent) runner.importRecurrent(n, recurrent);
     } catch (error) {
       sequence.clear();
       if (error instanceof LonghandError && error.code.startsWith('SNAPSHOT_')) throw error;
@@ -119,6 +127,28 @@ export async function restoreSequenceSnapshot(path: string, sequence: CachedSequ
   } finally {
     await reader.close();
   }
+}
+
+/**
+ * A model with linear-attention layers (Qwen3.5) keeps a state per such layer instead of rows:
+ * section 'recurrent.<ℓ>' holds layer ℓ's, float32 (linear-attention.ts: its matrices, then its
+ * convolution tail) at the snapshot's tokens. Restoring checks each is there with its size and
+ * finite values (SNAPSHOT_CORRUPT otherwise; the checksums cover the bytes).
+ */
+const RECURRENT_SECTION = 'recurrent';
+
+async function readRecurrent(reader: SnapshotReader, path: string, layers: readonly { layer: number; floats: number }[]): Promise<Map<number, Float32Array>> {
+  const out = new Map<number, Float32Array>();
+  for (const { layer, floats } of layers) {
+    const name = `${RECURRENT_SECTION}.${layer}`;
+    const found = reader.sections.find((x) => x.name === name);
+    if (!found || found.bytes !== floats * 4) throw corrupt(path, `section ${name} has ${found?.bytes ?? 'no'} bytes, ${floats * 4} expected (the linear-attention state of layer ${layer})`);
+    const data = new Float32Array(floats);
+    await reader.readSection(name, new Uint8Array(data.buffer));
+    if (data.some((x) => !Number.isFinite(x))) throw corrupt(path, `section ${name} holds a non-finite value`);
+    out.set(layer, data);
+  }
+  return out;
 }
 
 async function checkedIds(reader: SnapshotReader, identity: SnapshotIdentity, skew: string | null): Promise<number[]> {

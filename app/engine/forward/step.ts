@@ -3,6 +3,8 @@
 // says where attention runs, the step trace takes the figures.
 //
 //   ids ─► embedding rows ─► stage 0 ─► for each layer ℓ:
+//     a linear-attention layer (no KV rows): the recurrence advances the sequence's state over the
+//                           chunk (linear-attention.ts) and its output is the next stage's attn; else
 //     q, k, v (and q̃ of layer ℓ+1 when its policy speculates) from stage ℓ
 //     sequence.observe      the policy's sequence state sees the chunk's rows (InfiniGen's energies)
 //     policy.prefetch(ℓ+1)  a sparse decode step: layer ℓ+1's selection may start from q̃
@@ -11,7 +13,7 @@
 //                           the layer's policy selects + the current token, where the placement runs it
 //     policy.attended       bookkeeping (H2O's mass)
 //     trace                 the layer's figures (policy, then placement)
-//   ─► stage ℓ+1 (post(ℓ) fused with pre(ℓ+1); the last one ends in the LM head)
+//   ─► stage ℓ+1 (with a gated attention's gate beside attn) (post(ℓ) fused with pre(ℓ+1); the last one ends in the LM head)
 //
 // Nothing here allocates per layer in native code; JS allocates the small per-chunk arrays
 // onnxruntime or the native stages hand back, and a prompt chunk's attention output.
@@ -25,6 +27,7 @@ import { ForwardAbortedError } from './errors.ts';
 import type { StageGraph } from './graphs.ts';
 import type { StageRunner } from './native-stages.ts';
 import type { AttentionPlacement } from './placement/attention-placement.ts';
+import type { LinearAttentionState } from './linear-attention.ts';
 import type { ChunkObserver, RowPolicy } from './policy/row-policy.ts';
 import { StepTrace } from './step-trace.ts';
 
@@ -84,6 +87,12 @@ export interface StepParts {
   ownsKv: readonly boolean[];
   /** [layer] K+V bytes of one token of the rows layer ℓ reads, every KV head (what a dense layer fetches per past token) */
   tokenRowBytes: readonly number[];
+  /** [layer] true for a linear-attention layer: no rows, its state advances instead */
+  linear: readonly boolean[];
+  /** [layer] the width of the mixer's output per token, what stage ℓ+1 takes as attn (heads·headDim(ℓ); a linear layer's value heads·head size) */
+  attnWidths: readonly number[];
+  /** the linear-attention layers' state (undefined: the model has none) */
+  recurrent: LinearAttentionState | undefined;
 }
 
 export interface ChunkOptions {
@@ -126,7 +135,7 @@ export class StepLoop {
     this.policies = [...new Set(plan)];
     this.placement = placement;
     this.trace = new StepTrace(parts.layers);
-    this.attnOne = new Float32Array(parts.heads * Math.max(...parts.headDims));
+    this.attnOne = new Float32Array(Math.max(...parts.attnWidths));
     this.scratch = new Float32Array(parts.d);
     this.evictedBefore = new Array<number>(parts.layers).fill(0);
     // layers with the same RoPE share one key (and one set of cos/sin rows per chunk); −1: none
@@ -165,7 +174,7 @@ export class StepLoop {
 
   /** One chunk at position p0 through every layer; returns the logits of 'last' / 'all' rows, or nothing. */
   async run(ids: readonly number[], p0: number, o: ChunkOptions): Promise<Float32Array | undefined> {
-    const { pool, layers, heads, headDims, ownsKv } = this.parts;
+    const { pool, layers, heads, ownsKv, linear, attnWidths } = this.parts;
     const t0 = performance.now();
     const T = ids.length;
     const h = this.embed(ids, p0); // [T, d]
@@ -191,6 +200,8 @@ export class StepLoop {
     const measure = sparse && probe?.armed === true;
     const placement = this.placement;
     if (decoding) this.trace.begin(p0, sparse);
+    const recurrent = this.parts.recurrent;
+    if (recurrent && !o.detached) recurrent.beginChunk(p0);
     // the hidden state between layer graphs: on WebGPU a device tensor (keepOnDevice h_next), released
     // once the next stage has read it, or here when the chunk ends early (an abort, rows none, an error)
     try {
@@ -200,59 +211,70 @@ export class StepLoop {
           await yieldToEventLoop();
           if (o.signal.aborted) throw new ForwardAbortedError(p0, { cause: o.signal.reason });
         }
-        const q = out.q!.data as Float32Array;
-        // a KV-shared layer's stage outputs no k and v (ownsKv[ℓ] false)
-        const k = out.k?.data as Float32Array | undefined;
-        const v = out.v?.data as Float32Array | undefined;
         if (l > 0) {
           releaseIfOnDevice(residual); // read by this layer's stage already
           residual = out.h_next!;
         }
-        if (k !== undefined) sequence?.observe(l, q, k, T);
-        const policy = this.plan[l]!;
-        const selects = sparse && policy.selects(l);
-        // a placement that reads lists waits for layer ℓ's selection now, before layer ℓ+1's job is
-        // queued: then it waits for that one job only
-        const waitedMs = selects && placement.readsLists ? (policy.settle?.(l) ?? 0) : 0;
-        if (sparse) {
-          // layer ℓ+1's selection starts now and runs while the rest of layer ℓ does
-          const qSpec = out.q_spec?.data as Float32Array | undefined;
-          if (qSpec && l + 1 < layers) this.plan[l + 1]!.prefetch?.(l + 1, qSpec);
-          // no layer before layer 0 to speculate from: it selects with its own query
-          if (l === 0) policy.prefetch?.(0, q);
-        }
+        const qw = attnWidths[l]!;
+        const attn = T === 1 ? this.attnOne.subarray(0, qw) : new Float32Array(T * qw); // [T, attnWidths(ℓ)]
         let a = performance.now();
-        // a KV-shared layer computes no k/v: it attends the rows its source appended earlier in this chunk
-        if (ownsKv[l]) {
-          if (k === undefined || v === undefined) throw new Error(`stage ${l} output no k/v for a layer that keeps its own rows`);
-          const slot = pool.appendBatch(l, k, v, p0);
-          placement.appended(l, slot, T);
-          if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
-        }
-        const b = performance.now();
-        this.t.append += b - a;
-
-        const qw = heads * headDims[l]!;
-        const attn = T === 1 ? this.attnOne.subarray(0, qw) : new Float32Array(T * qw); // [T, heads·headDim(ℓ)]
-        if (!decoding) {
-          placement.attendPrompt(l, q, T, attn);
-          if (o.prompt) policy.observePrompt?.(l, q, p0, T);
-        } else if (selects) {
-          this.trace.sparseLayer(l);
-          await placement.attendSelected(l, policy, q, p0, attn);
-          policy.attended?.(l, q, p0);
-          policy.figures(l, p0, this.trace);
-          placement.figures(l, this.trace, waitedMs);
-          if (measure) probe!.measure(pool, l, q, heads, policy.selection(l));
+        if (linear[l]) {
+          // no rows, no policy: the layer's state takes the chunk (the trace keeps its zeros); the
+          // attention layer after it may select from this layer's input (InfiniGen's q̃)
+          const qSpec = sparse ? (out.q_spec?.data as Float32Array | undefined) : undefined;
+          if (qSpec && l + 1 < layers) this.plan[l + 1]!.prefetch?.(l + 1, qSpec);
+          recurrent!.run(l, out, T, attn);
+          this.t.attention += performance.now() - a;
         } else {
-          await placement.attendAll(l, q, attn);
-          this.trace.denseLayer(l, p0, this.parts.tokenRowBytes[l]!);
-          placement.figures(l, this.trace, 0);
+          const q = out.q!.data as Float32Array;
+          // a KV-shared layer's stage outputs no k and v (ownsKv[ℓ] false)
+          const k = out.k?.data as Float32Array | undefined;
+          const v = out.v?.data as Float32Array | undefined;
+          if (k !== undefined) sequence?.observe(l, q, k, T);
+          const policy = this.plan[l]!;
+          const selects = sparse && policy.selects(l);
+          // a placement that reads lists waits for layer ℓ's selection now, before layer ℓ+1's job is
+          // queued: then it waits for that one job only
+          const waitedMs = selects && placement.readsLists ? (policy.settle?.(l) ?? 0) : 0;
+          if (sparse) {
+            // layer ℓ+1's selection starts now and runs while the rest of layer ℓ does
+            const qSpec = out.q_spec?.data as Float32Array | undefined;
+            if (qSpec && l + 1 < layers) this.plan[l + 1]!.prefetch?.(l + 1, qSpec);
+            // no layer before layer 0 to speculate from: it selects with its own query
+            if (l === 0) policy.prefetch?.(0, q);
+          }
+          a = performance.now();
+          // a KV-shared layer computes no k/v: it attends the rows its source appended earlier in this chunk
+          if (ownsKv[l]) {
+            if (k === undefined || v === undefined) throw new Error(`stage ${l} output no k/v for a layer that keeps its own rows`);
+            const slot = pool.appendBatch(l, k, v, p0);
+            placement.appended(l, slot, T);
+            if (probe && pool.evicting) probe.evicted(l, pool.lastEvicted(l));
+          }
+          const b = performance.now();
+          this.t.append += b - a;
+
+          if (!decoding) {
+            placement.attendPrompt(l, q, T, attn);
+            if (o.prompt) policy.observePrompt?.(l, q, p0, T);
+          } else if (selects) {
+            this.trace.sparseLayer(l);
+            await placement.attendSelected(l, policy, q, p0, attn);
+            policy.attended?.(l, q, p0);
+            policy.figures(l, p0, this.trace);
+            placement.figures(l, this.trace, waitedMs);
+            if (measure) probe!.measure(pool, l, q, heads, policy.selection(l));
+          } else {
+            await placement.attendAll(l, q, attn);
+            this.trace.denseLayer(l, p0, this.parts.tokenRowBytes[l]!);
+            placement.figures(l, this.trace, 0);
+          }
+          this.t.attention += performance.now() - b;
         }
-        a = performance.now();
-        this.t.attention += a - b;
 
         const feeds: Record<string, StageValue> = { h: residual, attn: f32([1, T, qw], attn) };
+        // a gated attention (Qwen3.5's full-attention layers) multiplies its output by σ(gate) in the next stage
+        if (out.gate) feeds.gate = out.gate;
         const last = l === layers - 1;
         if (!last) Object.assign(feeds, { pos, ...ropeRowsOf(l + 1) });
         else if (o.rows === 'none') break;
@@ -271,6 +293,7 @@ export class StepLoop {
       releaseIfOnDevice(out.h_next);
     }
     // rows === 'none' skipped the head, but layer L−1's K/V are appended: the cache is complete.
+    if (recurrent && !o.detached) recurrent.endChunk(T);
     if (decoding) placement.endStep(p0);
     sequence?.commitChunk();
     if (pool.evicting) {

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LonghandError, type ErrorCode } from '../../common/errors.ts';
 import { buildSnapshot, headerText, resealHeader, sampleMeta, sampleSections } from './snapshot-test-builder.ts';
-import { checkSnapshotFits, openSnapshotFile, writeSnapshotFile, type SnapshotMeta } from './snapshot-file.ts';
+import { checkSnapshotFits, openSnapshotFile, SNAPSHOT_FORMAT_VERSION, writeSnapshotFile, type SnapshotMeta } from './snapshot-file.ts';
 
 const SEEDS = [1, 2, 3];
 const dir = mkdtempSync(join(tmpdir(), 'longhand-corrupt-snapshot-'));
@@ -89,7 +89,8 @@ const CASES: Case[] = [
   { name: 'empty file', code: 'SNAPSHOT_CORRUPT', reason: 'empty', message: /empty \(0 bytes\)/, make: () => new Uint8Array(0) },
   { name: 'bad magic', code: 'SNAPSHOT_CORRUPT', reason: 'magic', message: /not a Longhand KV snapshot/, make: (s) => flip(copy(s), s % 8) },
   { name: 'a GGUF file', code: 'SNAPSHOT_CORRUPT', reason: 'magic', message: /not a Longhand KV snapshot/, make: () => new TextEncoder().encode('GGUF\x03\0\0\0 and then some more bytes') },
-  { name: 'future version', code: 'SNAPSHOT_VERSION', reason: 'version', message: /format version \d+; this Longhand reads version 1/, make: (s) => setU32(copy(s), 8, pick([2, 7, 0xffffffff], s)) },
+  { name: 'future version', code: 'SNAPSHOT_VERSION', reason: 'version', message: new RegExp(`format version \\d+; this Longhand reads version ${SNAPSHOT_FORMAT_VERSION}`), make: (s) => setU32(copy(s), 8, pick([SNAPSHOT_FORMAT_VERSION + 1, 7, 0xffffffff], s)) },
+  { name: 'older version (v1: before the linear-attention state sections)', code: 'SNAPSHOT_VERSION', reason: 'version', message: /format version 1; this Longhand reads version 2/, make: (s) => setU32(copy(s), 8, 1) },
   { name: 'version 0', code: 'SNAPSHOT_VERSION', reason: 'version', message: /format version 0/, make: (s) => setU32(copy(s), 8, 0) },
   // ---- truncation at several points
   { name: 'truncated in the magic', code: 'SNAPSHOT_CORRUPT', reason: 'truncated', message: /shorter than the 16-byte prefix/, make: (s) => copy(s).subarray(0, pick([1, 4, 7], s)) },

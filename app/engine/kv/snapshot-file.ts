@@ -1,7 +1,9 @@
 // KV snapshot files (issue 10 part 3): a document's cached sequence saved to disk, so a later
 // session restores the rows straight into the pool instead of prefilling them again.
 //
-// Format v1, little-endian:
+// Format v2, little-endian (v2: the same framing as v1; a model with linear-attention layers adds
+// sections 'recurrent.<ℓ>', its recurrent state, which v1 files never had: a v1 file is refused
+// with SNAPSHOT_VERSION, whatever the model, and written again by the next save):
 //   offset 0   8 bytes   magic "LHKVSNAP"
 //          8   u32       format version (SNAPSHOT_FORMAT_VERSION)
 //          12  u32       header length N (1 .. 1 MiB)
@@ -29,7 +31,7 @@ import { open, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { LonghandError, UsageError, type ErrorCode } from '../../common/errors.ts';
 
-export const SNAPSHOT_FORMAT_VERSION = 1;
+export const SNAPSHOT_FORMAT_VERSION = 2;
 
 /** The file's first 8 bytes. */
 export const SNAPSHOT_MAGIC = 'LHKVSNAP';

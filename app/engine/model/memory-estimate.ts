@@ -3,7 +3,8 @@
 // whether that fits in the memory this machine has free right now.
 import { freemem, totalmem } from 'node:os';
 import { LonghandError } from '../../common/errors.ts';
-import { ownsKv, type LayerSpec } from '../forward/layers/layer-spec.ts';
+import { linearStateFloats, ownsKv, type LayerSpec } from '../forward/layers/layer-spec.ts';
+import { stateCheckpointCount, type StateCheckpointOptions } from '../forward/linear-attention.ts';
 import { ringCheckpointCount, ringSlots, windowRingLayers, type RingCheckpointOptions } from '../kv/ring-checkpoints.ts';
 import type { ModelHyperparameters, TensorDType } from './types.ts';
 
@@ -52,6 +53,14 @@ export interface MemoryEstimate {
   kvSharedLayers: { layer: number; source: number; kind: 'global' | 'window' }[];
   /** The KV memory the engine takes under 'full': every layer's pool bytes + the rings' checkpoints. */
   kvPoolBytes: number;
+  /**
+   * The linear-attention layers' recurrent state (Qwen3.5): float32 matrices and convolution tails of
+   * one sequence, twice (the state and the running chunk's rollback copy; forward/linear-attention.ts),
+   * whatever the context. 0 for a model without such layers. Part of both totals.
+   */
+  recurrentStateBytes: number;
+  /** The most bytes that state's checkpoints take (one state each, stateCheckpointCount of them by default); part of both totals. */
+  recurrentCheckpointBytes: number;
   /** InfiniGen keeps the full KV in RAM, plus one partial key row per token (⌊r·d⌋ columns). */
   partialKeyBytes: number;
   /** Rows staged for the compute device: the fetch cap's share of the context, all layers. */
@@ -175,6 +184,13 @@ function kvLayerShapes(hyper: ModelHyperparameters, layers: readonly LayerSpec[]
   return out;
 }
 
+/** Bytes of one copy of the linear-attention layers' state (LinearAttentionState holds it and a rollback copy). */
+function recurrentBytes(layers: readonly LayerSpec[] | undefined): number {
+  let floats = 0;
+  for (const spec of layers ?? []) if (spec.attention.kind === 'linear') floats += linearStateFloats(spec.attention);
+  return 4 * floats;
+}
+
 export function kvBytesPerToken(hyper: ModelHyperparameters, kvType: KvElementType = 'fp16', layers?: readonly LayerSpec[]): number {
   // K and V: per layer with KV, kvHeads rows of headDim elements each (+ one scale per int8 row)
   let bytes = 0;
@@ -214,6 +230,8 @@ export function estimateMemory(
     prefillChunk?: number;
     /** the rings' checkpoints (default every 1024 tokens, ringCheckpointCount of them) */
     ringCheckpoints?: RingCheckpointOptions;
+    /** the linear-attention state's checkpoints (default every 1024 tokens, stateCheckpointCount of them) */
+    stateCheckpoints?: StateCheckpointOptions;
   } = {},
 ): MemoryEstimate {
   const kvType = options.kvType ?? 'fp16';
@@ -234,10 +252,13 @@ export function estimateMemory(
   const kvPoolBytes = kvLayers.reduce((s, l) => s + l.poolBytes + l.checkpointBytes, 0);
   const partialKeyBytes = partialPerToken * contextTokens;
   const stagedKvBytes = Math.ceil(stagedPerToken * contextTokens);
-  const totalFullBytes = weightsBytes + kvFullBytes;
+  const recurrentStateBytes = 2 * recurrentBytes(options.layers);
+  const checkpoints = options.stateCheckpoints?.max ?? stateCheckpointCount(contextTokens, options.stateCheckpoints?.every);
+  const recurrentCheckpointBytes = recurrentStateBytes > 0 ? checkpoints * recurrentBytes(options.layers) : 0;
+  const totalFullBytes = weightsBytes + kvFullBytes + recurrentStateBytes + recurrentCheckpointBytes;
   const totalInfinigenBytes = totalFullBytes + partialKeyBytes + stagedKvBytes;
   const perTokenInfinigen = kvPerToken + partialPerToken + stagedPerToken;
-  const maxContextThatFits = Math.max(0, Math.floor((freeBytes - weightsBytes) / perTokenInfinigen));
+  const maxContextThatFits = Math.max(0, Math.floor((freeBytes - weightsBytes - recurrentStateBytes - recurrentCheckpointBytes) / perTokenInfinigen));
   // offload: one buffer row per (layer with KV, KV head, slot) for K and for V; InfiniGen's dense
   // layers (below denseLayers) hold every slot, the others the fetch cap's rows
   const denseLayers = Math.min(hyper.layers, options.denseLayers ?? 2);
@@ -267,6 +288,8 @@ export function estimateMemory(
       spec.attention.kind === 'attention' && spec.attention.kvSource !== undefined ? [{ layer, source: spec.attention.kvSource, kind: spec.attention.window !== undefined ? ('window' as const) : ('global' as const) }] : [],
     ),
     kvPoolBytes,
+    recurrentStateBytes,
+    recurrentCheckpointBytes,
     partialKeyBytes,
     stagedKvBytes,
     totalFullBytes,

@@ -41,7 +41,7 @@ export interface RopeScaling {
   attnFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe';
+export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe' | 'qwen35';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -75,6 +75,8 @@ export interface ModelHyperparameters {
   gemma4?: Gemma4Config;
   /** Mixture-of-experts feed-forward in every layer (Qwen3-MoE: MoeHyperparameters below). */
   moe?: MoeHyperparameters;
+  /** Hybrid models (Qwen3.5): which layers are linear attention and their shape (model/arch/qwen35.ts). */
+  linearAttention?: LinearAttentionConfig;
 }
 
 /**
@@ -91,6 +93,23 @@ export interface MoeHyperparameters {
   expertFfn: number;
   /** The k routing weights renormalised to sum 1 (llama.cpp always does for qwen3moe). */
   normTopK: boolean;
+}
+
+/**
+ * The linear-attention (Gated DeltaNet) layers of a hybrid model, as GGUF's ssm.* keys state them
+ * (llama.cpp's qwen35 loader): forward/layers/qwen35.ts turns them into LayerSpecs.
+ */
+export interface LinearAttentionConfig {
+  /** [layer] true where the layer is linear attention, false where it is full attention */
+  readonly layers: readonly boolean[];
+  /** ssm.group_count: q/k heads */
+  readonly keyHeads: number;
+  /** ssm.time_step_rank: v heads (a multiple of keyHeads) */
+  readonly valueHeads: number;
+  /** ssm.state_size: elements per head of q, k and v */
+  readonly headDim: number;
+  /** ssm.conv_kernel: taps of the causal convolution */
+  readonly convKernel: number;
 }
 
 /**

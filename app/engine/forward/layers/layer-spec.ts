@@ -4,7 +4,9 @@
 //
 //   LayerSpec ─ attention   { kind: 'attention', heads, kvHeads, headDim, scale, window, sinks,
 //             │               rope | undefined, qkNorm, softcap }     ─► K and V rows in the pool
-//             │             | { kind: 'none' }                         ─► no KV rows (recurrent, later)
+//             │             | { kind: 'linear', keyHeads, valueHeads, headDim, convKernel }
+//             │                                                        ─► no KV rows: a recurrent state per sequence
+//             │             | { kind: 'none' }                         ─► no KV rows, no mixing
 //             ├ ffn         { kind: 'dense', size, gated, activation }
 //             │             | { kind: 'moe', experts, topK, expertSize, gated, activation }
 //             └ norm        { kind: 'rms' | 'layer', placement: 'pre' | 'sandwich', eps }
@@ -73,9 +75,43 @@ export interface AttentionSpec {
   readonly kvSource?: number;
 }
 
-/** A layer without KV rows (a recurrent or linear-attention layer; no family declares one yet). */
+/** A layer without KV rows and without a token mixer of its own (no family declares one). */
 export interface NoAttentionSpec {
   readonly kind: 'none';
+}
+
+/**
+ * A linear-attention layer (Gated DeltaNet: Qwen3.5, Qwen3-Next): no KV rows; each sequence carries a
+ * fixed-size state instead (forward/linear-attention.ts), per value head a [headDim × headDim] matrix
+ * S and the last convKernel − 1 inputs of the short causal convolution. Per token t, value head h
+ * (key head h mod keyHeads, llama.cpp's tiling of the key heads over the value heads):
+ *
+ *   x_t = silu(conv(qkv_t))           q, k: L2-normed per head; q·1/√headDim
+ *   S ← e^{g_t}·S + k_t·(β_t·(v_t − Sᵀk_t))ᵀ        g_t = softplus(α_t + dt)·a,  β_t = σ(b_t)
+ *   o_t = Sᵀq_t,  out = rmsnorm(o_t)·w ⊙ silu(z_t)   (per head), then the output projection.
+ */
+export interface LinearAttentionSpec {
+  readonly kind: 'linear';
+  /** Heads of q and k (llama.cpp's ssm.group_count). */
+  readonly keyHeads: number;
+  /** Heads of v, of the state and of the output (ssm.time_step_rank); a multiple of keyHeads. */
+  readonly valueHeads: number;
+  /** Elements per head of q, k and v (ssm.state_size): the state is headDim × headDim per value head. */
+  readonly headDim: number;
+  /** Taps of the causal convolution over the q/k/v projections (ssm.conv_kernel). */
+  readonly convKernel: number;
+  /** ε of the per-head L2 norms of q and k and of the gated RMSNorm of the output. */
+  readonly eps: number;
+}
+
+/** Floats of one sequence's state in a linear-attention layer: the matrices, then the convolution's tail. */
+export function linearStateFloats(a: LinearAttentionSpec): number {
+  return a.valueHeads * a.headDim * a.headDim + (a.convKernel - 1) * linearConvChannels(a);
+}
+
+/** Channels of a linear-attention layer's convolution: q and k (keyHeads·headDim each), then v (valueHeads·headDim). */
+export function linearConvChannels(a: LinearAttentionSpec): number {
+  return (2 * a.keyHeads + a.valueHeads) * a.headDim;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -132,7 +168,7 @@ export interface NormSpec {
 
 /** What layer ℓ computes. */
 export interface LayerSpec {
-  readonly attention: AttentionSpec | NoAttentionSpec;
+  readonly attention: AttentionSpec | LinearAttentionSpec | NoAttentionSpec;
   readonly ffn: FfnSpec;
   readonly norm: NormSpec;
 }
@@ -157,6 +193,11 @@ export function globalAttention(hyper: Pick<ModelHyperparameters, 'heads' | 'kvH
 /** Whether an attention's scale is the default one (kernels may then keep their own rounding of it). */
 export function isDefaultScale(attention: AttentionSpec): boolean {
   return attention.scale === defaultScale(attention.headDim);
+}
+
+/** Whether layer `spec` is a linear-attention layer (a recurrent state, no rows). */
+export function isLinear(spec: LayerSpec): spec is LayerSpec & { readonly attention: LinearAttentionSpec } {
+  return spec.attention.kind === 'linear';
 }
 
 /** Whether layer `spec` keeps K and V rows in the pool. */
@@ -241,20 +282,25 @@ export const ATTENTION_FIELDS: readonly AttentionField[] = ['heads', 'kvHeads', 
 export type UniformAttention = { readonly shape: AttentionSpec; readonly reason?: undefined } | { readonly shape?: undefined; readonly reason: string };
 
 /**
- * Layer 0's attention when every layer has attention and agrees with it on `fields` (default: all),
+ * The first attention layer's attention when every other layer is a linear-attention layer or has
+ * attention agreeing with it on `fields` (default: all),
  * else a reason naming the first layer that differs and how. For code that still assumes one shape
  * for the whole model (one pool row width, one RoPE table per chunk, one scale in a kernel): it
  * refuses a model it would run wrongly, with a message a user can read.
  */
 export function uniformAttention(specs: readonly LayerSpec[], fields: readonly AttentionField[] = ATTENTION_FIELDS): UniformAttention {
   if (specs.length === 0) return { reason: 'the model has no layers' };
-  const first = specs[0]!.attention;
-  if (first.kind !== 'attention') return { reason: 'layer 0 has no attention (no KV rows)' };
-  for (let l = 1; l < specs.length; l++) {
+  // linear-attention layers have no attention shape to agree on: the attention layers between them must
+  const l0 = specs.findIndex((spec) => spec.attention.kind !== 'linear');
+  if (l0 < 0) return { reason: 'the model has no attention layer' };
+  const first = specs[l0]!.attention;
+  if (first.kind !== 'attention') return { reason: `layer ${l0} has no attention (no KV rows)` };
+  for (let l = l0 + 1; l < specs.length; l++) {
     const a = specs[l]!.attention;
-    if (a.kind !== 'attention') return { reason: `layer ${l} has no attention (no KV rows), layer 0 has` };
+    if (a.kind === 'linear') continue;
+    if (a.kind !== 'attention') return { reason: `layer ${l} has no attention (no KV rows), layer ${l0} has` };
     for (const field of fields) {
-      if (!sameValue(a[field], first[field])) return { reason: `layer ${l} has ${field} ${show(a[field])}, layer 0 ${show(first[field])}` };
+      if (!sameValue(a[field], first[field])) return { reason: `layer ${l} has ${field} ${show(a[field])}, layer ${l0} ${show(first[field])}` };
     }
   }
   return { shape: first };

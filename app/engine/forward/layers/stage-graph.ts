@@ -8,8 +8,8 @@ import { linear, type RopeFrequencies } from '../../onnx/ops.ts';
 import type { ModelWeights } from '../weights.ts';
 
 /** Every input a stage graph may have (shapes: graphs.ts). */
-/** (ple_tok, ple: Gemma 4's per-layer embeddings, gemma4-graph.ts) */
-export const STAGE_INPUTS = ['h', 'attn', 'pos', 'rope_cos', 'rope_sin', 'spec_rope_cos', 'spec_rope_sin', 'rows', 'ple_tok', 'ple'] as const;
+/** (ple_tok, ple: Gemma 4's per-layer embeddings, gemma4-graph.ts; gate: a gated attention's output gate, qwen35-graph.ts) */
+export const STAGE_INPUTS = ['h', 'attn', 'pos', 'rope_cos', 'rope_sin', 'spec_rope_cos', 'spec_rope_sin', 'rows', 'ple_tok', 'ple', 'gate'] as const;
 export type StageInput = (typeof STAGE_INPUTS)[number];
 
 export interface StageGraph {

@@ -9,13 +9,15 @@ import type { RowPolicy } from './row-policy.ts';
  * [layer] the policy of each layer. `windowPolicy(w)` makes (or reuses) the policy of the layers
  * with window w. `sharedPolicy`, when given, runs the global layers that read another layer's K/V
  * (kvSource) instead of the chosen one (InfiniGen: such a layer has no partial keys of its own to
- * speculate over, so it attends densely). A layer without KV (a recurrent layer) has no row policy,
- * and the step loop does not run such layers yet: a typed refusal names it.
+ * speculate over, so it attends densely). A linear-attention layer has no rows and the step loop
+ * never asks its entry (it runs the layer's recurrence instead): it holds the chosen policy so every
+ * layer has one. A layer with no attention of any kind is refused with a typed error naming it.
  */
 export function planLayers(specs: readonly LayerSpec[], chosen: RowPolicy, windowPolicy: (window: number) => RowPolicy, sharedPolicy?: RowPolicy): RowPolicy[] {
   const byWindow = new Map<number, RowPolicy>();
   return specs.map((spec, l) => {
     const a = spec.attention;
+    if (a.kind === 'linear') return chosen;
     if (a.kind !== 'attention') throw new UsageError(`layer ${l} has no attention (no KV rows): the forward pass runs attention layers only`, { field: 'model', layer: l });
     if (a.window === undefined) return a.kvSource !== undefined && sharedPolicy ? sharedPolicy : chosen;
     let p = byWindow.get(a.window);

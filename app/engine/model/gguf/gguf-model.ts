@@ -19,6 +19,7 @@ import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '../arch/phi3.ts';
 import { QWEN3_TENSORS } from '../arch/qwen3.ts';
 import { QWEN3MOE_TENSORS } from '../arch/qwen3moe.ts';
+import { QWEN35_TENSORS, qwen35Hyperparameters } from '../arch/qwen35.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
 import { joinNearRanges, type ByteRange } from './byte-ranges.ts';
@@ -32,6 +33,8 @@ interface Family {
   tensors?: ArchTensorTable;
   /** Phi-3: rope.dimension_count may be below the head size, and LongRoPE factors come as tensors. */
   longRope?: boolean;
+  /** rope.dimension_count may be below the head size (partial rotary without LongRoPE: Qwen3.5). */
+  partialRotary?: boolean;
   /** The tensors as the family's stages read them (phi3: views of the fused tensors' row blocks). */
   views?: (model: LoadedModel) => LoadedModel;
   /** What the family's own keys add (gemma-keys.ts). */
@@ -52,6 +55,7 @@ const FAMILIES: Readonly<Record<string, Family>> = {
   gemma4: { ropeLayout: 'neox', architecture: 'gemma4', tensors: GEMMA4_TENSORS, whole: gemma4GgufHyper },
   qwen3: { ropeLayout: 'neox', architecture: 'qwen3', tensors: QWEN3_TENSORS },
   qwen3moe: { ropeLayout: 'neox', architecture: 'qwen3moe', tensors: QWEN3MOE_TENSORS, moe: true, extra: (keys, base) => ({ moe: moeGgufHyper(keys, 'qwen3moe', base) }) },
+  qwen35: { ropeLayout: 'neox', architecture: 'qwen35', tensors: QWEN35_TENSORS, partialRotary: true, extra: (keys, base) => qwen35Hyperparameters(keys, 'qwen35', base.layers) },
 };
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
@@ -156,12 +160,12 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
     fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `key length ${headDim} differs from value length ${valueLength}`, k('attention.value_length'));
   }
   const ropeDims = optionalInt(file, k('rope.dimension_count'), headDim);
-  if (spec.longRope === true && !(ropeDims > 0 && ropeDims <= headDim && ropeDims % 2 === 0)) {
+  if ((spec.longRope === true || spec.partialRotary === true) && !(ropeDims > 0 && ropeDims <= headDim && ropeDims % 2 === 0)) {
     fail(file, 'MODEL_BAD_VALUE', `${k('rope.dimension_count')} is ${ropeDims}: not an even count of at most ${headDim} head dimensions`, k('rope.dimension_count'), { ropeDims, headDim });
   }
   // Phi-3's sliding_window key (Phi-3-mini: 2047) is not run: llama.cpp disables Phi SWA (its
   // phi3 loader sets swa_type NONE, llama.cpp PR 13676), and every layer attends globally there.
-  if (ropeDims !== headDim && spec.longRope !== true) {
+  if (ropeDims !== headDim && spec.longRope !== true && spec.partialRotary !== true) {
     fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `partial rotary embeddings (${ropeDims} of ${headDim} head dimensions) are not supported`, k('rope.dimension_count'), { ropeDims, headDim });
   }
 

@@ -37,6 +37,9 @@ const PRE_PATTERNS: Record<string, string> = {
   gpt2: "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
   llama3: `${CONTRACTIONS_ANY_CASE}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`,
   qwen2: `${CONTRACTIONS_ANY_CASE}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`,
+  // Qwen3.5 (LLAMA_VOCAB_PRE_TYPE_QWEN35): qwen2's with combining marks counted as letters, so a
+  // letter and its marks stay one word
+  qwen35: `${CONTRACTIONS_ANY_CASE}|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`,
   // o200k (GPT-4o, Phi-4-mini) as llama.cpp runs it (LLAMA_VOCAB_PRE_TYPE_GPT4O): its rewrite of
   // tokenizer.json's case classes into lookaheads, where only ASCII letters have a case (a non-ASCII
   // letter counts as upper and lower) and combining marks are not letters
@@ -56,13 +59,14 @@ const PRE_ALIASES: Record<string, keyof typeof PRE_PATTERNS> = {
   falcon3: 'llama3',
   qwen2: 'qwen2',
   'deepseek-r1-qwen': 'qwen2',
+  qwen35: 'qwen35',
   'gpt-4o': 'gpt4o',
   llama4: 'gpt4o',
 };
 
 /** The pre-tokenizer family for a tokenizer.ggml.pre value, or undefined when we have none. */
-export function preTokenizerFamily(pre: string): 'gpt2' | 'llama3' | 'qwen2' | 'gpt4o' | undefined {
-  return PRE_ALIASES[pre] as 'gpt2' | 'llama3' | 'qwen2' | 'gpt4o' | undefined;
+export function preTokenizerFamily(pre: string): 'gpt2' | 'llama3' | 'qwen2' | 'qwen35' | 'gpt4o' | undefined {
+  return PRE_ALIASES[pre] as 'gpt2' | 'llama3' | 'qwen2' | 'qwen35' | 'gpt4o' | undefined;
 }
 
 interface Bigram {
@@ -77,7 +81,7 @@ const bigramFirst = (a: Bigram, b: Bigram): boolean => a.rank < b.rank || (a.ran
 
 export class BpeTokenizer extends GgufTokenizerBase {
   override readonly kind = 'bpe' as const;
-  readonly family: 'gpt2' | 'llama3' | 'qwen2' | 'gpt4o' | 'gemma4';
+  readonly family: 'gpt2' | 'llama3' | 'qwen2' | 'qwen35' | 'gpt4o' | 'gemma4';
   private readonly pattern: RegExp;
   private readonly ranks = new Map<string, number>();
   private readonly ignoreMerges: boolean;
@@ -86,7 +90,7 @@ export class BpeTokenizer extends GgufTokenizerBase {
     super(vocab);
     const family = vocab.model === 'gemma4' ? 'gemma4' : preTokenizerFamily(vocab.pre);
     if (family === undefined) {
-      throw new LonghandError('TOKENIZER_INVALID', `GGUF tokenizer metadata: pre-tokenizer ${JSON.stringify(vocab.pre)} is not supported (gpt2, llama3, qwen2, gpt-4o families)`, { key: 'tokenizer.ggml.pre' });
+      throw new LonghandError('TOKENIZER_INVALID', `GGUF tokenizer metadata: pre-tokenizer ${JSON.stringify(vocab.pre)} is not supported (gpt2, llama3, qwen2, qwen35, gpt-4o families)`, { key: 'tokenizer.ggml.pre' });
     }
     this.family = family;
     this.pattern = new RegExp(family === 'gemma4' ? '[^\\n]+|\\n+' : (PRE_PATTERNS[family] as string), 'gu');

@@ -37,7 +37,7 @@ export interface Run {
 export function layerKind(run: Run, layer: number): string {
   const l = run.kvLayers?.[layer];
   if (!l) return '';
-  return l.kind === 'window' ? `window ${l.window ?? '?'}` : 'global';
+  return l.kind === 'window' ? `window ${l.window ?? '?'}` : l.kind === 'linear' ? 'linear (no KV)' : 'global';
 }
 
 /** 'layer 3' with its kind where the model has window layers: 'layer 3 · window 512'. */
@@ -49,9 +49,13 @@ export function layerLabel(run: Run, layer: number): string {
 /** '5 window (512) + 1 global layers', or '' for a model without window layers. */
 export function layerPattern(run: Run): string {
   const kinds = run.kvLayers;
-  if (!kinds || !kinds.some((l) => l.kind === 'window')) return '';
+  if (!kinds) return '';
+  const global = kinds.filter((l) => l.kind === 'global').length;
+  // a hybrid model (Qwen3.5): linear-attention layers keep a state, no KV
+  if (kinds.some((l) => l.kind === 'linear')) return `${kinds.filter((l) => l.kind === 'linear').length} linear + ${global} global layers`;
+  if (!kinds.some((l) => l.kind === 'window')) return '';
   const windows = [...new Set(kinds.filter((l) => l.kind === 'window').map((l) => l.window))].join('/');
-  return `${kinds.filter((l) => l.kind === 'window').length} window (${windows}) + ${kinds.filter((l) => l.kind === 'global').length} global layers`;
+  return `${kinds.filter((l) => l.kind === 'window').length} window (${windows}) + ${global} global layers`;
 }
 
 /** A run's context as positions: prompt tokens, then generated ones (position = index). */
@@ -577,8 +581,8 @@ export function parseRunsJsonl(text: string): Run[] {
         return top !== undefined ? { id: t[0], text: t[1], top: top as TopLogprobs } : { id: t[0], text: t[1] };
       });
       const kvLayers = o.kvLayers as unknown;
-      if (kvLayers !== undefined && !(Array.isArray(kvLayers) && kvLayers.every((l) => typeof l === 'object' && l !== null && ((l as { kind?: unknown }).kind === 'global' || ((l as { kind?: unknown }).kind === 'window' && isInt((l as { window?: unknown }).window))))))
-        throw new JsonlError(line, 'kvLayers is not a list of { kind: "global" } / { kind: "window", window }');
+      if (kvLayers !== undefined && !(Array.isArray(kvLayers) && kvLayers.every((l) => typeof l === 'object' && l !== null && ((l as { kind?: unknown }).kind === 'global' || (l as { kind?: unknown }).kind === 'linear' || ((l as { kind?: unknown }).kind === 'window' && isInt((l as { window?: unknown }).window))))))
+        throw new JsonlError(line, 'kvLayers is not a list of { kind: "global" } / { kind: "linear" } / { kind: "window", window }');
       runs.set(o.requestId, { requestId: o.requestId, policy: typeof o.policy === 'string' ? o.policy : '', contextLength: isInt(o.contextLength) ? o.contextLength : 0, promptIds: o.promptIds as number[], pieces: o.pieces as string[], tokens, samples: [], loaded: true, ...(kvLayers !== undefined ? { kvLayers: kvLayers as Run['kvLayers'] } : {}) });
       return;
     }
