@@ -65,7 +65,7 @@ else totals.failed += 1;
 
 // Bounded coverage-guided fuzzing of the native core: one check per target. Exit 2 means no clang
 // with libFuzzer is installed: a skip on a developer machine, a failure in CI (.ci/run installs it).
-const fuzzSeconds = process.env.LONGHAND_FUZZ_SECONDS ?? '20';
+const fuzzSeconds = process.env.LONGHAND_FUZZ_SECONDS ?? '10';
 const fuzz = run(`native fuzz (${fuzzSeconds} s per target)`, process.execPath, [join(root, 'scripts', 'native-fuzz.mjs'), '--seconds', fuzzSeconds], { capture: true });
 const fuzzCounts = /native-fuzz: (\d+) passed, (\d+) failed/.exec(fuzz.stdout ?? '');
 if (fuzz.status === 2 && process.env.CI === 'true') {

@@ -441,6 +441,31 @@ void test_mapped_file_own() {
 // Every decode kernel; each test runs the ones this CPU has (lh_attention_available).
 constexpr lh_attention_impl kAttentionImpls[] = {LH_ATTN_PORTABLE, LH_ATTN_AVX2, LH_ATTN_AVX512, LH_ATTN_AVX2_PER_HEAD};
 
+// Under ThreadSanitizer (scripts/native-sanitize.mjs --thread) every test runs 5-15x slower and only
+// code that starts threads can race; the split over threads is the same code for every attention
+// implementation. So there the suites that repeat per implementation run one, the best this CPU has
+// (what users run), instead of four: about a minute of the sanitizer's three. The plain and the
+// ASan+UBSan builds run them all.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kThreadSanitizer = true;
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+
+static bool attention_impl_under_test(lh_attention_impl impl) {
+  if (!lh_attention_available(impl)) return false;
+  if (!kThreadSanitizer) return true;
+  for (const lh_attention_impl best : {LH_ATTN_AVX512, LH_ATTN_AVX2, LH_ATTN_PORTABLE})
+    if (lh_attention_available(best)) return impl == best;
+  return false;
+}
+
 constexpr size_t kGuard = 16;        // canary floats before and after every output buffer
 constexpr float kCanary = -12345.678f;
 
@@ -3499,6 +3524,7 @@ int main(int argc, char** argv) {
     bench_quant_dot(argc > 2 ? std::atoi(argv[2]) : 5);
     return 0;
   }
+  if (kThreadSanitizer) std::printf("info  ThreadSanitizer: the per-implementation attention suites run %s only\n", lh_attention_impl_name(LH_ATTN_AUTO));
   test_fp16();
   test_cpu_level();
   test_quant_dot_q();
@@ -3510,13 +3536,13 @@ int main(int argc, char** argv) {
   test_mapped_file();
   test_mapped_file_own();
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) test_attention_sweep(impl);
+    if (attention_impl_under_test(impl)) test_attention_sweep(impl);
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) test_attention_nonfinite(impl);
+    if (attention_impl_under_test(impl)) test_attention_nonfinite(impl);
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) test_attention_rows(impl);
+    if (attention_impl_under_test(impl)) test_attention_rows(impl);
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) {
+    if (attention_impl_under_test(impl)) {
       test_attention_grouped_shapes(impl);
       test_attention_head_maxes(impl);
     }
@@ -3526,11 +3552,11 @@ int main(int argc, char** argv) {
   test_kv_fp32();
   test_kv_batch_append();
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) test_attention_prefill(impl);
+    if (attention_impl_under_test(impl)) test_attention_prefill(impl);
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) test_attention_prefill_nonfinite(impl);
+    if (attention_impl_under_test(impl)) test_attention_prefill_nonfinite(impl);
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) test_attention_decode_threads(impl);
+    if (attention_impl_under_test(impl)) test_attention_decode_threads(impl);
   test_infinigen_select();
   test_partial_rows();
   test_speculator();
@@ -3551,7 +3577,7 @@ int main(int argc, char** argv) {
   test_kv_eviction();
   test_int8_quantize();
   for (const lh_attention_impl impl : kAttentionImpls)
-    if (lh_attention_available(impl)) test_attention_int8(impl);
+    if (attention_impl_under_test(impl)) test_attention_int8(impl);
   test_kv_int8();
   test_kv_snapshot();
   test_attention_params();
