@@ -13,9 +13,9 @@
 //   - the Hugging Face folder of the same weights gives the logits of the F32 GGUF.
 import { afterAll, describe, expect, it } from 'vitest';
 import { qwen3GgufFixture, qwen3HfFixture, type Qwen3FixtureType } from '../../../test/fixtures/families/qwen3.ts';
+import { greedyAgreement } from '../../../test/support/greedy-agreement.ts';
 import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
-import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK } from '../../../test/support/llama-cpp-reference.ts';
-import { argmax, logSoftmax } from '../../../test/support/reference-forward.ts';
+import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 import { ChatTemplate } from '../model/chat-template.ts';
 import { loadModel } from '../model/load-model.ts';
 import { createTokenizer } from '../model/tokenizer/tokenizer.ts';
@@ -68,23 +68,7 @@ describe('Qwen3 vs llama.cpp: greedy on the F32 fixture', () => {
       for (const messages of prompts) {
         const rendered = template.render(messages);
         const prompt = tokenizer.encode(rendered, template.encodeOptionsFor(rendered));
-        runner.reset();
-        let logits = await runner.prefill(prompt);
-        const generated: number[] = [];
-        const steps = [0, 1, 49, 99, 149, 199];
-        const ours: Float64Array[] = [];
-        for (let i = 0; i < 200; i++) {
-          if (steps.includes(i)) ours.push(logSoftmax(logits));
-          const next = argmax(logits);
-          generated.push(next);
-          if (i < 199) logits = await runner.decode(next);
-        }
-        const sequence = [...prompt, ...generated];
-        // llama.cpp's next token after prompt + generated[0..i-1] is at position prompt.length − 1 + i
-        const reference = await llamaCppLogProbs(path, sequence.slice(0, -1), { kvType: 'f32', threads: 1, greedy: true, positions: steps.map((i) => prompt.length - 1 + i) });
-        const theirGreedy = reference.greedy!.slice(prompt.length - 1);
-        const matched = generated.filter((id, i) => theirGreedy[i] === id).length;
-        const top5 = maxAbsLogProbDiffTopK(reference.logProbs, ours, 5);
+        const { generated, matched, top5 } = await greedyAgreement(runner, path, prompt);
         console.log(`qwen3 F32 greedy (native) ${JSON.stringify(messages.at(-1)!.content.slice(0, 24))}: ${matched}/200 ids match llama.cpp, max top-5 |Δ log p| ${top5.toExponential(2)}, distinct ids ${new Set(generated).size}`);
         expect(matched).toBe(200);
         expect(top5).toBeLessThan(BOUNDS.F32.top5);

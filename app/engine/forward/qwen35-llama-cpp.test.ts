@@ -11,6 +11,7 @@
 //   - the recurrence in prefill chunks of 1, 7 and 64 tokens gives the logits of one another.
 import { afterAll, describe, expect, it } from 'vitest';
 import { qwen35GgufFixture, type Qwen35FileType } from '../../../test/fixtures/families/qwen35.ts';
+import { greedyAgreement } from '../../../test/support/greedy-agreement.ts';
 import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
 import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK } from '../../../test/support/llama-cpp-reference.ts';
 import { argmax, logSoftmax } from '../../../test/support/reference-forward.ts';
@@ -74,22 +75,7 @@ describe('Qwen3.5 vs llama.cpp: greedy on the F32 fixture', () => {
         const rendered = template.render(messages);
         const prompt = tokenizer.encode(rendered, template.encodeOptionsFor(rendered));
         lengths.push(prompt.length);
-        runner.reset();
-        let logits = await runner.prefill(prompt);
-        const generated: number[] = [];
-        const steps = [0, 1, 99, 199];
-        const ours: Float64Array[] = [];
-        for (let i = 0; i < 200; i++) {
-          if (steps.includes(i)) ours.push(logSoftmax(logits));
-          const next = argmax(logits);
-          generated.push(next);
-          if (i < 199) logits = await runner.decode(next);
-        }
-        const sequence = [...prompt, ...generated];
-        const reference = await llamaCppLogProbs(path, sequence.slice(0, -1), { kvType: 'f32', threads: 1, greedy: true, positions: steps.map((i) => prompt.length - 1 + i) });
-        const theirGreedy = reference.greedy!.slice(prompt.length - 1);
-        const matched = generated.filter((id, i) => theirGreedy[i] === id).length;
-        const top5 = maxAbsLogProbDiffTopK(reference.logProbs, ours, 5);
+        const { generated, matched, top5 } = await greedyAgreement(runner, path, prompt, { checkAt: [0, 1, 99, 199] });
         console.log(`qwen35 F32 greedy (onnx) ${prompt.length}-token prompt ${JSON.stringify(messages.at(-1)!.content.slice(0, 24))}: ${matched}/200 ids match llama.cpp, max top-5 |Δ log p| ${top5.toExponential(2)}, distinct ids ${new Set(generated).size}`);
         expect(matched).toBe(200);
         expect(top5).toBeLessThan(BOUNDS.F32.top5);

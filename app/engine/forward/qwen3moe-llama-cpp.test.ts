@@ -20,6 +20,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { QWEN3MOE_ROUTER_TIES, QWEN3MOE_TEST_MODEL, qwen3moeGgufFixture, qwen3moeHfFixture, writeQwen3moeGguf, type Qwen3MoeFixtureType } from '../../../test/fixtures/families/qwen3moe.ts';
+import { greedyAgreement } from '../../../test/support/greedy-agreement.ts';
 import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
 import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK } from '../../../test/support/llama-cpp-reference.ts';
 import { argmax, logSoftmax } from '../../../test/support/reference-forward.ts';
@@ -66,22 +67,7 @@ describe('Qwen3-MoE vs llama.cpp: greedy on the F32 fixture', () => {
       for (const messages of prompts) {
         const rendered = template.render(messages);
         const prompt = tokenizer.encode(rendered, template.encodeOptionsFor(rendered));
-        runner.reset();
-        let logits = await runner.prefill(prompt);
-        const generated: number[] = [];
-        const steps = [0, 1, 49, 99, 149, 199];
-        const ours: Float64Array[] = [];
-        for (let i = 0; i < 200; i++) {
-          if (steps.includes(i)) ours.push(logSoftmax(logits));
-          const next = argmax(logits);
-          generated.push(next);
-          if (i < 199) logits = await runner.decode(next);
-        }
-        const sequence = [...prompt, ...generated];
-        const reference = await llamaCppLogProbs(path, sequence.slice(0, -1), { kvType: 'f32', threads: 1, greedy: true, positions: steps.map((i) => prompt.length - 1 + i) });
-        const theirGreedy = reference.greedy!.slice(prompt.length - 1);
-        const matched = generated.filter((id, i) => theirGreedy[i] === id).length;
-        const top5 = maxAbsLogProbDiffTopK(reference.logProbs, ours, 5);
+        const { generated, matched, top5 } = await greedyAgreement(runner, path, prompt);
         console.log(`qwen3moe F32 greedy (native) ${JSON.stringify(messages.at(-1)!.content.slice(0, 24))}: ${matched}/200 ids match llama.cpp, max top-5 |Δ log p| ${top5.toExponential(2)}, distinct ids ${new Set(generated).size}`);
         expect(matched).toBe(200);
         expect(top5).toBeLessThan(BOUNDS.F32.top5);
@@ -107,22 +93,13 @@ describe('Qwen3-MoE vs llama.cpp: 128 experts, top-8 (the routing of Qwen3-30B-A
       expect(model.hyper.moe).toEqual({ experts: 128, expertsUsed: 8, expertFfn: 64, normTopK: true });
       const rendered = template.render([{ role: 'user', content: 'def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nExplain.' }]);
       const prompt = tokenizer.encode(rendered, template.encodeOptionsFor(rendered));
-      let logits = await runner.prefill(prompt);
-      const generated: number[] = [];
-      const steps = [0, 1, 99, 199];
-      const ours: Float64Array[] = [];
       const used = new Set<number>();
-      for (let i = 0; i < 200; i++) {
-        if (steps.includes(i)) ours.push(logSoftmax(logits));
-        generated.push(argmax(logits));
-        if (i === 199) break;
-        logits = await runner.decode(generated[i]!);
-        for (const routed of runner.lastExperts()!.routed) for (const e of routed!) used.add(e);
-      }
-      const reference = await llamaCppLogProbs(path, [...prompt, ...generated].slice(0, -1), { kvType: 'f32', threads: 1, greedy: true, positions: steps.map((i) => prompt.length - 1 + i) });
-      const theirGreedy = reference.greedy!.slice(prompt.length - 1);
-      const matched = generated.filter((id, i) => theirGreedy[i] === id).length;
-      const top5 = maxAbsLogProbDiffTopK(reference.logProbs, ours, 5);
+      const { generated, matched, top5 } = await greedyAgreement(runner, path, prompt, {
+        checkAt: [0, 1, 99, 199],
+        afterDecode: () => {
+          for (const routed of runner.lastExperts()!.routed) for (const e of routed!) used.add(e);
+        },
+      });
       console.log(`qwen3moe 128 experts top-8 F32 greedy: ${matched}/200 ids match llama.cpp, max top-5 |Δ log p| ${top5.toExponential(2)}, ${used.size} of 128 experts routed to, distinct ids ${new Set(generated).size}`);
       expect(matched).toBe(200);
       expect(top5).toBeLessThan(BOUNDS.F32.top5);
