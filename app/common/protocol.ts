@@ -126,6 +126,8 @@ export const GenerateParamsSchema = z.strictObject({
   inspectEvery: z.int().min(1).max(4096).optional(),
   /** The inspector's share of decode time (measurements + snapshots); a due step over it is skipped. Default 0.05; 1 measures every due step. */
   inspectBudget: z.number().gt(0).max(1).optional(),
+  /** Mixture-of-experts models: send `routing` events, the experts each layer ran every prompt and generated token on (ignored for other models). */
+  routing: z.boolean().optional(),
 });
 export type GenerateParams = z.infer<typeof GenerateParamsSchema>;
 /** Generation parameters as a client writes them (defaults may be left out). */
@@ -234,6 +236,8 @@ export const ModelInfoSchema = z.strictObject({
   kvLayers: z.array(KvLayerInfoSchema).optional(),
   /** Bytes of the window layers' ring checkpoints (prefix reuse), apart from the pool. */
   ringCheckpointBytes: z.number().nonnegative().optional(),
+  /** Mixture-of-experts models: experts per layer and how many each token runs on. */
+  experts: z.strictObject({ count: positiveInt, used: positiveInt }).optional(),
 });
 export type ModelInfo = z.infer<typeof ModelInfoSchema>;
 
@@ -446,6 +450,15 @@ export const EngineEventSchema = z.discriminatedUnion('kind', [
     /** With params.logprobs = k: the k most likely ids at this step as [id, log-probability], most likely first. */
     top: z.array(z.tuple([tokenId, z.number().max(0)])).optional(),
   }),
+  /**
+   * params.routing on a mixture-of-experts model: after each forward call (a prompt chunk, a decode
+   * step), the experts its tokens were routed to. `experts` is [tokens][layers.length][k] flattened,
+   * the largest routing weight first, -1 where the layer did not run the token (a prompt chunk that
+   * needs no logits skips the last layer's MLP); token t is at position start + t.
+   */
+  z
+    .strictObject({ kind: z.literal('routing'), requestId, start: z.int().nonnegative(), layers: z.array(z.int().nonnegative()).min(1), k: positiveInt, experts: z.array(z.int().min(-1)) })
+    .refine((e) => e.experts.length > 0 && e.experts.length % (e.layers.length * e.k) === 0, { message: 'experts must hold whole tokens of layers x k ids', path: ['experts'] }),
   /** Sampled (at most ~10 per second) while a generation runs, and once at its end. */
   z.strictObject({ kind: z.literal('metrics'), requestId, metrics: StepMetricsSchema }),
   z.strictObject({

@@ -187,7 +187,7 @@ export class EngineClient {
    * the stream still ends with `done` (stopReason 'cancelled'). A request the engine refuses
    * throws its typed error.
    */
-  async *generate(prompt: Prompt, params: GenerateParamsInput = {}, signal?: AbortSignal): AsyncGenerator<Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>> {
+  async *generate(prompt: Prompt, params: GenerateParamsInput = {}, signal?: AbortSignal): AsyncGenerator<Extract<EngineEvent, { kind: 'prompt' | 'routing' | 'token' | 'metrics' | 'done' }>> {
     const requestId = randomUUID();
     const pending: EngineEvent[] = [];
     let wake: (() => void) | undefined;
@@ -206,7 +206,7 @@ export class EngineClient {
         while (pending.length === 0) await new Promise<void>((resolve) => (wake = resolve));
         const event = pending.shift()!;
         if (event.kind === 'error') throw errorFromPayload(event.error);
-        if (event.kind === 'prompt' || event.kind === 'token' || event.kind === 'metrics') yield event;
+        if (event.kind === 'prompt' || event.kind === 'routing' || event.kind === 'token' || event.kind === 'metrics') yield event;
         else if (event.kind === 'done') {
           yield event;
           return;

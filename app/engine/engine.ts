@@ -22,7 +22,7 @@ import { isLonghandError, LonghandError, UsageError } from '../common/errors.ts'
 import type { AdapterInfo, CacheReport, Device, ErrorPayload, GenerateParams, InfinigenKnobs, KvPolicy, LoadOptions, LoadProgress, ModelInfo, Prompt, SparseKnobs } from '../common/protocol.ts';
 import { CachedSequence } from './forward/cached-sequence.ts';
 import { assertPolicySupported } from './forward/layers/families.ts';
-import { createModelRunner, type ModelRunner, type ModelRunnerOptions } from './forward/model-runner.ts';
+import { createModelRunner, type ModelRunner, type ModelRunnerOptions, type RoutingRecord } from './forward/model-runner.ts';
 import type { StageCacheOptions } from './forward/stage-sessions.ts';
 import { SPARSE_POLICIES, sparseSettings } from './forward/policy/selection-settings.ts';
 import { tokenizerDecoder } from './generate/decoder.ts';
@@ -391,6 +391,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           ...(runner.kvLayers().some((l) => l.kind !== 'global')
             ? { kvLayers: runner.kvLayers().map(({ tokens: _tokens, ...l }) => l), ringCheckpointBytes: runner.ringCheckpointBytes }
             : {}),
+          ...(hyper.moe ? { experts: { count: hyper.moe.experts, used: hyper.moe.expertsUsed } } : {}),
         };
         loaded = { model, tokenizer, chat, runner, sequence: new CachedSequence(runner), info, base, atLoad: { policy: options.policy, infinigen: options.infinigen, sparse: options.sparse }, choice, inspect: options.inspect, ...(sha !== undefined ? { sha: Promise.resolve(sha) } : {}) };
         return info;
@@ -467,8 +468,15 @@ export function createEngineCore(log: (line: string) => void = (line) => process
       const metrics = new StepMetricsSampler(state.runner, state.model.hyper, state.runner.policy);
       if (params.inspectEvery !== undefined) metrics.sampleEvery(params.inspectEvery);
       if (params.inspectBudget !== undefined) metrics.budget = params.inspectBudget;
+      // the inspector's routing view: each forward call's experts, sent before the token it produced
+      const routing: RoutingRecord[] = [];
+      if (params.routing && state.model.hyper.moe) state.runner.setRoutingListener((record) => routing.push(record));
+      const routingEvents = function* (): Generator<GenerationEvent> {
+        for (const r of routing.splice(0)) yield { kind: 'routing', start: r.start, layers: r.layers, k: r.k, experts: Array.from(r.experts) };
+      };
       try {
         for await (const event of stream) {
+          yield* routingEvents();
           if (event.type === 'token') {
             const top = tap?.take();
             yield { kind: 'token', index: event.index, id: event.id, text: event.text, ...(top ? { top } : {}) };
@@ -489,6 +497,7 @@ export function createEngineCore(log: (line: string) => void = (line) => process
           }
         }
       } finally {
+        state.runner.setRoutingListener(undefined);
         metrics.close();
       }
     },

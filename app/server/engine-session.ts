@@ -18,7 +18,7 @@ import { ServerMetrics } from './metrics.ts';
 import { EngineQueue } from './queue.ts';
 import { RemoteEngine, type RemoteConfig } from './remote-engine.ts';
 
-export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>;
+export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'routing' | 'token' | 'metrics' | 'done' }>;
 
 export interface EngineSessionOptions {
   /** Starts a fresh engine process for restart() (default: EngineClient.start() with this process's env). */

@@ -144,6 +144,19 @@ export interface ExpertStepStats {
   routed: (Uint32Array | undefined)[];
 }
 
+/** Which experts each layer ran a forward call's tokens on (a mixture-of-experts model), for the inspector. */
+export interface RoutingRecord {
+  /** Position of the call's first token. */
+  start: number;
+  tokens: number;
+  /** The layers that have experts, ascending. */
+  layers: number[];
+  /** Experts per token and layer. */
+  k: number;
+  /** [tokens, layers.length, k] expert ids, the largest routing weight first; -1 where the layer did not run the token (a prompt chunk that needs no logits skips the last layer's MLP). */
+  experts: Int32Array;
+}
+
 export type RunnerDense = { engine: 'native'; kernel: DenseKernelName } | { engine: 'onnx'; whyNotNative?: string };
 
 /** How far createModelRunner is: stages (repacked weights + onnxruntime session) built so far. */
@@ -280,6 +293,13 @@ export interface ModelRunner extends TokenRunner {
    * for every other model and before a call.
    */
   lastExperts(): ExpertStepStats | undefined;
+  /**
+   * Called after every forward call of the sequence (prompt chunks and decode steps, not detached
+   * calibration runs) with the experts its tokens were routed to; a model without experts never
+   * calls it. undefined detaches it. (Listening makes each call drop the stages' older expert
+   * figures first, so lastExperts() after a prompt chunk names only what that chunk ran.)
+   */
+  setRoutingListener(listener: ((record: RoutingRecord) => void) | undefined): void;
   /** The latest selection of a sparse layer as token positions, union over KV heads (InfiniGen and the comparison policies; undefined otherwise). */
   selectedPositions(layer: number): number[] | undefined;
   /** The inspector's probe (app/engine/metrics/step-probe.ts): measures the decode steps it arms; undefined detaches it. */
@@ -629,6 +649,37 @@ class Runner implements ModelRunner {
   setProbe(probe: StepProbe | undefined): void {
     this.step.probe = probe;
   }
+
+  private routingListener: ((record: RoutingRecord) => void) | undefined;
+
+  setRoutingListener(listener: ((record: RoutingRecord) => void) | undefined): void {
+    this.routingListener = listener;
+  }
+
+  /** The routing of the call just run at `start` (`tokens` tokens), as one record; undefined without experts. */
+  private routingRecord(start: number, tokens: number): RoutingRecord | undefined {
+    const layers = this.moeLayers;
+    if (layers.length === 0) return undefined;
+    const routed = this.lastExperts()?.routed ?? [];
+    const k = this.model.hyper.moe!.expertsUsed;
+    // regroup [layer][token, k] as [token][layer][k]: a token's routing through the model reads as one row
+    const experts = new Int32Array(tokens * layers.length * k).fill(-1);
+    layers.forEach((layer, li) => {
+      const r = routed[layer];
+      if (r === undefined) return; // the stage did not run: a prompt chunk that needs no logits skips the last layer's MLP
+      // all the call's tokens, or only its last (the rows the logits need)
+      const first = tokens - r.length / k;
+      for (let t = Math.max(0, first); t < tokens; t++) experts.set(r.subarray((t - first) * k, (t - first + 1) * k), (t * layers.length + li) * k);
+    });
+    return { start, tokens, layers, k, experts };
+  }
+
+  /** The layers whose MLP is a mixture of experts (LayerSpec ffn kind), ascending. */
+  private get moeLayers(): number[] {
+    return (this.moeLayerList ??= this.specs.flatMap((spec, layer) => (spec.ffn.kind === 'moe' ? [layer] : [])));
+  }
+
+  private moeLayerList: number[] | undefined;
 
   partialKeyBytes(): number {
     let bytes = 0; // over the layers that keep rows: a ring holds at most its window's slots
@@ -1040,7 +1091,13 @@ class Runner implements ModelRunner {
 
   private async runChunk(ids: readonly number[], o: ChunkOptions): Promise<Float32Array | undefined> {
     this.checkIds(ids);
+    const listener = o.detached ? undefined : this.routingListener;
+    if (listener) for (const session of this.sessions) session.forgetExperts?.();
     const logits = await this.step.run(ids, this.pos, o);
+    if (listener) {
+      const record = this.routingRecord(this.pos, ids.length);
+      if (record) listener(record);
+    }
     this.pos += ids.length;
     if (!o.detached) this.cfg.rings.noteEnd(this.pos);
     if (ids.length === 1 && !o.prompt && !o.detached) this.stepReported = this.step.trace.sparse;

@@ -5,7 +5,7 @@ import type { EngineEvent, GenerateParams, LoadOptions, LoadProgress, ModelInfo,
 type WithoutRequestId<T> = T extends unknown ? Omit<T, 'requestId'> : never;
 
 /** Events of one generation, before the host stamps them with the request id. */
-export type GenerationEvent = WithoutRequestId<Extract<EngineEvent, { kind: 'prompt' | 'token' | 'metrics' | 'done' }>>;
+export type GenerationEvent = WithoutRequestId<Extract<EngineEvent, { kind: 'prompt' | 'routing' | 'token' | 'metrics' | 'done' }>>;
 
 export interface EngineCore {
   /** `onProgress`: the forward pass's stages built so far (weights repacked + onnxruntime session), after each one. */

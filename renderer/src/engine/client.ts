@@ -9,7 +9,7 @@ import { animationFrame, TextBatcher, Throttle, type FrameScheduler } from './sc
 
 export type LoadOptionsInput = Extract<EngineRequestInput, { kind: 'load' }>['options'];
 export type GenerateParamsInput = NonNullable<Extract<EngineRequestInput, { kind: 'generate' }>['params']>;
-export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'token' | 'done' }>;
+export type GenerationEvent = Extract<EngineEvent, { kind: 'prompt' | 'routing' | 'token' | 'done' }>;
 export type { LoadProgress } from '../../../app/common/protocol.ts';
 
 /** A request that failed: `code` is one of app/common/errors.ts ERROR_CODES (or ENGINE_CRASHED). */
@@ -131,6 +131,8 @@ export class EngineClient {
   private lastLoad: LoadOptionsInput | null = null;
   private readonly eventListeners = new Set<(event: GenerationEvent) => void>();
   private readonly modelListeners = new Set<(model: ModelInfo) => void>();
+  /** The loaded model has experts (its generations send routing events). */
+  private hasExperts = false;
   private readonly metricsListeners = new Set<(metrics: GenerationMetrics) => void>();
   private readonly unsubscribe: (() => void)[] = [];
   private readonly schedule: FrameScheduler;
@@ -207,6 +209,7 @@ export class EngineClient {
     };
     return this.request({ kind: 'load', requestId: newRequestId('load'), options }, pick).then((model) => {
       this.lastLoad = options;
+      this.hasExperts = model.experts !== undefined;
       return model;
     });
   }
@@ -225,7 +228,9 @@ export class EngineClient {
     return this.request(request, (event) => (event.kind === 'snapshots' ? event.stats : undefined));
   }
 
-  generate(prompt: Prompt, params: GenerateParamsInput = {}, callbacks: GenerationCallbacks = {}): Generation {
+  generate(prompt: Prompt, requested: GenerateParamsInput = {}, callbacks: GenerationCallbacks = {}): Generation {
+    // a mixture-of-experts model: every generation records its routing for the inspector's Routing view
+    const params: GenerateParamsInput = this.hasExperts && requested.routing === undefined ? { ...requested, routing: true } : requested;
     const requestId = newRequestId('gen');
     const started = this.now();
     let firstTokenAt: number | null = null;
@@ -262,6 +267,8 @@ export class EngineClient {
           metrics.contextLength = event.contextLength;
           this.broadcast(event);
           live();
+        } else if (event.kind === 'routing') {
+          this.broadcast(event);
         } else if (event.kind === 'token') {
           if (firstTokenAt === null) {
             firstTokenAt = this.now();
@@ -363,7 +370,10 @@ export class EngineClient {
     // Metrics of a generation that already ended (a late final sample): observers still get them.
     else if (event.kind === 'metrics') this.emitStepMetrics({ requestId: event.requestId, metrics: event.metrics }, {});
     // A model someone else loaded (browser mode tells a new page what the server already has).
-    else if (event.kind === 'loaded') for (const listener of this.modelListeners) listener(event.model);
+    else if (event.kind === 'loaded') {
+      this.hasExperts = event.model.experts !== undefined;
+      for (const listener of this.modelListeners) listener(event.model);
+    }
   }
 
   private failAll(error: EngineError): void {

@@ -22,6 +22,8 @@ export interface StageRunner {
    * for every other stage.
    */
   lastExperts?(): { bytes: number; routed: Uint32Array } | undefined;
+  /** Drops lastExperts' figures: a forward call that does not run this stage (a prompt chunk needing no logits skips the last layer's MLP) then reports none rather than an older call's. */
+  forgetExperts?(): void;
 }
 
 /** GGML type ids of the weight types with dense kernels (native/src/quant_dot.h), and their block sizes. */
@@ -124,6 +126,10 @@ export class NativeStage implements StageRunner {
 
   lastExperts(): { bytes: number; routed: Uint32Array } | undefined {
     return this.experts;
+  }
+
+  forgetExperts(): void {
+    this.experts = undefined;
   }
 
   toString(): string {

@@ -2,7 +2,7 @@
 // it), from the engine's step metrics — sparklines, a heatmap of the fetched positions, where
 // the memory goes, a per-layer table — and, per recorded run (a generation, live or loaded from
 // an export), the token map over its text, recall against the oracle, memory over time, and the
-// A/B of two policies on the same prompt; JSON lines export and load, PNG of the view. For a
+// A/B of two policies on the same prompt, and for a mixture-of-experts model the experts each token was routed to; JSON lines export and load, PNG of the view. For a
 // remote endpoint (policy 'remote') there is no local cache to look into: the view shows what
 // the server reports instead (prefix-cache hit rate, KV-cache usage) and hides the heatmap,
 // memory stack and layer table, which would be empty.
@@ -16,6 +16,7 @@ import { compareTokens, toCsv, toJsonl, type HeatMode } from './data.ts';
 import { MemoryChart } from './MemoryChart.tsx';
 import { viewPng } from './png.ts';
 import { RecallChart } from './RecallChart.tsx';
+import { RoutingView } from './RoutingView.tsx';
 import { runsToJsonl, type Run } from './runs.ts';
 import { TokenMap } from './TokenMap.tsx';
 import { Heatmap } from './Heatmap.tsx';
@@ -51,7 +52,7 @@ function useThrottled<T>(value: T, ms: number): T {
   return shown;
 }
 
-export const TABS = ['Live', 'Token map', 'Recall', 'Memory', 'A/B'] as const;
+export const TABS = ['Live', 'Token map', 'Recall', 'Memory', 'Routing', 'A/B'] as const;
 export type Tab = (typeof TABS)[number];
 
 const runLabel = (r: Run): string => `${r.policy || '?'} · ${r.promptIds.length.toLocaleString('en-US')} prompt + ${r.tokens.length} tokens · ${r.samples.length} samples${r.loaded ? ' (file)' : ''} · ${r.requestId.slice(-6)}`;
@@ -175,6 +176,8 @@ export function InspectorView() {
             <TokenMap key={run.requestId} run={run} rev={rev} />
           ) : tab === 'Recall' ? (
             <RecallChart key={run.requestId} run={run} rev={rev} />
+          ) : tab === 'Routing' ? (
+            run.routing ? <RoutingView key={run.requestId} run={run} routing={run.routing} rev={rev} /> : <p className="placeholder">This run has no routing: only mixture-of-experts models (Qwen3-MoE) route tokens to experts.</p>
           ) : (
             <MemoryChart key={run.requestId} run={run} rev={rev} />
           )}

@@ -5,6 +5,7 @@
 // the generation, the memory stack over time, and the A/B figures of two runs over the same prompt.
 // Runs are exported as JSON lines (a "run" line, then its samples) and loaded back from them.
 import type { KvLayerInfo, StepMetrics } from '../../../../app/common/protocol.ts';
+import { parseRouting, routingToJson, type RunRouting } from './routing.ts';
 
 export type TopLogprobs = [number, number][];
 
@@ -31,6 +32,8 @@ export interface Run {
    * their window; global layers every token). Absent: every layer global (a model without window layers).
    */
   kvLayers?: Pick<KvLayerInfo, 'kind' | 'window'>[];
+  /** Mixture-of-experts models: the experts each layer ran every computed position on (routing.ts). */
+  routing?: RunRouting;
 }
 
 /** 'window 512' or 'global' for a layer of a model with window layers; '' otherwise. */
@@ -505,7 +508,7 @@ export const RUN_RECORD = 'longhand.run/1';
 export function runsToJsonl(runs: readonly Run[]): string {
   const lines: string[] = [];
   for (const r of runs) {
-    lines.push(JSON.stringify({ record: RUN_RECORD, requestId: r.requestId, policy: r.policy, contextLength: r.contextLength, promptIds: r.promptIds, pieces: r.pieces, tokens: r.tokens.map((t) => (t.top ? [t.id, t.text, t.top] : [t.id, t.text])), ...(r.kvLayers ? { kvLayers: r.kvLayers } : {}) }));
+    lines.push(JSON.stringify({ record: RUN_RECORD, requestId: r.requestId, policy: r.policy, contextLength: r.contextLength, promptIds: r.promptIds, pieces: r.pieces, tokens: r.tokens.map((t) => (t.top ? [t.id, t.text, t.top] : [t.id, t.text])), ...(r.kvLayers ? { kvLayers: r.kvLayers } : {}), ...(r.routing ? { routing: routingToJson(r.routing) } : {}) }));
     for (const s of r.samples) lines.push(JSON.stringify({ requestId: r.requestId, ...s }));
   }
   return lines.length > 0 ? lines.join('\n') + '\n' : '';
@@ -583,7 +586,13 @@ export function parseRunsJsonl(text: string): Run[] {
       const kvLayers = o.kvLayers as unknown;
       if (kvLayers !== undefined && !(Array.isArray(kvLayers) && kvLayers.every((l) => typeof l === 'object' && l !== null && ((l as { kind?: unknown }).kind === 'global' || (l as { kind?: unknown }).kind === 'linear' || ((l as { kind?: unknown }).kind === 'window' && isInt((l as { window?: unknown }).window))))))
         throw new JsonlError(line, 'kvLayers is not a list of { kind: "global" } / { kind: "linear" } / { kind: "window", window }');
-      runs.set(o.requestId, { requestId: o.requestId, policy: typeof o.policy === 'string' ? o.policy : '', contextLength: isInt(o.contextLength) ? o.contextLength : 0, promptIds: o.promptIds as number[], pieces: o.pieces as string[], tokens, samples: [], loaded: true, ...(kvLayers !== undefined ? { kvLayers: kvLayers as Run['kvLayers'] } : {}) });
+      let routing: RunRouting | undefined;
+      try {
+        routing = parseRouting(o.routing);
+      } catch (error) {
+        throw new JsonlError(line, (error as Error).message);
+      }
+      runs.set(o.requestId, { requestId: o.requestId, policy: typeof o.policy === 'string' ? o.policy : '', contextLength: isInt(o.contextLength) ? o.contextLength : 0, promptIds: o.promptIds as number[], pieces: o.pieces as string[], tokens, samples: [], loaded: true, ...(kvLayers !== undefined ? { kvLayers: kvLayers as Run['kvLayers'] } : {}), ...(routing ? { routing } : {}) });
       return;
     }
     const sample = parseSample(o, line);

@@ -9,6 +9,7 @@ import { useEngineStore } from '../../engine/store.ts';
 import { services } from '../../services.ts';
 import { compareTokens, type Snapshot, type TokenComparison } from './data.ts';
 import { RingBuffer } from './ring.ts';
+import { addRouting, newRouting } from './routing.ts';
 import { parseRunsJsonl, type Run } from './runs.ts';
 
 export const SNAPSHOT_CAPACITY = 600;
@@ -243,6 +244,13 @@ function attach(client: EngineClient): void {
       while (runMap.size > RUN_CAPACITY) runMap.delete(runMap.keys().next().value!);
       touchRuns();
       useInspectorStore.setState((s) => (s.running.includes(event.requestId) ? {} : { running: [...s.running, event.requestId] }));
+    } else if (event.kind === 'routing') {
+      const run = runMap.get(event.requestId);
+      const experts = useEngineStore.getState().model?.experts?.count;
+      if (run && experts !== undefined) {
+        run.routing ??= newRouting(experts, event);
+        addRouting(run.routing, event);
+      }
     } else if (event.kind === 'token') {
       const run = runMap.get(event.requestId);
       if (run) run.tokens[event.index] = event.top ? { id: event.id, text: event.text, top: event.top } : { id: event.id, text: event.text };
