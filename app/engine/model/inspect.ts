@@ -48,7 +48,8 @@ export function summariseWeights(model: LoadedModel): { summary: WeightSummary; 
     parameters += tensor.elements;
     storedBytes += bytes;
   }
-  return { summary: { bytesByType, storedBytes }, types, parameters };
+  const expertBytes = model.hyper.moe ? expertFigures(model, model.hyper.moe).expertBytes : 0;
+  return { summary: { bytesByType, storedBytes, ...(expertBytes > 0 ? { expertBytes } : {}) }, types, parameters };
 }
 
 /** Bytes of the expert tensors (ffn_gate_inp, ffn_*_exps, a folder's per-expert ones) and one token's share of them. */

@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { assertFits, estimateMemory, kvBytesPerToken, kvRowBytes, partialKeyBytesPerToken } from './memory-estimate.ts';
 import type { ModelHyperparameters } from './types.ts';
+import { qwen3moeGgufFixture } from '../../../test/fixtures/families/qwen3moe.ts';
+import { inspectModel, summariseWeights } from './inspect.ts';
+import { loadModel } from './load-model.ts';
 
 // A Llama-2-7B-shaped model: 32 layers, 32 KV heads of 128 dims. Its fp16 KV cache is the
 // well-known 512 KiB per token (2 · 32 · 32 · 128 · 2 bytes).
@@ -87,6 +90,34 @@ describe('refusing a load that cannot fit', () => {
     const estimate = estimateMemory(llama7b, weights, 8192, { freeBytes: 6_000_000_000, totalBytes: 8e9 });
     expect(() => assertFits(estimate, 'm', 1_500_000_000)).not.toThrow();
     expect(() => assertFits(estimate, 'm', 2_500_000_000)).toThrow(/needs/);
+  });
+
+  it('a mixture-of-experts file: refused before loading when its experts cannot stay in RAM, saying so', () => {
+    // Qwen3-30B-A3B in Q4_K_M: 18.6 GB, of which 17.7 GB are the 48 layers x 128 experts
+    const moe = { bytesByType: { Q4_K: 15_000_000_000, Q6_K: 3_600_000_000 }, storedBytes: 18_600_000_000, expertBytes: 17_700_000_000 };
+    const estimate = estimateMemory(llama7b, moe, 4096, { freeBytes: 16_000_000_000, totalBytes: 24e9 });
+    expect(estimate.expertBytes).toBe(17_700_000_000);
+    expect(() => assertFits(estimate, 'qwen3-30b-a3b.gguf')).toThrow(/qwen3-30b-a3b\.gguf needs 19\.32 GiB \(weights 17\.32 GiB \+ KV cache 2\.00 GiB at 4096 tokens\) but 14\.90 GiB is free; even a short context will not fit: choose a smaller or more quantised model\. Its experts are 16\.48 GiB of the weights: read in place from the file, not copied, but any step may route to any of them, so they must stay in RAM/);
+    try {
+      assertFits(estimate, 'm');
+    } catch (error) {
+      expect((error as { details: Record<string, number> }).details.expertBytes).toBe(17_700_000_000);
+    }
+    expect(() => assertFits(estimateMemory(llama7b, moe, 4096, { freeBytes: 22_000_000_000, totalBytes: 24e9 }), 'm')).not.toThrow();
+  });
+
+  it('takes the expert bytes from the file: the Qwen3-MoE fixture’s routers and stacked experts, as inspect counts them', async () => {
+    const model = await loadModel(qwen3moeGgufFixture('F32'));
+    try {
+      const { summary } = summariseWeights(model);
+      const experts = inspectModel(model).moe!.expertBytes;
+      // 3 layers: router 256 x 16 + gate, up, down 16 x 256 x 256 each, F32
+      expect(experts).toBe(3 * (256 * 16 + 3 * 16 * 256 * 256) * 4);
+      expect(summary.expertBytes).toBe(experts);
+      expect(estimateMemory(model.hyper, summary, 256).expertBytes).toBe(experts);
+    } finally {
+      model.close();
+    }
   });
 
   it('lets a load that fits through', () => {

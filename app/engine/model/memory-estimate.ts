@@ -35,13 +35,21 @@ export interface WeightSummary {
   /** Stored bytes per element type, as in the file. */
   bytesByType: Partial<Record<TensorDType, number>>;
   storedBytes: number;
+  /**
+   * Of storedBytes, a mixture-of-experts model's expert tensors (routers and the stacked or
+   * per-expert ffn tensors): the native stages read them in place from the mapped file, so they
+   * are page cache, not a copy — but a step's routed experts must be in RAM or it reads the disk.
+   */
+  expertBytes?: number;
 }
 
 export interface MemoryEstimate {
   contextTokens: number;
   kvType: KvElementType;
-  /** Weights as the CPU engine holds them. */
+  /** Weights as the CPU engine holds them (a mixture-of-experts model's experts included, see expertBytes). */
   weightsBytes: number;
+  /** Of weightsBytes, the expert tensors read in place from the mapped file (0 without experts). */
+  expertBytes: number;
   /**
    * Full K and V rows for every layer with KV and each of its KV heads at `contextTokens`; a
    * sliding-window layer only its ring's (kv/ring-checkpoints.ts).
@@ -282,6 +290,7 @@ export function estimateMemory(
     contextTokens,
     kvType,
     weightsBytes,
+    expertBytes: weights.expertBytes ?? 0,
     kvFullBytes,
     kvLayers,
     kvSharedLayers: (options.layers ?? []).flatMap((spec, layer) =>
@@ -316,9 +325,12 @@ export function assertFits(estimate: MemoryEstimate, modelName: string, poolBudg
   const perToken = estimate.contextTokens > 0 ? estimate.kvFullBytes / estimate.contextTokens : 0;
   const suggested = perToken > 0 ? Math.max(0, Math.floor((estimate.freeBytes - estimate.weightsBytes) / perToken)) : 0;
   const advice = suggested >= 256 ? `a context of ${suggested} tokens would fit` : 'even a short context will not fit: choose a smaller or more quantised model';
+  // a mixture-of-experts file: its experts are mapped, not copied, yet each step reads whichever
+  // experts the router picks, so they must all stay in RAM (else every step waits on the disk)
+  const experts = estimate.expertBytes > 0 ? `. Its experts are ${gib(estimate.expertBytes)} of the weights: read in place from the file, not copied, but any step may route to any of them, so they must stay in RAM (else every step waits on the disk)` : '';
   throw new LonghandError(
     'MEMORY_INSUFFICIENT',
-    `${modelName} needs ${gib(neededBytes)} (weights ${gib(estimate.weightsBytes)} + KV cache ${gib(kvBytes)} at ${estimate.contextTokens} tokens) but ${gib(estimate.freeBytes)} is free; ${advice}`,
-    { neededBytes, availableBytes: estimate.freeBytes, contextTokens: estimate.contextTokens, suggestedContext: suggested },
+    `${modelName} needs ${gib(neededBytes)} (weights ${gib(estimate.weightsBytes)} + KV cache ${gib(kvBytes)} at ${estimate.contextTokens} tokens) but ${gib(estimate.freeBytes)} is free; ${advice}${experts}`,
+    { neededBytes, availableBytes: estimate.freeBytes, contextTokens: estimate.contextTokens, suggestedContext: suggested, ...(estimate.expertBytes > 0 ? { expertBytes: estimate.expertBytes } : {}) },
   );
 }
