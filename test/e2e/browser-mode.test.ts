@@ -5,7 +5,7 @@
 // render rate), and a second, CSP-less page checks that hostile text stays text.
 // Screenshots of each view go to test-results/e2e/ (gitignored); LONGHAND_UPDATE_SCREENSHOTS=1
 // copies them to assets/screenshots/ for the README.
-import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
 import { firstLine, wsConnect } from '../support/serve-client.ts';
-import { CHROMIUM, CHROMIUM_ARGS, editor, haveChromium, loadModel, nav, stat, typeDocument, VIEWPORT, waitForStop } from './browser.ts';
+import { CHROMIUM, CHROMIUM_ARGS, spawnServe, stopServe, editor, haveChromium, loadModel, nav, stat, typeDocument, VIEWPORT, waitForStop } from './browser.ts';
 
 // The callbacks passed to page.evaluate/addInitScript run in Chromium. The root tsconfig has no
 // DOM lib, so the few browser globals they touch are declared here, module-scoped: they do not
@@ -110,8 +110,7 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
     const dataDir = help.includes('--data-dir') ? ['--data-dir', join(tmp, 'data')] : [];
     // Whatever the server writes by default (documents, settings, caches) stays in the temp dir.
     // LONGHAND_TEST_FAULTS=1: the crash-isolation test kills the engine with a real native fault.
-    const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache'), LONGHAND_TEST_FAULTS: '1' };
-    server = spawn(process.execPath, [BIN, 'serve', '--model', STORIES_260K, '--port', '0', '--context', String(CONTEXT_TOKENS), ...dataDir], { cwd: PROJECT_ROOT, env });
+    server = spawnServe(tmp, ['--model', STORIES_260K, '--context', String(CONTEXT_TOKENS), ...dataDir], { LONGHAND_TEST_FAULTS: '1' });
     server.stderr.on('data', (chunk: Buffer) => (serverLog += chunk.toString()));
     url = await firstLine(server);
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?token=/);
@@ -151,12 +150,7 @@ describe.skipIf(!enabled)('browser mode (longhand serve + Chromium)', () => {
 
   afterAll(async () => {
     await browser?.close().catch(() => {});
-    if (server && server.exitCode === null) {
-      const exited = new Promise((resolve) => server!.once('exit', resolve));
-      server.kill('SIGTERM');
-      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
-      if (server.exitCode === null) server.kill('SIGKILL');
-    }
+    await stopServe(server);
     if (tmp) rmSync(tmp, { recursive: true, force: true });
     if (process.env.LONGHAND_UPDATE_SCREENSHOTS && existsSync(RESULTS)) {
       mkdirSync(README_SCREENSHOTS, { recursive: true });

@@ -1,9 +1,11 @@
 // What the browser-mode e2e tests share: the system Chromium (never a downloaded one) with its
 // locked-down flags, and the app driven by roles and labels the way a person uses it.
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { expect } from 'vitest';
-import { STORIES_260K } from '../support/models.ts';
+import { PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
 
 export const CHROMIUM = process.env.LONGHAND_CHROMIUM ?? '/usr/bin/chromium';
 export const VIEWPORT = { width: 1280, height: 800 };
@@ -28,6 +30,24 @@ export function haveChromium(what: string): boolean {
   if (process.env.CI) throw new Error(`${message}; CI must have it`);
   console.warn(`SKIP: ${message}`);
   return false;
+}
+
+/**
+ * `longhand serve` on 127.0.0.1 (port 0) with `args`, its home, config, data home and cache under
+ * `tmp` (nothing of the user's is read or written). Read its URL with firstLine(server).
+ */
+export function spawnServe(tmp: string, args: readonly string[], env: Record<string, string> = {}): ChildProcessWithoutNullStreams {
+  const home = { HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
+  return spawn(process.execPath, [join(PROJECT_ROOT, 'bin', 'longhand.mjs'), 'serve', '--port', '0', ...args], { cwd: PROJECT_ROOT, env: { ...process.env, ...home, ...env } });
+}
+
+/** Stops a server started by spawnServe: SIGTERM, SIGKILL after 10 s. */
+export async function stopServe(server: ChildProcessWithoutNullStreams | undefined): Promise<void> {
+  if (!server || server.exitCode !== null) return;
+  const exited = new Promise((resolve) => server.once('exit', resolve));
+  server.kill('SIGTERM');
+  await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
+  if (server.exitCode === null) server.kill('SIGKILL');
 }
 
 export const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });

@@ -8,7 +8,7 @@
 // finally loads a synthetic 32,768-position run and measures the token map's frames per second
 // while the pointer sweeps it (reported; timings are benches, not tests). Screenshots go to test-results/e2e/ and, with
 // LONGHAND_UPDATE_SCREENSHOTS=1, to assets/screenshots/inspector-*.png.
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +18,7 @@ import type { LayerMetrics, StepMetrics } from '../../app/common/protocol.ts';
 import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { haveSharedModel, KJV_EVAL_DIR, KJV_HD64, PROJECT_ROOT } from '../support/models.ts';
 import { firstLine } from '../support/serve-client.ts';
+import { spawnServe, stopServe } from './browser.ts';
 
 // page.evaluate callbacks run in Chromium; the root tsconfig has no DOM lib.
 interface PageRect { left: number; top: number; width: number; height: number }
@@ -27,7 +28,6 @@ declare const MouseEvent: new (type: string, init: Record<string, unknown>) => u
 declare function requestAnimationFrame(callback: (now: number) => void): number;
 
 const CHROMIUM = process.env.LONGHAND_CHROMIUM ?? '/usr/bin/chromium';
-const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
 const README_SET = ['inspector-token-map', 'inspector-token-map-steps', 'inspector-attention', 'inspector-recall', 'inspector-memory', 'inspector-ab', 'inspector-32k'];
@@ -148,8 +148,7 @@ describe.skipIf(!enabled)('cache inspector on kjv-llama-hd64 (longhand serve + C
     mkdirSync(RESULTS, { recursive: true });
     tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-inspector-'));
     await ensureRenderer();
-    const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
-    server = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--data-dir', join(tmp, 'data')], { cwd: PROJECT_ROOT, env });
+    server = spawnServe(tmp, ['--data-dir', join(tmp, 'data')]);
     server.stderr.on('data', (chunk: Buffer) => (serverLog += chunk.toString()));
     url = await firstLine(server);
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: 60_000 });
@@ -163,12 +162,7 @@ describe.skipIf(!enabled)('cache inspector on kjv-llama-hd64 (longhand serve + C
 
   afterAll(async () => {
     await browser?.close().catch(() => {});
-    if (server && server.exitCode === null) {
-      const exited = new Promise((resolve) => server!.once('exit', resolve));
-      server.kill('SIGTERM');
-      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
-      if (server.exitCode === null) server.kill('SIGKILL');
-    }
+    await stopServe(server);
     if (serverLog && process.env.LONGHAND_E2E_VERBOSE) console.log(serverLog);
     if (tmp) rmSync(tmp, { recursive: true, force: true });
     if (process.env.LONGHAND_UPDATE_SCREENSHOTS && existsSync(RESULTS)) {

@@ -9,7 +9,7 @@
 // over the cached prefix. Numbers are read from what the page shows and checked against the
 // prompt's own token count; screenshots go to test-results/e2e/ and, for the README set, to
 // assets/screenshots/ (LONGHAND_UPDATE_SCREENSHOTS=1).
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { haveSharedModel, PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
 import { firstLine } from '../support/serve-client.ts';
-import { CHROMIUM, CHROMIUM_ARGS, editor, haveChromium, nav, stat, VIEWPORT } from './browser.ts';
+import { CHROMIUM, CHROMIUM_ARGS, spawnServe, stopServe, editor, haveChromium, nav, stat, VIEWPORT } from './browser.ts';
 
 // page.evaluate callbacks run in Chromium; the root tsconfig has no DOM lib.
 interface PageElement {
@@ -27,7 +27,6 @@ interface PageElement {
   dispatchEvent(event: Event): boolean;
 }
 
-const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
 const README_SET = ['writer-reuse', 'writer-restored', 'settings-snapshots', 'inspector-compare-reuse'];
@@ -139,8 +138,7 @@ describe.skipIf(!enabled)('prefix reuse and document snapshots (longhand serve +
     tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-reuse-'));
     dataDir = join(tmp, 'data');
     await ensureRenderer();
-    const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
-    server = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--data-dir', dataDir], { cwd: PROJECT_ROOT, env });
+    server = spawnServe(tmp, ['--data-dir', dataDir]);
     server.stderr.on('data', (chunk: Buffer) => (serverLog += chunk.toString()));
     url = await firstLine(server);
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: 60_000 });
@@ -154,12 +152,7 @@ describe.skipIf(!enabled)('prefix reuse and document snapshots (longhand serve +
 
   afterAll(async () => {
     await browser?.close().catch(() => {});
-    if (server && server.exitCode === null) {
-      const exited = new Promise((resolve) => server!.once('exit', resolve));
-      server.kill('SIGTERM');
-      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
-      if (server.exitCode === null) server.kill('SIGKILL');
-    }
+    await stopServe(server);
     if (serverLog && process.env.LONGHAND_E2E_VERBOSE) console.log(serverLog);
     if (tmp) rmSync(tmp, { recursive: true, force: true });
     if (process.env.LONGHAND_UPDATE_SCREENSHOTS && existsSync(RESULTS)) {

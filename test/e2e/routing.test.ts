@@ -7,7 +7,7 @@
 // events): the positions routed, each layer's experts used and tokens routed, the busiest expert,
 // and a hovered cell's experts. Screenshots go to test-results/e2e/ and, with
 // LONGHAND_UPDATE_SCREENSHOTS=1, to assets/screenshots/inspector-routing.png.
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,12 +18,11 @@ import { cellExperts, expertLoad, parseRouting, type RunRouting } from '../../re
 import { qwen3moeGgufFixture } from '../fixtures/families/qwen3moe.ts';
 import { PROJECT_ROOT } from '../support/models.ts';
 import { firstLine } from '../support/serve-client.ts';
-import { CHROMIUM, CHROMIUM_ARGS, haveChromium, loadModel, nav, typeDocument, waitForStop } from './browser.ts';
+import { CHROMIUM, CHROMIUM_ARGS, spawnServe, stopServe, haveChromium, loadModel, nav, typeDocument, waitForStop } from './browser.ts';
 
 // page.evaluate callbacks run in Chromium; the root tsconfig has no DOM lib.
 interface PageRect { left: number; top: number; width: number; height: number }
 
-const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const README_SCREENSHOTS = join(PROJECT_ROOT, 'assets', 'screenshots');
 const DRAFT = 'The lighthouse keeper counted the ships that passed each night, and wrote their names in a book that nobody read. One winter';
@@ -42,8 +41,7 @@ describe.skipIf(!enabled)('inspector: the routing of a mixture-of-experts model 
     mkdirSync(RESULTS, { recursive: true });
     tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-routing-'));
     await ensureRenderer();
-    const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
-    server = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--data-dir', join(tmp, 'data')], { cwd: PROJECT_ROOT, env });
+    server = spawnServe(tmp, ['--data-dir', join(tmp, 'data')]);
     const url = await firstLine(server);
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: 60_000 });
     const context = await browser.newContext({ viewport: { width: 1280, height: 1100 }, deviceScaleFactor: 1, acceptDownloads: true });
@@ -55,12 +53,7 @@ describe.skipIf(!enabled)('inspector: the routing of a mixture-of-experts model 
 
   afterAll(async () => {
     await browser?.close().catch(() => {});
-    if (server && server.exitCode === null) {
-      const exited = new Promise((resolve) => server!.once('exit', resolve));
-      server.kill('SIGTERM');
-      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
-      if (server.exitCode === null) server.kill('SIGKILL');
-    }
+    await stopServe(server);
     if (tmp) rmSync(tmp, { recursive: true, force: true });
   }, 30_000);
 

@@ -5,7 +5,7 @@
 // token map marks each layer row window or global, the recall table says each layer's kind, and the
 // Memory view shows the window layers' rings + checkpoints as their own part. Screenshots go to
 // test-results/e2e/window-*.png.
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,9 +15,8 @@ import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { formatBytes } from '../../renderer/src/ui/format.ts';
 import { PROJECT_ROOT } from '../support/models.ts';
 import { firstLine } from '../support/serve-client.ts';
-import { CHROMIUM, CHROMIUM_ARGS, haveChromium } from './browser.ts';
+import { CHROMIUM, CHROMIUM_ARGS, spawnServe, stopServe, haveChromium } from './browser.ts';
 
-const BIN = join(PROJECT_ROOT, 'bin', 'longhand.mjs');
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const enabled = haveChromium('window-layers');
 
@@ -57,8 +56,7 @@ describe.skipIf(!enabled)('inspector: window and global layers in the browser', 
     mkdirSync(RESULTS, { recursive: true });
     tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-window-'));
     await ensureRenderer();
-    const env = { ...process.env, HOME: join(tmp, 'home'), XDG_CONFIG_HOME: join(tmp, 'config'), XDG_DATA_HOME: join(tmp, 'data-home'), XDG_CACHE_HOME: join(tmp, 'cache') };
-    server = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--data-dir', join(tmp, 'data')], { cwd: PROJECT_ROOT, env });
+    server = spawnServe(tmp, ['--data-dir', join(tmp, 'data')]);
     const url = await firstLine(server);
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: 60_000 });
     page = await (await browser.newContext({ viewport: { width: 1280, height: 1200 }, deviceScaleFactor: 1 })).newPage();
@@ -69,12 +67,7 @@ describe.skipIf(!enabled)('inspector: window and global layers in the browser', 
 
   afterAll(async () => {
     await browser?.close().catch(() => {});
-    if (server && server.exitCode === null) {
-      const exited = new Promise((resolve) => server!.once('exit', resolve));
-      server.kill('SIGTERM');
-      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
-      if (server.exitCode === null) server.kill('SIGKILL');
-    }
+    await stopServe(server);
     if (tmp) rmSync(tmp, { recursive: true, force: true });
   }, 30_000);
 
