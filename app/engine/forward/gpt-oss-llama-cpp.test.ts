@@ -2,12 +2,14 @@
 // converter writes GptOssForCausalLM (test/fixtures/families/gpt-oss.ts: the o200k_harmony
 // vocabulary, 4 layers alternating a 128-token window and full attention, per-head sinks, q/k/v/o,
 // router and expert biases, 32 SwiGLU-OAI experts with top-4 routing, YaRN):
-//   - greedy: 200 greedy tokens from two prompts on the F32 file (the second longer than the window,
-//     so every step of it attends through the band), then llama.cpp teacher-forced over prompt +
+//   - greedy: 200 greedy tokens from a prompt longer than the window on the F32 file (every step
+//     attends through the band), then llama.cpp teacher-forced over prompt +
 //     those tokens: its greedy token at every step must be ours, and top-5 log-probs within the F32
 //     bound at 6 of the steps. One expert routed differently in one layer moves that token's logits
 //     far past the bound (and every later one's, through the KV rows), so agreement means both
 //     engines routed every token of every layer alike; the experts each step ran are counted;
+//   - the window layers at their own RoPE base (rope.freq_base_swa), the full ones at theirs: greedy
+//     as llama.cpp (the converter writes no such key for gpt-oss; llama.cpp reads it);
 //   - sinks matter: the file with every sink at −100 (attention without sinks) continues the same
 //     prompt into different text, and llama.cpp agrees with us on that file too;
 //   - Q8_0: mean KL and top-5 gaps over 8 positions of a 200-token teacher-forced run;
@@ -37,7 +39,7 @@ const F32_TOP5 = 1e-4;
 const Q8_0_BOUNDS = { medianKl: 5e-3, meanKl: 0.15, top5: 5 };
 
 // Harmony-format prompts (what the chat template renders, written out: gpt-oss-chat.test.ts renders
-// the template itself). The second runs past the 128-token window before the first generated token.
+// the template itself). LONG runs past the 128-token window before the first generated token.
 const SHORT = '<|start|>user<|message|>Write a short story about a lighthouse keeper.<|end|><|start|>assistant';
 const LONG =
   '<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nReasoning: medium\n\n# Valid channels: analysis, commentary, final.<|end|>' +
@@ -46,7 +48,7 @@ const LONG =
   'def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n<|end|><|start|>assistant<|channel|>analysis<|message|>';
 
 describe('gpt-oss vs llama.cpp: greedy on the F32 fixture', () => {
-  it("200 greedy tokens from two prompts (one past the 128-token window) are llama.cpp's argmax at every step; top-5 log-probs within 1e-4", async () => {
+  it("200 greedy tokens from a prompt past the 128-token window are llama.cpp's argmax at every step; top-5 log-probs within 1e-4", async () => {
     const path = gptOssGgufFixture('F32');
     const model = await loadModel(path);
     const tokenizer = await createTokenizer(model.tokenizer);
@@ -55,7 +57,7 @@ describe('gpt-oss vs llama.cpp: greedy on the F32 fixture', () => {
       expect(model.hyper).toMatchObject({ architecture: 'gpt-oss', headDim: 64, hiddenSize: 128, moe: { experts: 32, expertsUsed: 4, gating: 'softmax_weight' }, gptOss: { slidingWindow: 128, swaPeriod: 2 } });
       expect(model.hyper.ropeScaling).toMatchObject({ kind: 'yarn', factor: 32, originalContextLength: 4096 });
       expect(runner.dense.engine).toBe('native');
-      for (const text of [SHORT, LONG]) {
+      for (const text of [LONG]) {
         const prompt = tokenizer.encode(text, { parseSpecial: true });
         const used = new Set<number>();
         const { generated, matched, top5 } = await greedyAgreement(runner, path, prompt, {
@@ -81,7 +83,7 @@ describe('gpt-oss vs llama.cpp: the sinks', () => {
   it('with every sink at −100 the same prompt continues into other text, and llama.cpp agrees on that file too', async () => {
     const texts: number[][] = [];
     for (const sinks of ['on', 'off'] as const) {
-      const path = gptOssGgufFixture('F32', sinks);
+      const path = gptOssGgufFixture('F32', sinks === 'on' ? 'tiny' : 'no-sinks');
       const model = await loadModel(path);
       const tokenizer = await createTokenizer(model.tokenizer);
       const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 512, prefillChunk: 64 });
@@ -102,6 +104,29 @@ describe('gpt-oss vs llama.cpp: the sinks', () => {
     console.log(`gpt-oss sinks on vs off: first different token at step ${first}, ${differing} of 32 steps differ`);
     expect(first).toBeGreaterThanOrEqual(0);
     expect(first).toBeLessThan(8);
+  }, 600_000);
+});
+
+describe('gpt-oss vs llama.cpp: a RoPE base per layer kind', () => {
+  it('a file whose window layers rotate at base 10000 (rope.freq_base_swa) and full ones at 150000: greedy 32/32 as llama.cpp from a prompt past the window', async () => {
+    const path = gptOssGgufFixture('F32', 'swa-base');
+    const model = await loadModel(path);
+    const tokenizer = await createTokenizer(model.tokenizer);
+    try {
+      expect(model.hyper.gptOss?.swaRopeTheta).toBe(10000);
+      const prompt = tokenizer.encode(LONG, { parseSpecial: true });
+      const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 512, prefillChunk: 64 });
+      try {
+        const { matched, top5 } = await greedyAgreement(runner, path, prompt, { steps: 32, checkAt: [0, 31] });
+        console.log(`gpt-oss rope.freq_base_swa 10000, prompt of ${prompt.length} tokens: ${matched}/32 ids match llama.cpp, top-5 ${top5.toExponential(2)}`);
+        expect(matched).toBe(32);
+        expect(top5).toBeLessThan(F32_TOP5);
+      } finally {
+        await runner.dispose();
+      }
+    } finally {
+      model.close();
+    }
   }, 600_000);
 });
 
