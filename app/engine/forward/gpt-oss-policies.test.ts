@@ -2,7 +2,8 @@
 // 128-token window and full attention, per-head sinks, 32 experts top-4). A prompt longer than the
 // window, then 12 decode steps teacher-forced on the ids `full` picks greedily, per policy:
 //   - the logits are finite, the window layers (0, 2) run 'window' whatever the policy (the plan),
-//     and each step reads the router and 4 experts per layer (the native stages' count);
+//     and each step reads the router and 4 experts per layer (the native stages' count, what
+//     `longhand inspect` predicts);
 //   - the sinks stay in the softmax of a sparse selection: InfiniGen (and the oracle) selecting every
 //     row give `full`'s logits bit for bit on this model, whose sinks move its text from the first
 //     token (gpt-oss-llama-cpp.test.ts): a sparse path that dropped the sink term from its
@@ -13,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { gptOssGgufFixture } from '../../../test/fixtures/families/gpt-oss.ts';
+import { inspectModel } from '../model/inspect.ts';
 import { loadModel } from '../model/load-model.ts';
 import { createTokenizer } from '../model/tokenizer/tokenizer.ts';
 import { createModelRunner, RUNNER_POLICIES } from './model-runner.ts';
@@ -39,6 +41,14 @@ describe('gpt-oss under every row policy', () => {
       const tokenizer = await createTokenizer(model.tokenizer);
       const prompt = tokenizer.encode(TEXT, { parseSpecial: true });
       expect(prompt.length).toBeGreaterThan(128);
+      // per decode step: each layer's router and 4 of its 32 experts' gate, up and down rows, as `longhand inspect` predicts
+      const perToken = inspectModel(model).moe!.expertBytesPerToken;
+      let routerAndExperts = 0;
+      for (let l = 0; l < 4; l++) {
+        routerAndExperts += model.tensors.get(`blk.${l}.ffn_gate_inp.weight`)!.bytes().byteLength;
+        for (const t of ['gate', 'up', 'down']) routerAndExperts += (model.tensors.get(`blk.${l}.ffn_${t}_exps.weight`)!.bytes().byteLength / 32) * 4;
+      }
+      expect(perToken).toBe(routerAndExperts);
       let forced: number[] | undefined;
       const fullLogits: Float32Array[] = [];
       const runs: { name: string; options: Parameters<typeof createModelRunner>[1] }[] = [
@@ -59,6 +69,7 @@ describe('gpt-oss under every row policy', () => {
             picks.push(argmax(logits));
             logits = await runner.decode(forced?.[i] ?? picks[i]!);
             const experts = runner.lastExperts()!;
+            expect(experts.bytes).toBe(perToken);
             expect(experts.routed).toHaveLength(4);
             for (const routed of experts.routed) expect(new Set(routed).size).toBe(4);
             const stats = runner.lastStepStats();
