@@ -421,7 +421,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     if (options.offload === true) {
       if (mixedRows) throw new UsageError(`offload: ${family.name} layers differ in KV heads or head dim (or share K/V); they run in place only`, { field: 'offload' });
       // the device graph runs one scale, no window and no soft-cap for every layer
-      if (attention.some((a) => a !== undefined)) throw new UsageError(`offload: ${family.name} layers with their own attention scale, window or soft-cap run in place only`, { field: 'offload' });
+      if (attention.some((a) => a !== undefined)) throw new UsageError(`offload: ${family.name} layers with their own attention scale, window, soft-cap or sinks run in place only`, { field: 'offload' });
       // a sparse layer's lists are at most the recipe's bound + the current token; the buffer grows if a list is longer
       const sparseRows = Math.min(pool.capacityTokens, recipe.mostRows(pool.capacityTokens) + 1);
       const initialRowsPerHead = Array.from({ length: hyper.layers }, (_, l) => (rowPolicy!.selects(l) ? sparseRows : pool.capacityTokens));
