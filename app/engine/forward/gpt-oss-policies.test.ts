@@ -91,4 +91,39 @@ describe('gpt-oss under every row policy', () => {
       model.close();
     }
   }, 300_000);
+
+  it('a Continue past the window (the cache cut back to a resume point, the rest prefilled) gives the logits of a fresh run, bit for bit, under full and infinigen', async () => {
+    const model = await loadModel(gptOssGgufFixture('F32'));
+    try {
+      const tokenizer = await createTokenizer(model.tokenizer);
+      const prompt = tokenizer.encode(TEXT, { parseSpecial: true });
+      for (const policy of ['full', 'infinigen'] as const) {
+        const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 512, prefillChunk: 64, policy, infinigen: { cacheDir, fetchCap: 0.3, denseLayers: 1 } });
+        try {
+          // a first generation: the prompt and 8 greedy tokens
+          let logits = await runner.prefill(prompt);
+          const ids = [...prompt];
+          for (let i = 0; i < 8; i++) {
+            ids.push(argmax(logits));
+            logits = await runner.decode(ids.at(-1)!);
+          }
+          // the user edits the last tokens: cut back to where the cache is exact, prefill the rest
+          const edited = [...ids.slice(0, ids.length - 3), ...tokenizer.encode(' The keeper', { parseSpecial: false })];
+          const cut = runner.resumePoint(ids.length - 3);
+          runner.truncate(cut);
+          const continued = await runner.prefill(edited.slice(cut));
+          runner.reset();
+          const fresh = await runner.prefill(edited);
+          const same = Buffer.from(continued.buffer, continued.byteOffset, continued.byteLength).equals(Buffer.from(fresh.buffer, fresh.byteOffset, fresh.byteLength));
+          console.log(`gpt-oss ${policy}: Continue from position ${cut} of ${ids.length} (${edited.length - cut} tokens prefilled, window rings wrapped) ${same ? '==' : '!='} a fresh run of ${edited.length} tokens`);
+          expect(cut).toBeGreaterThan(128);
+          expect(same).toBe(true);
+        } finally {
+          await runner.dispose();
+        }
+      }
+    } finally {
+      model.close();
+    }
+  }, 300_000);
 });
