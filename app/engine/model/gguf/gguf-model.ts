@@ -6,8 +6,10 @@
 // (Phi-3, Phi-4: fused q/k/v and gate/up, NeoX, partial rotary, LongRoPE) as our 'phi3'
 // (arch/phi3.ts); 'qwen3' (NeoX, per-head q/k RMSNorm, its own head size) as our 'qwen3'
 // (arch/qwen3.ts); 'qwen3moe' (Qwen3's attention, a mixture-of-experts MLP) as our 'qwen3moe'
-// (arch/qwen3moe.ts); 'gemma2' and 'gemma3' as theirs (gemma-keys.ts). Mixture of experts in other
-// families, partial rotary elsewhere and YaRN scaling are refused (MODEL_UNSUPPORTED_ARCHITECTURE).
+// (arch/qwen3moe.ts); 'gpt-oss' (biases, sinks, window/full layers, YaRN, a mixture of experts) as
+// our 'gpt-oss' (arch/gpt-oss.ts); 'gemma2' and 'gemma3' as theirs (gemma-keys.ts). Mixture of experts
+// in other families, partial rotary elsewhere and YaRN scaling outside gpt-oss are refused
+// (MODEL_UNSUPPORTED_ARCHITECTURE).
 // Llama 3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor of per-pair divisors;
 // it is accepted when it matches Llama 3 scaling with the usual parameters (low 1, high 4,
 // original context 8192) and reported as such.
