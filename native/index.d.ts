@@ -595,8 +595,8 @@ export interface DenseStageConfig {
   /** Gemma-style layers (dense_stage.h): [hidden] norms of the attention's and the MLP's outputs, stage > 0 */
   attnPostNorm?: Float32Array;
   ffnPostNorm?: Float32Array;
-  /** the MLP gate's nonlinearity (default 'silu'); 'gelu_tanh': GeGLU */
-  activation?: 'silu' | 'gelu_tanh';
+  /** the MLP gate's nonlinearity (default 'silu'); 'gelu_tanh': GeGLU; 'swiglu_oai': gpt-oss's clamped SwiGLU (min(g, 7)·σ(1.702·min(g, 7))·(clamp(u, ±7) + 1)) */
+  activation?: 'silu' | 'gelu_tanh' | 'swiglu_oai';
   /** stage L: logits ← c·tanh(logits / c); 0 or absent: none */
   finalSoftcap?: number;
   /**
@@ -640,6 +640,13 @@ export interface DenseStageConfig {
   expertsUsed?: number;
   expertFfn?: number;
   normTopK?: boolean;
+  /**
+   * 'softmax' (default): softmax over every logit, the k largest probabilities. 'softmax_weight'
+   * (gpt-oss): the k largest logits (router bias added), a softmax over those k (normTopK off). The
+   * router's and the experts' biases ride on their matrices: gateExps/upExps bias [experts·expertFfn],
+   * downExps bias [experts·hidden], expert e's at e·rows (stacked tensors only).
+   */
+  gating?: 'softmax' | 'softmax_weight';
   router?: DenseStageMatrix;
   gateExps?: DenseStageMatrix | DenseStageMatrix[];
   upExps?: DenseStageMatrix | DenseStageMatrix[];

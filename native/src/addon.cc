@@ -1627,7 +1627,8 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
 //   attnOutput?, ffnGate?, ffnUp?, ffnDown?, q?, k?, v?, qSpec?, lmHead?:
 //   { data: Uint8Array (the tensor's bytes in the file), type: GGML type id, rows, cols, bias?: Float32Array } })
 // run({ tokens, h, attn?, ropeCos?, ropeSin?, rows?: Uint32Array }) -> { q, k, v, qSpec?, hNext? } | { logits }
-// Mixture of experts (stage > 0, dense_stage.h): experts, expertsUsed, expertFfn, normTopK?: boolean, router,
+// Mixture of experts (stage > 0, dense_stage.h): experts, expertsUsed, expertFfn, normTopK?: boolean,
+//   gating?: 'softmax' | 'softmax_weight', router (bias?: the router's), gateExps/upExps/downExps (bias?: [experts·rows]),
 //   gateExps, upExps, downExps: matrices (the 3-D expert tensors as [experts·rows, cols]), no ffnGate/Up/Down;
 //   run also returns routed: Uint32Array [T, expertsUsed], routedWeights: Float32Array [T, expertsUsed] and
 //   expertBytes: the expert weight bytes it read
@@ -1732,7 +1733,8 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       const std::string act_name = act.IsString() ? act.As<Napi::String>().Utf8Value() : act.IsUndefined() ? "silu" : "";
       if (act_name == "silu") c.activation = LH_ACT_SILU;
       else if (act_name == "gelu_tanh") c.activation = LH_ACT_GELU_TANH;
-      else fail(env_, LH_BAD_ARGUMENT, "activation must be 'silu' or 'gelu_tanh', got " + describe(act));
+      else if (act_name == "swiglu_oai") c.activation = LH_ACT_SWIGLU_OAI;
+      else fail(env_, LH_BAD_ARGUMENT, "activation must be 'silu', 'gelu_tanh' or 'swiglu_oai', got " + describe(act));
       const Napi::Value cap = o.Get("finalSoftcap");
       if (!cap.IsUndefined()) {
         if (!cap.IsNumber() || !(cap.As<Napi::Number>().DoubleValue() >= 0) || !std::isfinite(cap.As<Napi::Number>().DoubleValue()))
@@ -1755,6 +1757,12 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
         c.n_experts_used = u32_arg(env_, o.Get("expertsUsed"), "expertsUsed", 1, c.n_experts < LH_MOE_MAX_USED ? c.n_experts : LH_MOE_MAX_USED);
         c.expert_ffn = u32_arg(env_, o.Get("expertFfn"), "expertFfn", 1, 1u << 22);
         c.norm_topk = optional_bool("normTopK");
+        // gating?: 'softmax' (default) | 'softmax_weight' (gpt-oss: top-k of the logits, softmax over the k)
+        const Napi::Value gating = o.Get("gating");
+        const std::string gating_name = gating.IsString() ? gating.As<Napi::String>().Utf8Value() : gating.IsUndefined() ? "softmax" : "";
+        if (gating_name == "softmax") c.gating = LH_MOE_SOFTMAX;
+        else if (gating_name == "softmax_weight") c.gating = LH_MOE_SOFTMAX_WEIGHT;
+        else fail(env_, LH_BAD_ARGUMENT, "gating must be 'softmax' or 'softmax_weight', got " + describe(gating));
         c.router = Matrix(o, "router", true, c.n_experts);
         // each either one matrix (the 3-D tensor's rows) or an array of one matrix per expert
         const bool per_expert = o.Get("gateExps").IsArray();

@@ -1,6 +1,7 @@
 // lh_dense_stage: see dense_stage.h.
 #include "dense_stage.h"
 
+#include <algorithm>
 #include <cmath>
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -286,6 +287,17 @@ void run_glu(void* ctx, uint32_t begin, uint32_t end) {
     }
     return;
   }
+  if (j->activation == LH_ACT_SWIGLU_OAI) {
+    // as ggml_compute_forward_swiglu_oai_f32: the gate capped above at the limit, the up clamped to
+    // ±limit, x·σ(alpha·x)·(y + 1) in float with expf
+    constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+    for (size_t i = static_cast<size_t>(begin) * j->width; i < static_cast<size_t>(end) * j->width; ++i) {
+      const float x = std::min(j->gate[i], kLimit);
+      const float y = std::clamp(j->up[i], -kLimit, kLimit);
+      j->gate[i] = x / (1.0f + std::exp(kAlpha * (-x))) * (y + 1.0f);
+    }
+    return;
+  }
   for (size_t i = static_cast<size_t>(begin) * j->width; i < static_cast<size_t>(end) * j->width; ++i) {
     const float g = j->gate[i];
     j->gate[i] = g / (1.0f + std::exp(-g)) * j->up[i];
@@ -364,7 +376,7 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   const uint32_t L = c->layers, s = c->stage;
   if (L == 0 || s > L || c->hidden == 0 || c->heads == 0 || c->kv_heads == 0 || c->heads % c->kv_heads != 0 || c->head_dim == 0 ||
       c->head_dim % 2 != 0 || c->rotary_dim % 2 != 0 || c->rotary_dim > c->head_dim || c->ffn == 0 || c->vocab == 0 || !(c->eps >= 0) || c->rope_layout > LH_ROPE_INTERLEAVED || c->threads == 0 ||
-      c->threads > LH_MAX_RANGE_THREADS || c->activation > LH_ACT_GELU_TANH || !std::isfinite(c->final_softcap) || c->final_softcap < 0)
+      c->threads > LH_MAX_RANGE_THREADS || c->activation > LH_ACT_SWIGLU_OAI || !std::isfinite(c->final_softcap) || c->final_softcap < 0)
     return LH_BAD_ARGUMENT;
   // Gemma 4's per-layer widths: the resolved ones are never 0
   const uint32_t ahd = c->attn_head_dim == 0 ? c->head_dim : c->attn_head_dim, shd = c->spec_head_dim == 0 ? c->head_dim : c->spec_head_dim;
@@ -385,8 +397,9 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   if (r == LH_OK && s > 0) r = make_linear(c->attn_output, d, c->heads * ahd, impl, "attn_output", &st->attn_output, why);
   const uint32_t E = c->n_experts, K = c->n_experts_used, F = c->expert_ffn;
   const bool moe = s > 0 && E > 0;
-  if (r == LH_OK && s > 0 && E > 0 && (E > LH_MOE_MAX_EXPERTS || K == 0 || K > E || K > LH_MOE_MAX_USED || F == 0 || c->norm_topk > 1)) {
-    *why = "mixture of experts: n_experts_used must be 1..n_experts (at most 64 of 4096) and expert_ffn > 0";
+  if (r == LH_OK && s > 0 && E > 0 && (E > LH_MOE_MAX_EXPERTS || K == 0 || K > E || K > LH_MOE_MAX_USED || F == 0 || c->norm_topk > 1 || c->gating > LH_MOE_SOFTMAX_WEIGHT ||
+                                            (c->gating == LH_MOE_SOFTMAX_WEIGHT && c->norm_topk != 0))) {
+    *why = "mixture of experts: n_experts_used must be 1..n_experts (at most 64 of 4096), expert_ffn > 0, gating softmax or softmax_weight (without norm_topk)";
     r = LH_BAD_ARGUMENT;
   }
   if (r == LH_OK && s > 0 && !moe) r = make_linear(c->ffn_gate, c->ffn, d, impl, "ffn_gate", &st->gate, why);
@@ -428,8 +441,8 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->gate_exps, E * F, d, impl, "ffn_gate_exps", &st->gate_exps, why);
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->up_exps, E * F, d, impl, "ffn_up_exps", &st->up_exps, why);
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->down_exps, E * d, F, impl, "ffn_down_exps", &st->down_exps, why);
-  if (r == LH_OK && (moe ? (c->router.bias || c->gate_exps.bias || c->up_exps.bias || c->down_exps.bias) : false)) {
-    *why = "mixture of experts: biases on the router or experts are not supported";
+  if (r == LH_OK && per_expert && (c->gate_exps.bias || c->up_exps.bias || c->down_exps.bias)) {
+    *why = "mixture of experts: expert biases with per-expert tensors are not supported";
     r = LH_BAD_ARGUMENT;
   }
   if (r == LH_OK && s < L) r = make_linear(c->q, qw, d, impl, "attn_q", &st->q, why);
@@ -562,7 +575,11 @@ lh_status run_moe(lh_dense_stage* st, const float* x, uint32_t T, float* out, lh
   if (r != LH_OK) return r;
   uint32_t* ids = static_cast<uint32_t*>(sc.moe_ids.p);
   float* weights = sc.moe_weights.f();
-  for (uint32_t t = 0; t < T; ++t) lh_moe_route(logits + static_cast<size_t>(t) * E, E, K, c.norm_topk != 0, ids + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* lt = logits + static_cast<size_t>(t) * E;  // the router bias is in (matmul_group adds it)
+    if (c.gating == LH_MOE_SOFTMAX_WEIGHT) lh_moe_route_softmax_weight(lt, E, K, ids + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
+    else lh_moe_route(lt, E, K, c.norm_topk != 0, ids + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
+  }
   uint32_t* offsets = static_cast<uint32_t*>(sc.moe_offsets.p);
   uint32_t* entries = static_cast<uint32_t*>(sc.moe_entries.p);
   lh_moe_group(ids, T, K, E, offsets, entries);
@@ -582,6 +599,10 @@ lh_status run_moe(lh_dense_stage* st, const float* x, uint32_t T, float* out, lh
       gate.data += static_cast<size_t>(e) * F * gate.row_bytes;
       up.data += static_cast<size_t>(e) * F * up.row_bytes;
       down.data += static_cast<size_t>(e) * d * down.row_bytes;
+      // expert biases (gpt-oss) are indexed like the stacked rows: expert e's at its first row
+      if (gate.bias != nullptr) gate.bias += static_cast<size_t>(e) * F;
+      if (up.bias != nullptr) up.bias += static_cast<size_t>(e) * F;
+      if (down.bias != nullptr) down.bias += static_cast<size_t>(e) * d;
     }
     gate.rows = up.rows = F;
     down.rows = d;

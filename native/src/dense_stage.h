@@ -82,7 +82,14 @@ struct lh_dense_matrix {
 };
 
 enum lh_rope_layout : uint32_t { LH_ROPE_NEOX = 0, LH_ROPE_INTERLEAVED = 1 };
-enum lh_ffn_activation : uint32_t { LH_ACT_SILU = 0, LH_ACT_GELU_TANH = 1 };
+// LH_ACT_SWIGLU_OAI (gpt-oss, ggml_swiglu_oai with alpha 1.702, limit 7): with g ← min(g, 7) and
+// u ← clamp(u, −7, 7), out = g / (1 + e^(−1.702·g)) · (u + 1)
+enum lh_ffn_activation : uint32_t { LH_ACT_SILU = 0, LH_ACT_GELU_TANH = 1, LH_ACT_SWIGLU_OAI = 2 };
+// How the router's logits become the k experts and their weights (moe_ffn.h)
+enum lh_moe_gating : uint32_t {
+  LH_MOE_SOFTMAX = 0,         // softmax over all, top-k of the probabilities (norm_topk: renormalised): Qwen3-MoE
+  LH_MOE_SOFTMAX_WEIGHT = 1,  // top-k of the logits, softmax over the k: gpt-oss
+};
 
 struct lh_dense_stage_config {
   uint32_t stage, layers;  // stage in 0..layers
@@ -148,6 +155,12 @@ struct lh_dense_stage_config {
   const uint8_t* const* gate_expert;      // [n_experts]
   const uint8_t* const* up_expert;        // [n_experts]
   const uint8_t* const* down_expert;      // [n_experts]
+  // gpt-oss (0 keeps the above): the router's gating (lh_moe_gating; SOFTMAX_WEIGHT with norm_topk 0).
+  // Biases: router.bias [n_experts] is added to the logits before the pick; gate_exps.bias /
+  // up_exps.bias [n_experts·expert_ffn] and down_exps.bias [n_experts·hidden] are indexed like the
+  // stacked rows (expert e's at e·expert_ffn / e·hidden), added to each expert's projections before
+  // the activation and before the weighting (llama.cpp's ggml_add_id). Not with per-expert tensors.
+  uint32_t gating;
 };
 
 struct lh_dense_stage;

@@ -35,6 +35,27 @@ void lh_moe_route(const float* logits, uint32_t n, uint32_t k, bool norm_topk, u
   for (uint32_t i = 0; i < k; ++i) weights[i] /= total;
 }
 
+void lh_moe_route_softmax_weight(const float* logits, uint32_t n, uint32_t k, uint32_t* ids, float* weights) {
+  bool nan = false;
+  for (uint32_t e = 0; e < n; ++e) nan |= std::isnan(logits[e]);
+  uint64_t taken[LH_MOE_MAX_EXPERTS / 64] = {};
+  for (uint32_t i = 0; i < k; ++i) {
+    uint32_t best = n;
+    for (uint32_t e = 0; e < n; ++e) {
+      if ((taken[e / 64] >> (e % 64)) & 1) continue;
+      if (best == n || logits[e] > logits[best]) best = e;
+    }
+    taken[best / 64] |= uint64_t{1} << (best % 64);
+    ids[i] = best;
+  }
+  // the picks are in descending order: the first is the max of the k
+  const float max = logits[ids[0]];
+  double sum = 0;
+  for (uint32_t i = 0; i < k; ++i) sum += std::exp(logits[ids[i]] - max);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (uint32_t i = 0; i < k; ++i) weights[i] = nan ? NAN : std::exp(logits[ids[i]] - max) * inv;
+}
+
 void lh_moe_group(const uint32_t* ids, uint32_t T, uint32_t k, uint32_t n, uint32_t* offsets, uint32_t* entries) {
   for (uint32_t e = 0; e <= n; ++e) offsets[e] = 0;
   for (size_t j = 0; j < static_cast<size_t>(T) * k; ++j) ++offsets[ids[j] + 1];

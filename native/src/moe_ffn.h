@@ -25,5 +25,11 @@ constexpr uint32_t LH_MOE_MAX_EXPERTS = 4096;
 // (the ids are still valid experts).
 void lh_moe_route(const float* logits, uint32_t n, uint32_t k, bool norm_topk, uint32_t* ids, float* weights);
 
+// gpt-oss's routing (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT, norm_w false): the k
+// largest logits (the router bias already added), largest first, lower id on equal, then a softmax
+// over those k logits only (ggml_soft_max of the picked row: exp(x − max) in float, the sum in double,
+// times the float 1/sum). The weights sum to 1 by construction. NaN as lh_moe_route.
+void lh_moe_route_softmax_weight(const float* logits, uint32_t n, uint32_t k, uint32_t* ids, float* weights);
+
 // ids [T, k] (each < n) -> offsets [n + 1], entries [T·k] as above.
 void lh_moe_group(const uint32_t* ids, uint32_t T, uint32_t k, uint32_t n, uint32_t* offsets, uint32_t* entries);

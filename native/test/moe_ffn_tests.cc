@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "../src/dense_stage.h"
@@ -64,13 +65,28 @@ Tensor make_tensor(Rng& rng, const QdotTypeCase& c, uint32_t rows, uint32_t cols
   return t;
 }
 
+std::vector<float> gaussian_f(Rng& rng, size_t n, float std) {
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.normal() * std;
+  return v;
+}
+
 struct MoeModel {
   QdotTypeCase type{};
   Tensor o, q, k, v, router, gate, up, down;  // o, q, k, v, router: F32
   std::vector<float> ffn_norm, norm, q_norm, k_norm;
+  // gpt-oss (oai): router and expert biases, top-k of the logits then a softmax over the k, SwiGLU-OAI
+  bool oai = false;
+  std::vector<float> router_b, gate_b, up_b, down_b;  // [kE], [kE·kF], [kE·kF], [kE·kD]
 };
 
-MoeModel make_moe(const QdotTypeCase& type, uint64_t seed) {
+// gpt-oss's clamped SwiGLU in float64 (ggml_swiglu_oai: alpha 1.702, limit 7)
+double swiglu_oai(double g, double u) {
+  const double x = std::fmin(g, 7.0), y = std::fmax(-7.0, std::fmin(u, 7.0));
+  return x / (1.0 + std::exp(-1.702 * x)) * (y + 1.0);
+}
+
+MoeModel make_moe(const QdotTypeCase& type, uint64_t seed, bool oai = false) {
   QdotTypeCase f32{};
   qdot_q_case(LH_QDOT_F32, &f32);
   Rng rng(seed);
@@ -92,6 +108,17 @@ MoeModel make_moe(const QdotTypeCase& type, uint64_t seed) {
     for (float& x : *w) x = 1.0f + 0.2f * rng.normal();
   }
   for (std::vector<float>* w : {&m.q_norm, &m.k_norm}) w->assign(kHd, 1.0f);
+  if (oai) {
+    // gpt-oss: biases everywhere, and gates wide enough (std ~4) that SwiGLU-OAI's cap at 7 and the
+    // up's clamp at ±7 both bite (its F32 gate rows redrawn at 4× the scale)
+    m.oai = true;
+    if (type.type == LH_QDOT_F32) m.gate = make_tensor(rng, type, kE * kF, kD, 4.0f * s);
+    if (type.type == LH_QDOT_F32) m.up = make_tensor(rng, type, kE * kF, kD, 4.0f * s);
+    m.router_b = gaussian_f(rng, kE, 1.0f);
+    m.gate_b = gaussian_f(rng, kE * kF, 0.5f);
+    m.up_b = gaussian_f(rng, kE * kF, 0.5f);
+    m.down_b = gaussian_f(rng, kE * kD, 0.1f);
+  }
   return m;
 }
 
@@ -122,6 +149,15 @@ lh_dense_stage_config config_for(const MoeModel& m, uint32_t threads) {
   c.gate_exps = m.gate.matrix();
   c.up_exps = m.up.matrix();
   c.down_exps = m.down.matrix();
+  if (m.oai) {
+    c.norm_topk = 0;
+    c.gating = LH_MOE_SOFTMAX_WEIGHT;
+    c.activation = LH_ACT_SWIGLU_OAI;
+    c.router.bias = m.router_b.data();
+    c.gate_exps.bias = m.gate_b.data();
+    c.up_exps.bias = m.up_b.data();
+    c.down_exps.bias = m.down_b.data();
+  }
   return c;
 }
 
@@ -194,7 +230,9 @@ Reference reference(const MoeModel& m, const std::vector<float>& h, const std::v
     }
     const double inv = 1.0 / std::sqrt(ss / kD + kEps);
     for (uint32_t i = 0; i < kD; ++i) x[i] = ref.sum[t * kD + i] * inv * m.ffn_norm[i];
-    const Vec logits = matvec(m.router.values, kE, kD, 0, x.data());
+    Vec logits = matvec(m.router.values, kE, kD, 0, x.data());
+    if (m.oai)
+      for (uint32_t e = 0; e < kE; ++e) logits[e] += m.router_b[e];
     double max = -1e300, z = 0;
     for (double l : logits) max = std::fmax(max, l);
     for (double l : logits) z += std::exp(l - max);
@@ -215,6 +253,10 @@ Reference reference(const MoeModel& m, const std::vector<float>& h, const std::v
     for (uint32_t e = 0; e < kE; ++e)
       if (!taken[e]) next = std::fmax(next, logits[e]);
     ref.margin = std::fmin(ref.margin, logits[ids[kK - 1]] - next);
+    if (m.oai) {  // a softmax over the k picked logits (ids[0] holds the largest)
+      total = 0;
+      for (uint32_t i = 0; i < kK; ++i) total += (w[i] = std::exp(logits[ids[i]] - logits[ids[0]]));
+    }
     for (uint32_t i = 0; i < kK; ++i) {
       w[i] /= total;
       ref.ids.push_back(ids[i]);
@@ -222,9 +264,10 @@ Reference reference(const MoeModel& m, const std::vector<float>& h, const std::v
       const Vec g = matvec(m.gate.values, kF, kD, static_cast<size_t>(ids[i]) * kF, x.data());
       const Vec u = matvec(m.up.values, kF, kD, static_cast<size_t>(ids[i]) * kF, x.data());
       Vec act(kF);
-      for (uint32_t j = 0; j < kF; ++j) act[j] = g[j] / (1.0 + std::exp(-g[j])) * u[j];
+      for (uint32_t j = 0; j < kF; ++j)
+        act[j] = m.oai ? swiglu_oai(g[j] + m.gate_b[ids[i] * kF + j], u[j] + m.up_b[ids[i] * kF + j]) : g[j] / (1.0 + std::exp(-g[j])) * u[j];
       const Vec y = matvec(m.down.values, kD, kF, static_cast<size_t>(ids[i]) * kD, act.data());
-      for (uint32_t j = 0; j < kD; ++j) ref.mlp[t * kD + j] += w[i] * y[j];
+      for (uint32_t j = 0; j < kD; ++j) ref.mlp[t * kD + j] += w[i] * (y[j] + (m.oai ? m.down_b[ids[i] * kD + j] : 0.0));
     }
   }
   return ref;
@@ -249,9 +292,9 @@ std::vector<float> gaussian(Rng& rng, size_t n) {
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) { return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0; }
 
-void test_type(const QdotTypeCase& type, uint64_t seed) {
+void test_type(const QdotTypeCase& type, uint64_t seed, bool oai = false) {
   char name[160];
-  const MoeModel m = make_moe(type, seed);
+  const MoeModel m = make_moe(type, seed, oai);
   constexpr uint32_t T = 9;
   Rng rng(seed + 7);
   const std::vector<float> h = gaussian(rng, static_cast<size_t>(T) * kD), attn = gaussian(rng, static_cast<size_t>(T) * kQw);
@@ -414,6 +457,18 @@ void test_route() {
   float w[3];
   lh_moe_route(logits, 6, 3, true, ids, w);
   check(ids[0] == 1 && ids[1] == 3 && ids[2] == 2, "moe route: the k largest, largest first, equal logits by lower id", "%u %u %u", ids[0], ids[1], ids[2]);
+  {
+    // gpt-oss: the k largest logits (same picks), a softmax over those k only: e^0, e^0, e^-1 over 2 + e^-1
+    uint32_t ids_w[3];
+    float ww[3];
+    lh_moe_route_softmax_weight(logits, 6, 3, ids_w, ww);
+    const double e1 = std::exp(-1.0);
+    check(ids_w[0] == 1 && ids_w[1] == 3 && ids_w[2] == 2 && std::fabs(ww[0] - 1.0 / (2 + e1)) < 1e-6 && std::fabs(ww[2] - e1 / (2 + e1)) < 1e-6,
+          "moe route (softmax_weight): the k largest logits, a softmax over them", "%u %u %u: %g %g %g", ids_w[0], ids_w[1], ids_w[2], ww[0], ww[1], ww[2]);
+    const float one_big[4] = {-50.0f, 10.0f, -60.0f, 9.0f};  // the unpicked experts do not enter the softmax
+    lh_moe_route_softmax_weight(one_big, 4, 2, ids_w, ww);
+    check(ids_w[0] == 1 && ids_w[1] == 3 && std::fabs(ww[0] - 1.0 / (1 + e1)) < 1e-6, "moe route (softmax_weight): only the picked logits normalise", "%g", ww[0]);
+  }
   const double e = std::exp(-1.0);
   check(std::fabs(w[0] - 1.0 / (2 + e)) < 1e-6 && std::fabs(w[2] - e / (2 + e)) < 1e-6 && std::fabs(w[0] + w[1] + w[2] - 1.0) < 1e-6,
         "moe route: renormalised weights p_i / Σ p over the k", "%g %g %g", w[0], w[1], w[2]);
@@ -441,6 +496,14 @@ void test_moe_ffn() {
   for (const uint32_t t : types) {
     QdotTypeCase c{};
     if (qdot_q_case(t, &c) || qdot_k_case(t, &c)) test_type(c, seed++);
+  }
+  // gpt-oss's variant: router and expert biases, softmax over the top-k logits, SwiGLU-OAI
+  for (const uint32_t t : {LH_QDOT_F32, LH_QDOT_Q8_0}) {
+    QdotTypeCase c{};
+    if (!qdot_q_case(t, &c) && !qdot_k_case(t, &c)) continue;
+    std::string tagged = std::string(c.name) + " gpt-oss";
+    c.name = tagged.c_str();
+    test_type(c, seed++, true);
   }
   test_unrouted_not_read();
   test_per_expert(LH_QDOT_F32);

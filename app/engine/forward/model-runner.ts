@@ -341,14 +341,17 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   // Layers may differ in KV heads, head dim and RoPE (Gemma 4): the pool then holds one native pool
   // per row shape (createLayeredKvPool), the step feeds each stage its layer's RoPE rows and widths.
   // The query heads stay one number for every layer (the placements and policies take one); a
-  // layer's scale, window and soft-cap go to the kernels with it (attention-args.ts); sink logits
-  // are not read from files yet.
+  // layer's scale, window and soft-cap go to the kernels with it (attention-args.ts), and the sink
+  // logits the family reads for its layers with sinks (gpt-oss).
   const uniform = uniformAttention(specs, ['heads']);
   if (uniform.reason !== undefined) throw new UsageError(`${family.name}: ${uniform.reason}; the forward pass runs one query-head count for every layer`, { field: 'model' });
-  if (specs.some((spec) => spec.attention.kind === 'attention' && spec.attention.sinks)) throw new UsageError(`${family.name}: attention sinks are not run yet`, { field: 'model' });
+  const sinkLayers = specs.flatMap((spec, l) => (spec.attention.kind === 'attention' && spec.attention.sinks ? [l] : []));
+  if (sinkLayers.length > 0 && family.attentionSinks === undefined) throw new UsageError(`${family.name}: layers with attention sinks and no sink logits to read`, { field: 'model' });
   const rows = layerRowShapes(specs);
   const mixedRows = rows.some((r) => r.kvHeads !== rows[0]!.kvHeads || r.headDim !== rows[0]!.headDim) || specs.some((spec) => !ownsKv(spec));
   const attention = layerAttentionArgs(specs);
+  // the sink logits join every attention call of their layer (each kernel and the references)
+  for (const l of sinkLayers) attention[l] = { ...attention[l], sinks: family.attentionSinks!(model, l) };
   const prefillChunk = options.prefillChunk ?? 128;
   if (!Number.isInteger(prefillChunk) || prefillChunk < 1) throw new RangeError(`prefillChunk must be a positive integer, got ${prefillChunk}`);
   if (options.device !== undefined && options.device !== 'cpu' && !(options.offload === true && (options.device === 'webgpu' || options.device === 'cuda'))) {
@@ -438,7 +441,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
     if (options.offload === true) {
       if (mixedRows) throw new UsageError(`offload: ${family.name} layers differ in KV heads or head dim (or share K/V); they run in place only`, { field: 'offload' });
       // the device graph runs one scale, no window and no soft-cap for every layer
-      if (attention.some((a) => a !== undefined)) throw new UsageError(`offload: ${family.name} layers with their own attention scale, window or soft-cap run in place only`, { field: 'offload' });
+      if (attention.some((a) => a !== undefined)) throw new UsageError(`offload: ${family.name} layers with their own attention scale, window, soft-cap or sinks run in place only`, { field: 'offload' });
       // a sparse layer's lists are at most the recipe's bound + the current token; the buffer grows if a list is longer
       const sparseRows = Math.min(pool.capacityTokens, recipe.mostRows(pool.capacityTokens) + 1);
       const initialRowsPerHead = Array.from({ length: hyper.layers }, (_, l) => (rowPolicy!.selects(l) ? sparseRows : pool.capacityTokens));

@@ -61,7 +61,8 @@ function expertFigures(model: LoadedModel, moe: NonNullable<ModelHyperparameters
     if (name.endsWith('.ffn_gate_inp.weight')) {
       expertBytes += bytes;
       perToken += bytes; // every token reads the whole router
-    } else if (/\.ffn_(gate|up|down)_exps\./.test(name)) {
+    } else if (/\.ffn_(gate|up|down)_exps\.(\d+\.)?weight$/.test(name)) {
+      // (not gpt-oss's expert biases: the stages hold their own copy, no step reads them from the file)
       expertBytes += bytes;
       // k of E experts: k/E of a stacked tensor, or of a layer's E per-expert tensors (a folder) together
       perToken += (bytes / moe.experts) * moe.expertsUsed;

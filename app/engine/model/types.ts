@@ -25,7 +25,8 @@ export type RopeLayout =
 
 /** Frequency scaling of RoPE (Llama 3 style), from config.json rope_scaling or GGUF rope.* keys. */
 export interface RopeScaling {
-  kind: 'llama3' | 'linear' | 'longrope';
+  /** 'yarn' (gpt-oss): model/arch/gpt-oss.ts yarnScaling says what its fields mean and how llama.cpp applies them. */
+  kind: 'llama3' | 'linear' | 'longrope' | 'yarn';
   factor: number;
   lowFreqFactor?: number;
   highFreqFactor?: number;
@@ -37,11 +38,15 @@ export interface RopeScaling {
    */
   shortFactors?: readonly number[];
   longFactors?: readonly number[];
-  /** LongRoPE: multiplies cos and sin (so q·k on the rotated dimensions by its square); 1 = none. */
+  /** LongRoPE: multiplies cos and sin (so q·k on the rotated dimensions by its square); 1 = none. YaRN: the mscale cos and sin are multiplied by. */
   attnFactor?: number;
+  /** YaRN: the ramp's ends in rotations over the original context (llama.cpp's yarn_beta_fast 32 / yarn_beta_slow 1), and the blend's strength (ext_factor, 1). */
+  betaFast?: number;
+  betaSlow?: number;
+  extFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe' | 'qwen35';
+export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe' | 'qwen35' | 'gpt-oss';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -75,8 +80,20 @@ export interface ModelHyperparameters {
   gemma4?: Gemma4Config;
   /** Mixture-of-experts feed-forward in every layer (Qwen3-MoE: MoeHyperparameters below). */
   moe?: MoeHyperparameters;
+  /** gpt-oss: its banded-window layers (model/arch/gpt-oss.ts). */
+  gptOss?: GptOssHyperparameters;
   /** Hybrid models (Qwen3.5): which layers are linear attention and their shape (model/arch/qwen35.ts). */
   linearAttention?: LinearAttentionConfig;
+}
+
+/** gpt-oss's attention pattern as llama_model_openai_moe reads it (model/arch/gpt-oss.ts). */
+export interface GptOssHyperparameters {
+  /** Tokens a sliding-window layer sees (gpt-oss.attention.sliding_window: 128). */
+  slidingWindow: number;
+  /** Which layers slide: layer l does when l % period < period − 1 (sliding_window_pattern, default 2: even layers). */
+  swaPeriod: number;
+  /** RoPE base of the sliding-window layers (rope.freq_base_swa; absent: the global base). */
+  swaRopeTheta: number;
 }
 
 /**
@@ -93,6 +110,11 @@ export interface MoeHyperparameters {
   expertFfn: number;
   /** The k routing weights renormalised to sum 1 (llama.cpp always does for qwen3moe). */
   normTopK: boolean;
+  /**
+   * How the router's logits become weights: 'softmax' (default: softmax over every expert, then the
+   * top k) or 'softmax_weight' (gpt-oss: the top k logits, router bias added, then a softmax over those k).
+   */
+  gating?: 'softmax' | 'softmax_weight';
 }
 
 /**

@@ -153,15 +153,15 @@ export interface RopeOptions {
 /** Inverse frequencies θ^(−2i/d), i < d/2, with Llama 3 or linear scaling applied, then divided by freqFactors. */
 export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 'theta' | 'scaling' | 'freqFactors'>): Float64Array {
   const d = opts.rotaryDim ?? opts.headDim;
-  const inv = new Float64Array(d / 2);
-  for (let i = 0; i < d / 2; i++) inv[i] = 1 / opts.theta ** ((2 * i) / d);
+  const inv = opts.scaling?.kind === 'yarn' ? yarnInvFreq(opts.scaling, d, opts.theta) : new Float64Array(d / 2);
+  if (opts.scaling?.kind !== 'yarn') for (let i = 0; i < d / 2; i++) inv[i] = 1 / opts.theta ** ((2 * i) / d);
   const factors = opts.freqFactors;
   if (factors !== undefined) {
     if (factors.length !== d / 2) throw new RangeError(`${factors.length} RoPE frequency factors for ${d / 2} pairs`);
     for (let i = 0; i < d / 2; i++) inv[i]! /= factors[i]!;
   }
   const s = opts.scaling;
-  if (!s) return inv;
+  if (!s || s.kind === 'yarn') return inv;
   // LongRoPE's factors reach here as freqFactors (layer-spec.ts ropeFrequencies picks the set)
   if (s.kind === 'longrope') throw new Error('LongRoPE scaling must be resolved to frequency factors for a context length first (ropeFrequencies)');
   if (s.kind === 'linear') return inv.map((f) => f / s.factor);
@@ -178,6 +178,25 @@ export function ropeInvFreq(opts: Pick<RopeOptions, 'headDim' | 'rotaryDim' | 't
     const smooth = (original / wavelen - low) / (high - low);
     return (1 - smooth) * (f / s.factor) + smooth * f;
   });
+}
+
+/** YaRN's per-pair frequencies for d rotated dims at `base` (model/arch/gpt-oss.ts yarnScaling has the formulas; float64 like the other scalings). */
+export function yarnInvFreq(scaling: RopeScaling, dims: number, base: number): Float64Array {
+  const half = dims / 2;
+  const freqScale = 1 / scaling.factor;
+  const n0 = scaling.originalContextLength ?? 0;
+  const ext = scaling.extFactor ?? 1;
+  const corr = (beta: number): number => (dims * Math.log(n0 / (beta * 2 * Math.PI))) / (2 * Math.log(base));
+  const low = Math.max(0, Math.floor(corr(scaling.betaFast ?? 32)));
+  const high = Math.min(dims - 1, Math.ceil(corr(scaling.betaSlow ?? 1)));
+  const inv = new Float64Array(half);
+  for (let i = 0; i < half; i++) {
+    const theta = base ** ((-2 * i) / dims);
+    const y = (i - low) / Math.max(0.001, high - low);
+    const ramp = (1 - Math.min(1, Math.max(0, y))) * ext;
+    inv[i] = theta * (freqScale * (1 - ramp) + ramp);
+  }
+  return inv;
 }
 
 /** What the cos/sin values depend on (every RopeOptions field but the table length). */

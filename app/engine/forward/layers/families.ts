@@ -10,6 +10,7 @@ import { OPT_FAMILY } from './opt.ts';
 import { PHI3_FAMILY } from './phi3.ts';
 import { QWEN3_FAMILY } from './qwen3.ts';
 import { QWEN3MOE_FAMILY } from './qwen3moe.ts';
+import { GPT_OSS_FAMILY } from './gpt-oss.ts';
 import { QWEN35_FAMILY } from './qwen35.ts';
 
 export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts';
@@ -24,6 +25,7 @@ export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   qwen3: QWEN3_FAMILY,
   gemma4: GEMMA4_FAMILY,
   qwen3moe: QWEN3MOE_FAMILY,
+  'gpt-oss': GPT_OSS_FAMILY,
   qwen35: QWEN35_FAMILY,
 };
 

@@ -74,4 +74,9 @@ export interface ModelFamily {
   readonly onnxStage: OnnxStageBuilder;
   /** Its native dense stages, or why it has none (native-stages.ts). */
   readonly nativeStages: NativeStageSupport;
+  /**
+   * Layer ℓ's learned attention-sink logits [heads] (gpt-oss: blk.ℓ.attn_sinks.weight), read for the
+   * layers whose AttentionSpec has `sinks`; every attention path takes them (attention-args.ts).
+   */
+  attentionSinks?(model: LoadedModel, layer: number): Float32Array;
 }

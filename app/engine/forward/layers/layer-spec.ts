@@ -121,9 +121,10 @@ export function linearConvChannels(a: LinearAttentionSpec): number {
 /**
  * The nonlinearity of a feed-forward (the gate's, when gated). 'gelu': x·Φ(x) with the exact erf;
  * 'gelu_tanh': 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), the approximation Gemma's GeGLU uses
- * (gelu_pytorch_tanh; llama.cpp's ggml_gelu/ggml_geglu).
+ * (gelu_pytorch_tanh; llama.cpp's ggml_gelu/ggml_geglu). 'swiglu_oai' (gpt-oss, gated only): with
+ * g ← min(g, 7), u ← clamp(u, −7, 7): g·σ(1.702·g)·(u + 1) (ggml_swiglu_oai).
  */
-export type Activation = 'silu' | 'relu' | 'gelu' | 'gelu_tanh';
+export type Activation = 'silu' | 'relu' | 'gelu' | 'gelu_tanh' | 'swiglu_oai';
 
 /** One MLP for every token. */
 export interface DenseFfnSpec {
@@ -148,6 +149,8 @@ export interface MoeFfnSpec {
   readonly activation: Activation;
   /** Experts every token runs besides the routed ones (DeepSeek, Qwen2-MoE's shared expert); 0 = none. */
   readonly sharedExperts: number;
+  /** 'softmax' (absent): softmax over every expert, top-k of the probabilities; 'softmax_weight' (gpt-oss): top-k of the logits, softmax over those k. */
+  readonly gating?: 'softmax' | 'softmax_weight';
 }
 
 export type FfnSpec = DenseFfnSpec | MoeFfnSpec;
@@ -324,6 +327,8 @@ export function ropeFrequencies(attention: AttentionSpec, contextLength?: number
   };
   const scaling = rope.scaling;
   if (scaling === undefined) return base;
+  // YaRN's mscale multiplies cos and sin (its frequencies: ropeInvFreq)
+  if (scaling.kind === 'yarn') return { ...base, scaling, ...(scaling.attnFactor !== undefined && scaling.attnFactor !== 1 ? { attnFactor: scaling.attnFactor } : {}) };
   if (scaling.kind !== 'longrope') return { ...base, scaling };
   return { ...base, ...ropeForContext(scaling, contextLength ?? 0) };
 }

@@ -27,7 +27,8 @@ export type StageConfigExtra = (s: number, speculates: boolean) => Partial<Param
 
 /**
  * The MLP of layer p as a family other than the dense SwiGLU one gives it to stage p + 1 (Qwen3-MoE:
- * its router and expert tensors, qwen3moe-native.ts), in place of ffnGate / ffnUp / ffnDown.
+ * its router and expert tensors, qwen3moe-native.ts), in place of ffnGate / ffnUp / ffnDown; with
+ * ffnNorm when its norm is not blk.p.ffn_norm.weight (gpt-oss).
  */
 export type StageMlp = (p: number) => Partial<Parameters<typeof createDenseStage>[0]>;
 
@@ -85,12 +86,14 @@ export function createLlamaNativeStages(weights: ModelWeights, options: NativeSt
       if (s > 0) {
         const p = s - 1;
         inputs.push('attn');
+        const ownMlp = mlp
+          ? mlp(p)
+          : { ffnGate: matrix(blk(p, 'ffn_gate.weight'), undefined, p), ffnUp: matrix(blk(p, 'ffn_up.weight'), undefined, p), ffnDown: matrix(blk(p, 'ffn_down.weight'), undefined, p) };
         Object.assign(config, {
-          ffnNorm: weights.vector(blk(p, 'ffn_norm.weight')),
+          // the MLP's norm: ffn_norm, unless the family's MLP names its own (gpt-oss: post_attention_norm)
+          ffnNorm: ownMlp.ffnNorm ?? weights.vector(blk(p, 'ffn_norm.weight')),
           attnOutput: matrix(blk(p, 'attn_output.weight'), blk(p, 'attn_output.bias'), p),
-          ...(mlp
-            ? mlp(p)
-            : { ffnGate: matrix(blk(p, 'ffn_gate.weight'), undefined, p), ffnUp: matrix(blk(p, 'ffn_up.weight'), undefined, p), ffnDown: matrix(blk(p, 'ffn_down.weight'), undefined, p) }),
+          ...ownMlp,
         });
       }
       if (s < L) {

@@ -6,8 +6,10 @@
 // (Phi-3, Phi-4: fused q/k/v and gate/up, NeoX, partial rotary, LongRoPE) as our 'phi3'
 // (arch/phi3.ts); 'qwen3' (NeoX, per-head q/k RMSNorm, its own head size) as our 'qwen3'
 // (arch/qwen3.ts); 'qwen3moe' (Qwen3's attention, a mixture-of-experts MLP) as our 'qwen3moe'
-// (arch/qwen3moe.ts); 'gemma2' and 'gemma3' as theirs (gemma-keys.ts). Mixture of experts in other
-// families, partial rotary elsewhere and YaRN scaling are refused (MODEL_UNSUPPORTED_ARCHITECTURE).
+// (arch/qwen3moe.ts); 'gpt-oss' (biases, sinks, window/full layers, YaRN, a mixture of experts) as
+// our 'gpt-oss' (arch/gpt-oss.ts); 'gemma2' and 'gemma3' as theirs (gemma-keys.ts). Mixture of experts
+// in other families, partial rotary elsewhere and YaRN scaling outside gpt-oss are refused
+// (MODEL_UNSUPPORTED_ARCHITECTURE).
 // Llama 3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor of per-pair divisors;
 // it is accepted when it matches Llama 3 scaling with the usual parameters (low 1, high 4,
 // original context 8192) and reported as such.
@@ -19,6 +21,7 @@ import { LLAMA_TENSORS } from '../arch/llama.ts';
 import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '../arch/phi3.ts';
 import { QWEN3_TENSORS } from '../arch/qwen3.ts';
 import { QWEN3MOE_TENSORS } from '../arch/qwen3moe.ts';
+import { GPT_OSS_TENSORS, gptOssGgufHyper, yarnScaling } from '../arch/gpt-oss.ts';
 import { QWEN35_TENSORS, qwen35Hyperparameters } from '../arch/qwen35.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
@@ -43,6 +46,8 @@ interface Family {
   whole?: (file: GgufFile) => ModelHyperparameters;
   /** Mixture of experts: the family runs files with expert_count > 0 (the others refuse them). */
   moe?: boolean;
+  /** YaRN RoPE scaling (rope.scaling.type "yarn") is read (gpt-oss: arch/gpt-oss.ts yarnScaling); the others refuse it. */
+  yarn?: boolean;
 }
 
 /** general.architecture values we run, and how they differ. */
@@ -55,6 +60,11 @@ const FAMILIES: Readonly<Record<string, Family>> = {
   gemma4: { ropeLayout: 'neox', architecture: 'gemma4', tensors: GEMMA4_TENSORS, whole: gemma4GgufHyper },
   qwen3: { ropeLayout: 'neox', architecture: 'qwen3', tensors: QWEN3_TENSORS },
   qwen3moe: { ropeLayout: 'neox', architecture: 'qwen3moe', tensors: QWEN3MOE_TENSORS, moe: true, extra: (keys, base) => ({ moe: moeGgufHyper(keys, 'qwen3moe', base) }) },
+  'gpt-oss': {
+    ropeLayout: 'neox', architecture: 'gpt-oss', tensors: GPT_OSS_TENSORS, moe: true, yarn: true,
+    // llama.cpp's openai_moe: top-k of the logits then a softmax over the k (SOFTMAX_WEIGHT), no renormalisation
+    extra: (keys, base) => ({ moe: { ...moeGgufHyper(keys, 'gpt-oss', base), normTopK: false, gating: 'softmax_weight' }, gptOss: gptOssGgufHyper(keys, base) }),
+  },
   qwen35: { ropeLayout: 'neox', architecture: 'qwen35', tensors: QWEN35_TENSORS, partialRotary: true, extra: (keys, base) => qwen35Hyperparameters(keys, 'qwen35', base.layers) },
 };
 
@@ -188,7 +198,7 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
     normEps,
     ropeTheta,
     ropeLayout: spec.ropeLayout,
-    ropeScaling: spec.longRope === true ? longRopeScaling(file, family, ropeDims) : ropeScaling(file, family, headDim, ropeTheta),
+    ropeScaling: spec.longRope === true ? longRopeScaling(file, family, ropeDims) : ropeScaling(file, family, headDim, ropeTheta, spec.yarn === true, contextLength),
     ...(ropeDims !== headDim ? { ropeDims } : {}),
     qkvBias: file.tensors.has('blk.0.attn_q.bias'),
     tiedEmbeddings: !file.tensors.has('output.weight'),
@@ -228,7 +238,7 @@ function ggufKeys(file: GgufFile): GgufKeys {
 
 // ---------------------------------------------------------------- RoPE scaling
 
-function ropeScaling(file: GgufFile, family: string, headDim: number, theta: number): RopeScaling | undefined {
+function ropeScaling(file: GgufFile, family: string, headDim: number, theta: number, yarn = false, contextLength = 0): RopeScaling | undefined {
   const k = (suffix: string): string => `${family}.${suffix}`;
   const type = optionalString(file, k('rope.scaling.type'));
   const legacyLinear = optionalFloat(file, k('rope.scale_linear'), 0);
@@ -238,6 +248,10 @@ function ropeScaling(file: GgufFile, family: string, headDim: number, theta: num
   if (type === 'linear' || (type === undefined && legacyLinear > 0 && legacyLinear !== 1)) {
     if (!(factor > 0 && Number.isFinite(factor))) fail(file, 'MODEL_BAD_VALUE', `rope scaling factor ${factor} is not positive`, k('rope.scaling.factor'));
     scaling = { kind: 'linear', factor };
+  } else if (type === 'yarn' && yarn) {
+    if (!(factor > 0 && Number.isFinite(factor))) fail(file, 'MODEL_BAD_VALUE', `rope scaling factor ${factor} is not positive`, k('rope.scaling.factor'));
+    // llama.cpp: n_ctx_orig_yarn is the trained context when the key is absent
+    scaling = yarnScaling(factor, original || contextLength, optionalFloat(file, k('rope.scaling.attn_factor'), 1));
   } else if (type !== undefined && type !== 'none') {
     fail(file, 'MODEL_UNSUPPORTED_ARCHITECTURE', `RoPE scaling "${type}" is not supported`, k('rope.scaling.type'), { type });
   }
