@@ -13,7 +13,8 @@
 //     onnxruntime every run), the int64 rows a miss update overwrites (8 per miss), and at a layer's
 //     first update the 16-byte shape of the zero buffer the device makes for itself;
 //   - under a pool budget that evicts: the same evictions, ids and bytes;
-//   - two comparison policies on stories260K (h2o; quest, whose KV heads list different counts).
+//   - every comparison policy on stories260K (h2o; quest, whose KV heads list different counts; oracle,
+//     snapkv, window).
 // The hidden state stays on the device between the layer graphs (stage-sessions.ts keepOnDevice):
 // these runs go through it. SwiftShader is slow (~0.15-0.25 s a step on stories260K, ~0.6-1.6 s on
 // kjv-llama-hd64, mostly its MatMul shaders, on 2 cores shared with other work), so kjv-llama-hd64
@@ -82,7 +83,7 @@ for (const [name, path, reference, steps] of [
     afterAll(() => rmSync(dir, { recursive: true, force: true }));
     const infinigen = { infinigen: { cacheDir: dir } };
 
-    it(`full and infinigen over ${steps} steps${name === 'stories260K' ? ', infinigen under an evicting budget over 100, h2o and quest over 40' : ''}: the CPU provider's ids, logits within ${LOGIT_TOLERANCE}, rows, hits, misses and K/V bytes`, async () => {
+    it(`full and infinigen over ${steps} steps${name === 'stories260K' ? ', infinigen under an evicting budget over 100, h2o and quest over 40, oracle, snapkv and window over 24' : ''}: the CPU provider's ids, logits within ${LOGIT_TOLERANCE}, rows, hits, misses and K/V bytes`, async () => {
       const prompt = loadReferenceRuns(reference)[0]!.promptIds;
       const base: ModelRunnerOptions = { kvType: 'fp32', contextLength: 256 };
       const cases: Case[] = [
@@ -97,8 +98,10 @@ for (const [name, path, reference, steps] of [
         await sized.dispose();
         probe.close();
         cases.push({ label: 'infinigen, evicting budget', steps: 100, options: { ...base, policy: 'infinigen', ...infinigen, poolBudgetBytes: Math.floor(perToken * 72) } });
-        // two comparison policies (selection with the real query; Quest's heads keep different counts: the ragged graph)
+        // the comparison policies (selection with the real query; Quest's heads keep different counts: the ragged graph),
+        // h2o and quest over 40 steps, oracle (true scores), snapkv (kept prompt rows) and window over 24
         for (const policy of ['h2o', 'quest'] as const) cases.push({ label: policy, steps: 40, options: { ...base, policy, sparse: { fetchCap: 0.2 } } });
+        for (const policy of ['oracle', 'snapkv', 'window'] as const) cases.push({ label: policy, steps: 24, options: { ...base, policy, sparse: { fetchCap: 0.2 } } });
       }
       // CPU first: InfiniGen calibrates its skew here and the child reads it from the shared cache
       const cpu: CpuRun[] = [];
