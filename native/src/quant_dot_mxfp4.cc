@@ -1,0 +1,307 @@
+// Dot kernels for MXFP4 (quant_dot.h), the expert weights of gpt-oss and of llama.cpp's MXFP4_MOE
+// files: the scalar reference, AVX-512 (F/BW/VL/DQ + VNNI) and AVX2 (+FMA, F16C).
+//
+// Weight block (ggml-common.h block_mxfp4, ggml type 39): 32 elements in 17 bytes,
+//   uint8 e (E8M0: a bare exponent) | uint8 qs[16] (element j in the low nibble of qs[j], j+16 in the high)
+//   x = kv[nibble] · 2^(e − 128)
+// where kv is E2M1 doubled as integers (ggml's kvalues_mxfp4) {0, 1, 2, 3, 4, 6, 8, 12, 0, −1, −2,
+// −3, −4, −6, −8, −12} and 2^(e − 128) is ggml's GGML_E8M0_TO_FP32_HALF(e) (half of E8M0's 2^(e − 127),
+// which undoes the doubling): subnormal for e < 2, 2^-128 / 2^-127 exactly.
+//
+// Activations: Q8_0's (quant_dot_q.cc): int8 q [k], float d [k/32], int32 −8·Σq [k/32], int32
+// −128·Σq [k/32], by the same quantizer (the kernels take Q8_0's quantize_act of the same impl), so
+// a block's integer dot Σ kv·q is exact everywhere, then × (2^(e−128) · d_x) in fp32. Only the order of
+// the float sums differs between implementations:
+//   scalar   Σ kv[nib]·q per block, s += scale_w · d_x · float(Σ)
+//   AVX-512  the nibbles through vpshufb into kv + 12 (unsigned 0..24) so vpdpbusd takes them as its
+//            unsigned operand; the −12·Σq offset per 4-byte lane is the accumulator it starts from
+//            (as Q4_0's −8·Σq in quant_dot_q.cc). Two blocks (one zmm) a step.
+//   AVX2     the nibbles through vpshufb into kv (signed), then ggml's AVX2 int8 dot:
+//            vpmaddubsw(|kv|, sign(q, kv)), vpmaddwd by ones (|pair| ≤ 2·12·127, never saturates).
+// Tiles: R rows × T tokens of accumulators in registers; decode (one or two tokens) takes one row at
+// a time (one stream through the weights, the lines asked for ahead), prefill 4 rows × 4 (AVX-512) or
+// 4 × 2 (AVX2) tokens, each row's unpacked block pair reused for every token of the tile.
+// No allocation, no threads; weight loads end at a block's last byte (no over-read of the mapping:
+// moe_ffn hands expert slices of a mapped 3-D tensor straight to these kernels).
+#include <cmath>
+#include <cstring>
+
+#include "quant_dot.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define LH_X86 1
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr uint64_t kQK = 32;      // elements per block
+constexpr size_t kBlock = 17;     // e + 16 bytes of nibbles
+constexpr int kOffset = 12;       // −min(kv): the AVX-512 kernels' unsigned codes are kv + 12
+constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+size_t mxfp4_row_bytes(uint64_t k) { return static_cast<size_t>(k / kQK) * kBlock; }
+
+// 2^(e − 128) as ggml's ggml_e8m0_to_fp32_half: e < 2 subnormal (0x00200000 << e), else exponent e − 1.
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// the activation row's per-block d and −8·Σq (Q8_0's layout, quant_dot_q.cc)
+inline float act_d(const uint8_t* xr, uint64_t k, uint64_t b) {
+  float d;
+  std::memcpy(&d, xr + k + 4 * b, 4);
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar (the reference)
+// ---------------------------------------------------------------------------------------------
+void mxfp4_dot_scalar(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
+                      size_t y_stride, size_t act_bytes) {
+  for (uint32_t t = 0; t < n_tok; ++t) {
+    const uint8_t* xr = xq + t * act_bytes;
+    const int8_t* q = reinterpret_cast<const int8_t*>(xr);
+    for (uint32_t r = 0; r < n_rows; ++r) {
+      const uint8_t* row = w + r * w_row_bytes;
+      float s = 0.0f;
+      for (uint64_t b = 0; b < k / kQK; ++b) {
+        const uint8_t* blk = row + b * kBlock;
+        const int8_t* qb = q + b * kQK;
+        int32_t isum = 0;
+        for (uint32_t j = 0; j < 16; ++j) {
+          isum += kValues[blk[1 + j] & 15] * qb[j];
+          isum += kValues[blk[1 + j] >> 4] * qb[j + 16];
+        }
+        s += e8m0_half(blk[0]) * act_d(xr, k, b) * static_cast<float>(isum);
+      }
+      y[t * y_stride + r] = s;
+    }
+  }
+}
+
+// The activation row size is Q8_0's: k + 12·k/32 (quant_dot_q.cc); kept here for the tile loops.
+inline size_t act_row_bytes_of(uint64_t k) { return static_cast<size_t>(k) + static_cast<size_t>(k / kQK) * 12; }
+
+void mxfp4_dot_scalar_entry(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
+                            size_t y_stride) {
+  mxfp4_dot_scalar(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride, act_row_bytes_of(k));
+}
+
+#ifdef LH_X86
+using tile_fn = void (*)(const uint8_t*, size_t, uint64_t, const uint8_t*, size_t, float*, size_t);
+
+// Rows in groups of up to R, tokens in groups of up to T, a [rows][tokens] table of tile
+// instantiations for the remainders; decode (≤ 2 tokens) one row at a time.
+template <int R, int T, template <int, int> class Tile>
+struct Table {
+  tile_fn fn[R][T];
+  constexpr Table() : fn{} {
+    fill<0>();
+  }
+  template <int I>
+  constexpr void fill() {
+    if constexpr (I < R * T) {
+      fn[I / T][I % T] = Tile<I / T + 1, I % T + 1>::fn;
+      fill<I + 1>();
+    }
+  }
+};
+
+template <int R, int T, template <int, int> class Tile>
+void run_tiles(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y, size_t y_stride) {
+  static constexpr Table<R, T, Tile> table{};
+  const size_t x_row_bytes = act_row_bytes_of(k);
+  const uint32_t rows_per_tile = n_tok <= 2 ? 1u : static_cast<uint32_t>(R);
+  const uint32_t toks_per_tile = n_tok <= 2 ? n_tok : static_cast<uint32_t>(T);
+  for (uint32_t r0 = 0; r0 < n_rows; r0 += rows_per_tile) {
+    const uint32_t rr = n_rows - r0 < rows_per_tile ? n_rows - r0 : rows_per_tile;
+    for (uint32_t t0 = 0; t0 < n_tok; t0 += toks_per_tile) {
+      const uint32_t tt = n_tok - t0 < toks_per_tile ? n_tok - t0 : toks_per_tile;
+      table.fn[rr - 1][tt - 1](w + r0 * w_row_bytes, w_row_bytes, k, xq + t0 * x_row_bytes, x_row_bytes, y + t0 * y_stride + r0, y_stride);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX-512 F/BW/VL/DQ + VNNI
+// ---------------------------------------------------------------------------------------------
+#define LH_QD512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+// The codes kv + 12 of blocks b, b+1 (has2: b+1 exists, else its half is code 12 against zero
+// activations) of one row, in element order: [qs_b, qs_b, qs_b+1, qs_b+1] with the odd 16-byte lanes
+// shifted by 4, masked to nibbles, looked up in the table.
+LH_QD512 inline __m512i load_codes_pair(const uint8_t* row, uint64_t b, bool has2) {
+  const uint8_t* p = row + b * kBlock + 1;
+  const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i hi = has2 ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBlock))) : _mm256_setzero_si256();
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  const __m512i sh = _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0, 0, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0);
+  const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(z, sh), _mm512_set1_epi8(0x0F));
+  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  return _mm512_shuffle_epi8(table, nib);
+}
+
+// [scale_b ×8, scale_b+1 ×8]
+LH_QD512 inline __m512 load_scale_pair(const uint8_t* row, uint64_t b, bool has2) {
+  const __m128 d01 = _mm_setr_ps(e8m0_half(row[b * kBlock]), has2 ? e8m0_half(row[(b + 1) * kBlock]) : 0.0f, 0.0f, 0.0f);
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(idx, _mm512_zextps128_ps512(d01));
+}
+
+template <int R, int T>
+LH_QD512 void mxfp4_tile_avx512(const uint8_t* w, size_t w_row_bytes, uint64_t k, const uint8_t* xq, size_t x_row_bytes, float* y,
+                                size_t y_stride) {
+  const uint64_t nb = k / kQK;
+  const __m512i off = _mm512_set1_epi8(kOffset), zero = _mm512_setzero_si512();
+  const __m512i pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (uint64_t b = 0; b < nb; b += 2) {
+    const bool has2 = b + 1 < nb;
+    __m512i xv[T], base[T];
+    __m512 dx[T];
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xr = xq + t * x_row_bytes;
+      xv[t] = has2 ? _mm512_loadu_si512(xr + b * kQK) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xr + b * kQK);
+      const __m128 d01 = _mm_setr_ps(act_d(xr, k, b), has2 ? act_d(xr, k, b + 1) : 0.0f, 0.0f, 0.0f);
+      dx[t] = _mm512_permutexvar_ps(pair_lanes, _mm512_zextps128_ps512(d01));
+      base[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, xv[t]));  // −12·Σq per lane
+    }
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = w + r * w_row_bytes;
+      if (R == 1) lh_qdot_prefetch_ahead(row + b * kBlock, 1);  // decode: a line per pair (34 bytes) keeps pace
+      const __m512i wv = load_codes_pair(row, b, has2);
+      const __m512 dw = load_scale_pair(row, b, has2);
+      for (int t = 0; t < T; ++t) {
+        const __m512i dot = _mm512_dpbusd_epi32(base[t], wv, xv[t]);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx[t]), acc[r][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <int R, int T>
+struct Tile512 { static constexpr tile_fn fn = &mxfp4_tile_avx512<R, T>; };
+
+void mxfp4_dot_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
+                      size_t y_stride) {
+  run_tiles<4, 4, Tile512>(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride);
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX2 + FMA + F16C
+// ---------------------------------------------------------------------------------------------
+#define LH_QD2 __attribute__((target("avx2,fma,f16c")))
+
+inline LH_QD2 float hsum8(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// the 32 signed values kv of block b in element order (low lane: low nibbles, high lane: high)
+LH_QD2 inline __m256i load_values_avx2(const uint8_t* row, uint64_t b) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * kBlock + 1));
+  const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+  const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  return _mm256_shuffle_epi8(table, nib);
+}
+
+// Σ kv·q of one block as 8 int32 lanes, converted to float (exact: |Σ| ≤ 32·12·127)
+LH_QD2 inline __m256 block_dot_avx2(__m256i wv, __m256i xv) {
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+// A accumulators per (row, token), block b into b % A: decode (A = 4) lets four FMA chains overlap;
+// the prefill tiles (A = 1) have R·T chains already. Every row of one call sums in one order (any
+// split of the rows gives the same bits).
+template <int R, int T, int A>
+LH_QD2 void mxfp4_tile_avx2(const uint8_t* w, size_t w_row_bytes, uint64_t k, const uint8_t* xq, size_t x_row_bytes, float* y, size_t y_stride) {
+  const uint64_t nb = k / kQK;
+  __m256 acc[R][T][A];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t)
+      for (int a = 0; a < A; ++a) acc[r][t][a] = _mm256_setzero_ps();
+  for (uint64_t b = 0; b < nb; ++b) {
+    __m256i xv[T];
+    float dx[T];
+    for (int t = 0; t < T; ++t) {
+      xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * x_row_bytes + b * kQK));
+      dx[t] = act_d(xq + t * x_row_bytes, k, b);
+    }
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = w + r * w_row_bytes;
+      if (A > 1) lh_qdot_prefetch_ahead(row + b * kBlock, 1);
+      const __m256i wv = load_values_avx2(row, b);
+      const float dw = e8m0_half(row[b * kBlock]);
+      for (int t = 0; t < T; ++t) acc[r][t][b % A] = _mm256_fmadd_ps(block_dot_avx2(wv, xv[t]), _mm256_set1_ps(dw * dx[t]), acc[r][t][b % A]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) {
+      __m256 s = acc[r][t][0];
+      for (int a = 1; a < A; ++a) s = _mm256_add_ps(s, acc[r][t][a]);
+      y[t * y_stride + r] = hsum8(s);
+    }
+}
+
+template <int R, int T>
+struct Tile2 { static constexpr tile_fn fn = &mxfp4_tile_avx2<R, T, 1>; };
+
+void mxfp4_dot_avx2(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
+                    size_t y_stride) {
+  if (n_tok <= 2) {  // decode: one row at a time, one stream through the weights
+    const size_t x_row_bytes = act_row_bytes_of(k);
+    for (uint32_t r = 0; r < n_rows; ++r) {
+      if (n_tok == 1) mxfp4_tile_avx2<1, 1, 4>(w + r * w_row_bytes, w_row_bytes, k, xq, x_row_bytes, y + r, y_stride);
+      else mxfp4_tile_avx2<1, 2, 4>(w + r * w_row_bytes, w_row_bytes, k, xq, x_row_bytes, y + r, y_stride);
+    }
+    return;
+  }
+  run_tiles<4, 2, Tile2>(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // LH_X86
+
+}  // namespace
+
+bool lh_qdot_mxfp4_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out) {
+  if (type != LH_QDOT_MXFP4) return false;
+  // the activations are Q8_0's, quantized by Q8_0's quantizer of the same impl (the same bytes in every impl)
+  lh_qdot_kernels q8{};
+  if (!lh_qdot_q_kernels(LH_QDOT_Q8_0, impl == LH_QDOT_AMX ? LH_QDOT_AVX512 : impl, &q8)) return false;
+  lh_qdot_kernels k{};
+  k.type = type;
+  k.impl = impl;
+  k.block_elems = kQK;
+  k.row_bytes = mxfp4_row_bytes;
+  k.act_row_bytes = q8.act_row_bytes;
+  k.quantize_act = q8.quantize_act;
+  switch (impl) {
+    case LH_QDOT_SCALAR: k.dot_tile = mxfp4_dot_scalar_entry; break;
+#ifdef LH_X86
+    case LH_QDOT_AVX512: k.dot_tile = mxfp4_dot_avx512; break;
+    case LH_QDOT_AVX2: k.dot_tile = mxfp4_dot_avx2; break;
+#endif
+    default: return false;  // AMX: no tile kernel for MXFP4; AUTO then takes AVX-512's
+  }
+  *out = k;
+  return true;
+}
