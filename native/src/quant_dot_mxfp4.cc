@@ -195,8 +195,69 @@ LH_QD512 void mxfp4_tile_avx512(const uint8_t* w, size_t w_row_bytes, uint64_t k
 template <int R, int T>
 struct Tile512 { static constexpr tile_fn fn = &mxfp4_tile_avx512<R, T>; };
 
+// Decode (one or two tokens), one row at a time: mxfp4_tile_avx512<1, T>'s integers and float
+// operations in its order (its bits), with what depends on the tokens alone done once per call: each
+// pair's −12·Σq lanes and d_x pair (on the stack: kDecodeStackPairs pairs, k ≤ 16384), and each row's
+// 16 block scales from one gather of the E8M0 bytes (stride 17; a masked gather in a short last group,
+// so nothing past the row is read) converted in a vector, multiplied by the tokens' d_x once.
+constexpr uint64_t kDecodeStackPairs = 256;
+
+template <int T>
+LH_QD512 void mxfp4_decode_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes,
+                                  float* y, size_t y_stride) {
+  const uint64_t nb = k / kQK, np = (nb + 1) / 2;
+  alignas(64) int32_t base[T][kDecodeStackPairs][16];
+  alignas(64) float dx[T][kDecodeStackPairs * 2];
+  const __m512i off = _mm512_set1_epi8(kOffset), zero = _mm512_setzero_si512();
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* xr = xq + t * x_row_bytes;
+    for (uint64_t p = 0; p < np; ++p) {
+      const __m512i xv = 2 * p + 1 < nb ? _mm512_loadu_si512(xr + 2 * p * kQK) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xr + 2 * p * kQK);
+      _mm512_store_si512(base[t][p], _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, xv)));
+    }
+    for (uint64_t b = 0; b < 2 * np; ++b) dx[t][b] = b < nb ? act_d(xr, k, b) : 0.0f;
+  }
+  const __m512i e_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(static_cast<int>(kBlock)));
+  const __m512i pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i one = _mm512_set1_epi32(1), sub_bits = _mm512_set1_epi32(0x00200000), byte = _mm512_set1_epi32(0xFF);
+  for (uint32_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w + r * w_row_bytes;
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (uint64_t g = 0; g < nb; g += 16) {
+      const uint32_t in_group = nb - g < 16 ? static_cast<uint32_t>(nb - g) : 16u;
+      const __mmask16 live = static_cast<__mmask16>((1u << in_group) - 1u);
+      // 2^(e − 128): exponent field e − 1, or the subnormal 0x00200000 << e for e < 2 (a dead lane: 0)
+      const __m512i e = _mm512_and_si512(_mm512_mask_i32gather_epi32(zero, live, e_at, row + g * kBlock, 1), byte);
+      const __mmask16 tiny = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+      const __m512i bits = _mm512_mask_blend_epi32(tiny, _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23), _mm512_sllv_epi32(sub_bits, e));
+      const __m512 dw = _mm512_maskz_mov_ps(live, _mm512_castsi512_ps(bits));
+      __m512 dd[T];
+      for (int t = 0; t < T; ++t) dd[t] = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, dx[t] + g));
+      for (uint32_t p = 0; 2 * p < in_group; ++p) {
+        const uint64_t b = g + 2 * p;
+        const bool has2 = 2 * p + 1 < in_group;
+        lh_qdot_prefetch_ahead(row + b * kBlock, 1);  // a line per pair (34 bytes) keeps pace
+        const __m512i wv = load_codes_pair(row, b, has2);
+        const __m512i lanes = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(static_cast<int>(2 * p)));
+        for (int t = 0; t < T; ++t) {
+          const __m512i xv = has2 ? _mm512_loadu_si512(xq + t * x_row_bytes + b * kQK) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xq + t * x_row_bytes + b * kQK);
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(base[t][b / 2]), wv, xv);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(lanes, dd[t]), acc[t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = _mm512_reduce_add_ps(acc[t]);
+  }
+}
+
 void mxfp4_dot_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
                       size_t y_stride) {
+  if (n_tok <= 2 && (k / kQK + 1) / 2 <= kDecodeStackPairs) {
+    if (n_tok == 1) mxfp4_decode_avx512<1>(w, w_row_bytes, n_rows, k, xq, act_row_bytes_of(k), y, y_stride);
+    else mxfp4_decode_avx512<2>(w, w_row_bytes, n_rows, k, xq, act_row_bytes_of(k), y, y_stride);
+    return;
+  }
   run_tiles<4, 4, Tile512>(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride);
 }
 
