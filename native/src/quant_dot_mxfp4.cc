@@ -251,8 +251,80 @@ LH_QD512 void mxfp4_decode_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t
   }
 }
 
+// Prefill (kPrefillMinTokens tokens or more): 16 rows at once, one row a 32-bit lane. Per chunk of
+// kPrefillChunk blocks the rows' codes kv + 12 are laid out once, transposed: wt[b][j] holds dword j
+// (codes 4j..4j+3) of block b of the 16 rows, dw[b] their scales 2^(e−128). Per (token, block): the
+// integer dot of all 16 rows is 8 vpdpbusd against the token's dword j broadcast, started from the
+// block's −12·Σq (= 1.5 × the activation row's −8·Σq, exact), then one FMA by dw·d_x: each (row,
+// token) sums its blocks in order whatever the rows beside it (any split of the rows: the same bits).
+// The tile above spends a convert, a multiply and an FMA per row, token and block pair on top of its
+// vpdpbusd, and unpacks every weight pair again for each group of 4 tokens.
+constexpr uint32_t kPrefillMinTokens = 8;
+constexpr uint32_t kPrefillChunk = 32;   // blocks: wt 16 KiB
+constexpr uint32_t kPrefillTokens = 64;  // tokens per pass: acc 4 KiB
+
+LH_QD512 void mxfp4_prefill16(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes,
+                              uint32_t n_tok, float* y, size_t y_stride) {
+  const uint64_t nb = k / kQK;
+  alignas(64) int32_t wt[kPrefillChunk][8][16];
+  alignas(64) float dw[kPrefillChunk][16];
+  alignas(64) uint8_t codes[16][64];  // one block pair of each row, before the transpose
+  alignas(64) float acc[kPrefillTokens][16];
+  const __m512i row_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(64));
+  const __mmask16 live = static_cast<__mmask16>((1u << n_rows) - 1u);
+  for (uint32_t t0 = 0; t0 < n_tok; t0 += kPrefillTokens) {
+    const uint32_t tn = n_tok - t0 < kPrefillTokens ? n_tok - t0 : kPrefillTokens;
+    for (uint32_t t = 0; t < tn; ++t) _mm512_store_ps(acc[t], _mm512_setzero_ps());
+    for (uint64_t c0 = 0; c0 < nb; c0 += kPrefillChunk) {
+      const uint32_t nc = nb - c0 < kPrefillChunk ? static_cast<uint32_t>(nb - c0) : kPrefillChunk;
+      for (uint32_t b = 0; b < nc; b += 2) {
+        const bool has2 = b + 1 < nc;
+        for (uint32_t r = 0; r < 16; ++r) {
+          if (r >= n_rows) {
+            _mm512_store_si512(codes[r], _mm512_setzero_si512());
+            dw[b][r] = 0.0f;
+            if (has2) dw[b + 1][r] = 0.0f;
+            continue;
+          }
+          const uint8_t* row = w + r * w_row_bytes;
+          _mm512_store_si512(codes[r], load_codes_pair(row, c0 + b, has2));
+          dw[b][r] = e8m0_half(row[(c0 + b) * kBlock]);
+          if (has2) dw[b + 1][r] = e8m0_half(row[(c0 + b + 1) * kBlock]);
+        }
+        for (uint32_t h = 0; h < (has2 ? 2u : 1u); ++h)
+          for (int j = 0; j < 8; ++j)
+            _mm512_store_si512(wt[b + h][j], _mm512_i32gather_epi32(row_at, codes[0] + 32 * h + 4 * j, 1));
+      }
+      for (uint32_t t = 0; t < tn; ++t) {
+        const uint8_t* xr = xq + (t0 + t) * x_row_bytes;
+        const int32_t* neg8 = reinterpret_cast<const int32_t*>(xr + k + (k / kQK) * 4);
+        __m512 a = _mm512_load_ps(acc[t]);
+        for (uint32_t b = 0; b < nc; ++b) {
+          const uint64_t blk = c0 + b;
+          int32_t n8;
+          std::memcpy(&n8, neg8 + blk, 4);
+          __m512i sum = _mm512_set1_epi32(n8 / 2 * 3);  // −12·Σq (n8 = −8·Σq: even)
+          for (int j = 0; j < 8; ++j) {
+            int32_t x4;
+            std::memcpy(&x4, xr + blk * kQK + 4 * j, 4);
+            sum = _mm512_dpbusd_epi32(sum, _mm512_load_si512(wt[b][j]), _mm512_set1_epi32(x4));
+          }
+          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_load_ps(dw[b]), _mm512_set1_ps(act_d(xr, k, blk))), a);
+        }
+        _mm512_store_ps(acc[t], a);
+      }
+    }
+    for (uint32_t t = 0; t < tn; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * y_stride, live, _mm512_load_ps(acc[t]));
+  }
+}
+
 void mxfp4_dot_avx512(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
                       size_t y_stride) {
+  if (n_tok >= kPrefillMinTokens) {
+    for (uint32_t r0 = 0; r0 < n_rows; r0 += 16)
+      mxfp4_prefill16(w + r0 * w_row_bytes, w_row_bytes, n_rows - r0 < 16 ? n_rows - r0 : 16, k, xq, act_row_bytes_of(k), n_tok, y + r0, y_stride);
+    return;
+  }
   if (n_tok <= 2 && (k / kQK + 1) / 2 <= kDecodeStackPairs) {
     if (n_tok == 1) mxfp4_decode_avx512<1>(w, w_row_bytes, n_rows, k, xq, act_row_bytes_of(k), y, y_stride);
     else mxfp4_decode_avx512<2>(w, w_row_bytes, n_rows, k, xq, act_row_bytes_of(k), y, y_stride);

@@ -77,8 +77,10 @@ void check_e8m0_edges() {
 
 // every SIMD implementation within float-order rounding of scalar over tile remainders (rows not a
 // multiple of 4, tokens 1..9, odd block counts), at both extremes; the AVX-512 decode's stack limit
-// (256 block pairs: k = 16384 decodes there, k = 16416 falls back to the tiles)
-const std::vector<std::array<uint32_t, 3>> kShapes = {{1, 1, 32}, {5, 2, 96}, {13, 3, 352}, {7, 5, 1088}, {16, 9, 224}, {33, 17, 2080}, {3, 1, 16384}, {2, 2, 16416}};
+// (256 block pairs: k = 16384 decodes there, k = 16416 falls back to the tiles); the AVX-512 prefill
+// (8 tokens and more) over more than a 64-token pass, a 32-block chunk and a 16-row group, and 7
+// tokens (the tiles)
+const std::vector<std::array<uint32_t, 3>> kShapes = {{1, 1, 32}, {5, 2, 96}, {13, 3, 352}, {7, 5, 1088}, {16, 9, 224}, {33, 17, 2080}, {3, 1, 16384}, {2, 2, 16416}, {20, 70, 2080}, {16, 8, 96}, {5, 7, 96}};
 
 }  // namespace
 
@@ -95,7 +97,7 @@ void test_quant_dot_mxfp4() {
   qdot_sweep(c);
   check_e8m0_edges();
   for (const lh_qdot_impl impl : {LH_QDOT_AVX2, LH_QDOT_AVX512}) {
-    qdot_check_close(c, impl, LH_QDOT_SCALAR, kShapes, most_negative_row, 1.0f, 1e-5, "within 1e-5 of sum|terms| of scalar (8 shapes, nibbles -12, codes +127)");
-    qdot_check_close(c, impl, LH_QDOT_SCALAR, kShapes, most_positive_row, -1.0f, 1e-5, "within 1e-5 of sum|terms| of scalar (8 shapes, nibbles +12, codes -127)");
+    qdot_check_close(c, impl, LH_QDOT_SCALAR, kShapes, most_negative_row, 1.0f, 1e-5, "within 1e-5 of sum|terms| of scalar (11 shapes, nibbles -12, codes +127)");
+    qdot_check_close(c, impl, LH_QDOT_SCALAR, kShapes, most_positive_row, -1.0f, 1e-5, "within 1e-5 of sum|terms| of scalar (11 shapes, nibbles +12, codes -127)");
   }
 }
