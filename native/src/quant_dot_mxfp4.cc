@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "quant_dot.h"
+#include "quant_dot_transpose.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define LH_X86 1
@@ -395,6 +396,67 @@ LH_QD2 void mxfp4_tile_avx2(const uint8_t* w, size_t w_row_bytes, uint64_t k, co
 template <int R, int T>
 struct Tile2 { static constexpr tile_fn fn = &mxfp4_tile_avx2<R, T, 1>; };
 
+// Prefill (kPrefillMinTokens tokens or more), AVX2: mxfp4_prefill16's scheme on 8 rows a ymm, with
+// vpmaddubsw for vpdpbusd: codes kv + 12 (unsigned, ≤ 24) × the token's dword j broadcast (signed,
+// |q| ≤ 127) give int16 pair sums ≤ 2·24·127; four of them summed in int16 (≤ 24384, no wrap), then
+// vpmaddwd by ones to int32, onto −12·Σq; one FMA per token and block by the 8 rows' dw·d_x.
+LH_QD2 void mxfp4_prefill8_avx2(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, size_t x_row_bytes,
+                                uint32_t n_tok, float* y, size_t y_stride) {
+  const uint64_t nb = k / kQK;
+  alignas(32) int32_t wt[kPrefillChunk][8][8];  // [block][dword j][row]
+  alignas(32) float dw[kPrefillChunk][8];
+  alignas(32) float acc[kPrefillTokens][8];
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  const __m256i table = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  for (uint32_t t0 = 0; t0 < n_tok; t0 += kPrefillTokens) {
+    const uint32_t tn = n_tok - t0 < kPrefillTokens ? n_tok - t0 : kPrefillTokens;
+    for (uint32_t t = 0; t < tn; ++t) _mm256_store_ps(acc[t], _mm256_setzero_ps());
+    for (uint64_t c0 = 0; c0 < nb; c0 += kPrefillChunk) {
+      const uint32_t nc = nb - c0 < kPrefillChunk ? static_cast<uint32_t>(nb - c0) : kPrefillChunk;
+      for (uint32_t b = 0; b < nc; ++b) {
+        __m256i rows[8], cols[8];
+        for (uint32_t r = 0; r < 8; ++r) {
+          if (r >= n_rows) {
+            rows[r] = _mm256_setzero_si256();
+            dw[b][r] = 0.0f;
+            continue;
+          }
+          const uint8_t* blk = w + r * w_row_bytes + (c0 + b) * kBlock;
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+          rows[r] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4));
+          dw[b][r] = e8m0_half(blk[0]);
+        }
+        lh_transpose_8x8(rows, cols);
+        for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(wt[b][j]), cols[j]);
+      }
+      for (uint32_t t = 0; t < tn; ++t) {
+        const uint8_t* xr = xq + (t0 + t) * x_row_bytes;
+        const int32_t* neg8 = reinterpret_cast<const int32_t*>(xr + k + (k / kQK) * 4);
+        __m256 a = _mm256_load_ps(acc[t]);
+        for (uint32_t b = 0; b < nc; ++b) {
+          const uint64_t blk = c0 + b;
+          int32_t n8;
+          std::memcpy(&n8, neg8 + blk, 4);
+          __m256i sum = _mm256_set1_epi32(n8 / 2 * 3);  // −12·Σq
+          for (int half = 0; half < 2; ++half) {
+            __m256i s16 = _mm256_setzero_si256();
+            for (int j = 4 * half; j < 4 * half + 4; ++j) {
+              int32_t x4;
+              std::memcpy(&x4, xr + blk * kQK + 4 * j, 4);
+              s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(wt[b][j])), _mm256_set1_epi32(x4)));
+            }
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(s16, ones));
+          }
+          a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(_mm256_load_ps(dw[b]), _mm256_set1_ps(act_d(xr, k, blk))), a);
+        }
+        _mm256_store_ps(acc[t], a);
+      }
+    }
+    for (uint32_t t = 0; t < tn; ++t)
+      for (uint32_t r = 0; r < n_rows; ++r) y[(t0 + t) * y_stride + r] = acc[t][r];
+  }
+}
+
 void mxfp4_dot_avx2(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
                     size_t y_stride) {
   if (n_tok <= 2) {  // decode: one row at a time, one stream through the weights
@@ -403,6 +465,11 @@ void mxfp4_dot_avx2(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint6
       if (n_tok == 1) mxfp4_tile_avx2<1, 1, 4>(w + r * w_row_bytes, w_row_bytes, k, xq, x_row_bytes, y + r, y_stride);
       else mxfp4_tile_avx2<1, 2, 4>(w + r * w_row_bytes, w_row_bytes, k, xq, x_row_bytes, y + r, y_stride);
     }
+    return;
+  }
+  if (n_tok >= kPrefillMinTokens) {
+    for (uint32_t r0 = 0; r0 < n_rows; r0 += 8)
+      mxfp4_prefill8_avx2(w + r0 * w_row_bytes, w_row_bytes, n_rows - r0 < 8 ? n_rows - r0 : 8, k, xq, act_row_bytes_of(k), n_tok, y + r0, y_stride);
     return;
   }
   run_tiles<4, 2, Tile2>(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride);

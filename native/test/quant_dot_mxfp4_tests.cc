@@ -100,4 +100,13 @@ void test_quant_dot_mxfp4() {
     qdot_check_close(c, impl, LH_QDOT_SCALAR, kShapes, most_negative_row, 1.0f, 1e-5, "within 1e-5 of sum|terms| of scalar (11 shapes, nibbles -12, codes +127)");
     qdot_check_close(c, impl, LH_QDOT_SCALAR, kShapes, most_positive_row, -1.0f, 1e-5, "within 1e-5 of sum|terms| of scalar (11 shapes, nibbles +12, codes -127)");
   }
+  // the two prefills (8 tokens and more) do the same integers and float operations per row, token
+  // and block in the same order: AVX2's gives AVX-512's bits, where this CPU (and the level cap) runs both
+  if (!lh_qdot_available(LH_QDOT_AVX512)) {
+    std::printf("info  MXFP4 avx2: avx512 not available here (CPU or LONGHAND_CPU_LEVEL), prefill bits not held against it\n");
+    return;
+  }
+  const std::vector<std::array<uint32_t, 3>> prefill = {{16, 8, 96}, {20, 70, 2080}, {5, 9, 32}, {33, 40, 1088}, {9, 64, 352}};
+  qdot_check_same_bits(c, LH_QDOT_AVX2, LH_QDOT_AVX512, prefill, most_negative_row, 1.0f, "prefill gives avx512's bits (5 shapes, nibbles -12, codes +127)");
+  qdot_check_same_bits(c, LH_QDOT_AVX2, LH_QDOT_AVX512, prefill, most_positive_row, -1.0f, "prefill gives avx512's bits (5 shapes, nibbles +12, codes -127)");
 }
