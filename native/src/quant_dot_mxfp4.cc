@@ -18,9 +18,13 @@
 //            (as Q4_0's −8·Σq in quant_dot_q.cc). Two blocks (one zmm) a step.
 //   AVX2     the nibbles through vpshufb into kv (signed), then ggml's AVX2 int8 dot:
 //            vpmaddubsw(|kv|, sign(q, kv)), vpmaddwd by ones (|pair| ≤ 2·12·127, never saturates).
-// Tiles: R rows × T tokens of accumulators in registers; decode (one or two tokens) takes one row at
-// a time (one stream through the weights, the lines asked for ahead), prefill 4 rows × 4 (AVX-512) or
-// 4 × 2 (AVX2) tokens, each row's unpacked block pair reused for every token of the tile.
+// Per call size:
+//   decode (1-2 tokens)  one row at a time, one stream through the weights, the lines asked for ahead
+//                        (AVX-512: the tokens' offsets once per call, 16 scales per gather)
+//   3-7 tokens           tiles of R rows × T tokens of accumulators in registers (4 × 4, AVX2 4 × 2)
+//   8 tokens and more    prefill: 16 (AVX-512) or 8 (AVX2) rows a vector, their codes laid out
+//                        transposed once per chunk of blocks and shared by up to 64 tokens; the two
+//                        give the same bits
 // No allocation, no threads; weight loads end at a block's last byte (no over-read of the mapping:
 // moe_ffn hands expert slices of a mapped 3-D tensor straight to these kernels).
 #include <cmath>
