@@ -42,7 +42,7 @@ namespace {
 
 constexpr uint64_t kQK = 32;      // elements per block
 constexpr size_t kBlock = 17;     // e + 16 bytes of nibbles
-constexpr int kOffset = 12;       // −min(kv): the AVX-512 kernels' unsigned codes are kv + 12
+constexpr int kOffset = 12;       // −min(kv): the SIMD kernels multiply unsigned codes kv + 12 and take 12·Σq off
 constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 size_t mxfp4_row_bytes(uint64_t k) { return static_cast<size_t>(k / kQK) * kBlock; }
@@ -55,7 +55,11 @@ inline float e8m0_half(uint8_t e) {
   return f;
 }
 
-// the activation row's per-block d and −8·Σq (Q8_0's layout, quant_dot_q.cc)
+// The activation row is Q8_0's (quant_dot_q.cc): int8 q [k], then float d, int32 −8·Σq, int32
+// −128·Σq per block: k + 12·k/32 bytes.
+inline size_t act_row_bytes_of(uint64_t k) { return static_cast<size_t>(k) + static_cast<size_t>(k / kQK) * 12; }
+
+// block b's activation scale d
 inline float act_d(const uint8_t* xr, uint64_t k, uint64_t b) {
   float d;
   std::memcpy(&d, xr + k + 4 * b, 4);
@@ -66,9 +70,9 @@ inline float act_d(const uint8_t* xr, uint64_t k, uint64_t b) {
 // Scalar (the reference)
 // ---------------------------------------------------------------------------------------------
 void mxfp4_dot_scalar(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
-                      size_t y_stride, size_t act_bytes) {
+                      size_t y_stride) {
   for (uint32_t t = 0; t < n_tok; ++t) {
-    const uint8_t* xr = xq + t * act_bytes;
+    const uint8_t* xr = xq + t * act_row_bytes_of(k);
     const int8_t* q = reinterpret_cast<const int8_t*>(xr);
     for (uint32_t r = 0; r < n_rows; ++r) {
       const uint8_t* row = w + r * w_row_bytes;
@@ -86,14 +90,6 @@ void mxfp4_dot_scalar(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uin
       y[t * y_stride + r] = s;
     }
   }
-}
-
-// The activation row size is Q8_0's: k + 12·k/32 (quant_dot_q.cc); kept here for the tile loops.
-inline size_t act_row_bytes_of(uint64_t k) { return static_cast<size_t>(k) + static_cast<size_t>(k / kQK) * 12; }
-
-void mxfp4_dot_scalar_entry(const uint8_t* w, size_t w_row_bytes, uint32_t n_rows, uint64_t k, const uint8_t* xq, uint32_t n_tok, float* y,
-                            size_t y_stride) {
-  mxfp4_dot_scalar(w, w_row_bytes, n_rows, k, xq, n_tok, y, y_stride, act_row_bytes_of(k));
 }
 
 #ifdef LH_X86
@@ -499,7 +495,7 @@ bool lh_qdot_mxfp4_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* ou
   k.act_row_bytes = q8.act_row_bytes;
   k.quantize_act = q8.quantize_act;
   switch (impl) {
-    case LH_QDOT_SCALAR: k.dot_tile = mxfp4_dot_scalar_entry; break;
+    case LH_QDOT_SCALAR: k.dot_tile = mxfp4_dot_scalar; break;
 #ifdef LH_X86
     case LH_QDOT_AVX512: k.dot_tile = mxfp4_dot_avx512; break;
     case LH_QDOT_AVX2: k.dot_tile = mxfp4_dot_avx2; break;
