@@ -37,6 +37,7 @@ bool info_for(uint32_t type, type_info* t) {
     case LH_GGUF_Q4_K: *t = {256, 144, 4, 32, 8, true}; return true;
     case LH_GGUF_Q5_K: *t = {256, 176, 8, 32, 16, true}; return true;
     case LH_GGUF_Q6_K: *t = {256, 210, 8, 16, 32, false}; return true;
+    case LH_GGUF_MXFP4: *t = {32, 17, 8, 32, 0, false}; return true;
     default: return false;
   }
 }
@@ -172,6 +173,22 @@ void q6_k(const job& j) {
   }
 }
 
+// MXFP4: e (E8M0) | qs[16]; value kv[nibble]·2^(e−128) -> code kv + 128 under the default zero point,
+// scale 2^(e−128) (ggml's GGML_E8M0_TO_FP32_HALF: fp32 subnormal for e < 2).
+void mxfp4(const job& j) {
+  static constexpr uint8_t kCodes[16] = {128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116};
+  for (size_t blk = j.first; blk < j.end; blk++) {
+    const uint8_t* s = j.raw + blk * 17;
+    const uint32_t bits = s[0] < 2 ? 0x00200000u << s[0] : static_cast<uint32_t>(s[0] - 1) << 23;
+    std::memcpy(&j.scales[blk], &bits, 4);
+    uint8_t* d = j.b + blk * 32;
+    for (int i = 0; i < 16; i++) {
+      d[i] = kCodes[s[1 + i] & 0x0f];
+      d[i + 16] = kCodes[s[1 + i] >> 4];
+    }
+  }
+}
+
 void run_job(const job& j) {
   switch (j.type) {
     case LH_GGUF_Q8_0: q8_0(j); break;
@@ -182,6 +199,7 @@ void run_job(const job& j) {
     case LH_GGUF_Q4_K: k45(j, false); break;
     case LH_GGUF_Q5_K: k45(j, true); break;
     case LH_GGUF_Q6_K: q6_k(j); break;
+    case LH_GGUF_MXFP4: mxfp4(j); break;
     default: break;
   }
 }

@@ -13,6 +13,7 @@
 //   Q4_K    4    32    [N·K/2]           [N·K/32]         [N·ceil(K/64)] 8s      [N·K/32]
 //   Q5_K    8    32    [N·K]             [N·K/32]         [N·K/32] 16s           [N·K/32]
 //   Q6_K    8    16    [N·K]             [N·K/16]         [N·K/16] 32s           —
+//   MXFP4   8    32    [N·K]  kv+128     [N·K/32] 2^(e−128) — (default 128)       —
 //
 // 4-bit B: element 2j in the low nibble of byte j. 4-bit zero points: one nibble per block, two
 // per byte, each row padded to whole bytes (the padding nibble 0). The caller sizes the outputs
@@ -34,6 +35,7 @@ enum lh_gguf_type : uint32_t {
   LH_GGUF_Q4_K = 12,
   LH_GGUF_Q5_K = 13,
   LH_GGUF_Q6_K = 14,
+  LH_GGUF_MXFP4 = 39,
 };
 
 enum { LH_REPACK_MAX_THREADS = 64 };

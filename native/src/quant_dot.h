@@ -14,6 +14,8 @@
 //   Q4_0, Q8_0           int8 blocks of 32, one scale each           int8·int8 per block, × scales
 //   Q4_K, Q5_K, Q6_K     int8 super-blocks of 256, one scale each,   integer dots per sub-block,
 //                        with the int sums per 16 (the min terms)    × sub-block scales and mins
+//   MXFP4                Q8_0's (int8 blocks of 32, one scale each)  int8 · E2M1 (doubled, integer)
+//                                                                    per block, × 2^(e−128)·d_x
 //
 // The activation layout is each family's own business (it may add block sums the SIMD dot wants);
 // only its size and quantize_act are shared. Every implementation of one type quantizes the
@@ -42,6 +44,7 @@ enum lh_qdot_type : uint32_t {
   LH_QDOT_Q4_K = 12,
   LH_QDOT_Q5_K = 13,
   LH_QDOT_Q6_K = 14,
+  LH_QDOT_MXFP4 = 39,
 };
 
 enum lh_qdot_impl : uint32_t {
@@ -85,9 +88,11 @@ bool lh_qdot_available(lh_qdot_impl impl);
 
 // Per family, in its own file; lh_qdot_kernels_for (quant_dot.cc) asks each in turn.
 //   quant_dot_q.cc: F32, F16, Q4_0, Q8_0        quant_dot_k.cc: Q4_K, Q5_K, Q6_K
+//   quant_dot_mxfp4.cc: MXFP4 (no AMX kernels: AUTO takes AVX-512's there)
 // impl is never AUTO here and the CPU is known to run it.
 bool lh_qdot_q_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
 bool lh_qdot_k_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
+bool lh_qdot_mxfp4_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
 
 // Decode (one token) streams each weight row once, front to back, and on this project's VMs the
 // hardware prefetcher alone does not keep enough lines in flight: Q4_0 / Q8_0 decode read at 74% /

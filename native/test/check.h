@@ -9,6 +9,8 @@ void check(bool ok, const char* name, const char* fmt = "", ...);
 void test_quant_dot_q();
 // quant_dot_k_tests.cc: Q4_K, Q5_K, Q6_K.
 void test_quant_dot_k();
+// quant_dot_mxfp4_tests.cc: MXFP4.
+void test_quant_dot_mxfp4();
 // dense_stage_tests.cc: the native dense stage against a float64 reference, and the worker pool.
 void test_dense_stage();
 // quant_dot_bench.cc: `native_tests --bench-dot [reps]`, the dot kernels' decode GB/s and prefill speed.

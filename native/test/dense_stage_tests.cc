@@ -25,8 +25,9 @@ namespace {
 constexpr uint32_t kD = 64, kHeads = 4, kKv = 2, kHd = 16, kFfn = 96, kVocab = 40, kLayers = 3;
 constexpr uint32_t kQw = kHeads * kHd, kKvw = kKv * kHd;
 
-// One weight: its float values [rows, cols] and the bytes in `type`'s GGUF layout (F32 or Q8_0); for
-// Q8_0 `values` are the dequantized ones, so the reference multiplies by exactly what the file holds.
+// One weight: its float values [rows, cols] and the bytes in `type`'s GGUF layout (F32, Q8_0 or
+// MXFP4); for Q8_0 and MXFP4 `values` are the dequantized ones, so the reference multiplies by exactly
+// what the file holds.
 struct Weight {
   uint32_t rows = 0, cols = 0, type = LH_QDOT_F32;
   std::vector<float> values;
@@ -46,6 +47,26 @@ Weight make_weight(Rng& rng, uint32_t rows, uint32_t cols, uint32_t type, bool w
   if (type == LH_QDOT_F32) {
     w.bytes.resize(w.values.size() * 4);
     std::memcpy(w.bytes.data(), w.values.data(), w.bytes.size());
+  } else if (type == LH_QDOT_MXFP4) {
+    // as ggml's quantize_row_mxfp4_ref: e = floor(log2 amax) − 2 + 127, d = 2^(e−128), the nearest of kv·d
+    static constexpr int kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    w.bytes.assign(w.values.size() / 32 * 17, 0);
+    for (size_t b = 0; b < w.values.size() / 32; ++b) {
+      float* x = &w.values[b * 32];
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+      const int e = amax > 0 ? static_cast<int>(std::floor(std::log2(amax))) - 2 + 127 : 0;
+      const float d = std::ldexp(1.0f, e - 128);
+      uint8_t* out = &w.bytes[b * 17];
+      out[0] = static_cast<uint8_t>(e);
+      for (int i = 0; i < 32; ++i) {
+        int best = 0;
+        for (int c = 1; c < 16; ++c)
+          if (std::fabs(kv[c] * d - x[i]) < std::fabs(kv[best] * d - x[i])) best = c;
+        out[1 + i % 16] |= static_cast<uint8_t>(i < 16 ? best : best << 4);
+        x[i] = kv[best] * d;  // what the file holds
+      }
+    }
   } else {  // Q8_0: per 32, d = amax / 127 as fp16, q = round(x / d)
     w.bytes.resize(w.values.size() / 32 * 34);
     for (size_t b = 0; b < w.values.size() / 32; ++b) {
@@ -587,6 +608,7 @@ void test_dense_stage() {
   check_against_reference(LH_QDOT_Q8_0, "Q8_0", 3e-2);
   check_against_reference(LH_QDOT_F32, "F32", 1e-5, true);
   check_against_reference(LH_QDOT_Q8_0, "Q8_0", 3e-2, true);
+  check_against_reference(LH_QDOT_MXFP4, "MXFP4", 3e-2);
   check_threads_and_chunks();
   check_refusals();
   check_gemma4_layers();

@@ -3529,6 +3529,7 @@ int main(int argc, char** argv) {
   test_cpu_level();
   test_quant_dot_q();
   test_quant_dot_k();
+  test_quant_dot_mxfp4();
   test_dense_stage();
   test_moe_ffn();
   test_kv_pool();

@@ -43,7 +43,7 @@ void bench_quant_dot(int reps) {
   const struct {
     uint32_t type;
     const char* name;
-  } types[] = {{LH_QDOT_Q4_0, "Q4_0"}, {LH_QDOT_Q8_0, "Q8_0"}, {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}, {LH_QDOT_F16, "F16"}};
+  } types[] = {{LH_QDOT_Q4_0, "Q4_0"}, {LH_QDOT_Q8_0, "Q8_0"}, {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}, {LH_QDOT_MXFP4, "MXFP4"}, {LH_QDOT_F16, "F16"}};
   Rng rng(7);
   std::vector<float> x(static_cast<size_t>(kTok) * kCols);
   for (float& v : x) v = rng.normal();
@@ -60,6 +60,9 @@ void bench_quant_dot(int reps) {
       (void)madvise(map, bytes, MADV_HUGEPAGE);  // as the engine's owned weights (and the bandwidth figure) are
       uint8_t* w = static_cast<uint8_t*>(map);
       fill(w, bytes, rng);
+      // MXFP4's E8M0 byte: 2^-10 .. 2^-3 as in gpt-oss (below 2^-64 the scales would make the products subnormal)
+      if (t.type == LH_QDOT_MXFP4)
+        for (size_t o = 0; o < bytes; o += 17) w[o] = static_cast<uint8_t>(118 + (w[o] & 7));
       // fp16 scales of 0x3f3f-ish are ~1.2: fine for timing
       const size_t arb = k.act_row_bytes(kCols);
       std::vector<uint8_t> xq(arb * kTok + 64);

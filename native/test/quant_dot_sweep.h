@@ -58,3 +58,4 @@ uint16_t qdot_random_half(Rng& rng, float lo, float hi, bool signed_scale);
 // family file has no such type. quant_dot_q_tests.cc: F32, F16, Q4_0, Q8_0; quant_dot_k_tests.cc: the K-quants.
 bool qdot_q_case(uint32_t type, QdotTypeCase* out);
 bool qdot_k_case(uint32_t type, QdotTypeCase* out);
+bool qdot_mxfp4_case(uint32_t type, QdotTypeCase* out);  // quant_dot_mxfp4_tests.cc

@@ -10,8 +10,9 @@
 //     engines routed every token of every layer alike. Ties are why the fixture's router has logits
 //     of std ~4 (qwen3moe.ts): the k-th and (k+1)-th experts are then apart by far more than float
 //     rounding, which would otherwise decide an exact tie differently in two correct engines;
-//   - next-token distributions over 64 teacher-forced tokens on the Q8_0 and Q4_K_M files (8
-//     positions), mean KL and top-5 gaps held per type;
+//   - next-token distributions over 64 teacher-forced tokens on the Q8_0, Q4_K_M and MXFP4_MOE files
+//     (8 positions), mean KL and top-5 gaps held per type; on MXFP4_MOE (experts MXFP4 as gpt-oss
+//     ships them) a decode step's expert bytes are the router's and 4 experts' at 17 bytes per 32;
 //   - the Hugging Face folder of the same weights (each expert a tensor of its own, read where it
 //     lies) gives the F32 GGUF's logits bit for bit;
 //   - the onnxruntime engine refuses the model with a typed error naming why (forward/layers/qwen3moe.ts).
@@ -25,6 +26,7 @@ import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts
 import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK } from '../../../test/support/llama-cpp-reference.ts';
 import { argmax, logSoftmax } from '../../../test/support/reference-forward.ts';
 import { ChatTemplate } from '../model/chat-template.ts';
+import { inspectModel } from '../model/inspect.ts';
 import { loadModel } from '../model/load-model.ts';
 import { createTokenizer } from '../model/tokenizer/tokenizer.ts';
 import { createModelRunner } from './model-runner.ts';
@@ -36,12 +38,15 @@ afterAll(() => disposeLlamaCpp());
 // 600/600 ids, top-5 1.3e-6 to 2.8e-6). Q8_0 mean KL 6.1e-5, top-5 3.2e-2; Q4_K_M 1.3e-5, top-5
 // 1.8e-2: the same order as the dense Qwen3 fixture's (Q8_0 3.5e-5, Q4_K_M 2.8e-6; Q8_0 above
 // Q4_K_M there too: its tied LM head is Q8_0, Q4_K_M's Q6_K), so routing on quantized activations
-// adds no disagreement of its own beyond what the rounding of the activations gives. The
-// onnxruntime engine does not run this family (last case).
+// adds no disagreement of its own beyond what the rounding of the activations gives. MXFP4_MOE
+// (experts MXFP4, the rest Q8_0 as llama-quantize writes it) 6.5e-5, top-5 2.4e-2: Q8_0's order, its
+// Q8_0 LM head and attention are what differ most; the MXFP4 experts' integer dots are exact in
+// both engines (native/src/quant_dot_mxfp4.cc). The onnxruntime engine does not run this family (last case).
 const BOUNDS: Record<Qwen3MoeFixtureType, { kl: number; top5: number }> = {
   F32: { kl: 1e-9, top5: 1e-5 },
   Q8_0: { kl: 2e-4, top5: 1e-1 },
   Q4_K_M: { kl: 5e-5, top5: 6e-2 },
+  MXFP4_MOE: { kl: 2e-4, top5: 8e-2 },
 };
 
 const TOKENS = 64;
@@ -177,13 +182,40 @@ describe('Qwen3-MoE vs llama.cpp: exact router ties', () => {
 });
 
 describe('Qwen3-MoE vs llama.cpp: next-token distributions per file type', () => {
-  it.each(['Q8_0', 'Q4_K_M'] as const)('%s', async (type) => {
+  it.each(['Q8_0', 'Q4_K_M', 'MXFP4_MOE'] as const)('%s', async (type) => {
     const [result] = await llamaCppAgreements(qwen3moeGgufFixture(type), ids, ['native'], POSITIONS);
     const { kl, top5, dense, dtypes } = result!;
     console.log(`qwen3moe ${type} [${dtypes.join(', ')}] (${dense}): mean KL ${kl.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)}`);
     expect(kl).toBeLessThan(BOUNDS[type].kl);
     expect(top5).toBeLessThan(BOUNDS[type].top5);
   }, 600_000);
+});
+
+describe('Qwen3-MoE with MXFP4 experts (llama-quantize MXFP4_MOE: experts MXFP4, the rest Q8_0, router F32)', () => {
+  it('a decode step reads, per layer, the F32 router and 4 experts at 17 bytes per 32 weights', async () => {
+    const model = await loadModel(qwen3moeGgufFixture('MXFP4_MOE'));
+    try {
+      const { layers, hiddenSize: hidden, moe } = { ...model.hyper, moe: model.hyper.moe! };
+      expect(model.tensors.get('blk.0.ffn_down_exps.weight')?.dtype).toBe('MXFP4');
+      expect(model.tensors.get('blk.0.attn_q.weight')?.dtype).toBe('Q8_0');
+      expect(model.tensors.get('blk.0.ffn_gate_inp.weight')?.dtype).toBe('F32');
+      // gate, up ([expertFfn, hidden] each) and down ([hidden, expertFfn]) of one expert: 3·hidden·expertFfn weights
+      const perLayer = moe.experts * hidden * 4 + moe.expertsUsed * ((3 * hidden * moe.expertFfn) / 32) * 17;
+      expect(inspectModel(model).moe?.expertBytesPerToken).toBe(layers * perLayer);
+      const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 64, prefillChunk: 32 });
+      try {
+        expect(runner.dense.engine).toBe('native');
+        await runner.prefill(ids.slice(0, 8));
+        await runner.decode(ids[8]!);
+        console.log(`qwen3moe MXFP4_MOE: ${runner.lastExperts()!.bytes} expert bytes per decode step (${layers} layers × (router ${moe.experts * hidden * 4} + ${moe.expertsUsed} experts × ${((3 * hidden * moe.expertFfn) / 32) * 17}))`);
+        expect(runner.lastExperts()!.bytes).toBe(layers * perLayer);
+      } finally {
+        await runner.dispose();
+      }
+    } finally {
+      model.close();
+    }
+  }, 120_000);
 });
 
 describe('Qwen3-MoE on the onnxruntime engine', () => {

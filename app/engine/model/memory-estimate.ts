@@ -28,7 +28,7 @@ export function kvRowBytes(kvType: KvElementType, headDim: number): number {
  * so those weights occupy twice their stored size; quantised blocks stay packed (MatMulNBits).
  */
 const CPU_RESIDENT_FACTOR: Record<TensorDType, number> = {
-  F32: 1, F16: 2, BF16: 2, Q8_0: 1, Q4_0: 1, Q4_1: 1, Q5_0: 1, Q5_1: 1, Q4_K: 1, Q5_K: 1, Q6_K: 1,
+  F32: 1, F16: 2, BF16: 2, Q8_0: 1, Q4_0: 1, Q4_1: 1, Q5_0: 1, Q5_1: 1, Q4_K: 1, Q5_K: 1, Q6_K: 1, MXFP4: 1,
 };
 
 export interface WeightSummary {

@@ -16,7 +16,8 @@ export type TensorDType =
   | 'Q5_1'
   | 'Q4_K'
   | 'Q5_K'
-  | 'Q6_K';
+  | 'Q6_K'
+  | 'MXFP4';
 
 /** How RoPE pairs the dimensions of a head. */
 export type RopeLayout =

@@ -13,7 +13,8 @@ import * as ref from './reference-ops.ts';
 import { createSession } from './session.ts';
 import { maxAbsDiff, randomArray, rng } from './test-helpers.ts';
 
-const LAYOUT: Record<string, { elements: number; bytes: number; halves: number[] }> = {
+// halves: fp16 fields set to small finite numbers; e8m0: an E8M0 exponent byte set to 2^-10 .. 2^-3
+const LAYOUT: Record<string, { elements: number; bytes: number; halves: number[]; e8m0?: number }> = {
   Q8_0: { elements: 32, bytes: 34, halves: [0] },
   Q4_0: { elements: 32, bytes: 18, halves: [0] },
   Q4_1: { elements: 32, bytes: 20, halves: [0, 2] },
@@ -22,6 +23,7 @@ const LAYOUT: Record<string, { elements: number; bytes: number; halves: number[]
   Q4_K: { elements: 256, bytes: 144, halves: [0, 2] },
   Q5_K: { elements: 256, bytes: 176, halves: [0, 2] },
   Q6_K: { elements: 256, bytes: 210, halves: [208] },
+  MXFP4: { elements: 32, bytes: 17, halves: [], e8m0: 0 },
 };
 
 /** Random blocks of `dtype` whose fp16 fields are small finite numbers. */
@@ -35,6 +37,7 @@ function randomBlocks(dtype: string, elements: number, seed: number): Uint8Array
       raw[o + at] = h & 0xff;
       raw[o + at + 1] = h >> 8;
     }
+    if (l.e8m0 !== undefined) raw[o + l.e8m0] = 118 + Math.floor(r() * 8);
   }
   return raw;
 }

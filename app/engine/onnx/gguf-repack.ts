@@ -10,19 +10,21 @@
 //   Q4_K 256 el: 8 × 32: (d·sc)·q − dmin·m     4-bit, scale s = fround(d·sc), zp 8, mins = fround(dmin·m) − 8·s
 //   Q5_K 256 el: same with 5-bit q             8-bit, code q, zp 16, mins = fround(dmin·m) − 16·s
 //   Q6_K 256 el: 16 × 16: (d·sc)·(q − 32)      8-bit, block 16, code q, zp 32
+//   MXFP4 32 el: kv[q]·2^(e−128), kv ∈ −12..12  8-bit, code kv+128, zp 128 (default), scale 2^(e−128)
 // The scale products are rounded to float32 exactly where ggml's reference rounds them. Types
 // without a min term repack bit for bit. With one, the zero point sits mid-range (s·(q − zp) −
 // (min − zp·s)): the same weight in exact arithmetic, and it keeps the op's int8-activation path
 // (accuracy_level 4) from summing large same-signed terms that the min then cancels (measured:
 // 3x lower logit error on Q4_K). The price is one float32 rounding of (min − zp·s).
 import type { TensorDType } from '../model/types.ts';
+import { e8m0Half, MXFP4_VALUES } from '../model/gguf/dequant.ts';
 import { float16BitsToFloat32 } from './float16.ts';
-import { fromQ4_0, fromQ8_0, packWithZeroPoints, type PackedNBits } from './matmul-nbits.ts';
+import { defaultZeroPoints, fromQ4_0, fromQ8_0, NBITS_BLOCK, packWithZeroPoints, type PackedNBits } from './matmul-nbits.ts';
 
 const f = Math.fround;
 
 /** The GGUF types repackGguf takes. */
-export const REPACKABLE_TYPES: readonly TensorDType[] = ['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K'];
+export const REPACKABLE_TYPES: readonly TensorDType[] = ['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K', 'MXFP4'];
 
 const half = (b: Uint8Array, o: number): number => float16BitsToFloat32(b[o]! | (b[o + 1]! << 8));
 const u32 = (b: Uint8Array, o: number): number => (b[o]! | (b[o + 1]! << 8) | (b[o + 2]! << 16) | (b[o + 3]! << 24)) >>> 0;
@@ -147,6 +149,23 @@ function unpackQ6_K(raw: Uint8Array, elements: number): Unpacked {
   return u;
 }
 
+/** MXFP4 as Q8_0 is repacked: the doubled E2M1 value kv (an integer in −12..12) + 128 under the op's default zero point, and the E8M0 scale as fp32. */
+function fromMXFP4(raw: Uint8Array, n: number, k: number): PackedNBits {
+  if (k % NBITS_BLOCK !== 0) throw new RangeError(`MXFP4: K = ${k} is not a multiple of ${NBITS_BLOCK}`);
+  const blocks = blockCount(raw, n * k, 32, 17, 'MXFP4');
+  const b = new Uint8Array(n * k);
+  const scales = new Float32Array(blocks);
+  for (let blk = 0; blk < blocks; blk++) {
+    const o = blk * 17;
+    scales[blk] = e8m0Half(raw[o]!);
+    for (let j = 0; j < 16; j++) {
+      b[blk * 32 + j] = MXFP4_VALUES[raw[o + 1 + j]! & 0x0f]! + 128;
+      b[blk * 32 + j + 16] = MXFP4_VALUES[raw[o + 1 + j]! >> 4]! + 128;
+    }
+  }
+  return { bits: 8, blockSize: NBITS_BLOCK, n, k, b, scales, zeroPoints: defaultZeroPoints(n, k, 8) };
+}
+
 /**
  * Repacks a GGUF tensor [N out, K in] (its raw bytes, rows of whole blocks) for MatMulNBits.
  * Throws RangeError for types it does not take (float types go through fp32 MatMul instead).
@@ -175,6 +194,8 @@ export function repackGguf(dtype: TensorDType, raw: Uint8Array, n: number, k: nu
       const u = unpackQ6_K(raw, n * k);
       return packWithZeroPoints(u.codes, u.scales, u.zp, n, k, 8, 16);
     }
+    case 'MXFP4':
+      return fromMXFP4(raw, n, k);
     default:
       throw new RangeError(`repackGguf: ${dtype} is not a block-quantised type`);
   }

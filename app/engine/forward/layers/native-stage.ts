@@ -35,6 +35,7 @@ export const KERNEL_TYPES: Partial<Record<TensorDType, { id: number; block: numb
   Q4_K: { id: 12, block: 256 },
   Q5_K: { id: 13, block: 256 },
   Q6_K: { id: 14, block: 256 },
+  MXFP4: { id: 39, block: 32 },
 };
 
 /** The kernels the stages run ('amx', 'avx512', 'avx2', 'scalar'): the least of their matrices'. */

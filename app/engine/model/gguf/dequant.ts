@@ -12,6 +12,9 @@
 //        8 sub-blocks of 32; 6-bit scale sc and min m per sub-block; x = d·sc·q - dmin·m
 //   Q5_K 256 el, 176 B: d f16 | dmin f16 | scales[12] | qh[32] | qs[128]   (5th bit from qh)
 //   Q6_K 256 el, 210 B: ql[128] | qh[64] | scales i8[16] | d f16           x = d·sc·(q - 32)
+//   MXFP4 32 el, 17 B: e u8 (E8M0) | qs[16]     x[j] = kv[lo(qs[j])]·2^(e-128), x[j+16] = kv[hi(qs[j])]·2^(e-128)
+//        kv = E2M1 doubled: 0, 1, 2, 3, 4, 6, 8, 12, -0, -1, -2, -3, -4, -6, -8, -12 (ggml's kvalues_mxfp4);
+//        2^(e-128) is ggml's GGML_E8M0_TO_FP32_HALF (subnormal for e < 2); every product exact in fp32
 import type { TensorDType } from '../types.ts';
 import { ggmlTypeOfDtype } from './ggml-types.ts';
 
@@ -128,6 +131,23 @@ const q8_0: BlockKernel = (b, o, y, i) => {
   }
 };
 
+/** ggml's kvalues_mxfp4 (E2M1 values doubled; code 8, negative zero, stored as an integer 0). */
+export const MXFP4_VALUES: readonly number[] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/** ggml_e8m0_to_fp32_half: 2^(e - 128) (e = 0, 1 give fp32's subnormals 2^-128, 2^-127). */
+export function e8m0Half(e: number): number {
+  return 2 ** (e - 128);
+}
+
+const mxfp4: BlockKernel = (b, o, y, i) => {
+  const d = e8m0Half(b[o] as number);
+  for (let j = 0; j < 16; j++) {
+    const q = b[o + 1 + j] as number;
+    y[i + j] = (MXFP4_VALUES[q & 0x0f] as number) * d;
+    y[i + j + 16] = (MXFP4_VALUES[q >> 4] as number) * d;
+  }
+};
+
 const q4_K: BlockKernel = (b, o, y, i) => {
   const d = half(b, o);
   const dmin = half(b, o + 2);
@@ -212,6 +232,7 @@ const KERNELS: Partial<Record<TensorDType, BlockKernel>> = {
   Q4_K: q4_K,
   Q5_K: q5_K,
   Q6_K: q6_K,
+  MXFP4: mxfp4,
 };
 
 // ---------------------------------------------------------------- entry point

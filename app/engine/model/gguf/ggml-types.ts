@@ -52,7 +52,7 @@ const TABLE: readonly GgmlTypeInfo[] = [
   row(30, 'BF16', 1, 2, 'BF16'),
   row(34, 'TQ1_0', QK_K, 48 + 4 + 2),
   row(35, 'TQ2_0', QK_K, 64 + 2),
-  row(39, 'MXFP4', 32, 1 + 16),
+  row(39, 'MXFP4', 32, 1 + 16, 'MXFP4'), //   e:E8M0 (a bare exponent), qs[16] (E2M1 nibbles)
 ];
 
 const BY_ID = new Map<number, GgmlTypeInfo>(TABLE.map((info) => [info.id, info]));
