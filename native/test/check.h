@@ -15,6 +15,8 @@ void test_dense_stage();
 void bench_quant_dot(int reps);
 // moe_ffn_tests.cc: the mixture-of-experts MLP of the dense stage against a float64 reference, every weight type.
 void test_moe_ffn();
+// gated_delta_net_tests.cc: the Gated DeltaNet mixer against a float64 reference; chunked == token by token; threads.
+void test_gated_delta_net();
 // attention_params_tests.cc: scale, window, sinks and soft-cap in every attention kernel and entry point.
 void test_attention_params();
 // kv_layer_capacity_tests.cc: per-layer capacities of the KV pool (one allocation, layers of their own sizes).

@@ -3531,6 +3531,7 @@ int main(int argc, char** argv) {
   test_quant_dot_k();
   test_dense_stage();
   test_moe_ffn();
+  test_gated_delta_net();
   test_kv_pool();
   test_kv_pool_fp16_rows();
   test_mapped_file();
