@@ -10,13 +10,14 @@
 // and InfiniGen's shape see a linear layer as 0 KV heads). InfiniGen's speculative query for an
 // attention layer comes from the stage of the linear layer before it (its normed input through the
 // attention layer's query half, q norm and RoPE, qwen35-graph.ts), as the paper's rule says: from
-// the input of the layer before it. The dense stages are onnxruntime's; the native ones are
-// refused until the C++ stages learn the gated attention and the linear layers' projections.
+// the input of the layer before it. The dense stages run in C++ (qwen35-native.ts; the recurrence
+// then native/src/gated_delta_net.h) wherever the kernels cover the weights, else onnxruntime's.
 import { QWEN35_TENSORS } from '../../model/arch/qwen35.ts';
 import type { ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
 import { globalAttention, type LayerSpec } from './layer-spec.ts';
 import { qwen35StageGraph } from './qwen35-graph.ts';
+import { createQwen35NativeStages, qwen35LinearNames } from './qwen35-native.ts';
 
 function qwen35Layers(hyper: ModelHyperparameters): LayerSpec[] {
   const lin = hyper.linearAttention;
@@ -43,5 +44,5 @@ export const QWEN35_FAMILY: ModelFamily = {
   contextLimit: () => undefined,
   policyRefusal: () => undefined,
   onnxStage: qwen35StageGraph,
-  nativeStages: { kind: 'none', reason: 'the native stages have no gated attention or linear-attention projections yet (Qwen3.5 runs onnxruntime stages)' },
+  nativeStages: { kind: 'native', linearNames: (model) => qwen35LinearNames(model), create: createQwen35NativeStages },
 };
