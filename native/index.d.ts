@@ -645,6 +645,15 @@ export interface DenseStageConfig {
   upExps?: DenseStageMatrix | DenseStageMatrix[];
   downExps?: DenseStageMatrix | DenseStageMatrix[];
   /**
+   * A shared expert beside the routed ones (Qwen3.5-MoE): every token runs the SwiGLU MLP shexpGate /
+   * shexpUp [sharedFfn, hidden], shexpDown [hidden, sharedFfn], scaled by σ(x·shexpGateInp [hidden]).
+   */
+  sharedFfn?: number;
+  shexpGate?: DenseStageMatrix;
+  shexpUp?: DenseStageMatrix;
+  shexpDown?: DenseStageMatrix;
+  shexpGateInp?: Float32Array;
+  /**
    * Qwen3.5 (native/src/dense_stage.h): qGated, every attn_q (q, qSpec) holds per head its query then
    * its gate ([heads·2·headDim, hidden]; run outputs gate beside q); attnGated (stage > 0), attn ⊙ σ(gate)
    * before attnOutput (run takes gate); attnCols (stage > 0), attn's width when layer stage − 1 is a

@@ -1631,7 +1631,8 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
 // Mixture of experts (stage > 0, dense_stage.h): experts, expertsUsed, expertFfn, normTopK?: boolean, router,
 //   gateExps, upExps, downExps: matrices (the 3-D expert tensors as [experts·rows, cols]), no ffnGate/Up/Down;
 //   run also returns routed: Uint32Array [T, expertsUsed], routedWeights: Float32Array [T, expertsUsed] and
-//   expertBytes: the expert weight bytes it read
+//   expertBytes: the expert weight bytes it read; with a shared expert also sharedFfn, shexpGate, shexpUp,
+//   shexpDown: matrices, shexpGateInp: Float32Array [hidden]
 // Gemma 4 (dense_stage.h): attnHeadDim?, specHeadDim?, specRotaryDim?, kvShared?, valueFromKey?: booleans,
 //   vNorm?: Float32Array [headDim], outputScale?, pleDim?, pleModelProj?, pleInpGate?, pleProj?: matrices,
 //   pleProjNorm?: [pleDim], plePostNorm?: [hidden]; run also takes pleTok (stage 0) / ple (stage > 0), and
@@ -1794,6 +1795,14 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
           c.down_exps = Matrix(o, "downExps", true, c.n_experts * c.hidden);
         }
         experts_used_ = c.n_experts_used;
+        // the shared expert (Qwen3.5-MoE): sharedFfn, shexpGate, shexpUp, shexpDown, shexpGateInp [hidden]
+        c.shexp_ffn = optional_u32("sharedFfn", 1, 1u << 22);
+        if (c.shexp_ffn > 0) {
+          c.shexp_gate = Matrix(o, "shexpGate", true, c.shexp_ffn);
+          c.shexp_up = Matrix(o, "shexpUp", true, c.shexp_ffn);
+          c.shexp_down = Matrix(o, "shexpDown", true, c.hidden);
+          c.shexp_gate_inp = optional_vector("shexpGateInp", c.hidden);
+        }
       }
       c.ffn_gate = Matrix(o, "ffnGate", post && !moe, c.ffn);
       c.ffn_up = Matrix(o, "ffnUp", post && !moe, c.ffn);

@@ -305,6 +305,8 @@ struct lh_dense_stage {
   Linear ple_model_proj, ple_inp_gate, ple_proj;  // per-layer embeddings (Gemma 4), or data null
   Linear router, gate_exps, up_exps, down_exps;   // mixture of experts (all experts' rows), or data null
   Linear lin_qkv, lin_z, lin_beta, lin_alpha;     // a linear-attention layer's pre (Qwen3.5), or data null
+  Linear shexp_gate, shexp_up, shexp_down;        // the shared expert, or data null
+  float* shexp_gate_inp = nullptr;                // [hidden] or null
   float* lin_dt = nullptr;                        // [Hv] or null
   float* lin_a = nullptr;                         // [Hv] or null
   bool linear = false;                            // pre(stage) is a linear-attention layer's
@@ -335,8 +337,10 @@ float* copy_floats(const float* src, size_t n) {
 
 void free_stage(lh_dense_stage* s) {
   for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head, &s->ple_model_proj, &s->ple_inp_gate, &s->ple_proj, &s->router,
-                    &s->gate_exps, &s->up_exps, &s->down_exps, &s->lin_qkv, &s->lin_z, &s->lin_beta, &s->lin_alpha})
+                    &s->gate_exps, &s->up_exps, &s->down_exps, &s->lin_qkv, &s->lin_z, &s->lin_beta, &s->lin_alpha,
+                    &s->shexp_gate, &s->shexp_up, &s->shexp_down})
     std::free(L->bias);
+  std::free(s->shexp_gate_inp);
   std::free(s->lin_dt);
   std::free(s->lin_a);
   std::free(s->ffn_norm);
@@ -446,6 +450,19 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->gate_exps, E * F, d, impl, "ffn_gate_exps", &st->gate_exps, why);
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->up_exps, E * F, d, impl, "ffn_up_exps", &st->up_exps, why);
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->down_exps, E * d, F, impl, "ffn_down_exps", &st->down_exps, why);
+  if (r == LH_OK && moe && c->shexp_ffn > 0) {
+    r = make_linear(c->shexp_gate, c->shexp_ffn, d, impl, "ffn_gate_shexp", &st->shexp_gate, why);
+    if (r == LH_OK) r = make_linear(c->shexp_up, c->shexp_ffn, d, impl, "ffn_up_shexp", &st->shexp_up, why);
+    if (r == LH_OK) r = make_linear(c->shexp_down, d, c->shexp_ffn, impl, "ffn_down_shexp", &st->shexp_down, why);
+    if (r == LH_OK && c->shexp_gate_inp == nullptr) {
+      *why = "a shared expert needs its gate (ffn_gate_inp_shexp)";
+      r = LH_BAD_ARGUMENT;
+    }
+    if (r == LH_OK && (st->shexp_gate_inp = copy_floats(c->shexp_gate_inp, d)) == nullptr) r = LH_OUT_OF_MEMORY;
+  } else if (r == LH_OK && c->shexp_ffn > 0) {
+    *why = "a shared expert without routed experts";
+    r = LH_BAD_ARGUMENT;
+  }
   if (r == LH_OK && (moe ? (c->router.bias || c->gate_exps.bias || c->up_exps.bias || c->down_exps.bias) : false)) {
     *why = "mixture of experts: biases on the router or experts are not supported";
     r = LH_BAD_ARGUMENT;
@@ -539,7 +556,8 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   st->cfg.ple_post_norm = st->ple_post_norm;
   st->impl_used = LH_QDOT_AMX;
   for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head, &st->ple_model_proj, &st->ple_inp_gate, &st->ple_proj,
-                          &st->router, &st->gate_exps, &st->up_exps, &st->down_exps, &st->lin_qkv, &st->lin_z, &st->lin_beta, &st->lin_alpha})
+                          &st->router, &st->gate_exps, &st->up_exps, &st->down_exps, &st->lin_qkv, &st->lin_z, &st->lin_beta, &st->lin_alpha,
+                          &st->shexp_gate, &st->shexp_up, &st->shexp_down})
     if (m->rows != 0 && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;  // rows: a per-expert matrix has no data
   *why = nullptr;
   *out = st;
@@ -705,6 +723,34 @@ lh_status pre_linear(lh_dense_stage* st, lh_dense_stage_io* io) {
   return LH_OK;
 }
 
+// The shared expert (dense_stage.h): out[t] += σ(x_t·w_sg)·SwiGLU_shared(x_t), x [T, hidden]
+lh_status run_shared_expert(lh_dense_stage* st, const float* x, uint32_t T, float* out) {
+  const lh_dense_stage_config& c = st->cfg;
+  Scratch& sc = g_scratch;
+  const uint32_t F = c.shexp_ffn, d = c.hidden;
+  if (!sc.gate.reserve(static_cast<size_t>(T) * F * 4) || !sc.up.reserve(static_cast<size_t>(T) * F * 4) || !sc.moe_y.reserve(static_cast<size_t>(T) * d * 4))
+    return LH_OUT_OF_MEMORY;
+  const Linear* gu[] = {&st->shexp_gate, &st->shexp_up};
+  float* gu_out[] = {sc.gate.f(), sc.up.f()};
+  lh_status r = matmul_group(gu, 2, x, T, gu_out, c.threads);
+  if (r != LH_OK) return r;
+  GluJob glu{sc.gate.f(), sc.up.f(), F, LH_ACT_SILU};
+  lh_worker_pool_run(g_pool, T, T >= 4 ? c.threads : 1, run_glu, &glu);
+  const Linear* dn[] = {&st->shexp_down};
+  float* y = sc.moe_y.f();
+  if ((r = matmul_group(dn, 1, sc.gate.f(), T, &y, c.threads)) != LH_OK) return r;
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* xt = x + static_cast<size_t>(t) * d;
+    double logit = 0;
+    for (uint32_t i = 0; i < d; ++i) logit += static_cast<double>(xt[i]) * st->shexp_gate_inp[i];
+    const float g = static_cast<float>(1.0 / (1.0 + std::exp(-logit)));
+    float* o = out + static_cast<size_t>(t) * d;
+    const float* yt = y + static_cast<size_t>(t) * d;
+    for (uint32_t i = 0; i < d; ++i) o[i] += g * yt[i];
+  }
+  return LH_OK;
+}
+
 lh_status run_locked(lh_dense_stage* st, lh_dense_stage_io* io) {
   const lh_dense_stage_config& c = st->cfg;
   const uint32_t T = io->tokens, d = c.hidden, L = c.layers, s = c.stage, parts = c.threads;
@@ -744,6 +790,7 @@ lh_status run_locked(lh_dense_stage* st, lh_dense_stage_io* io) {
     rms_norm(sum, st->ffn_norm, T, d, c.eps, sc.x.f());
     if (c.n_experts > 0) {
       if ((r = run_moe(st, sc.x.f(), T, o, io)) != LH_OK) return r;
+      if (c.shexp_ffn > 0 && (r = run_shared_expert(st, sc.x.f(), T, o)) != LH_OK) return r;
     } else {
       const Linear* gu[] = {&st->gate, &st->up};
       float* gu_out[] = {sc.gate.f(), sc.up.f()};

@@ -49,6 +49,9 @@
 //   pointer at its offset: only routed experts' rows are read, nothing is copied. A run groups its
 //   tokens by expert, so each routed expert's weights stream once per run (prefill: once per chunk).
 //   moe_ffn.h has the routing and the byte count.
+//   A shared expert (Qwen3.5-MoE; shexp_ffn > 0): every token also runs one SwiGLU MLP of width
+//   shexp_ffn, scaled by σ(x·shexp_gate_inp), and it is added after the routed experts' sum:
+//            mlp_t += σ(x_t·w_sg) · ((silu(x_t·W_sgateᵀ) ⊙ x_t·W_supᵀ)·W_sdownᵀ)   (llama.cpp's qwen35moe)
 //
 // Qwen3.5 (hybrid linear attention, llama.cpp src/models/qwen35.cpp; 0 / null: absent):
 //   q_gated: every attn_q of the model (this stage's q and q_spec) has heads·2·head_dim rows, per
@@ -162,6 +165,11 @@ struct lh_dense_stage_config {
   const uint8_t* const* gate_expert;      // [n_experts]
   const uint8_t* const* up_expert;        // [n_experts]
   const uint8_t* const* down_expert;      // [n_experts]
+  // the shared expert of a mixture of experts (see above); shexp_ffn 0: none
+  uint32_t shexp_ffn;
+  lh_dense_matrix shexp_gate, shexp_up;   // [shexp_ffn, hidden]
+  lh_dense_matrix shexp_down;             // [hidden, shexp_ffn]
+  const float* shexp_gate_inp;            // [hidden] (ffn_gate_inp_shexp: one logit per token)
   // Qwen3.5 (see the top); 0 / null: absent
   uint32_t q_gated;                       // 1: attn_q and q_spec hold a gate half per head
   uint32_t attn_gated;                    // stage > 0: attn ⊙ σ(gate) before W_o

@@ -41,7 +41,7 @@ export interface RopeScaling {
   attnFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe' | 'qwen35';
+export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe' | 'qwen35' | 'qwen35moe';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -93,6 +93,8 @@ export interface MoeHyperparameters {
   expertFfn: number;
   /** The k routing weights renormalised to sum 1 (llama.cpp always does for qwen3moe). */
   normTopK: boolean;
+  /** Hidden width of the shared expert every token runs besides the routed ones (Qwen3.5-MoE: expert_shared_feed_forward_length); absent: none. */
+  sharedFfn?: number;
 }
 
 /**

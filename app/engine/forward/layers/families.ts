@@ -11,6 +11,7 @@ import { PHI3_FAMILY } from './phi3.ts';
 import { QWEN3_FAMILY } from './qwen3.ts';
 import { QWEN3MOE_FAMILY } from './qwen3moe.ts';
 import { QWEN35_FAMILY } from './qwen35.ts';
+import { QWEN35MOE_FAMILY } from './qwen35moe.ts';
 
 export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts';
 
@@ -25,6 +26,7 @@ export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   gemma4: GEMMA4_FAMILY,
   qwen3moe: QWEN3MOE_FAMILY,
   qwen35: QWEN35_FAMILY,
+  qwen35moe: QWEN35MOE_FAMILY,
 };
 
 /**

@@ -142,6 +142,7 @@ export function createQwen35NativeStages(weights: ModelWeights, options: NativeS
       const own = [
         config.attnOutput, config.ffnGate, config.ffnUp, config.ffnDown, config.q, config.k, config.v, config.lmHead,
         config.linQkv, config.linZ, config.linBeta, config.linAlpha, config.router, config.gateExps, config.upExps, config.downExps,
+        config.shexpGate, config.shexpUp, config.shexpDown,
       ].flat();
       const weightBytes = own.reduce((n, m) => n + (m?.data.byteLength ?? 0), 0);
       graphs.push({ name: `native.${stageName(s, L)}`, model: NO_BYTES, weightBytes, inputs });

@@ -15,15 +15,15 @@
 import { QWEN35_TENSORS } from '../../model/arch/qwen35.ts';
 import type { ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
-import { globalAttention, type LayerSpec } from './layer-spec.ts';
+import { globalAttention, type FfnSpec, type LayerSpec } from './layer-spec.ts';
 import { qwen35StageGraph } from './qwen35-graph.ts';
 import { createQwen35NativeStages, qwen35LinearNames } from './qwen35-native.ts';
 
-function qwen35Layers(hyper: ModelHyperparameters): LayerSpec[] {
+/** Qwen3.5's layers; `ffn`: every layer's feed-forward when it is not the dense SwiGLU one (Qwen3.5-MoE's experts). */
+export function qwen35Layers(hyper: ModelHyperparameters, ffn: FfnSpec = { kind: 'dense', size: hyper.ffnSize, gated: true, activation: 'silu' }): LayerSpec[] {
   const lin = hyper.linearAttention;
   if (lin === undefined) throw new Error('qwen35 hyperparameters without linearAttention');
   const rope = { base: hyper.ropeTheta ?? 10_000_000, dims: hyper.ropeDims ?? hyper.headDim, layout: hyper.ropeLayout ?? 'neox', scaling: hyper.ropeScaling } as const;
-  const ffn = { kind: 'dense', size: hyper.ffnSize, gated: true, activation: 'silu' } as const;
   const norm = { kind: 'rms', placement: 'pre', eps: hyper.normEps } as const;
   // one object per kind: the layers of a kind are the same, and shared code may compare them cheaply
   const full: LayerSpec = { attention: { ...globalAttention(hyper, rope), qkNorm: true }, ffn, norm };
@@ -39,7 +39,7 @@ export const QWEN35_FAMILY: ModelFamily = {
   architecture: 'qwen35',
   name: 'Qwen3.5',
   tensors: QWEN35_TENSORS,
-  layers: qwen35Layers,
+  layers: (hyper) => qwen35Layers(hyper),
   embedding: () => ({ tokenTable: 'token_embd.weight', positions: undefined, scale: 1 }),
   contextLimit: () => undefined,
   policyRefusal: () => undefined,
