@@ -5,6 +5,9 @@
 //   - greedy: 200 greedy tokens from two chat prompts on the F32 file, each llama.cpp's argmax at
 //     every step (teacher-forced), top-5 log-probs close; the experts routed are counted;
 //   - next-token distributions over 64 teacher-forced tokens on F32, Q8_0 and Q4_K: mean KL, top-5;
+//   - prefix reuse with state checkpoints: an edit resumes at the newest checkpoint before it, a
+//     continuation keeps the whole cache, each == a fresh run (qwen35-hybrid.test.ts holds the rest
+//     of the reuse and snapshot cases on the dense model: the state's code is the same);
 //   - onnxruntime is refused with its typed reason (the experts run on the native stages only).
 import { afterAll, describe, expect, it } from 'vitest';
 import { qwen35moeGgufFixture, type Qwen35FileType } from '../../../test/fixtures/families/qwen35.ts';
@@ -16,7 +19,9 @@ import { ChatTemplate } from '../model/chat-template.ts';
 import { loadModel } from '../model/load-model.ts';
 import { createTokenizer } from '../model/tokenizer/tokenizer.ts';
 import { familyOf } from './layers/families.ts';
+import { CachedSequence } from './cached-sequence.ts';
 import { createModelRunner } from './model-runner.ts';
+import { argmax } from '../../../test/support/reference-forward.ts';
 
 afterAll(() => disposeLlamaCpp());
 
@@ -76,6 +81,56 @@ describe.skipIf(!native)('Qwen3.5-MoE vs llama.cpp', () => {
       model.close();
     }
   }, 600_000);
+
+  it('prefix reuse with state checkpoints: an edit resumes at the newest checkpoint before it, a continuation keeps the cache; == a fresh run', async () => {
+    const model = await loadModel(qwen35moeGgufFixture('F32'));
+    const make = (options: Parameters<typeof createModelRunner>[1] = {}): ReturnType<typeof createModelRunner> => createModelRunner(model, { kvType: 'fp32', contextLength: 256, prefillChunk: 16, ...options });
+    const runner = await make({ stateCheckpoints: { every: 32, max: 3 } });
+    const fresh = await make();
+    /** `steps` greedy ids after `ids` through `seq` (reusing what it can), and how many prompt tokens it reused */
+    const greedy = async (seq: CachedSequence, ids: number[], steps: number): Promise<{ reused: number; tokens: number[] }> => {
+      const { reused } = seq.reuse(ids, true);
+      let logits = await seq.prefill(ids);
+      const tokens: number[] = [];
+      for (let i = 0; i < steps; i++) {
+        tokens.push(argmax(logits));
+        if (i < steps - 1) logits = await seq.decode(tokens[i]!);
+      }
+      return { reused, tokens };
+    };
+    try {
+      const seq = new CachedSequence(runner);
+      const draft = Array.from({ length: 120 }, (_, i) => (i * 7919 + 39) % 151669);
+      await greedy(seq, draft, 2);
+      expect(runner.recurrentCheckpointPositions()).toEqual([32, 64, 96]);
+      const cases: [number[], number][] = [];
+      for (const at of [100, 40]) {
+        const edited = seq.tokens.slice();
+        edited[at] = (edited[at]! + 1) % 151669;
+        cases.push([edited, at === 100 ? 96 : 32]);
+      }
+      for (const [edited, resume] of cases) {
+        const d = await greedy(seq, edited, 6);
+        const s = new CachedSequence(fresh);
+        s.clear();
+        const want = await greedy(s, edited, 6);
+        console.log(`qwen35moe edit (resumes at ${resume}): reusedTokens ${d.reused}, ${d.tokens.length} tokens == a fresh run: ${JSON.stringify(d.tokens) === JSON.stringify(want.tokens)}`);
+        expect(d.reused).toBe(resume);
+        expect(d.tokens).toEqual(want.tokens);
+      }
+      // a continuation: everything cached is reused
+      const more = [...seq.tokens, 11, 12, 13];
+      const c = await greedy(seq, more, 4);
+      expect(c.reused).toBe(more.length - 3);
+      const s = new CachedSequence(fresh);
+      s.clear();
+      expect(c.tokens).toEqual((await greedy(s, more, 4)).tokens);
+    } finally {
+      await runner.dispose();
+      await fresh.dispose();
+      model.close();
+    }
+  }, 300_000);
 
   it('onnxruntime is refused with MODEL_UNSUPPORTED_ARCHITECTURE naming why (the experts run on the native stages only)', async () => {
     const model = await loadModel(qwen35moeGgufFixture('F32'));
