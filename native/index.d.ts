@@ -651,6 +651,38 @@ export interface DenseStageConfig {
   gateExps?: DenseStageMatrix | DenseStageMatrix[];
   upExps?: DenseStageMatrix | DenseStageMatrix[];
   downExps?: DenseStageMatrix | DenseStageMatrix[];
+  /**
+   * A shared expert beside the routed ones (Qwen3.5-MoE): every token runs the SwiGLU MLP shexpGate /
+   * shexpUp [sharedFfn, hidden], shexpDown [hidden, sharedFfn], scaled by σ(x·shexpGateInp [hidden]).
+   */
+  sharedFfn?: number;
+  shexpGate?: DenseStageMatrix;
+  shexpUp?: DenseStageMatrix;
+  shexpDown?: DenseStageMatrix;
+  shexpGateInp?: Float32Array;
+  /**
+   * Qwen3.5 (native/src/dense_stage.h): qGated, every attn_q (q, qSpec) holds per head its query then
+   * its gate ([heads·2·headDim, hidden]; run outputs gate beside q); attnGated (stage > 0), attn ⊙ σ(gate)
+   * before attnOutput (run takes gate); attnCols (stage > 0), attn's width when layer stage − 1 is a
+   * linear layer (its valueHeads·headDim: attnOutput is its ssm_out).
+   */
+  qGated?: boolean;
+  attnGated?: boolean;
+  attnCols?: number;
+  /**
+   * A linear-attention layer's stage (stage < L, Qwen3.5): no q, k, v; run outputs linQkv
+   * [T, (2·linKeyHeads + linValueHeads)·linHeadDim], linZ [T, linValueHeads·linHeadDim], linBeta
+   * (σ applied) and linDecay (softplus(alpha + linDt)·linA) [T, linValueHeads], and qSpec when given.
+   */
+  linKeyHeads?: number;
+  linValueHeads?: number;
+  linHeadDim?: number;
+  linQkv?: DenseStageMatrix;
+  linZ?: DenseStageMatrix;
+  linBeta?: DenseStageMatrix;
+  linAlpha?: DenseStageMatrix;
+  linDt?: Float32Array;
+  linA?: Float32Array;
 }
 
 export interface DenseStageInputs {
@@ -671,6 +703,8 @@ export interface DenseStageInputs {
   pleTok?: Float32Array;
   /** stage > 0 with pleDim: [tokens, pleDim] layer stage − 1's per-layer input */
   ple?: Float32Array;
+  /** stage > 0 with attnGated: [tokens, heads·headDim] layer stage − 1's gate */
+  gate?: Float32Array;
 }
 
 export interface DenseStageOutputs {
@@ -683,6 +717,13 @@ export interface DenseStageOutputs {
   logits?: Float32Array;
   /** stage 0 with pleDim: [tokens, layers·pleDim] */
   ple?: Float32Array;
+  /** qGated, an attention layer: [tokens, heads·headDim] the gate halves of W_q */
+  gate?: Float32Array;
+  /** a linear-attention layer's stage: what gatedDeltaNet reads */
+  linQkv?: Float32Array;
+  linZ?: Float32Array;
+  linBeta?: Float32Array;
+  linDecay?: Float32Array;
   /** a mixture-of-experts stage: [tokens, expertsUsed] the experts each token ran, largest weight first */
   routed?: Uint32Array;
   /** [tokens, expertsUsed] their weights */
@@ -703,6 +744,40 @@ export declare function denseKernel(ggmlType: number): 'amx' | 'avx512' | 'avx2'
 
 /** NATIVE_BAD_ARGUMENT when a shape, a byte size or a type without kernels does not fit. */
 export declare function createDenseStage(config: DenseStageConfig): DenseStage;
+
+export interface GatedDeltaNetArgs {
+  keyHeads: number;
+  valueHeads: number;
+  headDim: number;
+  convKernel: number;
+  eps: number;
+  tokens: number;
+  /** [tokens, (2·keyHeads + valueHeads)·headDim] */
+  qkv: Float32Array;
+  /** [tokens, valueHeads·headDim] */
+  z: Float32Array;
+  /** [tokens, valueHeads] σ applied */
+  beta: Float32Array;
+  /** [tokens, valueHeads] log of the per-token decay */
+  decay: Float32Array;
+  /** [C, convKernel] */
+  conv: Float32Array;
+  /** [headDim] */
+  norm: Float32Array;
+  /** [valueHeads·headDim² + (convKernel − 1)·C], advanced in place (linear-attention.ts's layout) */
+  state: Float32Array;
+  /** [tokens, valueHeads·headDim] written */
+  out: Float32Array;
+  /** tokens per chunk of the chunked form: 0 or absent its default (64), 1 token by token */
+  chunk?: number;
+  threads: number;
+}
+
+/**
+ * One linear-attention layer's mixer over a chunk of tokens (native/src/gated_delta_net.h: the causal
+ * convolution, the gated delta rule, the gated RMSNorm). NATIVE_BAD_ARGUMENT on a wrong size.
+ */
+export declare function gatedDeltaNet(args: GatedDeltaNetArgs): void;
 
 export interface NativeSelectInput {
   heads: number;

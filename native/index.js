@@ -286,6 +286,11 @@ export function createDenseStage(config) {
   return new DenseStage(config);
 }
 
+/** One linear-attention layer's mixer over a chunk (native/src/gated_delta_net.h; see index.d.ts). */
+export function gatedDeltaNet(args) {
+  loadAddon().gatedDeltaNet(args);
+}
+
 /** The native InfiniGen selection on explicit inputs (the shapes of select-reference.ts), for tests. */
 export function selectInfinigenNative(layer, input, knobs) {
   return loadAddon().selectInfinigen(layer, input, knobs);

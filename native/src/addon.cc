@@ -28,6 +28,7 @@
 #include "bandwidth.h"
 #include "cpu_level.h"
 #include "dense_stage.h"
+#include "gated_delta_net.h"
 #include "gguf_repack.h"
 #include "heap_trim.h"
 #include "infinigen.h"
@@ -1631,11 +1632,16 @@ class Speculator : public Napi::ObjectWrap<Speculator> {
 //   gating?: 'softmax' | 'softmax_weight', router (bias?: the router's), gateExps/upExps/downExps (bias?: [experts·rows]),
 //   gateExps, upExps, downExps: matrices (the 3-D expert tensors as [experts·rows, cols]), no ffnGate/Up/Down;
 //   run also returns routed: Uint32Array [T, expertsUsed], routedWeights: Float32Array [T, expertsUsed] and
-//   expertBytes: the expert weight bytes it read
+//   expertBytes: the expert weight bytes it read; with a shared expert also sharedFfn, shexpGate, shexpUp,
+//   shexpDown: matrices, shexpGateInp: Float32Array [hidden]
 // Gemma 4 (dense_stage.h): attnHeadDim?, specHeadDim?, specRotaryDim?, kvShared?, valueFromKey?: booleans,
 //   vNorm?: Float32Array [headDim], outputScale?, pleDim?, pleModelProj?, pleInpGate?, pleProj?: matrices,
 //   pleProjNorm?: [pleDim], plePostNorm?: [hidden]; run also takes pleTok (stage 0) / ple (stage > 0), and
 //   stage 0 with pleDim outputs ple [T, layers·pleDim]; a kvShared stage outputs no k, v
+// Qwen3.5 (dense_stage.h): qGated?, attnGated?: booleans, attnCols?, and for a linear-attention layer's
+//   stage linKeyHeads, linValueHeads, linHeadDim, linQkv, linZ, linBeta, linAlpha: matrices, linDt, linA:
+//   Float32Array [linValueHeads] (no q, k, v; qSpec and qSpecNorm as above); run also takes gate (attnGated),
+//   and outputs gate (qGated, an attention layer) or linQkv, linZ, linBeta, linDecay (a linear layer)
 // The weights' Uint8Arrays are held (so their ArrayBuffer outlives the stage) and checked before each
 // run: a model file closed (its ArrayBuffer detached, byteLength 0) is refused, never read.
 const char* qdot_impl_name(lh_qdot_impl i) {
@@ -1741,6 +1747,22 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
           fail(env_, LH_BAD_ARGUMENT, "finalSoftcap must be a finite number >= 0, got " + describe(cap));
         c.final_softcap = static_cast<float>(cap.As<Napi::Number>().DoubleValue());
       }
+      // Qwen3.5: gated attention, linear-attention layers
+      c.q_gated = optional_bool("qGated");
+      c.attn_gated = post ? optional_bool("attnGated") : 0;
+      c.attn_cols = post ? optional_u32("attnCols", 1, 1u << 20) : 0;
+      c.lin_value_heads = pre ? optional_u32("linValueHeads", 1, LH_MAX_HEADS) : 0;
+      const bool linear = c.lin_value_heads > 0;
+      if (linear) {
+        c.lin_key_heads = u32_arg(env_, o.Get("linKeyHeads"), "linKeyHeads", 1, c.lin_value_heads);
+        c.lin_head_dim = u32_arg(env_, o.Get("linHeadDim"), "linHeadDim", 1, LH_MAX_HEAD_DIM);
+        c.lin_qkv = Matrix(o, "linQkv", true, (2 * c.lin_key_heads + c.lin_value_heads) * c.lin_head_dim);
+        c.lin_z = Matrix(o, "linZ", true, c.lin_value_heads * c.lin_head_dim);
+        c.lin_beta = Matrix(o, "linBeta", true, c.lin_value_heads);
+        c.lin_alpha = Matrix(o, "linAlpha", true, c.lin_value_heads);
+        c.lin_dt = optional_vector("linDt", c.lin_value_heads);
+        c.lin_a = optional_vector("linA", c.lin_value_heads);
+      }
       c.attn_output = Matrix(o, "attnOutput", post, c.hidden);
       c.v_norm = pre && c.kv_shared == 0 ? optional_vector("vNorm", c.head_dim) : nullptr;
       if (c.ple_dim > 0) {
@@ -1781,14 +1803,23 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
           c.down_exps = Matrix(o, "downExps", true, c.n_experts * c.hidden);
         }
         experts_used_ = c.n_experts_used;
+        // the shared expert (Qwen3.5-MoE): sharedFfn, shexpGate, shexpUp, shexpDown, shexpGateInp [hidden]
+        c.shexp_ffn = optional_u32("sharedFfn", 1, 1u << 22);
+        if (c.shexp_ffn > 0) {
+          c.shexp_gate = Matrix(o, "shexpGate", true, c.shexp_ffn);
+          c.shexp_up = Matrix(o, "shexpUp", true, c.shexp_ffn);
+          c.shexp_down = Matrix(o, "shexpDown", true, c.hidden);
+          c.shexp_gate_inp = optional_vector("shexpGateInp", c.hidden);
+        }
       }
       c.ffn_gate = Matrix(o, "ffnGate", post && !moe, c.ffn);
       c.ffn_up = Matrix(o, "ffnUp", post && !moe, c.ffn);
       c.ffn_down = Matrix(o, "ffnDown", post && !moe, c.hidden);
-      c.q = Matrix(o, "q", pre, qw);
-      c.k = Matrix(o, "k", pre && c.kv_shared == 0, kvw);
-      c.v = Matrix(o, "v", pre && c.kv_shared == 0 && c.v_from_k == 0, kvw);
-      c.q_spec = Matrix(o, "qSpec", pre && !o.Get("qSpec").IsUndefined(), c.heads * shd);
+      const uint32_t gated = c.q_gated != 0 ? 2 : 1;
+      c.q = Matrix(o, "q", pre && !linear, qw * gated);
+      c.k = Matrix(o, "k", pre && !linear && c.kv_shared == 0, kvw);
+      c.v = Matrix(o, "v", pre && !linear && c.kv_shared == 0 && c.v_from_k == 0, kvw);
+      c.q_spec = Matrix(o, "qSpec", pre && !o.Get("qSpec").IsUndefined(), c.heads * shd * gated);
       // optional per-head q/k norm [headDim] (Qwen3, Gemma 3); the stage checks they come together
       c.q_norm = HeadNorm(o, "qNorm", pre, q_norm_, c.head_dim);
       c.k_norm = HeadNorm(o, "kNorm", pre, k_norm_, c.head_dim);
@@ -1799,7 +1830,13 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       hidden_ = c.hidden;
       qw_ = qw;
       kvw_ = kvw;
-      attn_w_ = c.heads * ahd;
+      attn_w_ = c.attn_cols != 0 ? c.attn_cols : c.heads * ahd;
+      linear_ = linear;
+      q_gated_ = c.q_gated != 0;
+      attn_gated_ = c.attn_gated != 0;
+      lin_c_ = (2 * c.lin_key_heads + c.lin_value_heads) * c.lin_head_dim;
+      lin_v_ = c.lin_value_heads * c.lin_head_dim;
+      lin_hv_ = c.lin_value_heads;
       spec_w_ = c.heads * shd;
       vocab_ = c.vocab;
       half_ = c.rotary_dim / 2;
@@ -1899,8 +1936,11 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
       io.tokens = T;
       io.h = Input(o, "h", static_cast<size_t>(T) * hidden_, true);
       io.attn = Input(o, "attn", static_cast<size_t>(T) * attn_w_, post);
-      io.rope_cos = Input(o, "ropeCos", static_cast<size_t>(T) * half_, pre);
-      io.rope_sin = Input(o, "ropeSin", static_cast<size_t>(T) * half_, pre);
+      io.gate_in = Input(o, "gate", static_cast<size_t>(T) * attn_w_, post && attn_gated_);
+      // a linear layer's stage rotates only q_spec (with its own rows, or these when given)
+      const bool rope_rows = pre && (!linear_ || !o.Get("ropeCos").IsUndefined());
+      io.rope_cos = Input(o, "ropeCos", static_cast<size_t>(T) * half_, rope_rows);
+      io.rope_sin = Input(o, "ropeSin", static_cast<size_t>(T) * half_, rope_rows);
       const bool own_spec_rope = pre && spec_ && !o.Get("specRopeCos").IsUndefined();
       io.spec_rope_cos = Input(o, "specRopeCos", static_cast<size_t>(T) * spec_half_, own_spec_rope);
       io.spec_rope_sin = Input(o, "specRopeSin", static_cast<size_t>(T) * spec_half_, own_spec_rope);
@@ -1920,10 +1960,27 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
         Napi::Float32Array logits = Napi::Float32Array::New(env_, static_cast<size_t>(io.n_rows) * vocab_);
         io.logits = logits.Data();
         out.Set("logits", logits);
+      } else if (linear_) {
+        const auto output = [&](const char* name, size_t n) {
+          Napi::Float32Array a = Napi::Float32Array::New(env_, n);
+          out.Set(name, a);
+          return a.Data();
+        };
+        io.lin_qkv = output("linQkv", static_cast<size_t>(T) * lin_c_);
+        io.lin_z = output("linZ", static_cast<size_t>(T) * lin_v_);
+        io.lin_beta = output("linBeta", static_cast<size_t>(T) * lin_hv_);
+        io.lin_decay = output("linDecay", static_cast<size_t>(T) * lin_hv_);
+        if (spec_) io.q_spec = output("qSpec", static_cast<size_t>(T) * spec_w_);
+        if (post) io.h_next = output("hNext", static_cast<size_t>(T) * hidden_);
       } else {
         Napi::Float32Array q = Napi::Float32Array::New(env_, static_cast<size_t>(T) * qw_);
         io.q = q.Data();
         out.Set("q", q);
+        if (q_gated_) {
+          Napi::Float32Array g = Napi::Float32Array::New(env_, static_cast<size_t>(T) * qw_);
+          io.gate = g.Data();
+          out.Set("gate", g);
+        }
         if (!kv_shared_) {
           Napi::Float32Array k = Napi::Float32Array::New(env_, static_cast<size_t>(T) * kvw_);
           Napi::Float32Array v = Napi::Float32Array::New(env_, static_cast<size_t>(T) * kvw_);
@@ -1991,9 +2048,49 @@ class DenseStage : public Napi::ObjectWrap<DenseStage> {
   uint32_t layers_ = 0, stage_ = 0, hidden_ = 0, qw_ = 0, kvw_ = 0, vocab_ = 0, half_ = 0;
   uint32_t attn_w_ = 0, spec_w_ = 0, spec_half_ = 0, ple_dim_ = 0;  // Gemma 4's per-layer widths
   bool spec_ = false, kv_shared_ = false;
+  bool linear_ = false, q_gated_ = false, attn_gated_ = false;  // Qwen3.5
+  uint32_t lin_c_ = 0, lin_v_ = 0, lin_hv_ = 0;                  // a linear layer's output widths
   uint32_t experts_used_ = 0;  // k of a mixture-of-experts stage, 0: none
   std::vector<const uint8_t*> expert_ptrs_[3];  // per-expert rows (gate, up, down) during the constructor; the stage copies them
 };
+
+// gatedDeltaNet({ keyHeads, valueHeads, headDim, convKernel, eps, tokens, qkv, z, beta, decay, conv, norm,
+//   state, out, chunk?, threads }): one linear-attention layer's mixer over a chunk (gated_delta_net.h),
+//   state (Float32Array [valueHeads·headDim² + (convKernel−1)·C]) advanced in place, out [T, valueHeads·headDim]
+//   written. chunk: 0 (default) the chunked form's default, 1 token by token.
+Napi::Value GatedDeltaNet(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    const Napi::Object o = object_arg(env, info[0], "gatedDeltaNet");
+    lh_gdn_shape sh{};
+    sh.value_heads = u32_arg(env, o.Get("valueHeads"), "valueHeads", 1, LH_MAX_HEADS);
+    sh.key_heads = u32_arg(env, o.Get("keyHeads"), "keyHeads", 1, sh.value_heads);
+    sh.head_dim = u32_arg(env, o.Get("headDim"), "headDim", 1, LH_MAX_HEAD_DIM);
+    sh.conv_kernel = u32_arg(env, o.Get("convKernel"), "convKernel", 1, 64);
+    const Napi::Value eps = o.Get("eps");
+    if (!eps.IsNumber() || !(eps.As<Napi::Number>().DoubleValue() >= 0)) fail(env, LH_BAD_ARGUMENT, "eps must be a number >= 0, got " + describe(eps));
+    sh.eps = static_cast<float>(eps.As<Napi::Number>().DoubleValue());
+    if (sh.value_heads % sh.key_heads != 0) fail(env, LH_BAD_ARGUMENT, "valueHeads must be a multiple of keyHeads");
+    const uint32_t T = u32_arg(env, o.Get("tokens"), "tokens", 1, 1u << 20);
+    const Napi::Value chunk = o.Get("chunk");
+    const uint32_t ch = chunk.IsUndefined() ? 0 : u32_arg(env, chunk, "chunk", 0, 4096);
+    const uint32_t threads = u32_arg(env, o.Get("threads"), "threads", 1, LH_MAX_RANGE_THREADS);
+    const size_t C = (2ull * sh.key_heads + sh.value_heads) * sh.head_dim, V = static_cast<size_t>(sh.value_heads) * sh.head_dim;
+    lh_gdn_io io{};
+    io.tokens = T;
+    io.qkv = f32_arg(env, o.Get("qkv"), "qkv", T * C).Data();
+    io.z = f32_arg(env, o.Get("z"), "z", T * V).Data();
+    io.beta = f32_arg(env, o.Get("beta"), "beta", static_cast<size_t>(T) * sh.value_heads).Data();
+    io.decay = f32_arg(env, o.Get("decay"), "decay", static_cast<size_t>(T) * sh.value_heads).Data();
+    io.conv = f32_arg(env, o.Get("conv"), "conv", C * sh.conv_kernel).Data();
+    io.norm = f32_arg(env, o.Get("norm"), "norm", sh.head_dim).Data();
+    io.state = f32_arg(env, o.Get("state"), "state", lh_gdn_state_floats(&sh)).Data();
+    io.out = f32_arg(env, o.Get("out"), "out", T * V).Data();
+    const lh_status st = lh_gdn_run(&sh, &io, ch, threads);
+    if (st != LH_OK) fail(env, st, "gatedDeltaNet failed");
+    return env.Undefined();
+  });
+}
 
 // denseKernel(ggmlType) -> 'amx' | 'avx512' | 'avx2' | 'scalar' | null: the dot kernels DenseStage would run
 // for weights of that type on this CPU (quant_dot.h), null when the type has none.
@@ -2182,6 +2279,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Speculator", Speculator::Define(env));
   exports.Set("DenseStage", DenseStage::Define(env));
   exports.Set("denseKernel", Napi::Function::New(env, DenseKernel, "denseKernel"));
+  exports.Set("gatedDeltaNet", Napi::Function::New(env, GatedDeltaNet, "gatedDeltaNet"));
   exports.Set("cpuLevel", Napi::Function::New(env, CpuLevel, "cpuLevel"));
   exports.Set("measureDotPeak", Napi::Function::New(env, MeasureDotPeak, "measureDotPeak"));
   exports.Set("selectInfinigen", Napi::Function::New(env, SelectInfinigen, "selectInfinigen"));

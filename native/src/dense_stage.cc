@@ -43,11 +43,13 @@ struct Buf {
   uint8_t* u8() const { return static_cast<uint8_t*>(p); }
 };
 
-constexpr uint32_t kMaxGroup = 4;  // q, k, v, q_spec
+constexpr uint32_t kMaxGroup = 5;  // q, k, v, q_spec; a linear layer's qkv, z, beta, alpha, q_spec
 struct Scratch {
   Buf normed, sum, x, o, gate, up, picked;  // floats, see run()
   Buf act[kMaxGroup];                       // quantized activations, one per distinct quantize_act of a group
   Buf pieces, bounds;
+  // Qwen3.5: a gated attn [T, heads·head_dim]; a gated W_q's and q_spec's rows [T, heads·2·head_dim]
+  Buf gated_attn, qg, qg_spec;
   // mixture of experts (run_moe): router logits [T, n_experts], ids and weights [T, k], offsets
   // [n_experts + 1], entries [T·k], one expert's token rows [T, hidden], their outputs [T, hidden],
   // every (token, slot)'s expert output [T·k, hidden]
@@ -314,6 +316,13 @@ struct lh_dense_stage {
   Linear attn_output, gate, up, down, q, k, v, q_spec, head;
   Linear ple_model_proj, ple_inp_gate, ple_proj;  // per-layer embeddings (Gemma 4), or data null
   Linear router, gate_exps, up_exps, down_exps;   // mixture of experts (all experts' rows), or data null
+  Linear lin_qkv, lin_z, lin_beta, lin_alpha;     // a linear-attention layer's pre (Qwen3.5), or data null
+  Linear shexp_gate, shexp_up, shexp_down;        // the shared expert, or data null
+  float* shexp_gate_inp = nullptr;                // [hidden] or null
+  float* lin_dt = nullptr;                        // [Hv] or null
+  float* lin_a = nullptr;                         // [Hv] or null
+  bool linear = false;                            // pre(stage) is a linear-attention layer's
+  uint32_t attn_cols = 0;                         // resolved attn width (stage > 0)
   const uint8_t** expert_rows = nullptr;           // [3·n_experts] per-expert tensors (gate, up, down), or null: offsets
   float* ffn_norm = nullptr;  // [hidden]
   float* norm = nullptr;      // [hidden]
@@ -340,8 +349,12 @@ float* copy_floats(const float* src, size_t n) {
 
 void free_stage(lh_dense_stage* s) {
   for (Linear* L : {&s->attn_output, &s->gate, &s->up, &s->down, &s->q, &s->k, &s->v, &s->q_spec, &s->head, &s->ple_model_proj, &s->ple_inp_gate, &s->ple_proj, &s->router,
-                    &s->gate_exps, &s->up_exps, &s->down_exps})
+                    &s->gate_exps, &s->up_exps, &s->down_exps, &s->lin_qkv, &s->lin_z, &s->lin_beta, &s->lin_alpha,
+                    &s->shexp_gate, &s->shexp_up, &s->shexp_down})
     std::free(L->bias);
+  std::free(s->shexp_gate_inp);
+  std::free(s->lin_dt);
+  std::free(s->lin_a);
   std::free(s->ffn_norm);
   std::free(s->norm);
   std::free(s->expert_rows);
@@ -394,7 +407,16 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   st->spec_rotary = srot;
   const uint32_t d = c->hidden, qw = c->heads * c->head_dim, kvw = c->kv_heads * c->head_dim, P = c->ple_dim;
   lh_status r = LH_OK;
-  if (r == LH_OK && s > 0) r = make_linear(c->attn_output, d, c->heads * ahd, impl, "attn_output", &st->attn_output, why);
+  // Qwen3.5: a linear layer's pre, a gated W_q, a gated or linear layer's attn
+  st->linear = s < L && c->lin_value_heads > 0;
+  st->attn_cols = c->attn_cols != 0 ? c->attn_cols : c->heads * ahd;
+  const uint32_t q_rows = c->q_gated != 0 ? 2 * qw : qw;
+  const uint32_t lin_hk = c->lin_key_heads, lin_hv = c->lin_value_heads, lin_d = c->lin_head_dim;
+  if (c->q_gated > 1 || c->attn_gated > 1 || (st->linear && (lin_hk == 0 || lin_d == 0 || lin_hv % lin_hk != 0 || c->lin_dt == nullptr || c->lin_a == nullptr))) {
+    *why = "q_gated / attn_gated must be 0 or 1; a linear layer needs key heads dividing its value heads, a head size, ssm_dt and ssm_a";
+    r = LH_BAD_ARGUMENT;
+  }
+  if (r == LH_OK && s > 0) r = make_linear(c->attn_output, d, st->attn_cols, impl, "attn_output", &st->attn_output, why);
   const uint32_t E = c->n_experts, K = c->n_experts_used, F = c->expert_ffn;
   const bool moe = s > 0 && E > 0;
   if (r == LH_OK && s > 0 && E > 0 && (E > LH_MOE_MAX_EXPERTS || K == 0 || K > E || K > LH_MOE_MAX_USED || F == 0 || c->norm_topk > 1 || c->gating > LH_MOE_SOFTMAX_WEIGHT ||
@@ -441,13 +463,32 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->gate_exps, E * F, d, impl, "ffn_gate_exps", &st->gate_exps, why);
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->up_exps, E * F, d, impl, "ffn_up_exps", &st->up_exps, why);
   if (r == LH_OK && moe && !per_expert) r = make_linear(c->down_exps, E * d, F, impl, "ffn_down_exps", &st->down_exps, why);
+  if (r == LH_OK && moe && c->shexp_ffn > 0) {
+    r = make_linear(c->shexp_gate, c->shexp_ffn, d, impl, "ffn_gate_shexp", &st->shexp_gate, why);
+    if (r == LH_OK) r = make_linear(c->shexp_up, c->shexp_ffn, d, impl, "ffn_up_shexp", &st->shexp_up, why);
+    if (r == LH_OK) r = make_linear(c->shexp_down, d, c->shexp_ffn, impl, "ffn_down_shexp", &st->shexp_down, why);
+    if (r == LH_OK && c->shexp_gate_inp == nullptr) {
+      *why = "a shared expert needs its gate (ffn_gate_inp_shexp)";
+      r = LH_BAD_ARGUMENT;
+    }
+    if (r == LH_OK && (st->shexp_gate_inp = copy_floats(c->shexp_gate_inp, d)) == nullptr) r = LH_OUT_OF_MEMORY;
+  } else if (r == LH_OK && c->shexp_ffn > 0) {
+    *why = "a shared expert without routed experts";
+    r = LH_BAD_ARGUMENT;
+  }
   if (r == LH_OK && per_expert && (c->gate_exps.bias || c->up_exps.bias || c->down_exps.bias)) {
     *why = "mixture of experts: expert biases with per-expert tensors are not supported";
     r = LH_BAD_ARGUMENT;
   }
-  if (r == LH_OK && s < L) r = make_linear(c->q, qw, d, impl, "attn_q", &st->q, why);
-  if (r == LH_OK && s < L && c->kv_shared == 0) r = make_linear(c->k, kvw, d, impl, "attn_k", &st->k, why);
-  if (r == LH_OK && s < L && c->kv_shared == 0 && c->v_from_k == 0) r = make_linear(c->v, kvw, d, impl, "attn_v", &st->v, why);
+  const bool attends = s < L && !st->linear;
+  if (r == LH_OK && attends) r = make_linear(c->q, q_rows, d, impl, "attn_q", &st->q, why);
+  if (r == LH_OK && attends && c->kv_shared == 0) r = make_linear(c->k, kvw, d, impl, "attn_k", &st->k, why);
+  if (r == LH_OK && attends && c->kv_shared == 0 && c->v_from_k == 0) r = make_linear(c->v, kvw, d, impl, "attn_v", &st->v, why);
+  if (r == LH_OK && st->linear) r = make_linear(c->lin_qkv, (2 * lin_hk + lin_hv) * lin_d, d, impl, "attn_qkv (linear attention)", &st->lin_qkv, why);
+  if (r == LH_OK && st->linear) r = make_linear(c->lin_z, lin_hv * lin_d, d, impl, "attn_gate (linear attention)", &st->lin_z, why);
+  if (r == LH_OK && st->linear) r = make_linear(c->lin_beta, lin_hv, d, impl, "ssm_beta", &st->lin_beta, why);
+  if (r == LH_OK && st->linear) r = make_linear(c->lin_alpha, lin_hv, d, impl, "ssm_alpha", &st->lin_alpha, why);
+  if (r == LH_OK && st->linear && ((st->lin_dt = copy_floats(c->lin_dt, lin_hv)) == nullptr || (st->lin_a = copy_floats(c->lin_a, lin_hv)) == nullptr)) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK && P > 0 && s == 0) r = make_linear(c->ple_model_proj, L * P, d, impl, "per_layer_model_proj", &st->ple_model_proj, why);
   if (r == LH_OK && P > 0 && s > 0) r = make_linear(c->ple_inp_gate, P, d, impl, "inp_gate (per-layer embeddings)", &st->ple_inp_gate, why);
   if (r == LH_OK && P > 0 && s > 0) r = make_linear(c->ple_proj, d, P, impl, "proj (per-layer embeddings)", &st->ple_proj, why);
@@ -459,7 +500,7 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   if (r == LH_OK && P > 0 && s > 0 && (st->ple_post_norm = copy_floats(c->ple_post_norm, d)) == nullptr) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK && s < L && c->v_norm != nullptr && (st->v_norm = copy_floats(c->v_norm, c->head_dim)) == nullptr) r = LH_OUT_OF_MEMORY;
   if (r == LH_OK && s < L && c->q_spec.data != nullptr) {
-    r = make_linear(c->q_spec, c->heads * shd, d, impl, "q_spec (the next layer's attn_q)", &st->q_spec, why);
+    r = make_linear(c->q_spec, c->heads * shd * (c->q_gated != 0 ? 2 : 1), d, impl, "q_spec (the next layer's attn_q)", &st->q_spec, why);
     st->has_spec = r == LH_OK;
   }
   if (r == LH_OK && s == L) r = make_linear(c->lm_head, c->vocab, d, impl, "lm_head", &st->head, why);
@@ -490,7 +531,15 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
     }
   }
   // per-head q/k norm (Qwen3, Gemma 3): both or neither; a speculating stage norms q_spec as its layer norms q
-  if (r == LH_OK && s < L && c->q_norm != nullptr) {
+  if (r == LH_OK && st->linear) {
+    // no q or k of its own: only q_spec's norm, required with q_spec when the model norms q (Qwen3.5 does)
+    if (c->q_norm != nullptr || c->k_norm != nullptr || c->v_norm != nullptr) {
+      *why = "a linear-attention layer's stage has no q or k to norm";
+      r = LH_BAD_ARGUMENT;
+    } else if (st->has_spec && c->q_spec_norm != nullptr && (st->q_spec_norm = copy_floats(c->q_spec_norm, shd)) == nullptr) {
+      r = LH_OUT_OF_MEMORY;
+    }
+  } else if (r == LH_OK && s < L && c->q_norm != nullptr) {
     if ((c->k_norm == nullptr && c->kv_shared == 0) || (st->has_spec && c->q_spec_norm == nullptr)) {
       *why = "q_norm needs k_norm (and q_spec_norm when the stage has q_spec)";
       r = LH_BAD_ARGUMENT;
@@ -520,7 +569,8 @@ lh_status lh_dense_stage_create(const lh_dense_stage_config* c, lh_dense_stage**
   st->cfg.ple_post_norm = st->ple_post_norm;
   st->impl_used = LH_QDOT_AMX;
   for (const Linear* m : {&st->attn_output, &st->gate, &st->up, &st->down, &st->q, &st->k, &st->v, &st->q_spec, &st->head, &st->ple_model_proj, &st->ple_inp_gate, &st->ple_proj,
-                          &st->router, &st->gate_exps, &st->up_exps, &st->down_exps})
+                          &st->router, &st->gate_exps, &st->up_exps, &st->down_exps, &st->lin_qkv, &st->lin_z, &st->lin_beta, &st->lin_alpha,
+                          &st->shexp_gate, &st->shexp_up, &st->shexp_down})
     if (m->rows != 0 && m->kern.impl < st->impl_used) st->impl_used = m->kern.impl;  // rows: a per-expert matrix has no data
   *why = nullptr;
   *out = st;
@@ -641,6 +691,87 @@ lh_status run_moe(lh_dense_stage* st, const float* x, uint32_t T, float* out, lh
   return LH_OK;
 }
 
+// q_spec's norm and RoPE (it is layer stage+1's query: its own cos/sin rows when its RoPE differs,
+// its own head dim and rotary width)
+void finish_spec(lh_dense_stage* st, lh_dense_stage_io* io) {
+  if (!st->has_spec) return;
+  const lh_dense_stage_config& c = st->cfg;
+  const uint32_t T = io->tokens, shd = st->spec_head_dim, srot = st->spec_rotary == 0 ? shd : st->spec_rotary;
+  if (st->q_spec_norm != nullptr) head_rms_norm(io->q_spec, st->q_spec_norm, T, c.heads, shd, c.eps);
+  const bool own = io->spec_rope_cos != nullptr;
+  rope(io->q_spec, own ? io->spec_rope_cos : io->rope_cos, own ? io->spec_rope_sin : io->rope_sin, T, c.heads, shd, srot, c.rope_layout);
+}
+
+// A gated W_q's rows [T, heads·2·hd] (per head its query, then its gate) split into q and gate
+// [T, heads·hd] each (gate null: dropped)
+void split_gated(const float* rows, uint32_t T, uint32_t heads, uint32_t hd, float* q, float* gate) {
+  for (size_t th = 0; th < static_cast<size_t>(T) * heads; ++th) {
+    std::memcpy(q + th * hd, rows + th * 2 * hd, static_cast<size_t>(hd) * 4);
+    if (gate != nullptr) std::memcpy(gate + th * hd, rows + th * 2 * hd + hd, static_cast<size_t>(hd) * 4);
+  }
+}
+
+// The scratch a gated q_spec's rows go to (null: out of memory, or the model's W_q is not gated)
+float* gated_spec_rows(lh_dense_stage* st, uint32_t T) {
+  if (st->cfg.q_gated == 0) return nullptr;
+  return g_scratch.qg_spec.reserve(static_cast<size_t>(T) * 2 * st->cfg.heads * st->spec_head_dim * 4) ? g_scratch.qg_spec.f() : nullptr;
+}
+
+// pre(stage) of a linear-attention layer (dense_stage.h, Qwen3.5): lin_qkv, lin_z, lin_beta,
+// lin_decay from the normed input, and q_spec for the attention layer after it
+lh_status pre_linear(lh_dense_stage* st, lh_dense_stage_io* io) {
+  const lh_dense_stage_config& c = st->cfg;
+  const uint32_t T = io->tokens, Hv = c.lin_value_heads;
+  const Linear* mats[kMaxGroup] = {&st->lin_qkv, &st->lin_z, &st->lin_beta, &st->lin_alpha};
+  float* outs[kMaxGroup] = {io->lin_qkv, io->lin_z, io->lin_beta, io->lin_decay};
+  uint32_t n = 4;
+  float* spec_rows = nullptr;
+  if (st->has_spec) {
+    if ((spec_rows = gated_spec_rows(st, T)) == nullptr && c.q_gated != 0) return LH_OUT_OF_MEMORY;
+    mats[n] = &st->q_spec;
+    outs[n++] = c.q_gated != 0 ? spec_rows : io->q_spec;
+  }
+  const lh_status r = matmul_group(mats, n, g_scratch.normed.f(), T, outs, c.threads);
+  if (r != LH_OK) return r;
+  for (size_t i = 0; i < static_cast<size_t>(T) * Hv; ++i) {
+    const uint32_t h = static_cast<uint32_t>(i % Hv);
+    io->lin_beta[i] = 1.0f / (1.0f + std::exp(-io->lin_beta[i]));
+    const float x = io->lin_decay[i] + st->lin_dt[h];
+    io->lin_decay[i] = (x > 20.0f ? x : std::log1p(std::exp(x))) * st->lin_a[h];  // softplus as ggml's
+  }
+  if (c.q_gated != 0 && st->has_spec) split_gated(spec_rows, T, c.heads, st->spec_head_dim, io->q_spec, nullptr);
+  finish_spec(st, io);
+  return LH_OK;
+}
+
+// The shared expert (dense_stage.h): out[t] += σ(x_t·w_sg)·SwiGLU_shared(x_t), x [T, hidden]
+lh_status run_shared_expert(lh_dense_stage* st, const float* x, uint32_t T, float* out) {
+  const lh_dense_stage_config& c = st->cfg;
+  Scratch& sc = g_scratch;
+  const uint32_t F = c.shexp_ffn, d = c.hidden;
+  if (!sc.gate.reserve(static_cast<size_t>(T) * F * 4) || !sc.up.reserve(static_cast<size_t>(T) * F * 4) || !sc.moe_y.reserve(static_cast<size_t>(T) * d * 4))
+    return LH_OUT_OF_MEMORY;
+  const Linear* gu[] = {&st->shexp_gate, &st->shexp_up};
+  float* gu_out[] = {sc.gate.f(), sc.up.f()};
+  lh_status r = matmul_group(gu, 2, x, T, gu_out, c.threads);
+  if (r != LH_OK) return r;
+  GluJob glu{sc.gate.f(), sc.up.f(), F, LH_ACT_SILU};
+  lh_worker_pool_run(g_pool, T, T >= 4 ? c.threads : 1, run_glu, &glu);
+  const Linear* dn[] = {&st->shexp_down};
+  float* y = sc.moe_y.f();
+  if ((r = matmul_group(dn, 1, sc.gate.f(), T, &y, c.threads)) != LH_OK) return r;
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* xt = x + static_cast<size_t>(t) * d;
+    double logit = 0;
+    for (uint32_t i = 0; i < d; ++i) logit += static_cast<double>(xt[i]) * st->shexp_gate_inp[i];
+    const float g = static_cast<float>(1.0 / (1.0 + std::exp(-logit)));
+    float* o = out + static_cast<size_t>(t) * d;
+    const float* yt = y + static_cast<size_t>(t) * d;
+    for (uint32_t i = 0; i < d; ++i) o[i] += g * yt[i];
+  }
+  return LH_OK;
+}
+
 lh_status run_locked(lh_dense_stage* st, lh_dense_stage_io* io) {
   const lh_dense_stage_config& c = st->cfg;
   const uint32_t T = io->tokens, d = c.hidden, L = c.layers, s = c.stage, parts = c.threads;
@@ -664,13 +795,23 @@ lh_status run_locked(lh_dense_stage* st, lh_dense_stage_io* io) {
     if (!sc.gate.reserve(tf * 4) || !sc.up.reserve(tf * 4)) return LH_OUT_OF_MEMORY;
     const Linear* wo[] = {&st->attn_output};
     float* o = sc.o.f();
-    lh_status r = matmul_group(wo, 1, io->attn, T, &o, parts);
+    const float* attn = io->attn;
+    if (c.attn_gated != 0) {
+      // Qwen3.5's gated attention: attn ⊙ σ(gate), the gate from layer stage−1's W_q
+      const size_t n = static_cast<size_t>(T) * st->attn_cols;
+      if (!sc.gated_attn.reserve(n * 4)) return LH_OUT_OF_MEMORY;
+      float* ga = sc.gated_attn.f();
+      for (size_t i = 0; i < n; ++i) ga[i] = io->attn[i] / (1.0f + std::exp(-io->gate_in[i]));
+      attn = ga;
+    }
+    lh_status r = matmul_group(wo, 1, attn, T, &o, parts);
     if (r != LH_OK) return r;
     if (st->attn_post_norm != nullptr) rms_norm(o, st->attn_post_norm, T, d, c.eps, o);  // sandwich: in place, row by row
     for (size_t i = 0; i < td; ++i) sum[i] = io->h[i] + o[i];
     rms_norm(sum, st->ffn_norm, T, d, c.eps, sc.x.f());
     if (c.n_experts > 0) {
       if ((r = run_moe(st, sc.x.f(), T, o, io)) != LH_OK) return r;
+      if (c.shexp_ffn > 0 && (r = run_shared_expert(st, sc.x.f(), T, o)) != LH_OK) return r;
     } else {
       const Linear* gu[] = {&st->gate, &st->up};
       float* gu_out[] = {sc.gate.f(), sc.up.f()};
@@ -711,12 +852,15 @@ lh_status run_locked(lh_dense_stage* st, lh_dense_stage_io* io) {
     for (size_t i = 0; i < static_cast<size_t>(io->n_rows) * c.vocab; ++i) io->logits[i] = std::tanh(io->logits[i] * inv) * cap;
     return LH_OK;
   }
+  if (st->linear) return pre_linear(st, io);
   // q, then k and v where the layer keeps rows (v: its own projection or k's), then q_spec
   const Linear* qkv[kMaxGroup];
   float* outs[kMaxGroup];
   uint32_t n = 0;
+  const size_t qw = static_cast<size_t>(c.heads) * c.head_dim;
+  if (c.q_gated != 0 && !sc.qg.reserve(static_cast<size_t>(T) * 2 * qw * 4)) return LH_OUT_OF_MEMORY;
   qkv[n] = &st->q;
-  outs[n++] = io->q;
+  outs[n++] = c.q_gated != 0 ? sc.qg.f() : io->q;
   if (c.kv_shared == 0) {
     qkv[n] = &st->k;
     outs[n++] = io->k;
@@ -725,12 +869,16 @@ lh_status run_locked(lh_dense_stage* st, lh_dense_stage_io* io) {
       outs[n++] = io->v;
     }
   }
+  float* spec_rows = nullptr;
   if (st->has_spec) {
+    if ((spec_rows = gated_spec_rows(st, T)) == nullptr && c.q_gated != 0) return LH_OUT_OF_MEMORY;
     qkv[n] = &st->q_spec;
-    outs[n++] = io->q_spec;
+    outs[n++] = c.q_gated != 0 ? spec_rows : io->q_spec;
   }
   const lh_status r = matmul_group(qkv, n, sc.normed.f(), T, outs, parts);
   if (r != LH_OK) return r;
+  if (c.q_gated != 0) split_gated(sc.qg.f(), T, c.heads, c.head_dim, io->q, io->gate);
+  if (c.q_gated != 0 && st->has_spec) split_gated(spec_rows, T, c.heads, st->spec_head_dim, io->q_spec, nullptr);
   const size_t kvw = static_cast<size_t>(c.kv_heads) * c.head_dim;
   if (c.kv_shared == 0 && c.v_from_k != 0) std::memcpy(io->v, io->k, static_cast<size_t>(T) * kvw * 4);  // before k's norm
   if (st->q_norm != nullptr) head_rms_norm(io->q, st->q_norm, T, c.heads, c.head_dim, c.eps);
@@ -739,13 +887,7 @@ lh_status run_locked(lh_dense_stage* st, lh_dense_stage_io* io) {
   const uint32_t rotary = c.rotary_dim == 0 ? c.head_dim : c.rotary_dim;
   rope(io->q, io->rope_cos, io->rope_sin, T, c.heads, c.head_dim, rotary, c.rope_layout);
   if (c.kv_shared == 0) rope(io->k, io->rope_cos, io->rope_sin, T, c.kv_heads, c.head_dim, rotary, c.rope_layout);
-  if (st->has_spec) {
-    const uint32_t shd = st->spec_head_dim, srot = st->spec_rotary == 0 ? shd : st->spec_rotary;
-    if (st->q_spec_norm != nullptr) head_rms_norm(io->q_spec, st->q_spec_norm, T, c.heads, shd, c.eps);
-    // q_spec is layer s+1's query: its own cos/sin rows when its RoPE differs (its own head dim and rotary width)
-    const bool own = io->spec_rope_cos != nullptr;
-    rope(io->q_spec, own ? io->spec_rope_cos : io->rope_cos, own ? io->spec_rope_sin : io->rope_sin, T, c.heads, shd, srot, c.rope_layout);
-  }
+  finish_spec(st, io);
   return LH_OK;
 }
 }  // namespace
@@ -756,8 +898,13 @@ lh_status lh_dense_stage_run(lh_dense_stage* st, lh_dense_stage_io* io) {
   const uint32_t L = st->cfg.layers, s = st->cfg.stage;
   if (s > 0 && io->attn == nullptr) return LH_BAD_ARGUMENT;
   if (s > 0 && s < L && io->h_next == nullptr) return LH_BAD_ARGUMENT;
-  if (s < L && (io->rope_cos == nullptr || io->rope_sin == nullptr || io->q == nullptr)) return LH_BAD_ARGUMENT;
-  if (s < L && st->cfg.kv_shared == 0 && (io->k == nullptr || io->v == nullptr)) return LH_BAD_ARGUMENT;
+  const bool linear = st->linear;
+  if (s > 0 && st->cfg.attn_gated != 0 && io->gate_in == nullptr) return LH_BAD_ARGUMENT;
+  if (s < L && !linear && (io->rope_cos == nullptr || io->rope_sin == nullptr || io->q == nullptr)) return LH_BAD_ARGUMENT;
+  if (s < L && !linear && st->cfg.q_gated != 0 && io->gate == nullptr) return LH_BAD_ARGUMENT;
+  if (s < L && !linear && st->cfg.kv_shared == 0 && (io->k == nullptr || io->v == nullptr)) return LH_BAD_ARGUMENT;
+  if (linear && (io->lin_qkv == nullptr || io->lin_z == nullptr || io->lin_beta == nullptr || io->lin_decay == nullptr)) return LH_BAD_ARGUMENT;
+  if (linear && st->has_spec && io->spec_rope_cos == nullptr && io->rope_cos == nullptr) return LH_BAD_ARGUMENT;
   if (st->cfg.ple_dim > 0 && s == 0 && (io->ple_tok == nullptr || io->ple_out == nullptr)) return LH_BAD_ARGUMENT;
   if (st->cfg.ple_dim > 0 && s > 0 && io->ple == nullptr) return LH_BAD_ARGUMENT;
   if (s < L && st->has_spec && io->q_spec == nullptr) return LH_BAD_ARGUMENT;

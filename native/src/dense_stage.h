@@ -49,6 +49,23 @@
 //   pointer at its offset: only routed experts' rows are read, nothing is copied. A run groups its
 //   tokens by expert, so each routed expert's weights stream once per run (prefill: once per chunk).
 //   moe_ffn.h has the routing and the byte count.
+//   A shared expert (Qwen3.5-MoE; shexp_ffn > 0): every token also runs one SwiGLU MLP of width
+//   shexp_ffn, scaled by σ(x·shexp_gate_inp), and it is added after the routed experts' sum:
+//            mlp_t += σ(x_t·w_sg) · ((silu(x_t·W_sgateᵀ) ⊙ x_t·W_supᵀ)·W_sdownᵀ)   (llama.cpp's qwen35moe)
+//
+// Qwen3.5 (hybrid linear attention, llama.cpp src/models/qwen35.cpp; 0 / null: absent):
+//   q_gated: every attn_q of the model (this stage's q and q_spec) has heads·2·head_dim rows, per
+//            head its query then its gate: pre(s) outputs q (the query halves, normed and rotated as
+//            above) and gate [T, heads·head_dim] (the gate halves as they are); q_spec keeps its query halves
+//   attn_gated (stage > 0): post(p) multiplies attn by σ(gate) (io.gate, layer p's) before W_o
+//   attn_cols (stage > 0): attn's width when layer p is not an attention layer (a linear layer's
+//            value_heads·head_dim; W_o is its ssm_out [hidden, attn_cols]); 0: heads·attn_head_dim
+//   pre(s) of a linear-attention layer (lin_value_heads > 0): no q, k, v, RoPE; instead what the
+//            recurrence (gated_delta_net.h) reads:
+//            lin_qkv = normed·W_qkvᵀ [T, (2·Hk + Hv)·D]     lin_z = normed·W_gateᵀ [T, Hv·D]
+//            lin_beta = σ(normed·W_betaᵀ) [T, Hv]          lin_decay = softplus(normed·W_alphaᵀ + dt)·a [T, Hv]
+//            (softplus(x) = log(1 + eˣ), x for x > 20, as ggml's); q_spec as above when the next layer
+//            is an attention layer the stage speculates for (its cos/sin: spec_rope_cos/sin)
 //
 // RMSNorm: x / sqrt(mean(x²) + eps), the mean of squares summed in double. RoPE: per head, pairs
 // (i, i + r/2) ('neox') or (2i, 2i + 1) ('interleaved') of the first r = rotary_dim dimensions
@@ -161,6 +178,21 @@ struct lh_dense_stage_config {
   // stacked rows (expert e's at e·expert_ffn / e·hidden), added to each expert's projections before
   // the activation and before the weighting (llama.cpp's ggml_add_id). Not with per-expert tensors.
   uint32_t gating;
+  // the shared expert of a mixture of experts (see above); shexp_ffn 0: none
+  uint32_t shexp_ffn;
+  lh_dense_matrix shexp_gate, shexp_up;   // [shexp_ffn, hidden]
+  lh_dense_matrix shexp_down;             // [hidden, shexp_ffn]
+  const float* shexp_gate_inp;            // [hidden] (ffn_gate_inp_shexp: one logit per token)
+  // Qwen3.5 (see the top); 0 / null: absent
+  uint32_t q_gated;                       // 1: attn_q and q_spec hold a gate half per head
+  uint32_t attn_gated;                    // stage > 0: attn ⊙ σ(gate) before W_o
+  uint32_t attn_cols;                     // stage > 0: attn's width (0: heads·attn_head_dim)
+  uint32_t lin_key_heads, lin_value_heads, lin_head_dim;  // stage < L: lin_value_heads > 0 makes pre(s) a linear layer's
+  lh_dense_matrix lin_qkv;                // [(2·Hk + Hv)·D, hidden]
+  lh_dense_matrix lin_z;                  // [Hv·D, hidden]
+  lh_dense_matrix lin_beta, lin_alpha;    // [Hv, hidden]
+  const float* lin_dt;                    // [Hv] ssm_dt.bias
+  const float* lin_a;                     // [Hv] ssm_a
 };
 
 struct lh_dense_stage;
@@ -185,6 +217,7 @@ struct lh_dense_stage_io {
   const float* spec_rope_sin;
   const float* ple_tok;     // [T, layers·P]  stage 0 with ple_dim
   const float* ple;         // [T, P]         stage > 0 with ple_dim
+  const float* gate_in;     // [T, heads·head_dim] stage > 0 with attn_gated: layer stage−1's gate
   // outputs (the caller's; written in full on LH_OK)
   float* q;                 // [T, heads·head_dim]     stage < L
   float* k;                 // [T, kv_heads·head_dim]  stage < L, not kv_shared
@@ -193,6 +226,11 @@ struct lh_dense_stage_io {
   float* h_next;            // [T, hidden]             0 < stage < L
   float* logits;            // [n_rows, vocab]         stage L
   float* ple_out;           // [T, layers·P]           stage 0 with ple_dim
+  float* gate;              // [T, heads·head_dim]     stage < L with q_gated, an attention layer
+  float* lin_qkv;           // [T, (2·Hk + Hv)·D]      stage < L, a linear layer
+  float* lin_z;             // [T, Hv·D]
+  float* lin_beta;          // [T, Hv]
+  float* lin_decay;         // [T, Hv]
   // mixture of experts (stage > 0 with n_experts), optional outputs
   uint32_t* routed;         // [T, n_experts_used] the experts each token ran, largest weight first, or null
   float* routed_weights;    // [T, n_experts_used] their weights (after norm_topk), or null

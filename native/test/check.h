@@ -17,6 +17,10 @@ void test_dense_stage();
 void bench_quant_dot(int reps);
 // moe_ffn_tests.cc: the mixture-of-experts MLP of the dense stage against a float64 reference, every weight type.
 void test_moe_ffn();
+// gated_delta_net_tests.cc: the Gated DeltaNet mixer against a float64 reference; chunked == token by token; threads.
+void test_gated_delta_net();
+// qwen35_stage_tests.cc: the dense stage's Qwen3.5 fields (gated q and attn, linear layers' pre, shared expert) against float64.
+void test_qwen35_stage();
 // attention_params_tests.cc: scale, window, sinks and soft-cap in every attention kernel and entry point.
 void test_attention_params();
 // kv_layer_capacity_tests.cc: per-layer capacities of the KV pool (one allocation, layers of their own sizes).

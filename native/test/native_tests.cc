@@ -3532,6 +3532,8 @@ int main(int argc, char** argv) {
   test_quant_dot_mxfp4();
   test_dense_stage();
   test_moe_ffn();
+  test_gated_delta_net();
+  test_qwen35_stage();
   test_kv_pool();
   test_kv_pool_fp16_rows();
   test_mapped_file();

@@ -11,11 +11,12 @@
 //            out = rmsnorm(o)·ssm_norm ⊙ silu(z)      per head ─► attn [T, Hv·D] for stage ℓ+1's ssm_out
 //
 // The matrices are kept as ggml keeps them, transposed: M[h][j][i] = S[i][j], so row j of M is
-// column j of S and every inner loop runs over contiguous memory. Prefill runs the same recurrence
-// token by token (exact by construction; a chunked form is left for later). TypeScript, not C++:
-// the state is small (Qwen3.5-0.8B: 16 heads × 128² floats per layer) and this is the first,
-// correctness-first form, checked against llama.cpp at tiny sizes; arithmetic is float64 over
-// float32 storage, which is closer to the exact value than ggml's float32 sums, not further.
+// column j of S and every inner loop runs over contiguous memory. Two kernels compute it over the
+// same state: with `native` (the runner's native dense stages) native/src/gated_delta_net.h in C++,
+// the value heads split over the dense workers, prefill in its chunked form (64-token chunks whose
+// outputs equal the token recurrence within float rounding; native_tests holds both against float64);
+// else the TypeScript below, token by token in float64 arithmetic over float32 storage (the
+// onnxruntime stages' path, and the reference the native one is held to).
 //
 // Prefix reuse: a state cannot be cut back to an earlier position. The state keeps one backup, of
 // where the current chunk began, so a chunk that fails or is aborted half-way through its layers
@@ -28,6 +29,7 @@
 // prefilled again and `reusedTokens` says how many were not. Buffers are allocated as checkpoints
 // are first taken and reused after; a checkpoint costs one state (Qwen3.5-0.8B-like: 18 layers of
 // 16 heads × 128² floats, ~19 MB), so the default stays within 8 of them.
+import { gatedDeltaNet } from '../../../native/index.js';
 import { thinnestCheckpoint } from '../kv/ring-checkpoints.ts';
 import type { TensorData } from '../onnx/graph-builder.ts';
 import { linearConvChannels, linearStateFloats, type LayerSpec, type LinearAttentionSpec } from './layers/layer-spec.ts';
@@ -84,7 +86,11 @@ export class LinearAttentionState {
   private readonly held: { at: number; data: Float32Array }[] = [];
   private readonly spare: Float32Array[] = [];
 
-  constructor(specs: readonly LayerSpec[], weights: (layer: number) => LinearLayerWeights, contextLength: number, checkpoints: StateCheckpointOptions = {}) {
+  /** the native kernel's threads, or undefined: the TypeScript recurrence */
+  private readonly native: { threads: number } | undefined;
+
+  constructor(specs: readonly LayerSpec[], weights: (layer: number) => LinearLayerWeights, contextLength: number, checkpoints: StateCheckpointOptions = {}, native?: { threads: number }) {
+    this.native = native;
     let maxC = 0;
     let maxD = 0;
     for (let l = 0; l < specs.length; l++) {
@@ -287,6 +293,10 @@ export class LinearAttentionState {
     const V = Hv * D;
     if (qkv.length !== T * C || z.length !== T * V || beta.length !== T * Hv || decay.length !== T * Hv || out.length !== T * V) {
       throw new RangeError(`layer ${layer}: linear-attention inputs of the wrong size for ${T} tokens`);
+    }
+    if (this.native !== undefined) {
+      gatedDeltaNet({ keyHeads: Hk, valueHeads: Hv, headDim: D, convKernel: K, eps, tokens: T, qkv, z, beta, decay, conv: weights.conv, norm: weights.norm, state, out, threads: this.native.threads });
+      return;
     }
     const matrices = Hv * D * D;
     const tail = state.subarray(matrices); // [(K−1), C]

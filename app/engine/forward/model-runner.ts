@@ -430,7 +430,7 @@ export async function createModelRunner(model: LoadedModel, options: ModelRunner
   }
   const ringCheckpoints = new RingCheckpoints(pool, rings, contextLength, options.ringCheckpoints);
   const recurrent = specs.some(isLinear)
-    ? new LinearAttentionState(specs, (l) => ({ conv: weights.vector(`blk.${l}.ssm_conv1d.weight`), norm: weights.vector(`blk.${l}.ssm_norm.weight`) }), contextLength, options.stateCheckpoints)
+    ? new LinearAttentionState(specs, (l) => ({ conv: weights.vector(`blk.${l}.ssm_conv1d.weight`), norm: weights.vector(`blk.${l}.ssm_norm.weight`) }), contextLength, options.stateCheckpoints, native ? { threads } : undefined)
     : undefined;
   let rowPolicy: RowPolicy | undefined;
   let placement: AttentionPlacement;

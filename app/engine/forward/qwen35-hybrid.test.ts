@@ -14,6 +14,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isNativeAvailable } from '../../../native/index.js';
 import { qwen35GgufFixture, qwen35IsLinear, QWEN35_TEST_MODEL } from '../../../test/fixtures/families/qwen35.ts';
 import { argmax } from '../../../test/support/reference-forward.ts';
 import { LonghandError } from '../../common/errors.ts';
@@ -59,6 +60,8 @@ describe('Qwen3.5 hybrid: layers, pool and memory', () => {
     expect(specs.map((s) => s.attention.kind)).toEqual(Array.from({ length: 8 }, (_, l) => (qwen35IsLinear(QWEN35_TEST_MODEL, l) ? 'linear' : 'attention')));
     const runner = await make();
     try {
+      // every test here runs the engine a user gets: the native stages and recurrence where the addon is built
+      expect(runner.dense.engine).toBe(isNativeAvailable() ? 'native' : 'onnx');
       const layers = runner.kvLayers();
       expect(layers.map((l) => l.kind)).toEqual(['linear', 'linear', 'linear', 'global', 'linear', 'linear', 'linear', 'global']);
       // a linear layer: Hv·D² floats of state + (K−1)·C of convolution tail, no slots

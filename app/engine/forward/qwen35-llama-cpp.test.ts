@@ -7,7 +7,7 @@
 //     llama.cpp teacher-forced over prompt + those tokens: its greedy token at every step must be
 //     ours, top-5 log-probs within the F32 bound at 4 of the steps;
 //   - next-token distributions over 64 teacher-forced tokens on F32, F16, Q8_0 and Q4_K files (onnx
-//     stages: the native ones are refused for this family), mean KL and top-5 gaps per type;
+//     stages; the native engine's figures: qwen35-native.test.ts), mean KL and top-5 gaps per type;
 //   - the recurrence in prefill chunks of 1, 7 and 64 tokens gives the logits of one another.
 import { afterAll, describe, expect, it } from 'vitest';
 import { qwen35GgufFixture, type Qwen35FileType } from '../../../test/fixtures/families/qwen35.ts';
@@ -67,7 +67,7 @@ describe('Qwen3.5 vs llama.cpp: greedy on the F32 fixture', () => {
     const model = await loadModel(path);
     const tokenizer = await createTokenizer(model.tokenizer);
     const template = ChatTemplate.forTokenizer(model.chatTemplate, tokenizer);
-    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 1024, prefillChunk: 64 });
+    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 1024, prefillChunk: 64, dense: 'onnx' });
     try {
       expect(runner.dense.engine).toBe('onnx');
       const lengths: number[] = [];
@@ -132,7 +132,7 @@ describe('Qwen3.5 linear attention in prefill chunks', () => {
     try {
       const all: Float32Array[] = [];
       for (const prefillChunk of [1, 7, 64]) {
-        const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk });
+        const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk, dense: 'onnx' });
         all.push(await runner.prefill(ids.slice(0, 24), undefined, { allLogits: true }));
         await runner.dispose();
       }

@@ -47,7 +47,7 @@ export interface RopeScaling {
   extFactor?: number;
 }
 
-export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe' | 'qwen35' | 'gpt-oss';
+export type Architecture = 'llama' | 'opt' | 'phi3' | 'gemma2' | 'gemma3' | 'gemma4' | 'qwen3' | 'qwen3moe' | 'qwen35' | 'qwen35moe' | 'gpt-oss';
 
 export interface ModelHyperparameters {
   architecture: Architecture;
@@ -116,6 +116,8 @@ export interface MoeHyperparameters {
    * top k) or 'softmax_weight' (gpt-oss: the top k logits, router bias added, then a softmax over those k).
    */
   gating?: 'softmax' | 'softmax_weight';
+  /** Hidden width of the shared expert every token runs besides the routed ones (Qwen3.5-MoE: expert_shared_feed_forward_length); absent: none. */
+  sharedFfn?: number;
 }
 
 /**

@@ -12,6 +12,7 @@ import { QWEN3_FAMILY } from './qwen3.ts';
 import { QWEN3MOE_FAMILY } from './qwen3moe.ts';
 import { GPT_OSS_FAMILY } from './gpt-oss.ts';
 import { QWEN35_FAMILY } from './qwen35.ts';
+import { QWEN35MOE_FAMILY } from './qwen35moe.ts';
 
 export type { EmbeddingSpec, ModelFamily, NativeStageSupport } from './family.ts';
 
@@ -27,6 +28,7 @@ export const FAMILIES: Readonly<Record<Architecture, ModelFamily>> = {
   qwen3moe: QWEN3MOE_FAMILY,
   'gpt-oss': GPT_OSS_FAMILY,
   qwen35: QWEN35_FAMILY,
+  qwen35moe: QWEN35MOE_FAMILY,
 };
 
 /**

@@ -105,6 +105,7 @@ export class NativeStage implements StageRunner {
       ...(rows ? { rows } : {}),
       ...(feeds.ple_tok ? { pleTok: feeds.ple_tok.data as Float32Array } : {}),
       ...(feeds.ple ? { ple: feeds.ple.data as Float32Array } : {}),
+      ...(feeds.gate ? { gate: feeds.gate.data as Float32Array } : {}),
     });
     if (out.expertBytes !== undefined) this.experts = { bytes: out.expertBytes, routed: out.routed! };
     const result: Record<string, TensorData> = {};
@@ -115,6 +116,13 @@ export class NativeStage implements StageRunner {
     if (out.qSpec) result.q_spec = tensor([1, T, this.widths.spec ?? this.qw], out.qSpec);
     if (out.ple) result.ple = tensor([1, T, this.widths.ple!], out.ple);
     if (out.hNext) result.h_next = tensor([1, T, this.d], out.hNext);
+    // Qwen3.5: a gated attention's gate, a linear-attention layer's recurrence inputs ([1, T, width] each)
+    const perToken = (a: Float32Array): TensorData => tensor([1, T, a.length / T], a);
+    if (out.gate) result.gate = perToken(out.gate);
+    if (out.linQkv) result.lin_qkv = perToken(out.linQkv);
+    if (out.linZ) result.lin_z = perToken(out.linZ);
+    if (out.linBeta) result.lin_beta = perToken(out.linBeta);
+    if (out.linDecay) result.lin_decay = perToken(out.linDecay);
     return result;
   }
 

@@ -11,6 +11,7 @@ import type { TensorData } from '../../onnx/graph-builder.ts';
 import { ropeRows, type RopeFrequencies } from '../../onnx/ops.ts';
 import { createSession } from '../../onnx/session.ts';
 import { ModelWeights } from '../weights.ts';
+import { isNativeAvailable } from '../../../../native/index.js';
 import { familyOf } from './families.ts';
 import { ropeFrequencies, type AttentionSpec } from './layer-spec.ts';
 
@@ -66,7 +67,7 @@ function maxDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 describe('Qwen3.5: the stage of a linear layer speculates the next attention layer’s query', () => {
-  it('q̃ of layer 3 from stage 2 is the query half of layer 3’s W_q, its q norm and its partial RoPE (onnx)', async () => {
+  it('q̃ of layer 3 from stage 2 is the query half of layer 3’s W_q, its q norm and its partial RoPE (onnx and native stages)', async () => {
     const model = await loadModel(qwen35GgufFixture('F32'));
     try {
       const hyper = model.hyper;
@@ -106,6 +107,23 @@ describe('Qwen3.5: the stage of a linear layer speculates the next attention lay
       expect(err).toBeLessThan(1e-4 * scale);
       expect(maxDiff(gateHalf, want)).toBeGreaterThan(0.1 * scale);
       await session.release();
+      // the native stage (qwen35-native.ts) of the same layer: the same q̃ and the same recurrence inputs
+      if (family.nativeStages.kind === 'native' && isNativeAvailable()) {
+        const speculates = Array.from({ length: hyper.layers + 1 }, (_, l) => l === s);
+        const native = family.nativeStages.create(w, { threads: 1, speculates, onProgress: undefined });
+        try {
+          expect(native.graphs[s]!.inputs).toEqual(expect.arrayContaining(['spec_rope_cos', 'spec_rope_sin']));
+          expect(native.graphs[s]!.inputs).not.toContain('rope_cos');
+          const got = await native.sessions[s]!.run(Object.fromEntries(native.graphs[s]!.inputs.map((k) => [k, feeds[k]!])));
+          const nativeErr = maxDiff(got.q_spec!.data as Float32Array, want);
+          const linGap = Math.max(...['lin_qkv', 'lin_z', 'lin_beta', 'lin_decay', 'h_next'].map((k) => maxDiff(got[k]!.data as Float32Array, out[k]!.data as Float32Array)));
+          console.log(`qwen35 q̃ of layer ${s + 1} from native stage ${s}: max |Δ| ${nativeErr.toExponential(2)}; its lin_* and h_next vs onnx's: max |Δ| ${linGap.toExponential(2)}`);
+          expect(nativeErr).toBeLessThan(1e-4 * scale);
+          expect(linGap).toBeLessThan(1e-4);
+        } finally {
+          for (const x of native.sessions) await x.release();
+        }
+      }
     } finally {
       model.close();
     }

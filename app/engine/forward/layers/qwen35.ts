@@ -10,19 +10,20 @@
 // and InfiniGen's shape see a linear layer as 0 KV heads). InfiniGen's speculative query for an
 // attention layer comes from the stage of the linear layer before it (its normed input through the
 // attention layer's query half, q norm and RoPE, qwen35-graph.ts), as the paper's rule says: from
-// the input of the layer before it. The dense stages are onnxruntime's; the native ones are
-// refused until the C++ stages learn the gated attention and the linear layers' projections.
+// the input of the layer before it. The dense stages run in C++ (qwen35-native.ts; the recurrence
+// then native/src/gated_delta_net.h) wherever the kernels cover the weights, else onnxruntime's.
 import { QWEN35_TENSORS } from '../../model/arch/qwen35.ts';
 import type { ModelHyperparameters } from '../../model/types.ts';
 import type { ModelFamily } from './family.ts';
-import { globalAttention, type LayerSpec } from './layer-spec.ts';
+import { globalAttention, type FfnSpec, type LayerSpec } from './layer-spec.ts';
 import { qwen35StageGraph } from './qwen35-graph.ts';
+import { createQwen35NativeStages, qwen35LinearNames } from './qwen35-native.ts';
 
-function qwen35Layers(hyper: ModelHyperparameters): LayerSpec[] {
+/** Qwen3.5's layers; `ffn`: every layer's feed-forward when it is not the dense SwiGLU one (Qwen3.5-MoE's experts). */
+export function qwen35Layers(hyper: ModelHyperparameters, ffn: FfnSpec = { kind: 'dense', size: hyper.ffnSize, gated: true, activation: 'silu' }): LayerSpec[] {
   const lin = hyper.linearAttention;
   if (lin === undefined) throw new Error('qwen35 hyperparameters without linearAttention');
   const rope = { base: hyper.ropeTheta ?? 10_000_000, dims: hyper.ropeDims ?? hyper.headDim, layout: hyper.ropeLayout ?? 'neox', scaling: hyper.ropeScaling } as const;
-  const ffn = { kind: 'dense', size: hyper.ffnSize, gated: true, activation: 'silu' } as const;
   const norm = { kind: 'rms', placement: 'pre', eps: hyper.normEps } as const;
   // one object per kind: the layers of a kind are the same, and shared code may compare them cheaply
   const full: LayerSpec = { attention: { ...globalAttention(hyper, rope), qkNorm: true }, ffn, norm };
@@ -38,10 +39,10 @@ export const QWEN35_FAMILY: ModelFamily = {
   architecture: 'qwen35',
   name: 'Qwen3.5',
   tensors: QWEN35_TENSORS,
-  layers: qwen35Layers,
+  layers: (hyper) => qwen35Layers(hyper),
   embedding: () => ({ tokenTable: 'token_embd.weight', positions: undefined, scale: 1 }),
   contextLimit: () => undefined,
   policyRefusal: () => undefined,
   onnxStage: qwen35StageGraph,
-  nativeStages: { kind: 'none', reason: 'the native stages have no gated attention or linear-attention projections yet (Qwen3.5 runs onnxruntime stages)' },
+  nativeStages: { kind: 'native', linearNames: (model) => qwen35LinearNames(model), create: createQwen35NativeStages },
 };

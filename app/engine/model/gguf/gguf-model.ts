@@ -22,6 +22,7 @@ import { PHI3_TENSORS, phi3Views, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT } from '
 import { QWEN3_TENSORS } from '../arch/qwen3.ts';
 import { QWEN3MOE_TENSORS } from '../arch/qwen3moe.ts';
 import { GPT_OSS_TENSORS, gptOssGgufHyper, yarnScaling } from '../arch/gpt-oss.ts';
+import { QWEN35MOE_TENSORS } from '../arch/qwen35moe.ts';
 import { QWEN35_TENSORS, qwen35Hyperparameters } from '../arch/qwen35.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters, RopeLayout, RopeScaling, TensorView } from '../types.ts';
 import { gemmaGgufHyper, type GgufKeys } from './gemma-keys.ts';
@@ -66,6 +67,7 @@ const FAMILIES: Readonly<Record<string, Family>> = {
     extra: (keys, base) => ({ moe: { ...moeGgufHyper(keys, 'gpt-oss', base), normTopK: false, gating: 'softmax_weight' }, gptOss: gptOssGgufHyper(keys, base) }),
   },
   qwen35: { ropeLayout: 'neox', architecture: 'qwen35', tensors: QWEN35_TENSORS, partialRotary: true, extra: (keys, base) => qwen35Hyperparameters(keys, 'qwen35', base.layers) },
+  qwen35moe: { ropeLayout: 'neox', architecture: 'qwen35moe', tensors: QWEN35MOE_TENSORS, partialRotary: true, moe: true, extra: (keys, base) => ({ ...qwen35Hyperparameters(keys, 'qwen35moe', base.layers), moe: qwen35moeGgufHyper(keys, base) }) },
 };
 
 export const SUPPORTED_GGUF_ARCHITECTURES: readonly string[] = Object.keys(FAMILIES);
@@ -212,6 +214,13 @@ export function ggufHyperparameters(file: GgufFile): ModelHyperparameters {
  * feed_forward_length / expert_used_count (its fallback). llama.cpp renormalises the top-k weights
  * for qwen3moe whatever the file says (build_moe_ffn with norm_w true; the converter writes no key for it).
  */
+/** Qwen3.5-MoE's experts (llama_model_qwen35moe): Qwen3-MoE's keys and its shared expert's width (expert_shared_feed_forward_length, else feed_forward_length as llama.cpp falls back). */
+function qwen35moeGgufHyper(keys: GgufKeys, base: ModelHyperparameters): NonNullable<ModelHyperparameters['moe']> {
+  const sharedFfn = keys.int('qwen35moe.expert_shared_feed_forward_length', base.ffnSize);
+  if (!(sharedFfn > 0)) keys.bad('qwen35moe.expert_shared_feed_forward_length', 'a positive integer');
+  return { ...moeGgufHyper(keys, 'qwen35moe', base), sharedFfn };
+}
+
 function moeGgufHyper(keys: GgufKeys, family: string, base: ModelHyperparameters): NonNullable<ModelHyperparameters['moe']> {
   const k = (suffix: string): string => `${family}.${suffix}`;
   const experts = keys.int(k('expert_count'), 0);

@@ -14,12 +14,13 @@ import { QWEN3_TENSORS } from '../arch/qwen3.ts';
 import { QWEN3MOE_HF_TENSORS } from '../arch/qwen3moe.ts';
 import { QWEN35_TENSORS } from '../arch/qwen35.ts';
 import { GPT_OSS_TENSORS } from '../arch/gpt-oss.ts';
+import { QWEN35MOE_TENSORS } from '../arch/qwen35moe.ts';
 import { openSafetensorsCheckpoint } from '../safetensors/checkpoint.ts';
 import type { Architecture, LoadedModel, ModelHyperparameters } from '../types.ts';
 import { readHfConfig } from './config.ts';
 import { findChatTemplate, findTokenizer } from './tokenizer-files.ts';
 
-export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, phi3: PHI3_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS, gemma4: GEMMA4_TENSORS, qwen3: QWEN3_TENSORS, qwen3moe: QWEN3MOE_HF_TENSORS, qwen35: QWEN35_TENSORS, 'gpt-oss': GPT_OSS_TENSORS };
+export const ARCH_TABLES: Readonly<Record<Architecture, ArchTensorTable>> = { llama: LLAMA_TENSORS, opt: OPT_TENSORS, phi3: PHI3_TENSORS, gemma2: GEMMA2_TENSORS, gemma3: GEMMA3_TENSORS, gemma4: GEMMA4_TENSORS, qwen3: QWEN3_TENSORS, qwen3moe: QWEN3MOE_HF_TENSORS, qwen35: QWEN35_TENSORS, 'gpt-oss': GPT_OSS_TENSORS, qwen35moe: QWEN35MOE_TENSORS };
 
 /** Loads a Hugging Face folder (config.json + safetensors + tokenizer.json). */
 export function loadHfModel(folder: string): LoadedModel {
