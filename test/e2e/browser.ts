@@ -1,11 +1,14 @@
 // What the browser-mode e2e tests share: the system Chromium (never a downloaded one) with its
 // locked-down flags, and the app driven by roles and labels the way a person uses it.
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Page } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { expect } from 'vitest';
+import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { PROJECT_ROOT, STORIES_260K } from '../support/models.ts';
+import { firstLine } from '../support/serve-client.ts';
 
 export const CHROMIUM = process.env.LONGHAND_CHROMIUM ?? '/usr/bin/chromium';
 export const VIEWPORT = { width: 1280, height: 800 };
@@ -48,6 +51,40 @@ export async function stopServe(server: ChildProcessWithoutNullStreams | undefin
   server.kill('SIGTERM');
   await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
   if (server.exitCode === null) server.kill('SIGKILL');
+}
+
+/** The app in Chromium, served by its own `longhand serve`; close() ends both and removes `tmp`. */
+export interface AppSession {
+  /** A fresh folder for this session: the server's data folder is tmp/data. */
+  tmp: string;
+  server: ChildProcessWithoutNullStreams;
+  browser: Browser;
+  page: Page;
+  /** Uncaught errors the page threw (a test ends by expecting none). */
+  pageErrors: string[];
+  close(): Promise<void>;
+}
+
+/** Builds the renderer if needed, starts `longhand serve --data-dir tmp/data`, opens its URL in Chromium at `viewport`. */
+export async function openApp(name: string, viewport: { width: number; height: number }): Promise<AppSession> {
+  const tmp = mkdtempSync(join(tmpdir(), `longhand-e2e-${name}-`));
+  await ensureRenderer();
+  const server = spawnServe(tmp, ['--data-dir', join(tmp, 'data')]);
+  const url = await firstLine(server);
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: 60_000 });
+  const page = await (await browser.newContext({ viewport, deviceScaleFactor: 1, acceptDownloads: true })).newPage();
+  page.setDefaultTimeout(30_000);
+  const pageErrors: string[] = [];
+  page.on('pageerror', (error) => pageErrors.push(error.message));
+  expect((await page.goto(url))?.status()).toBe(200);
+  return {
+    tmp, server, browser, page, pageErrors,
+    close: async () => {
+      await browser.close().catch(() => {});
+      await stopServe(server);
+      rmSync(tmp, { recursive: true, force: true });
+    },
+  };
 }
 
 export const nav = (page: Page, label: string) => page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: label, exact: true });

@@ -7,18 +7,13 @@
 // events): the positions routed, each layer's experts used and tokens routed, the busiest expert,
 // and a hovered cell's experts. Screenshots go to test-results/e2e/ and, with
 // LONGHAND_UPDATE_SCREENSHOTS=1, to assets/screenshots/inspector-routing.png.
-import type { ChildProcessWithoutNullStreams } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { cellExperts, expertLoad, parseRouting, type RunRouting } from '../../renderer/src/features/inspector/routing.ts';
 import { qwen3moeGgufFixture } from '../fixtures/families/qwen3moe.ts';
 import { PROJECT_ROOT } from '../support/models.ts';
-import { firstLine } from '../support/serve-client.ts';
-import { CHROMIUM, CHROMIUM_ARGS, spawnServe, stopServe, haveChromium, loadModel, nav, typeDocument, waitForStop } from './browser.ts';
+import { haveChromium, loadModel, nav, openApp, typeDocument, waitForStop, type AppSession } from './browser.ts';
 
 // page.evaluate callbacks run in Chromium; the root tsconfig has no DOM lib.
 interface PageRect { left: number; top: number; width: number; height: number }
@@ -30,48 +25,34 @@ const DRAFT = 'The lighthouse keeper counted the ships that passed each night, a
 const enabled = haveChromium('routing');
 
 describe.skipIf(!enabled)('inspector: the routing of a mixture-of-experts model in the browser', () => {
-  let tmp = '';
-  let server: ChildProcessWithoutNullStreams | undefined;
-  let browser: Browser | undefined;
-  let page: Page;
-  const pageErrors: string[] = [];
-  const inspector = () => page.getByRole('region', { name: 'Inspector' });
+  let app: AppSession | undefined;
+  const page = () => app!.page;
+  const inspector = () => page().getByRole('region', { name: 'Inspector' });
 
   beforeAll(async () => {
     mkdirSync(RESULTS, { recursive: true });
-    tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-routing-'));
-    await ensureRenderer();
-    server = spawnServe(tmp, ['--data-dir', join(tmp, 'data')]);
-    const url = await firstLine(server);
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: 60_000 });
-    const context = await browser.newContext({ viewport: { width: 1280, height: 1100 }, deviceScaleFactor: 1, acceptDownloads: true });
-    page = await context.newPage();
-    page.setDefaultTimeout(30_000);
-    page.on('pageerror', (error) => pageErrors.push(error.message));
-    expect((await page.goto(url))?.status()).toBe(200);
+    app = await openApp('routing', { width: 1280, height: 1100 });
   }, 300_000);
 
   afterAll(async () => {
-    await browser?.close().catch(() => {});
-    await stopServe(server);
-    if (tmp) rmSync(tmp, { recursive: true, force: true });
+    await app?.close();
   }, 30_000);
 
   it('a Continue on Qwen3-MoE: the map and the expert load show the run’s routing', async () => {
-    await loadModel(page, 512, qwen3moeGgufFixture('F32'));
-    await typeDocument(page, DRAFT);
-    await page.getByRole('button', { name: 'Continue writing' }).click();
-    expect(await waitForStop(page)).not.toBe('error');
+    await loadModel(page(), 512, qwen3moeGgufFixture('F32'));
+    await typeDocument(page(), DRAFT);
+    await page().getByRole('button', { name: 'Continue writing' }).click();
+    expect(await waitForStop(page())).not.toBe('error');
 
-    await nav(page, 'Inspector').click();
+    await nav(page(), 'Inspector').click();
     await inspector().getByRole('tab', { name: 'Routing' }).click();
     const view = inspector().getByRole('tabpanel', { name: 'Routing view' });
     await expect.poll(() => view.getByLabel('Routing summary').textContent()).toContain('3 layers with experts · 16 experts each, 4 per token');
 
     // the run as the export writes it: its routing is what the engine's routing events said
-    const download = page.waitForEvent('download');
+    const download = page().waitForEvent('download');
     await inspector().getByRole('button', { name: 'Export JSON lines' }).click();
-    const file = join(tmp, 'runs.jsonl');
+    const file = join(app!.tmp, 'runs.jsonl');
     await (await download).saveAs(file);
     const runLine = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>).find((o) => o.record === 'longhand.run/1')!;
     const routing = parseRouting(runLine.routing) as RunRouting;
@@ -100,7 +81,7 @@ describe.skipIf(!enabled)('inspector: the routing of a mixture-of-experts model 
     const box = (await canvas.evaluate((el) => (el as unknown as { getBoundingClientRect(): PageRect }).getBoundingClientRect())) as PageRect;
     const positions = Number(await canvas.getAttribute('width'));
     const position = promptTokens;
-    await page.mouse.move(box.left + ((position + 0.5) / positions) * box.width, box.top + (1.5 / 3) * box.height);
+    await page().mouse.move(box.left + ((position + 0.5) / positions) * box.width, box.top + (1.5 / 3) * box.height);
     const cell = view.getByLabel('Routing cell');
     await expect.poll(() => cell.locator('[data-field="position"]').textContent()).toBe(String(position));
     expect(await cell.locator('[data-field="layer"]').textContent()).toBe('1');
@@ -108,6 +89,6 @@ describe.skipIf(!enabled)('inspector: the routing of a mixture-of-experts model 
 
     await view.screenshot({ path: join(RESULTS, 'inspector-routing.png') });
     if (process.env.LONGHAND_UPDATE_SCREENSHOTS === '1') copyFileSync(join(RESULTS, 'inspector-routing.png'), join(README_SCREENSHOTS, 'inspector-routing.png'));
-    expect(pageErrors).toEqual([]);
+    expect(app!.pageErrors).toEqual([]);
   }, 240_000);
 });

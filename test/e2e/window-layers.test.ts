@@ -5,17 +5,12 @@
 // token map marks each layer row window or global, the recall table says each layer's kind, and the
 // Memory view shows the window layers' rings + checkpoints as their own part. Screenshots go to
 // test-results/e2e/window-*.png.
-import type { ChildProcessWithoutNullStreams } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureRenderer } from '../../app/server/renderer-build.ts';
 import { formatBytes } from '../../renderer/src/ui/format.ts';
 import { PROJECT_ROOT } from '../support/models.ts';
-import { firstLine } from '../support/serve-client.ts';
-import { CHROMIUM, CHROMIUM_ARGS, spawnServe, stopServe, haveChromium } from './browser.ts';
+import { haveChromium, openApp, type AppSession } from './browser.ts';
 
 const RESULTS = join(PROJECT_ROOT, 'test-results', 'e2e');
 const enabled = haveChromium('window-layers');
@@ -41,12 +36,9 @@ function gemmaLikeRun(): string {
 }
 
 describe.skipIf(!enabled)('inspector: window and global layers in the browser', () => {
-  let tmp = '';
-  let server: ChildProcessWithoutNullStreams | undefined;
-  let browser: Browser | undefined;
-  let page: Page;
-  const pageErrors: string[] = [];
-  const inspector = () => page.getByRole('region', { name: 'Inspector' });
+  let app: AppSession | undefined;
+  const page = () => app!.page;
+  const inspector = () => page().getByRole('region', { name: 'Inspector' });
   const tab = async (name: string) => {
     await inspector().getByRole('tab', { name }).click();
     return inspector().getByRole('tabpanel', { name: `${name} view` });
@@ -54,27 +46,17 @@ describe.skipIf(!enabled)('inspector: window and global layers in the browser', 
 
   beforeAll(async () => {
     mkdirSync(RESULTS, { recursive: true });
-    tmp = mkdtempSync(join(tmpdir(), 'longhand-e2e-window-'));
-    await ensureRenderer();
-    server = spawnServe(tmp, ['--data-dir', join(tmp, 'data')]);
-    const url = await firstLine(server);
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: 60_000 });
-    page = await (await browser.newContext({ viewport: { width: 1280, height: 1200 }, deviceScaleFactor: 1 })).newPage();
-    page.setDefaultTimeout(30_000);
-    page.on('pageerror', (error) => pageErrors.push(error.message));
-    expect((await page.goto(url))?.status()).toBe(200);
+    app = await openApp('window', { width: 1280, height: 1200 });
   }, 300_000);
 
   afterAll(async () => {
-    await browser?.close().catch(() => {});
-    await stopServe(server);
-    if (tmp) rmSync(tmp, { recursive: true, force: true });
+    await app?.close();
   }, 30_000);
 
   it('token map rows, recall table and Memory view say which layers are window and which global', async () => {
-    const file = join(tmp, 'gemma-like.jsonl');
+    const file = join(app!.tmp, 'gemma-like.jsonl');
     writeFileSync(file, gemmaLikeRun());
-    await page.getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: 'Inspector', exact: true }).click();
+    await page().getByRole('navigation', { name: 'Sections' }).getByRole('button', { name: 'Inspector', exact: true }).click();
     await inspector().getByLabel('JSON lines file').setInputFiles(file);
 
     const map = await tab('Token map');
@@ -96,6 +78,6 @@ describe.skipIf(!enabled)('inspector: window and global layers in the browser', 
     expect(await memory.locator('td[data-part="kv"]').textContent()).toBe(formatBytes(BY_KIND.global));
     expect(await memory.getByText('KV rows, window layers (rings + checkpoints)').count()).toBeGreaterThan(0);
     await memory.screenshot({ path: join(RESULTS, 'window-memory.png') });
-    expect(pageErrors).toEqual([]);
+    expect(app!.pageErrors).toEqual([]);
   }, 120_000);
 });
