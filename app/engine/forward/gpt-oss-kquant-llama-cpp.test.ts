@@ -4,7 +4,9 @@
 // llama-quantize's Q4_K_M gives it (quant-mix.ts: Q4_K, output Q6_K, layer 1's attn_v and
 // ffn_down_exps Q6_K by use_more_bits, the router F32): both K-quant expert kernels (Q4_K gate/up,
 // Q6_K down in layer 1) and the Q4_K / Q6_K dense ones. Median and mean KL and top-5 gaps at 8
-// positions of a 200-token teacher-forced run past the window, as gpt-oss-llama-cpp.test.ts holds Q8_0.
+// positions of a 200-token teacher-forced run past the window, as gpt-oss-llama-cpp.test.ts holds Q8_0;
+// on those K-quant experts a decode step reads what `longhand inspect` predicts per token (the
+// policies test holds it on F32), and the memory estimate's experts and per-layer KV are the runner's.
 //
 // Why 256 wide: a K-quant row is whole 256-element super-blocks; at the tiny fixture's 128,
 // llama-quantize falls back to Q5_0 (Q4_K rows) and Q8_0 (Q6_K rows), and the native stages have no
@@ -14,7 +16,10 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { gptOssGgufFixture } from '../../../test/fixtures/families/gpt-oss.ts';
 import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK, meanKl } from '../../../test/support/llama-cpp-reference.ts';
 import { logSoftmax } from '../../../test/support/reference-forward.ts';
+import { inspectModel, summariseWeights } from '../model/inspect.ts';
 import { loadModel } from '../model/load-model.ts';
+import { estimateMemory } from '../model/memory-estimate.ts';
+import { familyOf } from './layers/families.ts';
 import { createModelRunner } from './model-runner.ts';
 
 afterAll(() => disposeLlamaCpp());
@@ -63,6 +68,48 @@ describe('gpt-oss vs llama.cpp: Q4_K_M', () => {
       model.close();
     }
   }, 600_000);
+
+  it("on K-quant experts a decode step reads the bytes `longhand inspect` predicts; the memory estimate's experts and per-layer KV (a ring, a global layer) are the runner's", async () => {
+    const model = await loadModel(gptOssGgufFixture('Q4_K_M', 'wide'));
+    const runner = await createModelRunner(model, { contextLength: 512, prefillChunk: 64 });
+    try {
+      const report = inspectModel(model);
+      // per token: both routers, and 4 of 32 experts' gate, up (Q4_K) and down (Q4_K, Q6_K) rows: whole blocks per expert
+      let perToken = 0;
+      let all = 0;
+      for (let l = 0; l < 2; l++) {
+        const router = model.tensors.get(`blk.${l}.ffn_gate_inp.weight`)!.bytes().byteLength;
+        perToken += router;
+        all += router;
+        for (const t of ['gate', 'up', 'down']) {
+          const bytes = model.tensors.get(`blk.${l}.ffn_${t}_exps.weight`)!.bytes().byteLength;
+          perToken += (bytes / 32) * 4;
+          all += bytes;
+        }
+      }
+      expect(report.moe).toMatchObject({ expertBytes: all, expertBytesPerToken: perToken });
+      await runner.prefill(Array.from({ length: 9 }, (_, i) => 1000 + 37 * i));
+      for (const id of [4242, 777]) {
+        await runner.decode(id);
+        expect(runner.lastExperts()!.bytes).toBe(perToken);
+      }
+      const { summary } = summariseWeights(model);
+      const estimate = estimateMemory(model.hyper, summary, 512, { kvType: 'fp16', layers: familyOf(model.hyper).layers(model.hyper), prefillChunk: 64 });
+      expect(estimate.expertBytes).toBe(all);
+      expect(estimate.kvLayers.map((l) => [l.kind, l.slots, l.poolBytes])).toEqual(runner.kvLayers().map((l) => [l.kind, l.capacityTokens, l.bytes]));
+      expect(estimate.kvLayers.map((l) => l.kind)).toEqual(['window', 'global']);
+      // the total with the ring's checkpoint (window-rings.test.ts holds it within 2%): measured 72 B short of the
+      // pool's 464 KB, the allocation's bytes beyond its layers' slots (the layers and the checkpoint agree exactly)
+      expect(Math.abs(estimate.kvPoolBytes - (runner.poolBytes + runner.ringCheckpointBytes))).toBeLessThan(0.01 * estimate.kvPoolBytes);
+      console.log(
+        `gpt-oss Q4_K_M (256 wide): experts ${all} B of ${summary.storedBytes} B, ${perToken} B read per decode step (native count = inspect's); ` +
+          `KV per layer ${estimate.kvLayers.map((l) => `${l.kind} ${l.slots} slots ${l.poolBytes} B`).join(', ')} = the runner's; estimate ${estimate.kvPoolBytes} B vs pool ${runner.poolBytes} B + ring checkpoints ${runner.ringCheckpointBytes} B`,
+      );
+    } finally {
+      await runner.dispose();
+      model.close();
+    }
+  }, 120_000);
 
   it('the 128-wide tiny fixture as llama-quantize gives it (Q4_K rows of 128 fall back to Q5_0) is refused before running, naming the tensor and the type', async () => {
     const model = await loadModel(gptOssGgufFixture('Q4_K_M'));
