@@ -2,8 +2,9 @@
 // generation loop, prefix reuse, document snapshots) on the F32 fixture of
 // test/fixtures/families/gpt-oss.ts (the o200k_harmony vocabulary and the model's own harmony chat
 // template; 4 layers alternating a 128-token window (0, 2) and full attention (1, 3); per-head sinks;
-// 32 experts top-4; native stages, fp16 KV): a chat prompt rendered by the template, longer than the
-// window, under `full` and `infinigen` (layers 1 and 3 sparse: denseLayers 1):
+// 32 experts top-4; native stages, fp16 KV): a chat request (the engine renders the harmony template
+// and tokenizes it: the ids the test's own rendering gives), longer than the window, under `full` and
+// `infinigen` (layers 1 and 3 sparse: denseLayers 1):
 //   - a Continue (the prompt plus the suggestion) reuses the cached prefix and gives token for token
 //     what a fresh run of the same ids gives, with `done.cache.reusedTokens` saying how much was
 //     reused: the window layers' rings have wrapped past the prompt's start, so this holds only if
@@ -26,7 +27,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { GenerateParamsSchema, LoadOptionsSchema, type GenerateParamsInput, type LoadOptionsInput } from '../common/protocol.ts';
+import { GenerateParamsSchema, LoadOptionsSchema, type ChatMessage, type GenerateParamsInput, type LoadOptionsInput, type Prompt } from '../common/protocol.ts';
 import { gptOssGgufFixture } from '../../test/fixtures/families/gpt-oss.ts';
 import { createEngineCore } from './engine.ts';
 import { COLUMN_CHECKPOINT_EVERY } from './forward/policy/infinigen-state.ts';
@@ -38,6 +39,8 @@ import type { EngineCore, GenerationEvent } from './host/engine-core.ts';
 type Done = Extract<GenerationEvent, { kind: 'done' }>;
 
 interface Run {
+  /** the prompt's ids as the engine tokenized them (its 'prompt' event) */
+  promptIds: number[];
   ids: number[];
   done: Done;
   /** fetchRatio of every metrics event (selected / candidates, mean over layers) */
@@ -46,16 +49,18 @@ interface Run {
 
 const STEPS = 24;
 
-async function run(core: EngineCore, prompt: number[], params: GenerateParamsInput = {}): Promise<Run> {
+async function run(core: EngineCore, prompt: number[] | Prompt, params: GenerateParamsInput = {}): Promise<Run> {
+  let promptIds: number[] = [];
   const ids: number[] = [];
   const fetch: number[] = [];
   let done: Done | undefined;
-  for await (const e of core.generate({ ids: prompt }, GenerateParamsSchema.parse({ maxTokens: STEPS, stopOnEos: false, sampling: { temperature: 0 }, ...params }), new AbortController().signal)) {
-    if (e.kind === 'token') ids.push(e.id);
+  for await (const e of core.generate(Array.isArray(prompt) ? { ids: prompt } : prompt, GenerateParamsSchema.parse({ maxTokens: STEPS, stopOnEos: false, sampling: { temperature: 0 }, ...params }), new AbortController().signal)) {
+    if (e.kind === 'prompt') promptIds = e.ids;
+    else if (e.kind === 'token') ids.push(e.id);
     else if (e.kind === 'metrics') fetch.push(e.metrics.fetchRatio);
     else if (e.kind === 'done') done = e;
   }
-  return { ids, done: done!, fetch };
+  return { promptIds, ids, done: done!, fetch };
 }
 
 const DOCUMENT = [
@@ -65,6 +70,11 @@ const DOCUMENT = [
   'In the spring the gulls came back; in the autumn the storms did. Between them there were long, quiet weeks in which nothing happened at all,',
   'and he wrote down that nothing had happened, because a log with an empty day in it is a log someone stopped keeping.',
 ].join(' ');
+
+const MESSAGES: ChatMessage[] = [
+  { role: 'system', content: 'Continue the writer’s text in the same voice.' },
+  { role: 'user', content: `Continue this:\n\n${DOCUMENT}` },
+];
 
 describe('gpt-oss through the engine: prefix reuse and snapshots past the window', () => {
   let dir: string;
@@ -79,10 +89,7 @@ describe('gpt-oss through the engine: prefix reuse and snapshots past the window
     try {
       const tokenizer = await createTokenizer(file.tokenizer);
       const template = ChatTemplate.forTokenizer(file.chatTemplate, tokenizer);
-      const rendered = template.render([
-        { role: 'system', content: 'Continue the writer’s text in the same voice.' },
-        { role: 'user', content: `Continue this:\n\n${DOCUMENT}` },
-      ]);
+      const rendered = template.render(MESSAGES);
       prompt = tokenizer.encode(rendered, template.encodeOptionsFor(rendered));
     } finally {
       file.close();
@@ -115,7 +122,8 @@ describe('gpt-oss through the engine: prefix reuse and snapshots past the window
       const edits: { name: string; ids: number[]; shared: number; reused: Run; fresh: Run }[] = [];
       try {
         await a.configureSnapshots({ dir: docs, capBytes: 1 << 30 });
-        first = await run(a, prompt, { document: 'draft' }); // saved as the document's snapshot
+        // a chat request (the engine renders the harmony template itself), saved as the document's snapshot
+        first = await run(a, { messages: MESSAGES }, { document: 'draft' });
         P2 = [...prompt, ...first.ids];
         // a Continue (no document: nothing saved over the draft's snapshot), then the same ids fresh
         reused = await run(a, P2);
@@ -142,6 +150,7 @@ describe('gpt-oss through the engine: prefix reuse and snapshots past the window
       } finally {
         await b.unload();
       }
+      expect(first.promptIds).toEqual(prompt); // the engine's rendering and tokenization of the chat = the template's here
       expect(first.done.policy).toBe(policy);
       expect(first.done.cache?.snapshot).toMatchObject({ saved: true });
       expect(first.ids).toHaveLength(STEPS);
