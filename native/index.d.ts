@@ -386,8 +386,10 @@ export declare function attendCausalReference(pool: KvPool, layer: number, q: Fl
 export declare function attendSlots(pool: KvPool, layer: number, q: Float32Array, heads: number, slots: Int32Array, offsets: Int32Array, out: Float32Array, threads?: number, attention?: AttentionArgs): void;
 
 /**
- * Scaled attention logits of one query: out [heads, tokens] = q[h]·K[g][t] / sqrt(headDim) for the
- * layer's first `tokens` slots (default: all). For H2O's accumulated mass, the oracle and recall.
+ * Scaled attention logits of one query: out [heads, tokens] = q[h]·K[g][row t] / sqrt(headDim) for the
+ * layer's first `tokens` rows (default: all): a plain layer's row t is slot t, a ring's is slot
+ * (ringStart(layer) + t) % layerCapacityTokens(layer), its oldest token first. For H2O's accumulated
+ * mass, the oracle and recall.
  * attention: its scale replaces 1/sqrt(headDim) and its softcap caps every logit; window and sinks
  * change no logit and are not applied (validated all the same).
  */

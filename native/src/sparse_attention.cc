@@ -167,7 +167,9 @@ lh_status lh_attention_scores(const lh_kv_pool* pool, uint32_t layer, const floa
   for (uint32_t h = 0; h < heads; ++h) {
     const float* qh = q + static_cast<size_t>(h) * d;
     float* row = scores + static_cast<size_t>(h) * tokens;
-    for (uint32_t t = 0; t < tokens; ++t) row[t] = lh_attention_score(pool, layer, qh, h / group, t, scale);
+    // row t's slot: t itself on a plain layer; on a ring (ring_start + t) % capacity, so a ring cut back
+    // after it wrapped (its live slots no longer [0, length)) is scored over its rows, not dead slots
+    for (uint32_t t = 0; t < tokens; ++t) row[t] = lh_attention_score(pool, layer, qh, h / group, lh_kv_pool_row_slot(pool, layer, t), scale);
     if (cap > 0.0f)
       for (uint32_t t = 0; t < tokens; ++t) row[t] = lh_attention_softcap(row[t], cap);
   }

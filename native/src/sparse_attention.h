@@ -74,8 +74,9 @@ inline float lh_attention_score(const lh_kv_pool* pool, uint32_t layer, const fl
   return scale * s;
 }
 
-// Scaled logits of q against the first `tokens` slots of the layer (plain loops, fp32 math; int8
-// rows: scale_k * sum q_i k_i, as attention computes them).
+// Scaled logits of q against the first `tokens` ROWS of the layer (kv_pool.h "Rings": a plain layer's
+// row r is slot r; a ring's row 0 is its oldest token, row r in lh_kv_pool_row_slot) (plain loops, fp32
+// math; int8 rows: scale_k * sum q_i k_i, as attention computes them).
 // LH_BAD_ARGUMENT: bad layer/heads, tokens > length(layer).
 // attn: its scale, and its soft-cap on every logit; window and sinks do not change logits and are
 // not applied (a sink is no slot; which slots a window layer attends is its row policy's choice).

@@ -264,6 +264,17 @@ void test_ring_truncate_and_rows() {
          lh_kv_pool_read(&r, LH_KV_KEY, 1, 0, lh_kv_pool_row_slot(&r, 1, cap - 4), row.data(), &pl) == LH_OK && pl == 36;
     // a dead slot (forgotten by the truncation) is refused
     ok = ok && lh_kv_pool_read(&r, LH_KV_KEY, 1, 0, lh_kv_pool_row_slot(&r, 1, cap - 1), row.data(), nullptr) == LH_BAD_ARGUMENT;
+    // attention scores over the cut ring's rows (oldest first, live slots only) == the plain layer's over
+    // the same positions; by slot they would read the forgotten slots
+    {
+      const uint32_t rows = lh_kv_pool_length(&r, 1);
+      std::vector<float> q(HEADS * D), sr(HEADS * rows), sf(HEADS * 37);
+      Rng g(11);
+      for (auto& x : q) x = g.normal();
+      ok = ok && lh_attention_scores(&r, 1, q.data(), HEADS, rows, 0.3f, sr.data()) == LH_OK && lh_attention_scores(&f, 1, q.data(), HEADS, 37, 0.3f, sf.data()) == LH_OK;
+      for (uint32_t h = 0; h < HEADS; ++h)
+        for (uint32_t t = 0; t < rows; ++t) ok = ok && same_bits(sr[h * rows + t], sf[h * 37 + 27 + t]);
+    }
     // the newest window − 1 rows as a section == the plain layer's slots of those positions
     lh_kv_snapshot_layout sl;
     lh_kv_pool_snapshot_layout(&r, window - 1, &sl);
@@ -291,7 +302,7 @@ void test_ring_truncate_and_rows() {
     lh_kv_pool_free(&r);
     lh_kv_pool_free(&f);
   }
-  check(ok, "kv ring: truncate forgets the newest rows (the overwritten oldest stay gone); the newest rows export as the plain layer's, import into a cleared ring, and attention continues bit for bit");
+  check(ok, "kv ring: truncate forgets the newest rows (the overwritten oldest stay gone); attention scores walk the cut ring's rows; the newest rows export as the plain layer's, import into a cleared ring, and attention continues bit for bit");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haveSharedModel, KJV_EVAL_DIR, KJV_HD64 } from '../../../test/support/models.ts';
+import { attentionScores, createKvPool } from '../../../native/index.js';
 import { createModelRunner, type ModelRunner } from '../forward/model-runner.ts';
 import { loadModel } from '../model/load-model.ts';
 import { createTokenizer } from '../model/tokenizer/tokenizer.ts';
@@ -65,6 +66,56 @@ describe('measureRecall and sumLargest', () => {
         const all = Array.from({ length: kvHeads }, () => Int32Array.from({ length: T }, (_, i) => i));
         expect(measureRecall(scores, heads, T, current, all).recall).toBeCloseTo(1, 12);
       }
+    }
+  });
+
+  it('a ring cut back after it wrapped (its rows no longer in slots 0..length−1) is measured over its rows: the figures of a plain layer holding the same positions', () => {
+    // layer 0 plain (every token), layer 1 a ring of 13: both fed positions 0..39, cut to 37, then the current token 37
+    const kvHeads = 2, d = 16, heads = 4;
+    const pool = createKvPool({ budgetBytes: 1 << 20, layers: 2, kvHeads, headDim: d, kvType: 'fp32', layerCapacity: [64, 13], ringLayers: [false, true] });
+    try {
+      const rand = seeded(3);
+      const row = (): Float32Array => Float32Array.from({ length: kvHeads * d }, () => rand() - 0.5);
+      const rows = Array.from({ length: 41 }, () => [row(), row()] as const);
+      const feed = (from: number, to: number): void => {
+        for (let t = from; t < to; t++) for (const layer of [0, 1]) pool.append(layer, rows[t]![0], rows[t]![1], t);
+      };
+      feed(0, 40);
+      pool.truncate(37);
+      feed(37, 38);
+      expect(pool.length(1)).toBe(11); // rows of positions 27..37, not in slots 0..10
+      const q = Float32Array.from({ length: heads * d }, () => (rand() - 0.5) * 4);
+      // each layer's window selection: positions 31..36 for KV head 0, 33..36 for KV head 1 (the current token apart)
+      const selected = [[31, 32, 33, 34, 35, 36], [33, 34, 35, 36]];
+      const slotsOf = (layer: number): Int32Array[] => {
+        const at = new Map<number, number>();
+        for (let s = 0; s < pool.layerCapacityTokens(layer); s++) {
+          try {
+            at.set(pool.position(layer, s), s);
+          } catch {
+            // a slot the truncation forgot
+          }
+        }
+        return selected.map((ps) => Int32Array.from(ps.map((p) => at.get(p)!)).sort());
+      };
+      const measured = [0, 1].map((layer) => {
+        const probe = new InspectProbe();
+        probe.arm();
+        probe.measure(pool, layer, q, heads, slotsOf(layer));
+        probe.stepDone();
+        return probe.take()!.layers[0]!;
+      });
+      // the ring's figures are the definition's over positions 27..37 of the plain layer (the same rows, the same score bits)
+      const all = new Float32Array(heads * 38);
+      attentionScores(pool, 0, q, heads, all, 38);
+      const held = Float32Array.from({ length: heads * 11 }, (_, i) => all[Math.floor(i / 11) * 38 + 27 + (i % 11)]!);
+      const want = measureRecall(held, heads, 11, 10, selected.map((ps) => Int32Array.from(ps, (p) => p - 27)));
+      expect({ recall: measured[1]!.recall, oracleRecall: measured[1]!.oracleRecall }).toEqual(want);
+      expect(measured[1]!.positions).toEqual([31, 32, 33, 34, 35, 36]);
+      expect(measured[0]!.positions).toEqual([31, 32, 33, 34, 35, 36]);
+      expect(measured[1]!.attention.map(([p]) => p).sort((a, b) => a - b)).toEqual(Array.from({ length: 11 }, (_, i) => 27 + i));
+    } finally {
+      pool.free();
     }
   });
 

@@ -89,8 +89,17 @@ export class InspectProbe implements StepProbe {
 
   private measureLayer(pool: KvPool, layer: number, q: Float32Array, heads: number, lists: readonly Int32Array[]): void {
     const T = pool.length(layer);
-    const current = pool.lastSlot(layer);
-    if (T <= 0 || current < 0) return;
+    if (T <= 0 || pool.lastSlot(layer) < 0) return;
+    // attentionScores scores ROWS (a plain layer's row r is slot r; a ring's row r is slot (start + r) %
+    // capacity): a ring cut back after it wrapped holds its rows in slots that are not [0, T), so the
+    // selected slots are read as rows here and the rows' positions read from their slots
+    const ring = pool.isRing(layer);
+    const capacity = ring ? pool.layerCapacityTokens(layer) : 0;
+    const start = ring ? pool.ringStart(layer) : 0;
+    const slotOf = (row: number): number => (ring ? (start + row) % capacity : row);
+    if (ring) lists = lists.map((list) => Int32Array.from(list, (slot) => (slot - start + capacity) % capacity).sort());
+    // the current token (just appended): a ring's newest row; an evicting layer's append took a victim's slot
+    const current = ring ? T - 1 : pool.lastSlot(layer);
     if (this.scores.length < heads * T) {
       this.scores = new Float32Array(heads * T * 2);
       this.weights = new Float64Array(T * 4);
@@ -101,16 +110,16 @@ export class InspectProbe implements StepProbe {
     const total = this.total.subarray(0, T);
     total.fill(0);
     const m = measureRecall(scores, heads, T, current, lists, this.weights, total);
-    const attention = topMass(total, heads, ATTENTION_TOP).map(([slot, mass]): [number, number] => [pool.position(layer, slot), mass]);
+    const attention = topMass(total, heads, ATTENTION_TOP).map(([row, mass]): [number, number] => [pool.position(layer, slotOf(row)), mass]);
     const positions = new Set<number>();
-    for (const list of lists) for (const slot of list) if (slot !== current) positions.add(pool.position(layer, slot));
+    for (const list of lists) for (const row of list) if (row !== current) positions.add(pool.position(layer, slotOf(row)));
     const sorted = [...positions].sort((a, b) => a - b);
     const entry: ProbeLayer = { layer, recall: m.recall, oracleRecall: m.oracleRecall, positions: sorted, attention };
     if (pool.evicting) {
       // slot of each selected position (the union's order): first KV head that selected it
-      const slotOf = new Map<number, number>();
-      for (const list of lists) for (const slot of list) if (slot !== current) slotOf.set(pool.position(layer, slot), slot);
-      entry.counters = sorted.map((p) => pool.counter(layer, slotOf.get(p)!));
+      const slotAt = new Map<number, number>();
+      for (const list of lists) for (const row of list) if (row !== current) slotAt.set(pool.position(layer, slotOf(row)), slotOf(row));
+      entry.counters = sorted.map((p) => pool.counter(layer, slotAt.get(p)!));
     }
     this.measuring.push(entry);
   }
