@@ -1,9 +1,25 @@
 // Dense decoding benchmark: Longhand's engine against llama.cpp (node-llama-cpp) on the same GGUF
 // file, same threads, in one run. Not part of `npm test`.
 //
-//   node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0]
-//        [--layers N] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE]
-//        [--dir DIR] [--dense auto|native|onnx] [--cpu-level portable|avx2|avx512|amx]
+//   node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3|qwen3moe|gpt-oss|qwen35|qwen35moe]
+//        [--types Q8_0,Q4_0] [--layers N] [--threads 1,2] [--kv-heads 32] [--steps 32] [--long 2048]
+//        [--quick] [--keep] [--json FILE] [--dir DIR] [--dense auto|native|onnx]
+//        [--cpu-level portable|avx2|avx512|amx]
+//
+// Mixture-of-experts and hybrid families (issues 31, 32; bench/README.md gives the file sizes and
+// the --layers cuts that fit a 24 GB machine):
+//   qwen3moe   Qwen3-30B-A3B-like (preset qwen3-30b-a3b): 48 layers, 128 experts top-8 of 768;
+//              default types Q4_K_M,MXFP4_MOE
+//   gpt-oss    gpt-oss-20b-like (preset gpt-oss-20b): 24 layers alternating window 128 / full, sinks,
+//              32 experts top-4 of 2880; types F32, F16, Q8_0, MXFP4_MOE (default)
+//   qwen35     Qwen3.5-9B-like (preset qwen3.5-9b): 32 layers, 3 Gated DeltaNet : 1 full; Q4_K,Q8_0
+//   qwen35moe  Qwen3.5-35B-A3B-like (preset qwen3.5-35b-a3b): 40 layers, 256 experts top-8 + shared; Q4_K
+// For a MoE file the bound counts the dense weights whole and the k routed experts' share of the
+// stacked expert tensors (active parameters × bytes per weight), and the table compares it with the
+// expert bytes Longhand's stages counted each step (ModelRunner.lastExperts); the peak RSS rows are
+// explained under the table. A Gated DeltaNet layer counts its recurrent state in place of KV rows.
+// --long N: the second decode context (default 2048; 4096 for issue 31's decode @4096); JSON keys
+// decodeLong* hold its numbers.
 //
 // --family (issue 30): llama (default: the shape below), or a family at a realistic shape written
 // by its own fixture writer with its real tokenizer (test/fixtures/cli.ts → families/*.ts):
@@ -680,7 +696,7 @@ function table(type, info, runs, bounds, shape, peaks) {
   const lines = [];
   const h = info.hyper;
   const windows = info.slidingLayers ? `, ${info.slidingLayers.filter(Boolean).length} window layers (window ${info.window}) + ${info.slidingLayers.filter((x) => !x).length} global` : '';
-  const linear = info.linearLayers ? `, ${info.linearLayers.filter(Boolean).length} Gated DeltaNet layers (state ${mib(info.linearStateBytes)} each) + ${info.linearLayers.filter((x) => !x).length} full attention` : '';
+  const linear = info.linearLayers ? `, ${info.linearLayers.filter(Boolean).length} Gated DeltaNet layers (f32 state ${(info.linearStateBytes / 1024).toFixed(0)} KiB each) + ${info.linearLayers.filter((x) => !x).length} full attention` : '';
   const moe = info.moe;
   const ffn = moe ? `${moe.experts} experts, top-${moe.expertsUsed}, expert ffn ${moe.expertFfn}${moe.sharedFfn ? ` + shared ${moe.sharedFfn}` : ''}` : `ffn ${h.ffn}`;
   lines.push(`### ${shape.family} ${type} — ${shape.label}${shape.layersCut ? ` CUT TO ${h.layers} OF ${shape.layersCut} LAYERS (--layers)` : ''}`);
@@ -759,7 +775,7 @@ function table(type, info, runs, bounds, shape, peaks) {
 
 async function parent() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0 (llama: any of ' + TYPES.join(', ') + '; default llama Q8_0,Q4_0, the others Q4_K_M,Q8_0)] [--layers N] [--threads 1,2] [--kv-heads 32 (llama)] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx] [--cpu-level portable|avx2|avx512|amx]');
+    console.log('usage: node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3|qwen3moe|gpt-oss|qwen35|qwen35moe] [--long 2048] [--types Q8_0,Q4_0 (llama: any of ' + TYPES.join(', ') + '; default llama Q8_0,Q4_0, the others Q4_K_M,Q8_0)] [--layers N] [--threads 1,2] [--kv-heads 32 (llama)] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx] [--cpu-level portable|avx2|avx512|amx]');
     return;
   }
   const familyName = opts.family;
