@@ -292,6 +292,20 @@ function result(obj) {
 
 const peakRss = () => process.resourceUsage().maxRSS * 1024;
 
+/**
+ * Bytes of file-backed pages resident in this process now (Linux /proc/self/status RssFile): the
+ * pages of the mapped model file it touched (plus its code's), the part of RSS a mixture-of-experts
+ * file's untouched experts stay out of. Undefined where /proc is not.
+ */
+function rssFileBytes() {
+  try {
+    const kib = /^RssFile:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
+    return kib === undefined ? undefined : Number(kib) * 1024;
+  } catch {
+    return undefined;
+  }
+}
+
 /** User + system CPU seconds of this process (all its threads) since `from`: a load's cost that other work on the cores does not inflate the way it does wall time. */
 const cpuSeconds = (from) => {
   const d = process.cpuUsage(from);
@@ -404,6 +418,7 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
   const loadSeconds = (performance.now() - t0) / 1000;
   const loadCpuSeconds = cpuSeconds(cpu0);
   const loadPeakRssBytes = peakRss();
+  const loadRssFileBytes = rssFileBytes();
   // which level and kernels this process's addon chose (LONGHAND_CPU_LEVEL from the parent)
   const { cpuLevel } = await import('../native/index.js');
   const kernels = cpuLevel();
@@ -457,6 +472,7 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
     loadSeconds,
     loadCpuSeconds,
     loadPeakRssBytes,
+    loadRssFileBytes,
     dense: runner.dense,
     graphWeightBytes: runner.graphWeightBytes,
     poolBytes: runner.poolBytes,
@@ -482,6 +498,7 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
     decodeLongExpertBytes: dLong.expertBytes,
     finalPosition: runner.position,
   };
+  out.endRssFileBytes = rssFileBytes(); // before the model's mapping is released
   await runner.dispose();
   model.close();
   out.peakRssBytes = peakRss();
@@ -503,6 +520,7 @@ async function childLlama(path, threads, vocab, bos, steps, level) {
   const loadSeconds = (performance.now() - t0) / 1000;
   const loadCpuSeconds = cpuSeconds(cpu0);
   const loadPeakRssBytes = peakRss();
+  const loadRssFileBytes = rssFileBytes();
   if (context.contextSize <= LONG + steps + 1) throw new Error(`llama.cpp made a context of ${context.contextSize}`);
   const sequence = context.getSequence();
   // A full context would make node-llama-cpp silently erase the cache start and go on: fail instead.
@@ -557,6 +575,7 @@ async function childLlama(path, threads, vocab, bos, steps, level) {
     loadSeconds,
     loadCpuSeconds,
     loadPeakRssBytes,
+    loadRssFileBytes,
     contextSize: context.contextSize,
     prefillTps: (PROMPT * 1000) / prefillMs,
     fillTps: ((LONG - fillFrom) * 1000) / fillMs,
@@ -573,6 +592,7 @@ async function childLlama(path, threads, vocab, bos, steps, level) {
     decodeLongIds: dLong.ids,
     finalPosition: sequence.nextTokenIndex,
   };
+  out.endRssFileBytes = rssFileBytes();
   await context.dispose();
   await model.dispose();
   await llama.dispose();
@@ -707,7 +727,7 @@ function table(type, info, runs, bounds, shape, peaks) {
     lines.push(
       `Mixture of experts: the expert tensors are ${mib(moe.expertBytes)} of the file; a decode token reads ${mib(info.denseBytesPerToken)} of the other weights (attention, norms, routers ${mib(moe.routerBytes)}${moe.sharedFfn ? ', shared experts' : ''}; the LM head; not the embedding) plus ${mib(moe.expertBytesPerToken)} of experts (${moe.expertsUsed} of ${moe.experts} per layer: the active parameters × their bytes per weight) — the bound below. ` +
         `The "expert bytes read per decode token" row is what Longhand's native stages counted each step (ModelRunner.lastExperts().bytes: routers + the routed experts' rows, mean over the steps) against \`longhand inspect\`'s moe.expertBytesPerToken for the file (${mib(moe.engineExpertBytesPerToken)}); llama.cpp's ggml reads the same routed rows (mul_mat_id) but does not report them. ` +
-        'Peak RSS: both children report getrusage maxRSS, which counts the pages of the mapped file each process touched. llama.cpp (this build) maps the file with MAP_POPULATE (llama_mmap, prefetch on), so its RSS holds the whole file from load on; Longhand maps it and faults in only what a step reads, so "peak RSS at the end of load" shows the file pages its load touched (not the experts), and the end-of-run peak counts the experts the prompts routed to — after a 512-token prefill nearly all of them — plus the KV cache and buffers.',
+        'Peak RSS: both children report getrusage maxRSS, which counts the pages of the mapped file each process touched. llama.cpp (this build) maps the file with MAP_POPULATE (llama_mmap, prefetch on), so its RSS holds the whole file from load on; Longhand maps it and faults in only what a step reads, so "peak RSS at the end of load" shows the file pages its load touched (not the experts), and the end-of-run peak counts the experts the prompts routed to — after a 512-token prefill nearly all of them — plus the KV cache and buffers. The RssFile rows (Linux) are the file-backed part of RSS alone, at that moment: the resident pages of the model file (plus the code of each runtime), against the size of the file.',
     );
     lines.push('');
   }
@@ -752,6 +772,8 @@ function table(type, info, runs, bounds, shape, peaks) {
     lines.push(`| load (s) | ${r.threads} | ${fmt(o.loadSeconds)} | ${fmt(l.loadSeconds)} | ${ratio(o.loadSeconds, l.loadSeconds)} | — |`);
     lines.push(`| load CPU (s, all threads) | ${r.threads} | ${fmt(o.loadCpuSeconds)} | ${fmt(l.loadCpuSeconds)} | ${ratio(o.loadCpuSeconds, l.loadCpuSeconds)} | — |`);
     lines.push(`| peak RSS at the end of load | ${r.threads} | ${mib(o.loadPeakRssBytes)} | ${mib(l.loadPeakRssBytes)} | ${ratio(o.loadPeakRssBytes, l.loadPeakRssBytes)} | — |`);
+    lines.push(`| file pages resident (RssFile) at the end of load | ${r.threads} | ${mib(o.loadRssFileBytes)} | ${mib(l.loadRssFileBytes)} | ${ratio(o.loadRssFileBytes, l.loadRssFileBytes)} | file ${mib(info.fileWeightBytes)} |`);
+    lines.push(`| file pages resident (RssFile) after the runs | ${r.threads} | ${mib(o.endRssFileBytes)} | ${mib(l.endRssFileBytes)} | ${ratio(o.endRssFileBytes, l.endRssFileBytes)} | file ${mib(info.fileWeightBytes)} |`);
   }
   const errors = runs.flatMap((r) => [r.ours.error && `Longhand, ${r.threads} thread(s): ${r.ours.error}`, r.llama.error && `llama.cpp, ${r.threads} thread(s): ${r.llama.error}`]).filter(Boolean);
   if (errors.length) lines.push('', ...errors.map((e) => `**failed** ${e}`));
