@@ -1,9 +1,25 @@
 // Dense decoding benchmark: Longhand's engine against llama.cpp (node-llama-cpp) on the same GGUF
 // file, same threads, in one run. Not part of `npm test`.
 //
-//   node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0]
-//        [--layers N] [--threads 1,2] [--kv-heads 32] [--steps 32] [--quick] [--keep] [--json FILE]
-//        [--dir DIR] [--dense auto|native|onnx] [--cpu-level portable|avx2|avx512|amx]
+//   node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3|qwen3moe|gpt-oss|qwen35|qwen35moe]
+//        [--types Q8_0,Q4_0] [--layers N] [--threads 1,2] [--kv-heads 32] [--steps 32] [--long 2048]
+//        [--quick] [--keep] [--json FILE] [--dir DIR] [--dense auto|native|onnx]
+//        [--cpu-level portable|avx2|avx512|amx]
+//
+// Mixture-of-experts and hybrid families (issues 31, 32; bench/README.md gives the file sizes and
+// the --layers cuts that fit a 24 GB machine):
+//   qwen3moe   Qwen3-30B-A3B-like (preset qwen3-30b-a3b): 48 layers, 128 experts top-8 of 768;
+//              default types Q4_K_M,MXFP4_MOE
+//   gpt-oss    gpt-oss-20b-like (preset gpt-oss-20b): 24 layers alternating window 128 / full, sinks,
+//              32 experts top-4 of 2880; types F32, F16, Q8_0, MXFP4_MOE (default)
+//   qwen35     Qwen3.5-9B-like (preset qwen3.5-9b): 32 layers, 3 Gated DeltaNet : 1 full; Q4_K,Q8_0
+//   qwen35moe  Qwen3.5-35B-A3B-like (preset qwen3.5-35b-a3b): 40 layers, 256 experts top-8 + shared; Q4_K
+// For a MoE file the bound counts the dense weights whole and the k routed experts' share of the
+// stacked expert tensors (active parameters × bytes per weight), and the table compares it with the
+// expert bytes Longhand's stages counted each step (ModelRunner.lastExperts); the peak RSS rows are
+// explained under the table. A Gated DeltaNet layer counts its recurrent state in place of KV rows.
+// --long N: the second decode context (default 2048; 4096 for issue 31's decode @4096); JSON keys
+// decodeLong* hold its numbers.
 //
 // --family (issue 30): llama (default: the shape below), or a family at a realistic shape written
 // by its own fixture writer with its real tokenizer (test/fixtures/cli.ts → families/*.ts):
@@ -91,8 +107,6 @@ import { parseArgs } from 'node:util';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SELF = fileURLToPath(import.meta.url);
 const PROMPT = 512;
-const LONG = 2048;
-const CONTEXT = LONG + 64;
 const SEED = 20240611;
 const CHILD_TIMEOUT_MS = 20 * 60 * 1000;
 const TYPES = ['Q8_0', 'Q4_0', 'Q4_K', 'F16', 'F32', 'Q4_K_M', 'Q5_K_M', 'Q6_K'];
@@ -146,6 +160,44 @@ const FAMILIES = {
     quickLayers: 4,
     writerArgs: (type, layers, quick) => ['--arch', 'phi3', '--type', type, '--preset', quick ? 'phi-4-mini-small' : 'phi-4-mini', ...(layers ? ['--layers', `${layers}`] : [])],
   },
+  // mixture-of-experts and hybrid families (issues 31, 32): their full depth does not fit a 24 GB
+  // machine at every type, so --layers cuts them (bench/README.md gives the sizes)
+  qwen3moe: {
+    label: 'Qwen3-30B-A3B-like (hidden 2048, 48 layers, 32 heads / 4 KV heads, head_dim 128, 128 experts, top-8, expert ffn 768, vocab 151936, untied)',
+    quickLabel: 'Qwen3-MoE quick (qwen3moe-tiny: hidden 256, 3 layers, 4 heads / 2 KV heads, 16 experts, top-4, expert ffn 256, vocab 151936, tied)',
+    types: ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q4_K_M', 'Q5_K_M', 'Q6_K', 'MXFP4_MOE'],
+    defaultTypes: 'Q4_K_M,MXFP4_MOE',
+    layers: 48,
+    quickLayers: 3,
+    writerArgs: (type, layers, quick) => ['--arch', 'qwen3moe', '--type', type, '--preset', quick ? 'qwen3moe-tiny' : 'qwen3-30b-a3b', ...(layers ? ['--layers', `${layers}`] : [])],
+  },
+  'gpt-oss': {
+    label: 'gpt-oss-20b-like (hidden 2880, 24 layers alternating window 128 / full, 64 heads / 8 KV heads, head_dim 64, sinks, YaRN, 32 experts, top-4, expert ffn 2880, vocab 201088, untied)',
+    quickLabel: 'gpt-oss quick (gpt-oss-tiny: hidden 128, 4 layers alternating window 128 / full, 8 heads / 2 KV heads, head_dim 64, 32 experts, top-4, expert ffn 128, vocab 201088)',
+    types: ['F32', 'F16', 'Q8_0', 'MXFP4_MOE'],
+    defaultTypes: 'MXFP4_MOE',
+    layers: 24,
+    quickLayers: 4,
+    writerArgs: (type, layers, quick) => ['--arch', 'gpt-oss', '--type', type, '--preset', quick ? 'gpt-oss-tiny' : 'gpt-oss-20b', ...(layers ? ['--layers', `${layers}`] : [])],
+  },
+  qwen35: {
+    label: 'Qwen3.5-9B-like (hidden 4096, 32 layers: 3 Gated DeltaNet : 1 gated full attention, 16 heads / 4 KV heads of 256, linear 16 key / 32 value heads of 128, ffn 12288, Qwen3 vocab 151936)',
+    quickLabel: 'Qwen3.5 quick (qwen35-tiny: hidden 256, 8 layers: 3 linear : 1 full, 4 heads / 2 KV heads of 64, linear 2 / 4 heads of 64, ffn 512, Qwen3 vocab 151936)',
+    types: ['F32', 'F16', 'Q8_0', 'Q4_K'],
+    defaultTypes: 'Q4_K,Q8_0',
+    layers: 32,
+    quickLayers: 8,
+    writerArgs: (type, layers, quick) => ['--arch', 'qwen35', '--type', type, '--preset', quick ? 'qwen35-tiny' : 'qwen3.5-9b', ...(layers ? ['--layers', `${layers}`] : [])],
+  },
+  qwen35moe: {
+    label: 'Qwen3.5-35B-A3B-like (hidden 2048, 40 layers: 3 Gated DeltaNet : 1 gated full attention, 16 heads / 2 KV heads of 256, linear 16 / 32 heads of 128, 256 experts, top-8, expert ffn 512 + shared 512, Qwen3 vocab 151936)',
+    quickLabel: 'Qwen3.5-MoE quick (qwen35moe-tiny: hidden 256, 8 layers: 3 linear : 1 full, 16 experts, top-4, expert ffn 256 + shared 256, Qwen3 vocab 151936)',
+    types: ['F32', 'F16', 'Q8_0', 'Q4_K'],
+    defaultTypes: 'Q4_K',
+    layers: 40,
+    quickLayers: 8,
+    writerArgs: (type, layers, quick) => ['--arch', 'qwen35moe', '--type', type, '--preset', quick ? 'qwen35moe-tiny' : 'qwen3.5-35b-a3b', ...(layers ? ['--layers', `${layers}`] : [])],
+  },
 };
 
 const { values: opts } = parseArgs({
@@ -163,6 +215,7 @@ const { values: opts } = parseArgs({
     'bandwidth-mib': { type: 'string', default: '512' },
     dense: { type: 'string', default: 'auto' },
     'cpu-level': { type: 'string' },
+    long: { type: 'string', default: '2048' },
     // child mode
     child: { type: 'string' },
     model: { type: 'string' },
@@ -171,6 +224,11 @@ const { values: opts } = parseArgs({
     help: { type: 'boolean', default: false },
   },
 });
+
+// the second decode context (--long: 2048 by default, 4096 for the MoE issue's decode @4096) and the context both engines get
+const LONG = Number(opts.long);
+if (!Number.isInteger(LONG) || LONG <= PROMPT + 64) throw new Error(`--long must be an integer above ${PROMPT + 64}, got ${opts.long}`);
+const CONTEXT = LONG + 64;
 
 // ─── shared helpers ──────────────────────────────────────────────────────────────────────────
 
@@ -234,6 +292,20 @@ function result(obj) {
 
 const peakRss = () => process.resourceUsage().maxRSS * 1024;
 
+/**
+ * Bytes of file-backed pages resident in this process now (Linux /proc/self/status RssFile): the
+ * pages of the mapped model file it touched (plus its code's), the part of RSS a mixture-of-experts
+ * file's untouched experts stay out of. Undefined where /proc is not.
+ */
+function rssFileBytes() {
+  try {
+    const kib = /^RssFile:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
+    return kib === undefined ? undefined : Number(kib) * 1024;
+  } catch {
+    return undefined;
+  }
+}
+
 /** User + system CPU seconds of this process (all its threads) since `from`: a load's cost that other work on the cores does not inflate the way it does wall time. */
 const cpuSeconds = (from) => {
   const d = process.cpuUsage(from);
@@ -256,30 +328,62 @@ async function childInspect(path) {
     const layerMacs = {};
     const headMacs = {};
     const tied = !model.tensors.has('output.weight');
+    const h = model.hyper;
+    // mixture of experts: the stacked ffn_*_exps tensors (weights and gpt-oss's biases), of which a
+    // token reads expertsUsed of `experts` rows; the routers (ffn_gate_inp), read whole by every token
+    const moe = h.moe;
+    let expertBytes = 0; // every ffn_*_exps tensor of the file
+    let expertBytesPerToken = 0; // what one token reads of them: k/E
+    let routerBytes = 0;
     for (const [name, t] of model.tensors) {
       const n = t.bytes().byteLength;
       parameters += t.elements;
       dtypes[t.dtype] = (dtypes[t.dtype] ?? 0) + n;
+      const expert = moe !== undefined && /\.ffn_(gate|up|down)_exps\./.test(name);
       if (name === 'token_embd.weight') embedBytes = n;
-      else weightBytes += n;
+      else if (expert) {
+        expertBytes += n;
+        expertBytesPerToken += (n / moe.experts) * moe.expertsUsed;
+      } else weightBytes += n;
+      if (moe !== undefined && name.endsWith('.ffn_gate_inp.weight')) routerBytes += n;
       if (name === 'output.weight' || (tied && name === 'token_embd.weight')) headMacs[t.dtype] = (headMacs[t.dtype] ?? 0) + t.elements;
       else if (name.startsWith('blk.') && t.shape.length === 2 && t.shape[0] > 1 && t.shape[1] > 1) layerMacs[t.dtype] = (layerMacs[t.dtype] ?? 0) + t.elements;
+      // a token multiplies by its k experts' rows of a stacked 3-D expert matrix
+      else if (expert && t.shape.length === 3) layerMacs[t.dtype] = (layerMacs[t.dtype] ?? 0) + (t.elements / moe.experts) * moe.expertsUsed;
     }
-    const h = model.hyper;
+    // the engine's own count (`longhand inspect`'s moe.expertBytesPerToken: routers + k/E of the expert weights)
+    let engineExpertBytesPerToken;
+    if (moe !== undefined) {
+      const { inspectModel } = await import('../app/engine/model/inspect.ts');
+      engineExpertBytesPerToken = inspectModel(model, { contextTokens: CONTEXT }).moe?.expertBytesPerToken;
+    }
+    // window layers read at most `window` KV rows a decode step (Gemma's local layers, gpt-oss's banded ones)
+    const slidingLayers = h.gemma?.slidingLayers ?? (h.gptOss ? Array.from({ length: h.layers }, (_, l) => l % h.gptOss.swaPeriod < h.gptOss.swaPeriod - 1) : undefined);
+    const window = h.gemma?.window ?? h.gptOss?.slidingWindow;
+    // Gated DeltaNet layers (Qwen3.5) keep no KV rows: a decode step reads (and writes) their f32
+    // recurrent state, value heads × head_dim × head_dim, whatever the context
+    const la = h.linearAttention;
+    const linearLayers = la?.layers;
+    const linearStateBytes = la ? la.valueHeads * la.headDim * la.headDim * 4 : 0;
     const bosMeta = model.tokenizer.kind === 'gguf' ? model.tokenizer.metadata.get('tokenizer.ggml.bos_token_id') : undefined;
     result({
       hyper: { dim: h.hiddenSize, layers: h.layers, heads: h.heads, kvHeads: h.kvHeads, headDim: h.headDim, ffn: h.ffnSize, vocab: h.vocabSize },
       architecture: h.architecture,
       // sliding-window layers (Gemma): they read at most `window` rows a decode step
-      window: h.gemma?.window,
-      slidingLayers: h.gemma?.slidingLayers,
+      window,
+      slidingLayers,
+      linearLayers,
+      linearStateBytes,
+      moe: moe && { experts: moe.experts, expertsUsed: moe.expertsUsed, expertFfn: moe.expertFfn, sharedFfn: moe.sharedFfn, expertBytes, expertBytesPerToken, routerBytes, engineExpertBytesPerToken },
       fileWeightBytes: model.weightBytes,
       parameters,
       dtypes,
       embedBytes,
       tied,
-      // per decode token: all tensors but the embedding (one row), unless it doubles as the LM head
-      weightBytesPerToken: weightBytes + (tied ? embedBytes : 0),
+      // per decode token: all tensors but the embedding (one row), unless it doubles as the LM head;
+      // of a MoE's expert tensors the k routed experts' share (the routers are in weightBytes, read whole)
+      denseBytesPerToken: weightBytes + (tied ? embedBytes : 0),
+      weightBytesPerToken: weightBytes + (tied ? embedBytes : 0) + expertBytesPerToken,
       layerMacs,
       headMacs,
       bos: bosMeta === undefined ? 1 : Number(bosMeta),
@@ -314,6 +418,7 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
   const loadSeconds = (performance.now() - t0) / 1000;
   const loadCpuSeconds = cpuSeconds(cpu0);
   const loadPeakRssBytes = peakRss();
+  const loadRssFileBytes = rssFileBytes();
   // which level and kernels this process's addon chose (LONGHAND_CPU_LEVEL from the parent)
   const { cpuLevel } = await import('../native/index.js');
   const kernels = cpuLevel();
@@ -327,6 +432,7 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
     const stepMs = [];
     const ids = []; // the greedy id fed at each step (compared with llama.cpp's)
     const top5 = []; // our 5 best [id, logit] at each step: how close llama.cpp's id was where they differ
+    const expertBytes = []; // a mixture of experts: expert weight bytes each step read, as the native stages counted them
     const a = performance.now();
     let untimed = 0;
     for (let i = 0; i < steps; i++) {
@@ -338,9 +444,13 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
       ids.push(id);
       logits = await runner.decode(id);
       stepMs.push(performance.now() - s);
+      const e = performance.now();
+      const experts = runner.lastExperts();
+      if (experts) expertBytes.push(experts.bytes);
+      untimed += performance.now() - e;
     }
     const ms = performance.now() - a - untimed;
-    return { logits, ids, top5, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), p10Tps: 1000 / p10(stepMs), stepMs, breakdown: perCall(runner.timings()) };
+    return { logits, ids, top5, expertBytes: expertBytes.length ? expertBytes.reduce((x, y) => x + y, 0) / expertBytes.length : undefined, tps: (steps * 1000) / ms, medianTps: 1000 / median(stepMs), p10Tps: 1000 / p10(stepMs), stepMs, breakdown: perCall(runner.timings()) };
   };
 
   runner.resetTimings();
@@ -354,7 +464,7 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
   logits = await runner.prefill(ids.slice(fillFrom, LONG));
   const fillMs = performance.now() - a;
   if (runner.position !== LONG) throw new Error(`ours: position ${runner.position} after the fill, expected ${LONG}`);
-  const d2048 = await decodeRun(logits);
+  const dLong = await decodeRun(logits);
   const out = {
     engine: 'longhand',
     threads,
@@ -362,6 +472,7 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
     loadSeconds,
     loadCpuSeconds,
     loadPeakRssBytes,
+    loadRssFileBytes,
     dense: runner.dense,
     graphWeightBytes: runner.graphWeightBytes,
     poolBytes: runner.poolBytes,
@@ -376,15 +487,18 @@ async function childOurs(path, threads, vocab, bos, steps, dense) {
     decode512Ids: d512.ids,
     decode512Top5: d512.top5,
     decode512Breakdown: d512.breakdown,
-    decode2048Tps: d2048.tps,
-    decode2048MedianTps: d2048.medianTps,
-    decode2048P10Tps: d2048.p10Tps,
-    decode2048StepMs: d2048.stepMs,
-    decode2048Ids: d2048.ids,
-    decode2048Top5: d2048.top5,
-    decode2048Breakdown: d2048.breakdown,
+    decode512ExpertBytes: d512.expertBytes,
+    decodeLongTps: dLong.tps,
+    decodeLongMedianTps: dLong.medianTps,
+    decodeLongP10Tps: dLong.p10Tps,
+    decodeLongStepMs: dLong.stepMs,
+    decodeLongIds: dLong.ids,
+    decodeLongTop5: dLong.top5,
+    decodeLongBreakdown: dLong.breakdown,
+    decodeLongExpertBytes: dLong.expertBytes,
     finalPosition: runner.position,
   };
+  out.endRssFileBytes = rssFileBytes(); // before the model's mapping is released
   await runner.dispose();
   model.close();
   out.peakRssBytes = peakRss();
@@ -406,6 +520,7 @@ async function childLlama(path, threads, vocab, bos, steps, level) {
   const loadSeconds = (performance.now() - t0) / 1000;
   const loadCpuSeconds = cpuSeconds(cpu0);
   const loadPeakRssBytes = peakRss();
+  const loadRssFileBytes = rssFileBytes();
   if (context.contextSize <= LONG + steps + 1) throw new Error(`llama.cpp made a context of ${context.contextSize}`);
   const sequence = context.getSequence();
   // A full context would make node-llama-cpp silently erase the cache start and go on: fail instead.
@@ -452,7 +567,7 @@ async function childLlama(path, threads, vocab, bos, steps, level) {
   tok = await evaluate(ids.slice(fillFrom, LONG));
   const fillMs = performance.now() - a;
   if (sequence.nextTokenIndex !== LONG) throw new Error(`llama.cpp: ${sequence.nextTokenIndex} tokens after the fill, expected ${LONG}`);
-  const d2048 = await decodeRun(tok);
+  const dLong = await decodeRun(tok);
   const out = {
     engine: 'llama.cpp',
     threads,
@@ -460,6 +575,7 @@ async function childLlama(path, threads, vocab, bos, steps, level) {
     loadSeconds,
     loadCpuSeconds,
     loadPeakRssBytes,
+    loadRssFileBytes,
     contextSize: context.contextSize,
     prefillTps: (PROMPT * 1000) / prefillMs,
     fillTps: ((LONG - fillFrom) * 1000) / fillMs,
@@ -469,13 +585,14 @@ async function childLlama(path, threads, vocab, bos, steps, level) {
     decode512P10Tps: d512.p10Tps,
     decode512StepMs: d512.stepMs,
     decode512Ids: d512.ids,
-    decode2048Tps: d2048.tps,
-    decode2048MedianTps: d2048.medianTps,
-    decode2048P10Tps: d2048.p10Tps,
-    decode2048StepMs: d2048.stepMs,
-    decode2048Ids: d2048.ids,
+    decodeLongTps: dLong.tps,
+    decodeLongMedianTps: dLong.medianTps,
+    decodeLongP10Tps: dLong.p10Tps,
+    decodeLongStepMs: dLong.stepMs,
+    decodeLongIds: dLong.ids,
     finalPosition: sequence.nextTokenIndex,
   };
+  out.endRssFileBytes = rssFileBytes();
   await context.dispose();
   await model.dispose();
   await llama.dispose();
@@ -506,7 +623,7 @@ function runChild(args, { tsx = true } = {}) {
 
 const CPU_LEVELS = ['portable', 'avx2', 'avx512', 'amx'];
 // the GGML type ids of the weight types the native dot kernels have (native/src/quant_dot.h)
-const GGML_TYPE_IDS = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14 };
+const GGML_TYPE_IDS = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14, MXFP4: 39 };
 // the /proc/cpuinfo flags that decide which kernels either engine can run
 const ISA_FLAGS = ['sse4_2', 'avx', 'avx2', 'fma', 'f16c', 'bmi2', 'avx_vnni', 'avx512f', 'avx512bw', 'avx512vl', 'avx512dq', 'avx512_vnni', 'avx512_vbmi', 'avx512_bf16', 'amx_tile', 'amx_int8', 'amx_bf16'];
 
@@ -599,10 +716,21 @@ function table(type, info, runs, bounds, shape, peaks) {
   const lines = [];
   const h = info.hyper;
   const windows = info.slidingLayers ? `, ${info.slidingLayers.filter(Boolean).length} window layers (window ${info.window}) + ${info.slidingLayers.filter((x) => !x).length} global` : '';
+  const linear = info.linearLayers ? `, ${info.linearLayers.filter(Boolean).length} Gated DeltaNet layers (f32 state ${(info.linearStateBytes / 1024).toFixed(0)} KiB each) + ${info.linearLayers.filter((x) => !x).length} full attention` : '';
+  const moe = info.moe;
+  const ffn = moe ? `${moe.experts} experts, top-${moe.expertsUsed}, expert ffn ${moe.expertFfn}${moe.sharedFfn ? ` + shared ${moe.sharedFfn}` : ''}` : `ffn ${h.ffn}`;
   lines.push(`### ${shape.family} ${type} — ${shape.label}${shape.layersCut ? ` CUT TO ${h.layers} OF ${shape.layersCut} LAYERS (--layers)` : ''}`);
   lines.push('');
-  lines.push(`File (${info.architecture}): dim ${h.dim}, ${h.layers} layers${windows}, ${h.heads} heads / ${h.kvHeads} KV heads, head_dim ${h.headDim}, ffn ${h.ffn}, vocab ${h.vocab}; ${(info.parameters / 1e6).toFixed(0)} M params, file weights ${mib(info.fileWeightBytes)} (${dtypeMix(info.dtypes)}), read per decode token ${mib(info.weightBytesPerToken)} weights + KV`);
+  lines.push(`File (${info.architecture}): dim ${h.dim}, ${h.layers} layers${windows}${linear}, ${h.heads} heads / ${h.kvHeads} KV heads, head_dim ${h.headDim}, ${ffn}, vocab ${h.vocab}; ${(info.parameters / 1e6).toFixed(0)} M params, file weights ${mib(info.fileWeightBytes)} (${dtypeMix(info.dtypes)}), read per decode token ${mib(info.weightBytesPerToken)} weights + ${linear ? 'KV and recurrent state' : 'KV'}`);
   lines.push('');
+  if (moe) {
+    lines.push(
+      `Mixture of experts: the expert tensors are ${mib(moe.expertBytes)} of the file; a decode token reads ${mib(info.denseBytesPerToken)} of the other weights (attention, norms, routers ${mib(moe.routerBytes)}${moe.sharedFfn ? ', shared experts' : ''}; the LM head; not the embedding) plus ${mib(moe.expertBytesPerToken)} of experts (${moe.expertsUsed} of ${moe.experts} per layer: the active parameters × their bytes per weight) — the bound below. ` +
+        `The "expert bytes read per decode token" row is what Longhand's native stages counted each step (ModelRunner.lastExperts().bytes: routers + the routed experts' rows, mean over the steps) against \`longhand inspect\`'s moe.expertBytesPerToken for the file (${mib(moe.engineExpertBytesPerToken)}); llama.cpp's ggml reads the same routed rows (mul_mat_id) but does not report them. ` +
+        'Peak RSS: both children report getrusage maxRSS, which counts the pages of the mapped file each process touched. llama.cpp (this build) maps the file with MAP_POPULATE (llama_mmap, prefetch on), so its RSS holds the whole file from load on; Longhand maps it and faults in only what a step reads, so "peak RSS at the end of load" shows the file pages its load touched (not the experts), and the end-of-run peak counts the experts the prompts routed to — after a 512-token prefill nearly all of them — plus the KV cache and buffers. The RssFile rows (Linux) are the file-backed part of RSS alone, at that moment: the resident pages of the model file (plus the code of each runtime), against the size of the file.',
+    );
+    lines.push('');
+  }
   const engines = [...new Set(runs.map((r) => (r.ours.dense ? (r.ours.dense.engine === 'native' ? `native (${r.ours.dense.kernel})` : `onnxruntime${r.ours.dense.whyNotNative ? ` (${r.ours.dense.whyNotNative})` : ''}`) : '?')))];
   lines.push(`Longhand's dense stages: ${engines.join(', ')}`);
   lines.push('');
@@ -623,18 +751,29 @@ function table(type, info, runs, bounds, shape, peaks) {
     const b = bounds[r.threads];
     lines.push(`| prefill 512 (tok/s, % of compute bound) | ${r.threads} | ${fmt(o.prefillTps)}${pct(o.prefillTps, b.prefill)} | ${fmt(l.prefillTps)}${pct(l.prefillTps, b.prefill)} | ${ratio(o.prefillTps, l.prefillTps)} | ${fmt(b.prefill)} |`);
     lines.push(`| decode @512 (tok/s, % of bound) | ${r.threads} | ${fmt(o.decode512Tps, 2)}${pct(o.decode512Tps, b.at512)} | ${fmt(l.decode512Tps, 2)}${pct(l.decode512Tps, b.at512)} | ${ratio(o.decode512Tps, l.decode512Tps)} | ${fmt(b.at512, 2)} |`);
-    lines.push(`| decode @2048 (tok/s, % of bound) | ${r.threads} | ${fmt(o.decode2048Tps, 2)}${pct(o.decode2048Tps, b.at2048)} | ${fmt(l.decode2048Tps, 2)}${pct(l.decode2048Tps, b.at2048)} | ${ratio(o.decode2048Tps, l.decode2048Tps)} | ${fmt(b.at2048, 2)} |`);
+    lines.push(`| decode @${LONG} (tok/s, % of bound) | ${r.threads} | ${fmt(o.decodeLongTps, 2)}${pct(o.decodeLongTps, b.atLong)} | ${fmt(l.decodeLongTps, 2)}${pct(l.decodeLongTps, b.atLong)} | ${ratio(o.decodeLongTps, l.decodeLongTps)} | ${fmt(b.atLong, 2)} |`);
     lines.push(`| decode @512, median step (tok/s) | ${r.threads} | ${fmt(o.decode512MedianTps, 2)}${pct(o.decode512MedianTps, b.at512)} | ${fmt(l.decode512MedianTps, 2)}${pct(l.decode512MedianTps, b.at512)} | ${ratio(o.decode512MedianTps, l.decode512MedianTps)} | ${fmt(b.at512, 2)} |`);
-    lines.push(`| decode @2048, median step (tok/s) | ${r.threads} | ${fmt(o.decode2048MedianTps, 2)}${pct(o.decode2048MedianTps, b.at2048)} | ${fmt(l.decode2048MedianTps, 2)}${pct(l.decode2048MedianTps, b.at2048)} | ${ratio(o.decode2048MedianTps, l.decode2048MedianTps)} | ${fmt(b.at2048, 2)} |`);
+    lines.push(`| decode @${LONG}, median step (tok/s) | ${r.threads} | ${fmt(o.decodeLongMedianTps, 2)}${pct(o.decodeLongMedianTps, b.atLong)} | ${fmt(l.decodeLongMedianTps, 2)}${pct(l.decodeLongMedianTps, b.atLong)} | ${ratio(o.decodeLongMedianTps, l.decodeLongMedianTps)} | ${fmt(b.atLong, 2)} |`);
     lines.push(`| decode @512, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode512P10Tps, 2)}${pct(o.decode512P10Tps, b.at512)} | ${fmt(l.decode512P10Tps, 2)}${pct(l.decode512P10Tps, b.at512)} | ${ratio(o.decode512P10Tps, l.decode512P10Tps)} | ${fmt(b.at512, 2)} |`);
-    lines.push(`| decode @2048, p10 step (tok/s) | ${r.threads} | ${fmt(o.decode2048P10Tps, 2)}${pct(o.decode2048P10Tps, b.at2048)} | ${fmt(l.decode2048P10Tps, 2)}${pct(l.decode2048P10Tps, b.at2048)} | ${ratio(o.decode2048P10Tps, l.decode2048P10Tps)} | ${fmt(b.at2048, 2)} |`);
-    lines.push(`| fill ${o.fillTokens ?? l.fillTokens ?? '?'} tokens to 2048 (tok/s, % of compute bound) | ${r.threads} | ${fmt(o.fillTps)}${pct(o.fillTps, b.fill)} | ${fmt(l.fillTps)}${pct(l.fillTps, b.fill)} | ${ratio(o.fillTps, l.fillTps)} | ${fmt(b.fill)} |`);
+    lines.push(`| decode @${LONG}, p10 step (tok/s) | ${r.threads} | ${fmt(o.decodeLongP10Tps, 2)}${pct(o.decodeLongP10Tps, b.atLong)} | ${fmt(l.decodeLongP10Tps, 2)}${pct(l.decodeLongP10Tps, b.atLong)} | ${ratio(o.decodeLongP10Tps, l.decodeLongP10Tps)} | ${fmt(b.atLong, 2)} |`);
+    lines.push(`| fill ${o.fillTokens ?? l.fillTokens ?? '?'} tokens to ${LONG} (tok/s, % of compute bound) | ${r.threads} | ${fmt(o.fillTps)}${pct(o.fillTps, b.fill)} | ${fmt(l.fillTps)}${pct(l.fillTps, b.fill)} | ${ratio(o.fillTps, l.fillTps)} | ${fmt(b.fill)} |`);
     lines.push(`| greedy ids equal to llama.cpp's, decode @512 | ${r.threads} | ${agreement(o.decode512Ids, l.decode512Ids, o.decode512Top5)} | | | — |`);
-    lines.push(`| greedy ids equal to llama.cpp's, decode @2048 | ${r.threads} | ${agreement(o.decode2048Ids, l.decode2048Ids, o.decode2048Top5)} | | | — |`);
+    lines.push(`| greedy ids equal to llama.cpp's, decode @${LONG} | ${r.threads} | ${agreement(o.decodeLongIds, l.decodeLongIds, o.decodeLongTop5)} | | | — |`);
+    if (info.moe) {
+      const expertRow = (ctx, ourBytes) => `| expert bytes read per decode token @${ctx} (MiB; bound: routers + k of E experts) | ${r.threads} | ${ourBytes === undefined ? '—' : fmt(ourBytes / 2 ** 20, 1)} | — | | ${fmt(info.moe.engineExpertBytesPerToken / 2 ** 20, 1)} |`;
+      lines.push(expertRow(PROMPT, o.decode512ExpertBytes));
+      lines.push(expertRow(LONG, o.decodeLongExpertBytes));
+    }
+    // Longhand's column (MoE): the same count with the experts as its stages counted them (they include the routers)
+    const measured = (experts, kv) => (info.moe && experts !== undefined ? fmt((info.denseBytesPerToken - info.moe.routerBytes + experts + kv) / 2 ** 20, 1) : '');
+    lines.push(`| bytes read per decode token @512 (MiB: weights ${fmt(info.weightBytesPerToken / 2 ** 20, 1)} + KV${info.linearLayers ? ' and state' : ''} ${fmt(b.kv512 / 2 ** 20, 1)}) | ${r.threads} | ${measured(o.decode512ExpertBytes, b.kv512)} | | | ${fmt(b.bytesPerToken512 / 2 ** 20, 1)} |`);
+    lines.push(`| bytes read per decode token @${LONG} (MiB: weights ${fmt(info.weightBytesPerToken / 2 ** 20, 1)} + KV${info.linearLayers ? ' and state' : ''} ${fmt(b.kvLong / 2 ** 20, 1)}) | ${r.threads} | ${measured(o.decodeLongExpertBytes, b.kvLong)} | | | ${fmt(b.bytesPerTokenLong / 2 ** 20, 1)} |`);
     lines.push(`| peak RSS | ${r.threads} | ${mib(o.peakRssBytes)} | ${mib(l.peakRssBytes)} | ${ratio(o.peakRssBytes, l.peakRssBytes)} | — |`);
     lines.push(`| load (s) | ${r.threads} | ${fmt(o.loadSeconds)} | ${fmt(l.loadSeconds)} | ${ratio(o.loadSeconds, l.loadSeconds)} | — |`);
     lines.push(`| load CPU (s, all threads) | ${r.threads} | ${fmt(o.loadCpuSeconds)} | ${fmt(l.loadCpuSeconds)} | ${ratio(o.loadCpuSeconds, l.loadCpuSeconds)} | — |`);
     lines.push(`| peak RSS at the end of load | ${r.threads} | ${mib(o.loadPeakRssBytes)} | ${mib(l.loadPeakRssBytes)} | ${ratio(o.loadPeakRssBytes, l.loadPeakRssBytes)} | — |`);
+    lines.push(`| file pages resident (RssFile) at the end of load | ${r.threads} | ${mib(o.loadRssFileBytes)} | ${mib(l.loadRssFileBytes)} | ${ratio(o.loadRssFileBytes, l.loadRssFileBytes)} | file ${mib(info.fileWeightBytes)} |`);
+    lines.push(`| file pages resident (RssFile) after the runs | ${r.threads} | ${mib(o.endRssFileBytes)} | ${mib(l.endRssFileBytes)} | ${ratio(o.endRssFileBytes, l.endRssFileBytes)} | file ${mib(info.fileWeightBytes)} |`);
   }
   const errors = runs.flatMap((r) => [r.ours.error && `Longhand, ${r.threads} thread(s): ${r.ours.error}`, r.llama.error && `llama.cpp, ${r.threads} thread(s): ${r.llama.error}`]).filter(Boolean);
   if (errors.length) lines.push('', ...errors.map((e) => `**failed** ${e}`));
@@ -647,7 +786,7 @@ function table(type, info, runs, bounds, shape, peaks) {
     for (const [ctx, bd] of [
       ['prefill 512 (per 128-token chunk)', r.ours.prefillBreakdown],
       [512, r.ours.decode512Breakdown],
-      [2048, r.ours.decode2048Breakdown],
+      [LONG, r.ours.decodeLongBreakdown],
     ]) {
       if (!bd) continue;
       lines.push(`| ${r.threads} | ${ctx} | ${fmt(bd.embedding, 2)} | ${fmt(bd.layerGraphs, 2)} | ${fmt(bd.headGraph, 2)} | ${fmt(bd.append, 2)} | ${fmt(bd.attention, 2)} | ${fmt(bd.other, 2)} | ${fmt(bd.total, 2)} |`);
@@ -658,7 +797,7 @@ function table(type, info, runs, bounds, shape, peaks) {
 
 async function parent() {
   if (opts.help) {
-    console.log('usage: node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3] [--types Q8_0,Q4_0 (llama: any of ' + TYPES.join(', ') + '; default llama Q8_0,Q4_0, the others Q4_K_M,Q8_0)] [--layers N] [--threads 1,2] [--kv-heads 32 (llama)] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx] [--cpu-level portable|avx2|avx512|amx]');
+    console.log('usage: node --import tsx bench/dense.mjs [--family llama|qwen3|gemma3|phi3|qwen3moe|gpt-oss|qwen35|qwen35moe] [--long 2048] [--types Q8_0,Q4_0 (llama: any of ' + TYPES.join(', ') + '; default llama Q8_0,Q4_0, the others Q4_K_M,Q8_0)] [--layers N] [--threads 1,2] [--kv-heads 32 (llama)] [--steps 32] [--quick] [--keep] [--json FILE] [--dir DIR] [--bandwidth-mib 512] [--dense auto|native|onnx] [--cpu-level portable|avx2|avx512|amx]');
     return;
   }
   const familyName = opts.family;
@@ -710,7 +849,7 @@ async function parent() {
         ? join(dir, `dense-${opts.quick ? 'quick' : 'full'}-${type}-kv${sizes.kvHeads}${layersTag}.gguf`)
         : join(dir, `dense-${familyName}-${opts.quick ? 'quick' : 'full'}-${type}${layersTag}.gguf`);
       const writerArgs = familyName === 'llama'
-        ? ['gguf', path, '--type', type, '--dim', `${sizes.dim}`, '--layers', `${sizes.layers}`, '--heads', `${sizes.heads}`, '--kv-heads', `${sizes.kvHeads}`, '--ffn', `${sizes.ffn}`, '--vocab', `${sizes.vocab}`, '--context', '4096']
+        ? ['gguf', path, '--type', type, '--dim', `${sizes.dim}`, '--layers', `${sizes.layers}`, '--heads', `${sizes.heads}`, '--kv-heads', `${sizes.kvHeads}`, '--ffn', `${sizes.ffn}`, '--vocab', `${sizes.vocab}`, '--context', `${Math.max(4096, CONTEXT)}`]
         : [family.command ?? 'gguf', path, ...family.writerArgs(type, layersArg, opts.quick)];
       const w0 = performance.now();
       // a fixture kept in --dir by an earlier run (same family, shape and type: the name says so) is reused
@@ -722,11 +861,11 @@ async function parent() {
       console.log(`${type}: tensor bytes by type ${dtypeMix(info.dtypes)}`);
       const runs = [];
       for (const threads of threadList) {
-        const common = ['--model', path, '--threads', `${threads}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`, '--steps', `${steps}`];
+        const common = ['--model', path, '--threads', `${threads}`, '--vocab', `${info.hyper.vocab}`, '--bos', `${info.bos}`, '--steps', `${steps}`, '--long', `${LONG}`];
         const ours = await runChild(['ours', ...common, '--dense', opts.dense]);
-        console.log(`${type} ${threads} thread(s) Longhand: ${ours.error ?? `prefill ${fmt(ours.prefillTps)} tok/s, decode@512 ${fmt(ours.decode512Tps, 2)}, decode@2048 ${fmt(ours.decode2048Tps, 2)} tok/s, peak RSS ${mib(ours.peakRssBytes)}`}`);
+        console.log(`${type} ${threads} thread(s) Longhand: ${ours.error ?? `prefill ${fmt(ours.prefillTps)} tok/s, decode@512 ${fmt(ours.decode512Tps, 2)}, decode@${LONG} ${fmt(ours.decodeLongTps, 2)} tok/s, peak RSS ${mib(ours.peakRssBytes)}`}`);
         const llama = await runChild(['llama', ...common, ...(cpuLevel === undefined ? [] : ['--cpu-level', cpuLevel])], { tsx: false });
-        console.log(`${type} ${threads} thread(s) llama.cpp: ${llama.error ?? `prefill ${fmt(llama.prefillTps)} tok/s, decode@512 ${fmt(llama.decode512Tps, 2)}, decode@2048 ${fmt(llama.decode2048Tps, 2)} tok/s, peak RSS ${mib(llama.peakRssBytes)}`}`);
+        console.log(`${type} ${threads} thread(s) llama.cpp: ${llama.error ?? `prefill ${fmt(llama.prefillTps)} tok/s, decode@512 ${fmt(llama.decode512Tps, 2)}, decode@${LONG} ${fmt(llama.decodeLongTps, 2)} tok/s, peak RSS ${mib(llama.peakRssBytes)}`}`);
         runs.push({ threads, ours, llama });
       }
       report.models[type] = { path, info, runs };
@@ -744,23 +883,30 @@ async function parent() {
   for (const [type, m] of Object.entries(report.models)) {
     const h = m.info.hyper;
     // fp16 K and V rows a decode step reads at `ctx` tokens: every row in a global layer, the window in a window layer
+    // (a Gated DeltaNet layer reads its recurrent state instead, the same bytes at any context)
     const kvBytesAt = (ctx) => {
       const rowBytes = h.kvHeads * h.headDim * 2 * 2;
       let rows = 0;
-      for (let l = 0; l < h.layers; l++) rows += m.info.slidingLayers?.[l] ? Math.min(ctx, m.info.window) : ctx;
-      return rows * rowBytes;
+      let state = 0;
+      for (let l = 0; l < h.layers; l++) {
+        if (m.info.linearLayers?.[l]) state += m.info.linearStateBytes;
+        else rows += m.info.slidingLayers?.[l] ? Math.min(ctx, m.info.window) : ctx;
+      }
+      return rows * rowBytes + state;
     };
     const bounds = {};
     for (const t of threadList) {
       const bw = bandwidthFor(t) * 1e9;
       const b512 = m.info.weightBytesPerToken + kvBytesAt(PROMPT);
-      const b2048 = m.info.weightBytesPerToken + kvBytesAt(LONG);
+      const bLong = m.info.weightBytesPerToken + kvBytesAt(LONG);
       bounds[t] = {
         bandwidthGBs: bw / 1e9,
         bytesPerToken512: b512,
-        bytesPerToken2048: b2048,
+        bytesPerTokenLong: bLong,
+        kv512: kvBytesAt(PROMPT),
+        kvLong: kvBytesAt(LONG),
         at512: bw / b512,
-        at2048: bw / b2048,
+        atLong: bw / bLong,
         prefill: computeBound(m.info, peaks, t, PROMPT),
         fill: computeBound(m.info, peaks, t, LONG - PROMPT - steps),
       };
