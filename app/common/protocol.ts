@@ -413,6 +413,11 @@ export const StepMetricsSchema = z.strictObject({
      * layers' rings (+ their checkpoints' bytes in use) and in the global layers.
      */
     kvByKind: z.strictObject({ window: z.number().nonnegative(), global: z.number().nonnegative(), checkpoints: z.number().nonnegative() }).optional(),
+    /**
+     * Hybrid models (Qwen3.5): the linear-attention layers' recurrent state beside the pool (the
+     * state and the running chunk's rollback copy) and the checkpoints of it held now. Not KV.
+     */
+    recurrent: z.strictObject({ stateBytes: z.number().nonnegative(), checkpointBytes: z.number().nonnegative() }).optional(),
   }),
   layers: z.array(LayerMetricsSchema),
   /** What a remote OpenAI-compatible server reports about its own cache (vLLM, llama.cpp server). */

@@ -126,6 +126,8 @@ export class ServerMetrics {
           ['{layer_kind="window_checkpoints"}', byKind.checkpoints],
         ]);
       }
+      const recurrent = step.memory.recurrent;
+      if (recurrent) metric('longhand_recurrent_state_bytes', 'gauge', 'Hybrid models: bytes of the linear-attention layers\' recurrent state (with its rollback copy) and of its checkpoints, beside the pool.', [['{part="state"}', recurrent.stateBytes], ['{part="checkpoints"}', recurrent.checkpointBytes]]);
       metric('longhand_kv_pool_budget_bytes', 'gauge', 'The pool budget the engine reported.', [['', step.memory.poolBudgetBytes]]);
       metric('longhand_kv_partial_key_bytes', 'gauge', 'Bytes of the partial key rows (speculation) the engine reported.', [['', step.memory.partialKeyBytes]]);
       metric('longhand_weights_bytes', 'gauge', 'Model weight bytes the engine reported.', [['', step.memory.weightsBytes]]);

@@ -21,6 +21,8 @@ import { LonghandError } from '../../common/errors.ts';
 import { GenerateParamsSchema, LoadOptionsSchema } from '../../common/protocol.ts';
 import { createEngineCore } from '../engine.ts';
 import { loadModel } from '../model/load-model.ts';
+import { StepMetricsSampler } from '../metrics/step-metrics.ts';
+import { ServerMetrics } from '../../server/metrics.ts';
 import { estimateMemory } from '../model/memory-estimate.ts';
 import type { LoadedModel } from '../model/types.ts';
 import { CachedSequence } from './cached-sequence.ts';
@@ -190,6 +192,16 @@ describe('Qwen3.5 hybrid: prefix reuse is honest about the recurrent state', () 
       console.log(`qwen35 state checkpoints after a 150-token prompt: ${points.join(', ')} (${runner.recurrentCheckpointBytes} bytes)`);
       expect(points).toEqual([64, 96, 128]);
       expect(runner.recurrentCheckpointBytes).toBe(3 * runner.recurrentStateBytes);
+      // the step metrics (Memory view, /metrics): the state (+ its rollback copy) and its checkpoints beside
+      // the pool, and K/V rows in the 2 attention layers only (2 KV heads × 64, fp32, K and V)
+      const sampler = new StepMetricsSampler(runner, model.hyper, 'full');
+      const { memory } = sampler.snapshot(2);
+      expect(memory.recurrent).toEqual({ stateBytes: 2 * runner.recurrentStateBytes, checkpointBytes: 3 * runner.recurrentStateBytes });
+      expect(memory.kvUsedBytes).toBe(runner.position * 2 * (2 * 2 * 64 * 4));
+      const served = new ServerMetrics(() => ({ model: undefined, queueWaiting: 0, generating: false }));
+      served.observeStep(sampler.snapshot(2));
+      expect(served.render()).toContain(`longhand_recurrent_state_bytes{part="state"} ${2 * runner.recurrentStateBytes}\nlonghand_recurrent_state_bytes{part="checkpoints"} ${3 * runner.recurrentStateBytes}\n`);
+      sampler.close();
       for (const [at, resume] of [[100, 96], [70, 64], [40, 0]] as const) {
         const edited = seq.tokens.slice();
         edited[at] = (edited[at]! + 1) % 151669;

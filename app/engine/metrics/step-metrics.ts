@@ -43,6 +43,10 @@ export interface MetricsSource {
   ringCheckpointPositions?(): number[];
   /** A mixture-of-experts model: the latest step's expert bytes read (and routing). */
   lastExperts?(): ExpertStepStats | undefined;
+  /** A hybrid model: bytes of one copy of the linear-attention layers' state (0 without such layers). */
+  readonly recurrentStateBytes?: number;
+  /** A hybrid model: bytes of the state checkpoints held now. */
+  readonly recurrentCheckpointBytes?: number;
 }
 
 /**
@@ -168,7 +172,12 @@ export class StepMetricsSampler {
       const checkpoints = (source.ringCheckpointPositions?.() ?? []).reduce((a, at) => a + windowLayers.reduce((b, l) => b + Math.min(at, (l.window ?? 1) - 1) * rowBytes, 0), 0);
       kvByKind = { window: used('window'), global: used('global'), checkpoints };
     }
-    const kvUsedBytes = kvByKind ? kvByKind.window + kvByKind.global : pooledTokens * rowBytes * hyper.layers;
+    // linear-attention layers (a hybrid model) keep a state, no rows: only the attention layers count
+    const kvLayerCount = kvLayers?.some((l) => l.kind === 'linear') ? kvLayers.filter((l) => l.kind !== 'linear').length : hyper.layers;
+    const kvUsedBytes = kvByKind ? kvByKind.window + kvByKind.global : pooledTokens * rowBytes * kvLayerCount;
+    const state = source.recurrentStateBytes ?? 0;
+    // the state and the running chunk's rollback copy (linear-attention.ts), then its checkpoints
+    const recurrent = state > 0 ? { stateBytes: 2 * state, checkpointBytes: source.recurrentCheckpointBytes ?? 0 } : undefined;
     const sparse = source.lastStepStats?.();
     const probed = this.probe?.take();
     const evicted = this.probe?.takeEvictions() ?? [];
@@ -256,6 +265,7 @@ export class StepMetricsSampler {
         rssBytes: this.rss(),
         ...(offload ? { rowBufferBytes: source.rowBufferBytes ?? 0 } : {}),
         ...(kvByKind ? { kvByKind } : {}),
+        ...(recurrent ? { recurrent } : {}),
       },
       layers,
     };

@@ -98,6 +98,13 @@ describe('sparklines, memory, layers', () => {
     expect(memoryStack({ ...m, rssBytes: 10 }).segments.at(-1)?.bytes).toBe(0);
   });
 
+  it('a hybrid model: the linear layers\' recurrent state and its checkpoints as their own parts, out of "other"', () => {
+    const m = { ...stepMetrics().memory, recurrent: { stateBytes: 120, checkpointBytes: 80 } };
+    const { segments, total } = memoryStack(m);
+    expect(segments.map((s) => [s.key, s.bytes])).toEqual([['weights', 1000], ['kv', 600], ['state', 120], ['state-checkpoints', 80], ['staged', 50], ['partial', 100], ['other', 50]]);
+    expect(total).toBe(2000);
+  });
+
   it('derives per-layer fetch and hit rates', () => {
     const rows = layerRows(stepMetrics({}, [{ selected: 5, candidates: 20, reuseHits: 3, reuseMisses: 1 }, { candidates: 0, reuseHits: 0, reuseMisses: 0, recall: null }]));
     expect(rows[0]).toMatchObject({ layer: 0, fetchRatio: 0.25, hitRate: 0.75 });

@@ -141,7 +141,7 @@ export function sparkSegments(values: readonly (number | null)[], width: number,
 const round = (v: number): number => Math.round(v * 10) / 10;
 
 export interface MemorySegment {
-  key: 'weights' | 'kv' | 'kv-window' | 'kv-checkpoints' | 'staged' | 'partial' | 'other';
+  key: 'weights' | 'kv' | 'kv-window' | 'kv-checkpoints' | 'state' | 'state-checkpoints' | 'staged' | 'partial' | 'other';
   label: string;
   bytes: number;
 }
@@ -149,7 +149,8 @@ export interface MemorySegment {
 /** Weights, KV in RAM, staged KV, partial keys and the rest of the process (RSS − those, ≥ 0). */
 export function memoryStack(m: StepMetrics['memory']): { segments: MemorySegment[]; total: number; poolBudgetBytes: number; kvInPool: number } {
   const checkpoints = m.kvByKind?.checkpoints ?? 0;
-  const known = m.weightsBytes + m.kvUsedBytes + checkpoints + m.stagedBytes + m.partialKeyBytes;
+  const recurrent = m.recurrent ? m.recurrent.stateBytes + m.recurrent.checkpointBytes : 0;
+  const known = m.weightsBytes + m.kvUsedBytes + checkpoints + recurrent + m.stagedBytes + m.partialKeyBytes;
   const other = Math.max(0, m.rssBytes - known);
   // a model with sliding-window layers: their rows (rings of the window) apart from the global layers'
   const kv: MemorySegment[] = m.kvByKind
@@ -162,6 +163,13 @@ export function memoryStack(m: StepMetrics['memory']): { segments: MemorySegment
   const segments: MemorySegment[] = [
     { key: 'weights', label: 'Weights', bytes: m.weightsBytes },
     ...kv,
+    // a hybrid model's linear-attention layers: a fixed-size state per sequence instead of rows
+    ...(m.recurrent
+      ? [
+          { key: 'state' as const, label: 'Recurrent state, linear layers (+ rollback copy)', bytes: m.recurrent.stateBytes },
+          { key: 'state-checkpoints' as const, label: 'State checkpoints', bytes: m.recurrent.checkpointBytes },
+        ]
+      : []),
     { key: 'staged', label: 'Staged KV', bytes: m.stagedBytes },
     { key: 'partial', label: 'Partial keys', bytes: m.partialKeyBytes },
     { key: 'other', label: 'Other', bytes: other },
