@@ -218,8 +218,8 @@ describe('Qwen3-MoE with MXFP4 experts (llama-quantize MXFP4_MOE: experts MXFP4,
   }, 120_000);
 });
 
-describe('Qwen3-MoE on the onnxruntime engine', () => {
-  it('a file the native stages cannot run (Q4_K_M experts 96 wide: ffn_down_exps falls back to Q5_0) is refused, naming the tensor', async () => {
+describe("Qwen3-MoE on llama-quantize's fallback types, and on the onnxruntime engine", () => {
+  it("Q4_K_M experts 96 wide (ffn_down_exps falls back to Q5_0, llama-quantize's choice for rows not a multiple of 256) run on the native stages and agree with llama.cpp", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'qwen3moe-q5-'));
     const path = join(dir, 'qwen3moe-q5_0-fallback.gguf');
     try {
@@ -227,13 +227,38 @@ describe('Qwen3-MoE on the onnxruntime engine', () => {
       const model = await loadModel(path);
       try {
         expect(model.tensors.get('blk.0.ffn_down_exps.weight')?.dtype).toBe('Q5_0');
+      } finally {
+        model.close();
+      }
+      // the Q5_0 experts' integer dots are exact in both engines (native/src/quant_dot_q5.cc), so Q4_K_M's bound holds
+      const [result] = await llamaCppAgreements(path, ids, ['native'], POSITIONS);
+      const { kl, top5, dense, dtypes } = result!;
+      console.log(`qwen3moe Q4_K_M, Q5_0 ffn_down_exps [${dtypes.join(', ')}] (${dense}): mean KL ${kl.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)}`);
+      expect(dense).toBe('native');
+      expect(dtypes).toContain('Q5_0');
+      expect(kl).toBeLessThan(BOUNDS.Q4_K_M.kl);
+      expect(top5).toBeLessThan(BOUNDS.Q4_K_M.top5);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+
+  it('a file the native stages cannot run (Q5_K_M experts 96 wide: ffn_down_exps falls back to Q5_1) is refused, naming the tensor', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qwen3moe-q5_1-'));
+    const path = join(dir, 'qwen3moe-q5_1-fallback.gguf');
+    try {
+      writeQwen3moeGguf(path, { ...QWEN3MOE_TEST_MODEL, layers: 2, experts: 4, expertsUsed: 2, expertFfn: 96, type: 'Q5_K_M' });
+      const model = await loadModel(path);
+      try {
+        const down = [0, 1].map((l) => model.tensors.get(`blk.${l}.ffn_down_exps.weight`)?.dtype);
+        expect(down).toContain('Q5_1');
         const error = await createModelRunner(model, { kvType: 'fp32', contextLength: 64 }).then(
           () => undefined,
           (e: unknown) => e as { code: string; message: string },
         );
         expect(error?.code).toBe('MODEL_UNSUPPORTED_ARCHITECTURE');
         expect(error?.message).toContain('native dense stages only');
-        expect(error?.message).toContain('blk.0.ffn_down_exps.weight is Q5_0');
+        expect(error?.message).toMatch(/blk\.\d\.ffn_down_exps\.weight is Q5_1/);
       } finally {
         model.close();
       }

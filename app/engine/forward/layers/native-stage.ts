@@ -31,6 +31,7 @@ export const KERNEL_TYPES: Partial<Record<TensorDType, { id: number; block: numb
   F32: { id: 0, block: 1 },
   F16: { id: 1, block: 1 },
   Q4_0: { id: 2, block: 32 },
+  Q5_0: { id: 6, block: 32 },
   Q8_0: { id: 8, block: 32 },
   Q4_K: { id: 12, block: 256 },
   Q5_K: { id: 13, block: 256 },
