@@ -21,7 +21,7 @@ const TOKENS = 64;
 const ids = [1, ...Array.from({ length: TOKENS - 1 }, (_, i) => 3 + ((i * 53 + 7) % 390))];
 
 // The weight types the native dense stages have kernels for (native-stages.ts).
-const NATIVE_TYPES = ['F32', 'F16', 'Q4_0', 'Q5_0', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K'];
+const NATIVE_TYPES = ['F32', 'F16', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K'];
 
 // The bound llama-cpp.test.ts uses for Q4_K (~5x what it measured there).
 const BOUND = { kl: 1e-4, top5: 6e-2 };
@@ -43,8 +43,8 @@ describe('forward pass vs llama.cpp on mixed K-quant fixtures', () => {
   it.each(cases)('%s', async (name, o, dtypes) => {
     const path = join(dir, `${name.replace(/[^A-Za-z0-9]+/g, '-').toLowerCase()}.gguf`);
     writeLlamaGguf(path, { ...o, context: base.context, vocab: base.vocab, seed: base.seed });
-    // 'auto' takes the native stages when every type has kernels (Q4_K_M's Q5_0 fallback has them
-    // (quant_dot_q5.cc); Q5_K_M's Q5_1 has none: onnxruntime), and onnxruntime is held to the same
+    // 'auto' takes the native stages when every type has kernels (every file here: the Q5_0 / Q5_1
+    // fallbacks have them, quant_dot_q5.cc / quant_dot_q1.cc), and onnxruntime is held to the same
     // bound on every file
     const results = await llamaCppAgreements(path, ids, ['auto', 'onnx']);
     const nativeTypes = dtypes.every((t) => NATIVE_TYPES.includes(t));
