@@ -36,6 +36,7 @@ const cases: [string, Omit<LlamaGgufOptions, 'context' | 'seed' | 'vocab'>, stri
   ['Q5_K_M GQA', { ...base, kvHeads: 2, type: 'Q5_K_M' }, ['F32', 'Q5_K', 'Q6_K']],
   ['Q5_K_M MHA, ffn 384 (Q5_1 / Q8_0 ffn_down)', { ...base, kvHeads: 4, ffn: 384, type: 'Q5_K_M' }, ['F32', 'Q5_1', 'Q5_K', 'Q6_K', 'Q8_0']],
   ['Q6_K GQA', { ...base, kvHeads: 2, type: 'Q6_K' }, ['F32', 'Q6_K']],
+  ['Q4_1 GQA (every matrix Q4_1: the legacy type with a minimum)', { ...base, kvHeads: 2, type: 'Q4_1' }, ['F32', 'Q4_1']],
   ['Q4_K_M GQA tied (token_embd Q6_K)', { ...base, kvHeads: 2, type: 'Q4_K_M', tied: true }, ['F32', 'Q4_K', 'Q6_K']],
 ];
 
