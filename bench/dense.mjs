@@ -90,7 +90,7 @@
 // (native measureDotPeak: a weight tile in cache, the prefill token block passing over it, best of
 // 5 passes before the engines), times the threads. Attention is left out (another kernel; ~2% of a
 // 512-token prefill's MACs at dim 2048, ~8% at --quick's dim 512). Shown as % of that bound for both engines; '—' where a
-// type has no native kernel (llama-quantize's Q5_0 / Q5_1 fallbacks).
+// type has no native kernel (none of llama-quantize's Q5_0 / Q5_1 / Q8_0 fallbacks now: they all have kernels).
 //
 // --dir DIR keeps the fixtures there and reuses the ones an earlier run left (their names give type,
 // shape and KV heads).

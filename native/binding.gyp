@@ -43,6 +43,8 @@
         "src/quant_dot_q.cc",
         "src/quant_dot_k.cc",
         "src/quant_dot_mxfp4.cc",
+        "src/quant_dot_q5.cc",
+        "src/quant_dot_q1.cc",
         "src/quant_dot_peak.cc",
         "src/dense_stage.cc",
         "src/moe_ffn.cc",
@@ -68,7 +70,7 @@
       "type": "executable",
       "dependencies": ["longhand_core"],
       "cflags_cc": ["-fno-exceptions"],
-      "sources": ["test/native_tests.cc", "test/quant_dot_sweep.cc", "test/quant_dot_bench.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc", "test/quant_dot_mxfp4_tests.cc", "test/dense_stage_tests.cc", "test/moe_ffn_tests.cc", "test/attention_params_tests.cc", "test/kv_layer_capacity_tests.cc", "test/kv_ring_tests.cc", "test/cpu_level_tests.cc", "test/gated_delta_net_tests.cc", "test/qwen35_stage_tests.cc"],
+      "sources": ["test/native_tests.cc", "test/quant_dot_sweep.cc", "test/quant_dot_bench.cc", "test/quant_dot_q_tests.cc", "test/quant_dot_k_tests.cc", "test/quant_dot_mxfp4_tests.cc", "test/quant_dot_q5_tests.cc", "test/quant_dot_q1_tests.cc", "test/dense_stage_tests.cc", "test/moe_ffn_tests.cc", "test/attention_params_tests.cc", "test/kv_layer_capacity_tests.cc", "test/kv_ring_tests.cc", "test/cpu_level_tests.cc", "test/gated_delta_net_tests.cc", "test/qwen35_stage_tests.cc"],
     },
   ],
 }

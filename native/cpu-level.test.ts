@@ -12,7 +12,7 @@ import { CPU_LEVEL_ENV, attentionKernel, cpuLevel, denseKernel, measureDotPeak, 
 const INDEX_URL = new URL('./index.js', import.meta.url).href;
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const LEVELS: CpuLevelName[] = ['portable', 'avx2', 'avx512', 'amx'];
-const GGML_TYPES = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14, MXFP4: 39 } as const;
+const GGML_TYPES = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14, MXFP4: 39, Q4_1: 3, Q5_0: 6, Q5_1: 7 } as const;
 
 interface ChildReport {
   info?: CpuLevelInfo;

@@ -820,8 +820,8 @@ export interface CpuLevelInfo {
   forced: boolean;
   /** attention's kernel (attentionKernel()): 'avx512' | 'avx2-fma-f16c' | 'portable' */
   attention: string;
-  /** the dot kernels DenseStage runs per GGML weight type ('amx': AVX512's with AMX tiles in prefill; MXFP4 has none, AVX512's there) */
-  dense: Record<'F32' | 'F16' | 'Q4_0' | 'Q8_0' | 'Q4_K' | 'Q5_K' | 'Q6_K' | 'MXFP4', 'amx' | 'avx512' | 'avx2' | 'scalar' | null>;
+  /** the dot kernels DenseStage runs per GGML weight type ('amx': AVX512's with AMX tiles in prefill; MXFP4, Q4_1, Q5_0 and Q5_1 have none, AVX512's there) */
+  dense: Record<'F32' | 'F16' | 'Q4_0' | 'Q4_1' | 'Q5_0' | 'Q5_1' | 'Q8_0' | 'Q4_K' | 'Q5_K' | 'Q6_K' | 'MXFP4', 'amx' | 'avx512' | 'avx2' | 'scalar' | null>;
 }
 
 /** Which level and which kernels this process's addon runs. */

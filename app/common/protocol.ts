@@ -170,7 +170,7 @@ export const LoadOptionsSchema = z.strictObject({
   offload: z.boolean().optional(),
   /**
    * Who runs the dense work: 'native' (C++ over the file's own blocks, read in place: llama-family
-   * GGUF/safetensors on the CPU with F32/F16/Q4_0/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4 weights), 'onnx' (onnxruntime
+   * GGUF/safetensors on the CPU with F32/F16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4 weights), 'onnx' (onnxruntime
    * graphs over repacked weights: every model and device), or 'auto': native where it can run.
    */
   dense: z.enum(DENSE_ENGINES).default('auto'),

@@ -2109,7 +2109,7 @@ constexpr struct {
   uint32_t type;
   const char* name;
 } kDenseTypes[] = {{LH_QDOT_F32, "F32"},   {LH_QDOT_F16, "F16"},   {LH_QDOT_Q4_0, "Q4_0"}, {LH_QDOT_Q8_0, "Q8_0"},
-                   {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}, {LH_QDOT_MXFP4, "MXFP4"}};
+                   {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}, {LH_QDOT_MXFP4, "MXFP4"}, {LH_QDOT_Q5_0, "Q5_0"}, {LH_QDOT_Q4_1, "Q4_1"}, {LH_QDOT_Q5_1, "Q5_1"}};
 
 // cpuLevel() -> { level, cpu, forced, attention, dense: { F32: 'avx2', ..., Q6_K: 'avx2' } }: the level
 // the kernels run at (cpu_level.h: LONGHAND_CPU_LEVEL's cap applied), the CPU's own, whether the cap

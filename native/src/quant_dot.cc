@@ -62,7 +62,9 @@ bool lh_qdot_kernels_for(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out)
   }
   if (!lh_qdot_available(impl)) return false;
   lh_qdot_kernels k{};
-  if (!lh_qdot_q_kernels(type, impl, &k) && !lh_qdot_k_kernels(type, impl, &k) && !lh_qdot_mxfp4_kernels(type, impl, &k)) return false;
+  if (!lh_qdot_q_kernels(type, impl, &k) && !lh_qdot_k_kernels(type, impl, &k) && !lh_qdot_mxfp4_kernels(type, impl, &k) &&
+      !lh_qdot_q5_kernels(type, impl, &k) && !lh_qdot_q1_kernels(type, impl, &k))
+    return false;
   *out = k;
   return true;
 }

@@ -16,6 +16,10 @@
 //                        with the int sums per 16 (the min terms)    × sub-block scales and mins
 //   MXFP4                Q8_0's (int8 blocks of 32, one scale each)  int8 · E2M1 (doubled, integer)
 //                                                                    per block, × 2^(e−128)·d_x
+//   Q5_0                 Q8_0's                                      int8 · (5-bit code − 16) per
+//                                                                    block, × d_w·d_x
+//   Q4_1, Q5_1           Q8_0's (its Σq per block for the minimum)   int8 · unsigned code per block,
+//                                                                    × d_w·d_x, + m_w·d_x·Σq
 //
 // The activation layout is each family's own business (it may add block sums the SIMD dot wants);
 // only its size and quantize_act are shared. Every implementation of one type quantizes the
@@ -40,6 +44,9 @@ enum lh_qdot_type : uint32_t {
   LH_QDOT_F32 = 0,
   LH_QDOT_F16 = 1,
   LH_QDOT_Q4_0 = 2,
+  LH_QDOT_Q4_1 = 3,
+  LH_QDOT_Q5_0 = 6,
+  LH_QDOT_Q5_1 = 7,
   LH_QDOT_Q8_0 = 8,
   LH_QDOT_Q4_K = 12,
   LH_QDOT_Q5_K = 13,
@@ -89,10 +96,13 @@ bool lh_qdot_available(lh_qdot_impl impl);
 // Per family, in its own file; lh_qdot_kernels_for (quant_dot.cc) asks each in turn.
 //   quant_dot_q.cc: F32, F16, Q4_0, Q8_0        quant_dot_k.cc: Q4_K, Q5_K, Q6_K
 //   quant_dot_mxfp4.cc: MXFP4 (no AMX kernels: AUTO takes AVX-512's there)
+//   quant_dot_q5.cc: Q5_0, quant_dot_q1.cc: Q4_1, Q5_1 (no AMX kernels either)
 // impl is never AUTO here and the CPU is known to run it.
 bool lh_qdot_q_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
 bool lh_qdot_k_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
 bool lh_qdot_mxfp4_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
+bool lh_qdot_q5_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
+bool lh_qdot_q1_kernels(uint32_t type, lh_qdot_impl impl, lh_qdot_kernels* out);
 
 // Decode (one token) streams each weight row once, front to back, and on this project's VMs the
 // hardware prefetcher alone does not keep enough lines in flight: Q4_0 / Q8_0 decode read at 74% /

@@ -11,6 +11,10 @@ void test_quant_dot_q();
 void test_quant_dot_k();
 // quant_dot_mxfp4_tests.cc: MXFP4.
 void test_quant_dot_mxfp4();
+// quant_dot_q5_tests.cc: Q5_0.
+void test_quant_dot_q5();
+// quant_dot_q1_tests.cc: Q4_1, Q5_1.
+void test_quant_dot_q1();
 // dense_stage_tests.cc: the native dense stage against a float64 reference, and the worker pool.
 void test_dense_stage();
 // quant_dot_bench.cc: `native_tests --bench-dot [reps]`, the dot kernels' decode GB/s and prefill speed.

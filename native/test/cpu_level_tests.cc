@@ -24,7 +24,7 @@ constexpr struct {
   uint32_t type;
   const char* name;
 } kTypes[] = {{LH_QDOT_F32, "F32"},   {LH_QDOT_F16, "F16"},   {LH_QDOT_Q4_0, "Q4_0"}, {LH_QDOT_Q8_0, "Q8_0"},
-              {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}, {LH_QDOT_MXFP4, "MXFP4"}};
+              {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}, {LH_QDOT_MXFP4, "MXFP4"}, {LH_QDOT_Q5_0, "Q5_0"}, {LH_QDOT_Q4_1, "Q4_1"}, {LH_QDOT_Q5_1, "Q5_1"}};
 
 // Random weight rows whose fp16 fields stay finite (bytes < 0x40), and finite activations.
 void fill_weights(Rng& rng, std::vector<uint8_t>& w) {

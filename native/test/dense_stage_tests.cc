@@ -6,6 +6,7 @@
 // single-token runs, the typed refusals, and the worker pool on its own.
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -25,8 +26,8 @@ namespace {
 constexpr uint32_t kD = 64, kHeads = 4, kKv = 2, kHd = 16, kFfn = 96, kVocab = 40, kLayers = 3;
 constexpr uint32_t kQw = kHeads * kHd, kKvw = kKv * kHd;
 
-// One weight: its float values [rows, cols] and the bytes in `type`'s GGUF layout (F32, Q8_0 or
-// MXFP4); for Q8_0 and MXFP4 `values` are the dequantized ones, so the reference multiplies by exactly
+// One weight: its float values [rows, cols] and the bytes in `type`'s GGUF layout (F32, Q8_0,
+// MXFP4 or Q5_0); for the quantized types `values` are the dequantized ones, so the reference multiplies by exactly
 // what the file holds.
 struct Weight {
   uint32_t rows = 0, cols = 0, type = LH_QDOT_F32;
@@ -66,6 +67,31 @@ Weight make_weight(Rng& rng, uint32_t rows, uint32_t cols, uint32_t type, bool w
         out[1 + i % 16] |= static_cast<uint8_t>(i < 16 ? best : best << 4);
         x[i] = kv[best] * d;  // what the file holds
       }
+    }
+  } else if (type == LH_QDOT_Q5_0) {
+    // as ggml's quantize_row_q5_0_ref: d = (the value of largest magnitude) / −16 as fp16, u = min(31, (int)(x/d + 16.5))
+    w.bytes.assign(w.values.size() / 32 * 22, 0);
+    for (size_t b = 0; b < w.values.size() / 32; ++b) {
+      float* x = &w.values[b * 32];
+      float amax = 0, vmax = 0;
+      for (int i = 0; i < 32; ++i)
+        if (std::fabs(x[i]) > amax) {
+          amax = std::fabs(x[i]);
+          vmax = x[i];
+        }
+      const float d_exact = vmax / -16.0f, id = d_exact != 0 ? 1.0f / d_exact : 0.0f;
+      const uint16_t dh = lh_fp32_to_fp16(d_exact);
+      const float d = lh_fp16_to_fp32(dh);
+      uint8_t* out = &w.bytes[b * 22];
+      std::memcpy(out, &dh, 2);
+      uint32_t qh = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int u = std::min(31, static_cast<int>(x[i] * id + 16.5f));
+        out[6 + i % 16] |= static_cast<uint8_t>(i < 16 ? (u & 15) : (u & 15) << 4);
+        qh |= static_cast<uint32_t>(u >> 4) << i;
+        x[i] = d * static_cast<float>(u - 16);  // what the file holds
+      }
+      std::memcpy(out + 2, &qh, 4);
     }
   } else {  // Q8_0: per 32, d = amax / 127 as fp16, q = round(x / d)
     w.bytes.resize(w.values.size() / 32 * 34);
@@ -609,6 +635,7 @@ void test_dense_stage() {
   check_against_reference(LH_QDOT_F32, "F32", 1e-5, true);
   check_against_reference(LH_QDOT_Q8_0, "Q8_0", 3e-2, true);
   check_against_reference(LH_QDOT_MXFP4, "MXFP4", 3e-2);
+  check_against_reference(LH_QDOT_Q5_0, "Q5_0", 3e-2);
   check_threads_and_chunks();
   check_refusals();
   check_gemma4_layers();

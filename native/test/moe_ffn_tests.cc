@@ -491,11 +491,11 @@ void test_route() {
 
 void test_moe_ffn() {
   test_route();
-  const uint32_t types[] = {LH_QDOT_F32, LH_QDOT_F16, LH_QDOT_Q4_0, LH_QDOT_Q8_0, LH_QDOT_Q4_K, LH_QDOT_Q5_K, LH_QDOT_Q6_K, LH_QDOT_MXFP4};
+  const uint32_t types[] = {LH_QDOT_F32, LH_QDOT_F16, LH_QDOT_Q4_0, LH_QDOT_Q8_0, LH_QDOT_Q4_K, LH_QDOT_Q5_K, LH_QDOT_Q6_K, LH_QDOT_MXFP4, LH_QDOT_Q5_0, LH_QDOT_Q4_1, LH_QDOT_Q5_1};
   uint64_t seed = 31;
   for (const uint32_t t : types) {
     QdotTypeCase c{};
-    if (qdot_q_case(t, &c) || qdot_k_case(t, &c) || qdot_mxfp4_case(t, &c)) test_type(c, seed++);
+    if (qdot_q_case(t, &c) || qdot_k_case(t, &c) || qdot_mxfp4_case(t, &c) || qdot_q5_case(t, &c) || qdot_q1_case(t, &c)) test_type(c, seed++);
   }
   // gpt-oss's variant: router and expert biases, softmax over the top-k logits, SwiGLU-OAI
   for (const uint32_t t : {LH_QDOT_F32, LH_QDOT_Q8_0}) {

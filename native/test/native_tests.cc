@@ -3530,6 +3530,8 @@ int main(int argc, char** argv) {
   test_quant_dot_q();
   test_quant_dot_k();
   test_quant_dot_mxfp4();
+  test_quant_dot_q5();
+  test_quant_dot_q1();
   test_dense_stage();
   test_moe_ffn();
   test_gated_delta_net();

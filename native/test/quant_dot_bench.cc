@@ -43,7 +43,7 @@ void bench_quant_dot(int reps) {
   const struct {
     uint32_t type;
     const char* name;
-  } types[] = {{LH_QDOT_Q4_0, "Q4_0"}, {LH_QDOT_Q8_0, "Q8_0"}, {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}, {LH_QDOT_MXFP4, "MXFP4"}, {LH_QDOT_F16, "F16"}};
+  } types[] = {{LH_QDOT_Q4_0, "Q4_0"}, {LH_QDOT_Q8_0, "Q8_0"}, {LH_QDOT_Q4_K, "Q4_K"}, {LH_QDOT_Q5_K, "Q5_K"}, {LH_QDOT_Q6_K, "Q6_K"}, {LH_QDOT_MXFP4, "MXFP4"}, {LH_QDOT_Q5_0, "Q5_0"}, {LH_QDOT_Q4_1, "Q4_1"}, {LH_QDOT_Q5_1, "Q5_1"}, {LH_QDOT_F16, "F16"}};
   Rng rng(7);
   std::vector<float> x(static_cast<size_t>(kTok) * kCols);
   for (float& v : x) v = rng.normal();

@@ -59,3 +59,5 @@ uint16_t qdot_random_half(Rng& rng, float lo, float hi, bool signed_scale);
 bool qdot_q_case(uint32_t type, QdotTypeCase* out);
 bool qdot_k_case(uint32_t type, QdotTypeCase* out);
 bool qdot_mxfp4_case(uint32_t type, QdotTypeCase* out);  // quant_dot_mxfp4_tests.cc
+bool qdot_q5_case(uint32_t type, QdotTypeCase* out);     // quant_dot_q5_tests.cc
+bool qdot_q1_case(uint32_t type, QdotTypeCase* out);     // quant_dot_q1_tests.cc: Q4_1, Q5_1

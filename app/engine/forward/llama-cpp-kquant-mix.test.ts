@@ -21,7 +21,7 @@ const TOKENS = 64;
 const ids = [1, ...Array.from({ length: TOKENS - 1 }, (_, i) => 3 + ((i * 53 + 7) % 390))];
 
 // The weight types the native dense stages have kernels for (native-stages.ts).
-const NATIVE_TYPES = ['F32', 'F16', 'Q4_0', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K'];
+const NATIVE_TYPES = ['F32', 'F16', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K'];
 
 // The bound llama-cpp.test.ts uses for Q4_K (~5x what it measured there).
 const BOUND = { kl: 1e-4, top5: 6e-2 };
@@ -36,6 +36,7 @@ const cases: [string, Omit<LlamaGgufOptions, 'context' | 'seed' | 'vocab'>, stri
   ['Q5_K_M GQA', { ...base, kvHeads: 2, type: 'Q5_K_M' }, ['F32', 'Q5_K', 'Q6_K']],
   ['Q5_K_M MHA, ffn 384 (Q5_1 / Q8_0 ffn_down)', { ...base, kvHeads: 4, ffn: 384, type: 'Q5_K_M' }, ['F32', 'Q5_1', 'Q5_K', 'Q6_K', 'Q8_0']],
   ['Q6_K GQA', { ...base, kvHeads: 2, type: 'Q6_K' }, ['F32', 'Q6_K']],
+  ['Q4_1 GQA (every matrix Q4_1: the legacy type with a minimum)', { ...base, kvHeads: 2, type: 'Q4_1' }, ['F32', 'Q4_1']],
   ['Q4_K_M GQA tied (token_embd Q6_K)', { ...base, kvHeads: 2, type: 'Q4_K_M', tied: true }, ['F32', 'Q4_K', 'Q6_K']],
 ];
 
@@ -43,8 +44,9 @@ describe('forward pass vs llama.cpp on mixed K-quant fixtures', () => {
   it.each(cases)('%s', async (name, o, dtypes) => {
     const path = join(dir, `${name.replace(/[^A-Za-z0-9]+/g, '-').toLowerCase()}.gguf`);
     writeLlamaGguf(path, { ...o, context: base.context, vocab: base.vocab, seed: base.seed });
-    // 'auto' takes the native stages when every type has kernels (the Q5_0 / Q5_1 fallbacks have
-    // none: onnxruntime), and onnxruntime is held to the same bound on every file
+    // 'auto' takes the native stages when every type has kernels (every file here: the Q5_0 / Q5_1
+    // fallbacks have them, quant_dot_q5.cc / quant_dot_q1.cc), and onnxruntime is held to the same
+    // bound on every file
     const results = await llamaCppAgreements(path, ids, ['auto', 'onnx']);
     const nativeTypes = dtypes.every((t) => NATIVE_TYPES.includes(t));
     expect(results.map((r) => r.dense)).toEqual([nativeTypes ? 'native' : 'onnx', 'onnx']);

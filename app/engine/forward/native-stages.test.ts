@@ -185,15 +185,15 @@ describe('native dense stages on quantised fixtures vs onnxruntime', () => {
 
 describe('which dense engine runs', () => {
   it("'native' where it cannot run is a typed error that says why; 'auto' then takes onnxruntime and says why", async () => {
-    const path = join(dir, 'q5-mix.gguf');
-    // ffn 384: llama-quantize's Q4_K_M sends ffn_down (rows of 384) to Q5_0, which has no native kernels
-    writeLlamaGguf(path, { dim: 256, layers: 2, heads: 4, kvHeads: 2, ffn: 384, context: 64, vocab: 400, seed: 3, type: 'Q4_K_M' });
+    const path = join(dir, 'bf16.gguf');
+    // BF16 matrices: a type with no native kernels (llama-quantize's fallbacks all have them now)
+    writeLlamaGguf(path, { dim: 256, layers: 2, heads: 4, kvHeads: 2, ffn: 384, context: 64, vocab: 400, seed: 3, type: 'BF16' });
     const model = await loadModel(path);
     try {
-      expect(nativeDenseUnsupported(model)).toMatch(/ffn_down\.weight is Q5_0, which has no native dense kernels/);
-      await expect(createModelRunner(model, { dense: 'native', contextLength: 32 })).rejects.toMatchObject({ code: 'BAD_ARGUMENT', message: expect.stringMatching(/dense 'native' cannot run .*Q5_0/) });
+      expect(nativeDenseUnsupported(model)).toMatch(/\.weight is BF16, which has no native dense kernels/);
+      await expect(createModelRunner(model, { dense: 'native', contextLength: 32 })).rejects.toMatchObject({ code: 'BAD_ARGUMENT', message: expect.stringMatching(/dense 'native' cannot run .*BF16/) });
       const r = await createModelRunner(model, { contextLength: 32 });
-      expect(r.dense).toEqual({ engine: 'onnx', whyNotNative: expect.stringMatching(/Q5_0/) });
+      expect(r.dense).toEqual({ engine: 'onnx', whyNotNative: expect.stringMatching(/BF16/) });
       await r.dispose();
       await expect(createModelRunner(model, { dense: 'fast' as never, contextLength: 32 })).rejects.toMatchObject({ code: 'BAD_ARGUMENT' });
     } finally {

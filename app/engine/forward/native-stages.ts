@@ -7,7 +7,7 @@
 // Nothing is repacked, so a load takes as long as building L + 1 small objects and giving the
 // process its own copy of each weight's pages (model.ownTensors: read from the file into huge pages,
 // the bytes and addresses unchanged), the process holds each weight once, and every type
-// with kernels here (F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4: the files users download) runs with
+// with kernels here (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4: the files users download) runs with
 // int8 activations like llama.cpp's. Chosen on the CPU provider for a family that has native
 // stages (today the llama family: layers/llama-native.ts) when every weight's type has kernels
 // (nativeDenseUnsupported); OPT (layers/opt.ts says why), other types, other providers and

@@ -218,22 +218,50 @@ describe('Qwen3-MoE with MXFP4 experts (llama-quantize MXFP4_MOE: experts MXFP4,
   }, 120_000);
 });
 
-describe('Qwen3-MoE on the onnxruntime engine', () => {
-  it('a file the native stages cannot run (Q4_K_M experts 96 wide: ffn_down_exps falls back to Q5_0) is refused, naming the tensor', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'qwen3moe-q5-'));
-    const path = join(dir, 'qwen3moe-q5_0-fallback.gguf');
+describe("Qwen3-MoE on llama-quantize's fallback types, and on the onnxruntime engine", () => {
+  // llama-quantize's fallbacks for expert rows of 96 (not a multiple of 256): Q4_K_M's Q4_K -> Q5_0,
+  // Q5_K_M's Q5_K -> Q5_1 (native/src/quant_dot_q5.cc, quant_dot_q1.cc); their integer dots are exact
+  // in both engines, so Q4_K_M's bound holds.
+  it.each([
+    ['Q4_K_M', 'Q5_0'],
+    ['Q5_K_M', 'Q5_1'],
+  ] as const)("%s experts 96 wide (ffn_down_exps falls back to %s) run on the native stages and agree with llama.cpp", async (type, fallback) => {
+    const dir = mkdtempSync(join(tmpdir(), 'qwen3moe-fallback-'));
+    const path = join(dir, `qwen3moe-${fallback.toLowerCase()}-fallback.gguf`);
     try {
-      writeQwen3moeGguf(path, { ...QWEN3MOE_TEST_MODEL, layers: 2, experts: 4, expertsUsed: 2, expertFfn: 96, type: 'Q4_K_M' });
+      writeQwen3moeGguf(path, { ...QWEN3MOE_TEST_MODEL, layers: 2, experts: 4, expertsUsed: 2, expertFfn: 96, type });
       const model = await loadModel(path);
       try {
-        expect(model.tensors.get('blk.0.ffn_down_exps.weight')?.dtype).toBe('Q5_0');
+        expect([0, 1].map((l) => model.tensors.get(`blk.${l}.ffn_down_exps.weight`)?.dtype)).toContain(fallback);
+      } finally {
+        model.close();
+      }
+      const [result] = await llamaCppAgreements(path, ids, ['native'], POSITIONS);
+      const { kl, top5, dense, dtypes } = result!;
+      console.log(`qwen3moe ${type}, ${fallback} ffn_down_exps [${dtypes.join(', ')}] (${dense}): mean KL ${kl.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)}`);
+      expect(dense).toBe('native');
+      expect(dtypes).toContain(fallback);
+      expect(kl).toBeLessThan(BOUNDS.Q4_K_M.kl);
+      expect(top5).toBeLessThan(BOUNDS.Q4_K_M.top5);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+
+  it('a file the native stages cannot run (BF16 matrices: no native kernels) is refused, naming the tensor', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qwen3moe-bf16-'));
+    const path = join(dir, 'qwen3moe-bf16.gguf');
+    try {
+      writeQwen3moeGguf(path, { ...QWEN3MOE_TEST_MODEL, layers: 2, experts: 4, expertsUsed: 2, expertFfn: 96, type: 'BF16' });
+      const model = await loadModel(path);
+      try {
         const error = await createModelRunner(model, { kvType: 'fp32', contextLength: 64 }).then(
           () => undefined,
           (e: unknown) => e as { code: string; message: string },
         );
         expect(error?.code).toBe('MODEL_UNSUPPORTED_ARCHITECTURE');
         expect(error?.message).toContain('native dense stages only');
-        expect(error?.message).toContain('blk.0.ffn_down_exps.weight is Q5_0');
+        expect(error?.message).toMatch(/\.weight is BF16, which has no native dense kernels/);
       } finally {
         model.close();
       }

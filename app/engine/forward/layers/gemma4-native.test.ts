@@ -121,8 +121,11 @@ describe('Gemma 4 native stages against llama.cpp on the other file types', () =
   // (gemma4-llama-cpp.test.ts says the same of Q8_0), so greedy ids are held exactly on F32 and F16
   // only, and the quantized ones to KL bounds like Q8_0's and 90% of the tokens. Measured 2026-12-07:
   // F16 64/64, KL 4.0e-6, top-5 4.7e-3; Q6_K 59/64, KL 7.5e-3, top-5 1.9e-1 (bounds 3-5x above).
-  const BOUNDS = { F16: { kl: 2e-5, top5: 2e-2, agree: 1 }, Q6_K: { kl: 3e-2, top5: 6e-1, agree: 0.9 } } as const;
-  it.each(['F16', 'Q6_K'] as const)("%s: greedy next tokens at 64 positions and distributions at 4, as llama.cpp's", async (type) => {
+  // Q4_K_M: its rows of 128 take llama-quantize's fallback Q5_0 (native/src/quant_dot_q5.cc): native
+  // 57/64, KL 8.26e-3, top-5 2.33e-1; onnxruntime on the same measure 58/64, KL 8.27e-3, top-5 2.70e-1
+  // (2026-12-07): the same distance from llama.cpp, so bounds as Q6_K's and 85% of the tokens.
+  const BOUNDS = { F16: { kl: 2e-5, top5: 2e-2, agree: 1 }, Q6_K: { kl: 3e-2, top5: 6e-1, agree: 0.9 }, Q4_K_M: { kl: 3e-2, top5: 6e-1, agree: 0.85 } } as const;
+  it.each(['F16', 'Q6_K', 'Q4_K_M'] as const)("%s: greedy next tokens at 64 positions and distributions at 4, as llama.cpp's", async (type) => {
     const path = gemma4FixtureSet(dir, GEMMA4_FIXTURE, [type])[type];
     const ids = [2, ...Array.from({ length: 63 }, (_, i) => 300 + ((i * 389 + 11) % 40000))];
     const positions = [15, 31, 47, 63];
@@ -149,13 +152,13 @@ describe('Gemma 4 native stages against llama.cpp on the other file types', () =
     }
   }, 120_000);
 
-  it("Q4_K_M: the converter's fallback type for rows of 128 (Q5_0) has no native kernels: 'auto' runs onnxruntime and says why", async () => {
+  it("Q4_K_M: the converter's fallback type for rows of 128 (Q5_0) has native kernels: 'auto' runs the native stages", async () => {
     const model = await loadModel(gemma4FixtureSet(dir, GEMMA4_FIXTURE, ['Q4_K_M']).Q4_K_M);
     try {
-      const why = nativeDenseUnsupported(model);
-      expect(why).toMatch(/is Q5_0, which has no native dense kernels/);
+      expect([...model.tensors.values()].some((t) => t.dtype === 'Q5_0')).toBe(true);
+      expect(nativeDenseUnsupported(model)).toBeUndefined();
       const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 32 });
-      expect(runner.dense).toEqual({ engine: 'onnx', whyNotNative: why });
+      expect(runner.dense.engine).toBe('native');
       await runner.dispose();
     } finally {
       model.close();
