@@ -8,10 +8,10 @@
 // −3, −4, −6, −8, −12} and 2^(e − 128) is ggml's GGML_E8M0_TO_FP32_HALF(e) (half of E8M0's 2^(e − 127),
 // which undoes the doubling): subnormal for e < 2, 2^-128 / 2^-127 exactly.
 //
-// Activations: Q8_0's (quant_dot_q.cc): int8 q [k], float d [k/32], int32 −8·Σq [k/32], int32
-// −128·Σq [k/32], by the same quantizer (the kernels take Q8_0's quantize_act of the same impl), so
-// a block's integer dot Σ kv·q is exact everywhere, then × (2^(e−128) · d_x) in fp32. Only the order of
-// the float sums differs between implementations:
+// Activations: Q8_0's (quant_dot_q.cc): int8 q [k], float d [k/32] (rounded to fp16 as ggml's
+// block_q8_0.d), int32 −8·Σq [k/32], int32 −128·Σq [k/32], by the same quantizer (the kernels
+// take Q8_0's quantize_act of the same impl), so a block's integer dot Σ kv·q is exact everywhere,
+// then × (2^(e−128) · d_x) in fp32. Only the order of the float sums differs between implementations:
 //   scalar   Σ kv[nib]·q per block, s += scale_w · d_x · float(Σ)
 //   AVX-512  the nibbles through vpshufb into kv + 12 (unsigned 0..24) so vpdpbusd takes them as its
 //            unsigned operand; the −12·Σq offset per 4-byte lane is the accumulator it starts from

@@ -6,12 +6,18 @@
 //   F32, F16     k floats, a copy of x with ±Inf made NaN (4k bytes); the dot is fp32 FMA (F16
 //                weights widened).
 //   Q4_0, Q8_0   int8 q [k], float d [k/32], int32 neg8 [k/32], int32 neg128 [k/32] (k + 12·k/32
-//                bytes): per block of 32, as ggml's quantize_row_q8_0 does: d = amax/127, id = 1/d,
-//                q = round-to-nearest-even(x·id) (ggml's SIMD quantizer rounds so; its scalar one
-//                rounds ties away), but d kept in fp32 where ggml rounds it to fp16. amax < 2^-100
-//                (or 0) -> d = 0, q = 0 (1/d would overflow). A block with a NaN/Inf -> d = NaN, q = 0,
-//                so every dot of the token is NaN. neg8 = -8·Σq and neg128 = -128·Σq: the offsets of
-//                the unsigned weights (below) that the AVX-512 prefill kernel starts its sums from.
+//                bytes): per block of 32, as ggml's x86 quantize_row_q8_0 (AVX/AVX2, and the
+//                quantize_mat_q8_0 of its repacked Q4_0 path) does: id = 127/amax, q =
+//                round-to-nearest-even(x·id) (ggml's scalar reference takes id = 1/(amax/127) and
+//                rounds ties away; the SIMD code is what llama.cpp runs here), and d = amax/127
+//                rounded to fp16 (block_q8_0.d is fp16, and every ggml dot multiplies by that
+//                rounded value), stored widened to a float. The q come from the unrounded 127/amax,
+//                as in ggml. amax < 2^-100 (or 0) -> d = 0, q = 0 (127/amax would overflow; ggml's d
+//                rounds to fp16 zero far above that, so the block adds 0 to the dot either way).
+//                amax/127 >= 65520 rounds to d = Inf, as in ggml. A block with a NaN/Inf -> d = NaN,
+//                q = 0, so every dot of the token is NaN. neg8 = -8·Σq and neg128 = -128·Σq: the
+//                offsets of the unsigned weights (below) that the AVX-512 prefill kernel starts its
+//                sums from. MXFP4 (quant_dot_mxfp4.cc) reads the same rows.
 //
 // The integer part of a block's dot is exact in every implementation:
 //   Q8_0: Σ w·q (scalar); AVX-512 vpdpbusd on (w ^ 0x80) = w + 128 (unsigned) × q, minus 128·Σq
@@ -90,6 +96,10 @@ void float_quantize_act(const float* x, uint64_t k, uint8_t* out) {
   }
 }
 
+// A block's scale as ggml stores it (block_q8_0.d = FP32_TO_FP16(amax/127)) and its dots read it:
+// rounded to fp16 (ties to even), kept in a float. The q are quantized with the unrounded 127/amax.
+inline float fp16_rounded_scale(float amax) { return lh_fp16_to_fp32(lh_fp32_to_fp16(amax / 127.0f)); }
+
 // x [k] -> q int8 [k] at out, d float [k/32] at out + k
 void q8_quantize_act_scalar(const float* x, uint64_t k, uint8_t* out) {
   int8_t* q = reinterpret_cast<int8_t*>(out);
@@ -110,9 +120,9 @@ void q8_quantize_act_scalar(const float* x, uint64_t k, uint8_t* out) {
     } else if (!(amax >= kTinyAmax)) {
       std::memset(q + b * kQK, 0, kQK);
     } else {
-      d = amax / 127.0f;
-      const float id = 1.0f / d;
+      const float id = 127.0f / amax;
       for (uint64_t j = 0; j < kQK; ++j) q[b * kQK + j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+      d = fp16_rounded_scale(amax);
     }
     std::memcpy(dp + b * 4, &d, 4);
   }
@@ -210,8 +220,8 @@ LH_QD512 void q8_quantize_act_avx512(const float* x, uint64_t k, uint8_t* out) {
     if (!finite) {
       d = NAN;
     } else if (amax >= kTinyAmax) {
-      d = amax / 127.0f;
-      const __m512 id = _mm512_set1_ps(1.0f / d);
+      d = fp16_rounded_scale(amax);
+      const __m512 id = _mm512_set1_ps(127.0f / amax);
       q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)));
       q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)));
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../src/fp16.h"
@@ -133,6 +134,101 @@ void check_avx2_prefill(const QdotTypeCase& c) {
   qdot_check_same_bits(c, LH_QDOT_AVX2, LH_QDOT_AVX512, both, extreme_row<kQ8>, 1.0f, "prefill gives avx512's bits (6 shapes, most negative)");
 }
 
+// ggml's q8_0 activations (ggml-cpu/arch/x86/quants.c quantize_row_q8_0, the code llama.cpp runs
+// here): per block q = round-to-nearest-even(x·(127/amax)), and block_q8_0.d = FP32_TO_FP16(amax/127),
+// the fp16-rounded scale every dot multiplies by (vec_dot_q8_0_q8_0, _q4_0_q8_0, _mxfp4_q8_0). One
+// block (so no float sum order), weight scale 1 (Q8_0 / Q4_0 d = 1.0, MXFP4 e = 128), and tokens
+// whose amax/127 is not an fp16 value: y = fp16(amax/127)·Σ w·q exactly, written here from ggml's
+// formulas, in every implementation and every path (decode, tiles, prefill: 1..20 tokens). Each row
+// has one nonzero weight (row r at element 7r mod 32), so y is one product d·(w·q) however an
+// implementation splits the block's integer sum over lanes (ggml's AVX2 dot, too, scales 8 partial
+// sums). Keeping the scale in fp32 misses by the scale's fp16 rounding (up to 2^-11 relative).
+void check_ggml_activation_scale() {
+  constexpr uint64_t k = 32;
+  constexpr uint32_t kRows = 16, kMaxTok = 20;
+  Rng rng(0x51A1E);
+  // x [kMaxTok][32] and the quantization ggml gives it
+  std::vector<float> x(kMaxTok * k), d16(kMaxTok), d32(kMaxTok);
+  std::vector<int32_t> q(kMaxTok * k);
+  for (uint32_t t = 0; t < kMaxTok; ++t) {
+    float amax = 0;
+    for (uint64_t j = 0; j < k; ++j) {
+      x[t * k + j] = (1.0f + 0.37f * static_cast<float>(t)) * rng.normal();
+      amax = std::fmax(amax, std::fabs(x[t * k + j]));
+    }
+    const float id = 127.0f / amax;
+    for (uint64_t j = 0; j < k; ++j) q[t * k + j] = static_cast<int32_t>(std::nearbyint(x[t * k + j] * id));
+    d32[t] = amax / 127.0f;
+    d16[t] = lh_fp16_to_fp32(lh_fp32_to_fp16(d32[t]));
+  }
+  // weight rows of each type with scale 1, one nonzero weight each, and their integer values w [kRows][32]
+  struct TypeRows {
+    uint32_t type;
+    const char* name;
+    size_t block;
+    std::vector<uint8_t> bytes;
+    std::vector<int32_t> w;
+  };
+  std::vector<TypeRows> types = {{LH_QDOT_Q8_0, "Q8_0", 34, {}, {}}, {LH_QDOT_Q4_0, "Q4_0", 18, {}, {}}, {LH_QDOT_MXFP4, "MXFP4", 17, {}, {}}};
+  constexpr int32_t kMx[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // ggml's kvalues_mxfp4
+  for (TypeRows& tr : types) {
+    tr.bytes.assign(kRows * tr.block, 0);
+    tr.w.assign(kRows * k, 0);
+    for (uint32_t r = 0; r < kRows; ++r) {
+      uint8_t* b = tr.bytes.data() + r * tr.block;
+      int32_t* w = tr.w.data() + r * k;
+      const uint64_t at = (7 * r) % k;
+      const uint32_t code = 1 + static_cast<uint32_t>(rng.next() % 7);  // a nonzero weight of every type
+      if (tr.type == LH_QDOT_Q8_0) {
+        put_half(b, 0x3C00);  // 1.0
+        b[2 + at] = static_cast<uint8_t>(r & 1 ? -static_cast<int>(code) * 17 : static_cast<int>(code) * 17);
+        for (uint64_t j = 0; j < k; ++j) w[j] = static_cast<int8_t>(b[2 + j]);
+      } else {
+        const bool q4 = tr.type == LH_QDOT_Q4_0;
+        const size_t off = q4 ? 2 : 1;
+        if (q4) put_half(b, 0x3C00);
+        else b[0] = 128;  // 2^(128-128) = 1
+        const uint8_t zero = q4 ? 8 : 0;
+        std::memset(b + off, zero * 0x11, 16);
+        const uint8_t nib = static_cast<uint8_t>(q4 ? (r & 1 ? 8 - code : 8 + code) : (r & 1 ? 8 + code : code));
+        if (at < 16) b[off + at] = static_cast<uint8_t>((b[off + at] & 0xF0) | nib);
+        else b[off + at - 16] = static_cast<uint8_t>((b[off + at - 16] & 0x0F) | (nib << 4));
+        for (uint64_t j = 0; j < 16; ++j) {
+          const int lo = b[off + j] & 15, hi = b[off + j] >> 4;
+          w[j] = q4 ? lo - 8 : kMx[lo];
+          w[j + 16] = q4 ? hi - 8 : kMx[hi];
+        }
+      }
+    }
+  }
+  for (const TypeRows& tr : types)
+    for (const lh_qdot_impl impl : {LH_QDOT_SCALAR, LH_QDOT_AVX2, LH_QDOT_AVX512, LH_QDOT_AMX}) {
+      lh_qdot_kernels kern{};
+      if (!lh_qdot_available(impl) || !lh_qdot_kernels_for(tr.type, impl, &kern)) continue;
+      const size_t arb = kern.act_row_bytes(k);
+      std::vector<uint8_t> xq(kMaxTok * arb);
+      for (uint32_t t = 0; t < kMaxTok; ++t) kern.quantize_act(x.data() + t * k, k, xq.data() + t * arb);
+      uint32_t wrong = 0, fp32_scale_differs = 0;
+      float worst_got = 0, worst_want = 0;
+      for (const uint32_t n_tok : {1u, 2u, 3u, 5u, 7u, 8u, 20u}) {
+        std::vector<float> y(static_cast<size_t>(n_tok) * kRows);
+        kern.dot_tile(tr.bytes.data(), tr.block, kRows, k, xq.data(), n_tok, y.data(), kRows);
+        for (uint32_t t = 0; t < n_tok; ++t)
+          for (uint32_t r = 0; r < kRows; ++r) {
+            int32_t isum = 0;
+            for (uint64_t j = 0; j < k; ++j) isum += tr.w[r * k + j] * q[t * k + j];
+            const float want = d16[t] * static_cast<float>(isum);
+            fp32_scale_differs += (d32[t] * static_cast<float>(isum) != want);
+            if (y[t * kRows + r] != want && wrong++ == 0) worst_got = y[t * kRows + r], worst_want = want;
+          }
+      }
+      check(wrong == 0,
+            (std::string(tr.name) + " impl " + std::to_string(impl) + ": one block = fp16(amax/127)·Σw·q exactly, q from 127/amax (ggml's q8_0 activations; 1..20 tokens)").c_str(),
+            "%u dots differ, first %.9g want %.9g", wrong, worst_got, worst_want);
+      check(fp32_scale_differs > 0, (std::string(tr.name) + ": the fp32 scale would miss some of these dots (the check above can fail)").c_str(), "none");
+    }
+}
+
 }  // namespace
 
 bool qdot_q_case(uint32_t type, QdotTypeCase* out) {
@@ -159,4 +255,5 @@ void test_quant_dot_q() {
                        kAmxWhat);
   check_avx2_prefill<false>({LH_QDOT_Q4_0, "Q4_0", q4_0_random, q4_0_dequantize, {32}});
   check_avx2_prefill<true>({LH_QDOT_Q8_0, "Q8_0", q8_0_random, q8_0_dequantize, {32}});
+  check_ggml_activation_scale();
 }
