@@ -40,12 +40,12 @@ async function klAgainstLlamaCpp(path: string, model: LoadedModel, runner: Model
 
 // Bounds ~3x above what was measured (2026-12-07, fixture version 1, native stages): mean KL 3.0e-4,
 // median 3.1e-4 (every position 1e-4 to 5e-4), top-5 4.7e-2: no routing fell the other way at these
-// positions (the tiny fixture's Q8_0 had one, its mean 5.2e-2 from one position); of the order of that
-// Q8_0 file's median (8.0e-4) on fixtures whose logits are sharp on purpose (output std 0.15 over 201K ids).
+// positions; of the order of the tiny fixture's Q8_0 (mean 3.3e-4) on fixtures whose logits are sharp
+// on purpose (output std 0.15 over 201K ids).
 const Q4_K_M_BOUNDS = { medianKl: 1e-3, meanKl: 1e-3, top5: 0.15 };
-// The tiny fixture's Q4_K_M (Q5_0 rows, a Q8_0 output), ~3x above what was measured (2026-12-07, native):
-// mean KL 1.5e-3, median 1.8e-3 (every position 4.7e-4 to 2.3e-3), top-5 0.10.
-const Q5_0_BOUNDS = { medianKl: 5e-3, meanKl: 5e-3, top5: 0.3 };
+// The tiny fixture's Q4_K_M (Q5_0 rows, a Q8_0 output), ~3x above what was measured (2026-12-07, native,
+// ggml's fp16 q8_0 activation scale): mean KL 5.9e-4, median 3.8e-4 (every position 2.1e-4 to 2.1e-3), top-5 8.1e-2.
+const Q5_0_BOUNDS = { medianKl: 1.5e-3, meanKl: 2e-3, top5: 0.25 };
 
 describe('gpt-oss vs llama.cpp: Q4_K_M', () => {
   it('the types llama-quantize gives; median and mean KL and top-5 gaps at 8 positions of a 200-token run past the window', async () => {
