@@ -10,6 +10,10 @@ import { logSoftmax } from './reference-forward.ts';
 export interface Agreement {
   /** mean KL(llama.cpp ‖ ours) over the positions */
   kl: number;
+  /** KL(llama.cpp ‖ ours) at each position, in order */
+  each: number[];
+  /** the median of `each` (a rare position where a quantized file routes or rounds the other way moves the mean, not this) */
+  median: number;
   /** the largest |log p| gap over each position's top 5 tokens */
   top5: number;
   /** the weight types in the file, sorted (what the bound was applied to) */
@@ -23,25 +27,38 @@ export interface Agreement {
  * side is computed once), over every position or only `positions` (large vocabularies): 'auto' is what a user gets; 'native' and 'onnx' force one (a model the
  * native stages cannot run makes 'native' throw, naming why).
  */
-export async function llamaCppAgreements(path: string, ids: readonly number[], engines: readonly DenseEngine[], positions?: readonly number[]): Promise<Agreement[]> {
+export async function llamaCppAgreements(
+  path: string,
+  ids: readonly number[],
+  engines: readonly DenseEngine[],
+  positions?: readonly number[],
+  runnerOptions: { contextLength?: number; prefillChunk?: number } = {},
+): Promise<Agreement[]> {
   const reference = await llamaCppLogProbs(path, [...ids], { kvType: 'f32', threads: 1, ...(positions ? { positions } : {}) });
   const model = await loadModel(path);
   try {
     const results: Agreement[] = [];
     for (const dense of engines) {
-      const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk: 32, dense });
+      const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 128, prefillChunk: 32, ...runnerOptions, dense });
       const logits = await runner.prefill([...ids], undefined, { allLogits: true });
       const engine = runner.dense.engine;
       await runner.dispose();
       const V = model.hyper.vocabSize;
       const ours = reference.positions.map((t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
       const dtypes = [...new Set([...model.tensors.values()].map((t) => t.dtype))].sort();
-      results.push({ kl: meanKl(reference.logProbs, ours), top5: maxAbsLogProbDiffTopK(reference.logProbs, ours, 5), dtypes, dense: engine });
+      const each = ours.map((o, i) => meanKl([reference.logProbs[i]!], [o]));
+      results.push({ kl: meanKl(reference.logProbs, ours), each, median: median(each), top5: maxAbsLogProbDiffTopK(reference.logProbs, ours, 5), dtypes, dense: engine });
     }
     return results;
   } finally {
     model.close();
   }
+}
+
+function median(xs: readonly number[]): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 /** llamaCppAgreements with the engine a user gets ('auto'). */

@@ -13,30 +13,17 @@
 // fall back the same way: the last case holds that file type (Q5_0 experts and dense rows, a Q8_0
 // output) against llama.cpp on the native Q5_0 kernels.
 import { afterAll, describe, expect, it } from 'vitest';
-import { gptOssGgufFixture } from '../../../test/fixtures/families/gpt-oss.ts';
-import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK, meanKl } from '../../../test/support/llama-cpp-reference.ts';
-import { logSoftmax } from '../../../test/support/reference-forward.ts';
+import { gptOssGgufFixture, GPT_OSS_KL_RUN } from '../../../test/fixtures/families/gpt-oss.ts';
+import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
+import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 import { inspectModel, summariseWeights } from '../model/inspect.ts';
 import { loadModel } from '../model/load-model.ts';
 import { estimateMemory } from '../model/memory-estimate.ts';
 import { familyOf } from './layers/families.ts';
-import type { LoadedModel } from '../model/types.ts';
-import { createModelRunner, type ModelRunner } from './model-runner.ts';
+import { createModelRunner } from './model-runner.ts';
 
 afterAll(() => disposeLlamaCpp());
 
-/** Mean, median and per-position KL and the top-5 gap against llama.cpp at 8 positions of a 200-token run past the window. */
-async function klAgainstLlamaCpp(path: string, model: LoadedModel, runner: ModelRunner): Promise<{ kl: number; median: number; top5: number; each: number[] }> {
-  const ids = Array.from({ length: 200 }, (_, i) => (i * 7919 + 13) % 199998);
-  const positions = Array.from({ length: 8 }, (_, j) => 25 * j + 24);
-  const reference = await llamaCppLogProbs(path, ids, { kvType: 'f32', threads: 1, positions });
-  const logits = await runner.prefill(ids, undefined, { allLogits: true });
-  const V = model.hyper.vocabSize;
-  const ours = reference.positions.map((t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
-  const each = ours.map((o, i) => meanKl([reference.logProbs[i]!], [o]));
-  const sorted = [...each].sort((x, y) => x - y);
-  return { kl: meanKl(reference.logProbs, ours), median: (sorted[3]! + sorted[4]!) / 2, top5: maxAbsLogProbDiffTopK(reference.logProbs, ours, 5), each };
-}
 
 // Bounds ~3x above what was measured (2026-12-07, fixture version 1, native stages): mean KL 3.0e-4,
 // median 3.1e-4 (every position 1e-4 to 5e-4), top-5 4.7e-2: no routing fell the other way at these
@@ -51,7 +38,6 @@ describe('gpt-oss vs llama.cpp: Q4_K_M', () => {
   it('the types llama-quantize gives; median and mean KL and top-5 gaps at 8 positions of a 200-token run past the window', async () => {
     const path = gptOssGgufFixture('Q4_K_M', 'wide');
     const model = await loadModel(path);
-    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 512, prefillChunk: 64 });
     try {
       const type = (name: string): string => model.tensors.get(name)!.dtype;
       expect(model.hyper).toMatchObject({ architecture: 'gpt-oss', hiddenSize: 256, moe: { experts: 32, expertsUsed: 4 }, gptOss: { slidingWindow: 128 } });
@@ -61,8 +47,8 @@ describe('gpt-oss vs llama.cpp: Q4_K_M', () => {
         expect([type(`blk.${l}.attn_q.weight`), type(`blk.${l}.attn_v.weight`), type(`blk.${l}.attn_output.weight`)]).toEqual(['Q4_K', more, 'Q4_K']);
         expect([type(`blk.${l}.ffn_gate_exps.weight`), type(`blk.${l}.ffn_up_exps.weight`), type(`blk.${l}.ffn_down_exps.weight`)]).toEqual(['Q4_K', 'Q4_K', more]);
       }
-      expect(runner.dense.engine).toBe('native');
-      const { kl, median, top5, each } = await klAgainstLlamaCpp(path, model, runner);
+      const { kl, median, top5, each, dense } = (await llamaCppAgreements(path, GPT_OSS_KL_RUN.ids, ['auto'], GPT_OSS_KL_RUN.positions, GPT_OSS_KL_RUN.runner))[0]!;
+      expect(dense).toBe('native');
       console.log(
         `gpt-oss Q4_K_M (native, 256 wide) vs llama.cpp: mean KL ${kl.toExponential(2)}, median ${median.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)} over ${each.length} positions; ` +
           `per position ${each.map((x) => x.toExponential(1)).join(' ')}`,
@@ -71,7 +57,6 @@ describe('gpt-oss vs llama.cpp: Q4_K_M', () => {
       expect(kl).toBeLessThan(Q4_K_M_BOUNDS.meanKl);
       expect(top5).toBeLessThan(Q4_K_M_BOUNDS.top5);
     } finally {
-      await runner.dispose();
       model.close();
     }
   }, 600_000);
@@ -121,17 +106,15 @@ describe('gpt-oss vs llama.cpp: Q4_K_M', () => {
   it('the 128-wide tiny fixture as llama-quantize gives it (Q4_K rows of 128 fall back to Q5_0, Q6_K to Q8_0: gpt-oss-20b\'s case) runs on the native Q5_0 kernels as llama.cpp does', async () => {
     const path = gptOssGgufFixture('Q4_K_M');
     const model = await loadModel(path);
-    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 512, prefillChunk: 64 });
     try {
       expect([model.tensors.get('blk.0.attn_q.weight')!.dtype, model.tensors.get('blk.0.ffn_gate_exps.weight')!.dtype, model.tensors.get('output.weight')!.dtype]).toEqual(['Q5_0', 'Q5_0', 'Q8_0']);
-      expect(runner.dense.engine).toBe('native');
-      const { kl, median, top5, each } = await klAgainstLlamaCpp(path, model, runner);
+      const { kl, median, top5, each, dense } = (await llamaCppAgreements(path, GPT_OSS_KL_RUN.ids, ['auto'], GPT_OSS_KL_RUN.positions, GPT_OSS_KL_RUN.runner))[0]!;
+      expect(dense).toBe('native');
       console.log(`gpt-oss Q4_K_M (native, 128 wide: Q5_0 rows) vs llama.cpp: mean KL ${kl.toExponential(2)}, median ${median.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)}; per position ${each.map((x) => x.toExponential(1)).join(' ')}`);
       expect(median).toBeLessThan(Q5_0_BOUNDS.medianKl);
       expect(kl).toBeLessThan(Q5_0_BOUNDS.meanKl);
       expect(top5).toBeLessThan(Q5_0_BOUNDS.top5);
     } finally {
-      await runner.dispose();
       model.close();
     }
   }, 600_000);

@@ -15,10 +15,10 @@
 //   - Q8_0: mean KL and top-5 gaps over 8 positions of a 200-token teacher-forced run;
 //   - the onnxruntime engine refuses the model with a typed error naming why.
 import { afterAll, describe, expect, it } from 'vitest';
-import { gptOssGgufFixture } from '../../../test/fixtures/families/gpt-oss.ts';
+import { gptOssGgufFixture, GPT_OSS_KL_RUN } from '../../../test/fixtures/families/gpt-oss.ts';
 import { greedyAgreement } from '../../../test/support/greedy-agreement.ts';
-import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK, meanKl } from '../../../test/support/llama-cpp-reference.ts';
-import { logSoftmax } from '../../../test/support/reference-forward.ts';
+import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
+import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 import { loadModel } from '../model/load-model.ts';
 import { createTokenizer } from '../model/tokenizer/tokenizer.ts';
 import { createModelRunner } from './model-runner.ts';
@@ -132,29 +132,12 @@ describe('gpt-oss vs llama.cpp: a RoPE base per layer kind', () => {
 
 describe('gpt-oss vs llama.cpp: Q8_0', () => {
   it('median and mean KL and top-5 gaps at 8 positions of a 200-token run past the window', async () => {
-    const path = gptOssGgufFixture('Q8_0');
-    const model = await loadModel(path);
-    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 512, prefillChunk: 64 });
-    try {
-      const ids = Array.from({ length: 200 }, (_, i) => (i * 7919 + 13) % 199998);
-      const positions = Array.from({ length: 8 }, (_, j) => 25 * j + 24);
-      const reference = await llamaCppLogProbs(path, ids, { kvType: 'f32', threads: 1, positions });
-      const logits = await runner.prefill(ids, undefined, { allLogits: true });
-      const V = model.hyper.vocabSize;
-      const ours = reference.positions.map((t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
-      const kl = meanKl(reference.logProbs, ours);
-      const each = ours.map((o, i) => meanKl([reference.logProbs[i]!], [o])).sort((x, y) => x - y);
-      const median = (each[3]! + each[4]!) / 2;
-      const top5 = maxAbsLogProbDiffTopK(reference.logProbs, ours, 5);
-      console.log(`gpt-oss Q8_0 (native) vs llama.cpp: mean KL ${kl.toExponential(2)}, median ${median.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)} over ${positions.length} positions`);
-      expect(runner.dense.engine).toBe('native');
-      expect(median).toBeLessThan(Q8_0_BOUNDS.medianKl);
-      expect(kl).toBeLessThan(Q8_0_BOUNDS.meanKl);
-      expect(top5).toBeLessThan(Q8_0_BOUNDS.top5);
-    } finally {
-      await runner.dispose();
-      model.close();
-    }
+    const { kl, median, each, top5, dense } = (await llamaCppAgreements(gptOssGgufFixture('Q8_0'), GPT_OSS_KL_RUN.ids, ['auto'], GPT_OSS_KL_RUN.positions, GPT_OSS_KL_RUN.runner))[0]!;
+    console.log(`gpt-oss Q8_0 (native) vs llama.cpp: mean KL ${kl.toExponential(2)}, median ${median.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)} over ${each.length} positions`);
+    expect(dense).toBe('native');
+    expect(median).toBeLessThan(Q8_0_BOUNDS.medianKl);
+    expect(kl).toBeLessThan(Q8_0_BOUNDS.meanKl);
+    expect(top5).toBeLessThan(Q8_0_BOUNDS.top5);
   }, 600_000);
 });
 

@@ -6,11 +6,10 @@
 // blocks, for MXFP4 too), so a rare token whose 4th and 5th expert are closer than that rounding
 // routes differently: the mean carries those positions, the median is the format's error.
 import { afterAll, describe, expect, it } from 'vitest';
-import { gptOssGgufFixture } from '../../../test/fixtures/families/gpt-oss.ts';
-import { disposeLlamaCpp, llamaCppLogProbs, maxAbsLogProbDiffTopK, meanKl } from '../../../test/support/llama-cpp-reference.ts';
-import { logSoftmax } from '../../../test/support/reference-forward.ts';
+import { gptOssGgufFixture, GPT_OSS_KL_RUN } from '../../../test/fixtures/families/gpt-oss.ts';
+import { llamaCppAgreements } from '../../../test/support/llama-cpp-agreement.ts';
+import { disposeLlamaCpp } from '../../../test/support/llama-cpp-reference.ts';
 import { loadModel } from '../model/load-model.ts';
-import { createModelRunner } from './model-runner.ts';
 
 afterAll(() => disposeLlamaCpp());
 
@@ -24,28 +23,17 @@ describe('gpt-oss vs llama.cpp: MXFP4_MOE', () => {
   it('median and mean KL and top-5 gaps at 8 positions of a 200-token run past the window', async () => {
     const path = gptOssGgufFixture('MXFP4_MOE');
     const model = await loadModel(path);
-    const runner = await createModelRunner(model, { kvType: 'fp32', contextLength: 512, prefillChunk: 64 });
     try {
-      const ids = Array.from({ length: 200 }, (_, i) => (i * 7919 + 13) % 199998);
-      const positions = Array.from({ length: 8 }, (_, j) => 25 * j + 24);
-      const reference = await llamaCppLogProbs(path, ids, { kvType: 'f32', threads: 1, positions });
-      const logits = await runner.prefill(ids, undefined, { allLogits: true });
-      const V = model.hyper.vocabSize;
-      const ours = reference.positions.map((t) => logSoftmax(logits.subarray(t * V, (t + 1) * V)));
-      const kl = meanKl(reference.logProbs, ours);
-      const each = ours.map((o, i) => meanKl([reference.logProbs[i]!], [o])).sort((x, y) => x - y);
-      const median = (each[3]! + each[4]!) / 2;
-      const top5 = maxAbsLogProbDiffTopK(reference.logProbs, ours, 5);
-      console.log(`gpt-oss MXFP4_MOE (native) vs llama.cpp: mean KL ${kl.toExponential(2)}, median ${median.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)} over ${positions.length} positions; per position ${each.map((x) => x.toExponential(1)).join(' ')}`);
-      expect(runner.dense.engine).toBe('native');
       expect(model.tensors.get('blk.0.ffn_up_exps.weight')?.dtype).toBe('MXFP4');
       expect(model.tensors.get('blk.0.attn_q.weight')?.dtype).toBe('Q8_0');
-      expect(median).toBeLessThan(MXFP4_MOE_BOUNDS.medianKl);
-      expect(kl).toBeLessThan(MXFP4_MOE_BOUNDS.meanKl);
-      expect(top5).toBeLessThan(MXFP4_MOE_BOUNDS.top5);
     } finally {
-      await runner.dispose();
       model.close();
     }
+    const { kl, median, each, top5, dense } = (await llamaCppAgreements(path, GPT_OSS_KL_RUN.ids, ['auto'], GPT_OSS_KL_RUN.positions, GPT_OSS_KL_RUN.runner))[0]!;
+    console.log(`gpt-oss MXFP4_MOE (native) vs llama.cpp: mean KL ${kl.toExponential(2)}, median ${median.toExponential(2)}, max top-5 |Δ log p| ${top5.toExponential(2)} over ${each.length} positions; per position ${each.map((x) => x.toExponential(1)).join(' ')}`);
+    expect(dense).toBe('native');
+    expect(median).toBeLessThan(MXFP4_MOE_BOUNDS.medianKl);
+    expect(kl).toBeLessThan(MXFP4_MOE_BOUNDS.meanKl);
+    expect(top5).toBeLessThan(MXFP4_MOE_BOUNDS.top5);
   }, 600_000);
 });
